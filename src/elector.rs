@@ -1,0 +1,804 @@
+//! The threaded driver: a renewal thread that runs the state machine, a
+//! watchdog that ends terms at their deadline, worker threads for store calls,
+//! and a thread for callbacks.
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use crate::config::{Config, NewLeaderFn, StartedFn, StoppedFn};
+use crate::error::ElectionError;
+use crate::guard::{Command, LeaderGuard, TermShared};
+use crate::identity::{generate_identity, IdentityError};
+use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Observed, Op, Outcome, Output, TermId};
+use crate::store::{Store, StoreError};
+use crate::ConfigError;
+
+/// How many worker threads may exist for store calls: one for the call in
+/// flight and the rest for calls abandoned at the operation timeout that have
+/// not come back yet. When all are stuck, new calls fail at once.
+const MAX_CALL_THREADS: usize = 4;
+
+/// One participant in one election, running on its own threads.
+///
+/// [`Elector::start`] spawns them; [`Elector::shutdown`] (or `Drop`) ends the
+/// term, releases the lease and joins them.
+///
+/// # Examples
+///
+/// ```
+/// use leaderelection::{Config, Elector, MemStore};
+/// use std::time::Duration;
+///
+/// let elector = Elector::start(Config::new(MemStore::new(), "invoice-reconciler"))?;
+/// let guard = elector.wait_leader_timeout(Duration::from_secs(5))?;
+/// let mut written = Vec::new();
+/// for job in ["a", "b", "c"] {
+///     if !guard.is_valid() {
+///         break; // the term ended: stop writing
+///     }
+///     written.push((job, guard.fence()));
+/// }
+/// assert_eq!(written, [("a", 1), ("b", 1), ("c", 1)]);
+/// drop(guard); // resigns: a successor could take over at once
+/// elector.shutdown()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Elector {
+    shared: Arc<Shared>,
+    cmd_tx: Sender<Command>,
+    threads: Mutex<Threads>,
+}
+
+#[derive(Default)]
+struct Threads {
+    renewal: Option<JoinHandle<Result<(), ElectionError>>>,
+    watchdog: Option<JoinHandle<()>>,
+    callbacks: Option<JoinHandle<()>>,
+    result: Option<Result<(), ElectionError>>,
+}
+
+/// State shared by the elector handle, the renewal thread and the watchdog.
+/// The lock is never held across a store call.
+struct Shared {
+    origin: Instant,
+    name: String,
+    identity: String,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    term: Option<Arc<TermShared>>,
+    observed: Option<Observed>,
+    last_error: Option<ElectionError>,
+    stopped: bool,
+}
+
+/// A snapshot of what an elector believes. Only `is_leader` has a safety
+/// guarantee behind it, evaluated when [`Elector::status`] was called.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Status {
+    /// This participant's identity.
+    pub identity: String,
+    /// Whether this participant led when the status was taken.
+    pub is_leader: bool,
+    /// The fence of the current term, when leading.
+    pub fence: Option<u64>,
+    /// When the current term ends unless renewed, when leading.
+    pub valid_until: Option<Instant>,
+    /// The lease last seen in the store (this participant's own included).
+    pub leader: Option<LeaderInfo>,
+    /// The most recent failure, cleared by the next successful call.
+    pub last_error: Option<ElectionError>,
+    /// Whether the elector has shut down.
+    pub stopped: bool,
+}
+
+/// A lease as last seen in the store.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderInfo {
+    /// The holder's identity.
+    pub identity: String,
+    /// Its fence.
+    pub fence: u64,
+    /// What it published.
+    pub payload: Vec<u8>,
+    /// Whether the lease was still valid when read.
+    pub valid: bool,
+    /// When it was read.
+    pub seen_at: Instant,
+}
+
+impl fmt::Debug for LeaderInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderInfo")
+            .field("identity", &self.identity)
+            .field("fence", &self.fence)
+            .field("payload_len", &self.payload.len())
+            .field("valid", &self.valid)
+            .finish()
+    }
+}
+
+/// Why [`Elector::start`] refused.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The configuration is invalid.
+    Config(ConfigError),
+    /// No identity was set and none could be generated.
+    Identity(IdentityError),
+    /// A thread could not be spawned.
+    Spawn(std::io::Error),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Config(e) => write!(f, "cannot start elector: {e}"),
+            StartError::Identity(e) => write!(f, "cannot start elector: {e}"),
+            StartError::Spawn(e) => write!(f, "cannot start elector: spawning a thread failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Config(e) => Some(e),
+            StartError::Identity(e) => Some(e),
+            StartError::Spawn(e) => Some(e),
+        }
+    }
+}
+
+impl From<ConfigError> for StartError {
+    fn from(e: ConfigError) -> StartError {
+        StartError::Config(e)
+    }
+}
+
+/// Why a wait for leadership returned without a guard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitLeaderError {
+    /// The time ran out.
+    Timeout,
+    /// The elector has shut down.
+    Stopped,
+}
+
+impl fmt::Display for WaitLeaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WaitLeaderError::Timeout => "timed out waiting for leadership",
+            WaitLeaderError::Stopped => "elector stopped while waiting for leadership",
+        })
+    }
+}
+
+impl std::error::Error for WaitLeaderError {}
+
+impl Elector {
+    /// Validates `config`, then spawns the renewal and watchdog threads (and
+    /// a callback thread when callbacks are set). Returns at once; leadership
+    /// comes later.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::Config`] for an invalid configuration,
+    /// [`StartError::Identity`] when an identity must be generated and the
+    /// system's randomness fails, [`StartError::Spawn`] when a thread cannot
+    /// be started.
+    pub fn start(config: Config) -> Result<Elector, StartError> {
+        config.validate()?;
+        let identity = match &config.identity {
+            Some(id) => id.clone(),
+            None => generate_identity().map_err(StartError::Identity)?,
+        };
+        let mut seed = [0u8; 8];
+        getrandom::fill(&mut seed).map_err(|e| StartError::Identity(IdentityError::from_getrandom(e)))?;
+        let mut mcfg = MachineConfig::new(identity.clone(), config.timing, u64::from_le_bytes(seed));
+        mcfg.release_on_shutdown = config.release_on_shutdown;
+        let machine = Machine::new(mcfg);
+
+        let shared = Arc::new(Shared {
+            origin: Instant::now(),
+            name: config.name.clone(),
+            identity,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        });
+        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+        let (dog_tx, dog_rx) = crossbeam_channel::unbounded();
+        let mut threads = Threads::default();
+
+        let dog_shared = Arc::clone(&shared);
+        threads.watchdog = Some(spawn("leaderelection-watchdog", move || watchdog(dog_shared, dog_rx))?);
+
+        let has_callbacks = config.on_started_leading.is_some()
+            || config.on_stopped_leading.is_some()
+            || config.on_new_leader.is_some();
+        let events = if has_callbacks {
+            let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
+            let (started, stopped, new_leader) =
+                (config.on_started_leading.clone(), config.on_stopped_leading.clone(), config.on_new_leader.clone());
+            match spawn("leaderelection-callbacks", move || callbacks(ev_rx, started, stopped, new_leader)) {
+                Ok(h) => threads.callbacks = Some(h),
+                Err(e) => {
+                    drop(dog_tx);
+                    return Err(e);
+                }
+            }
+            Some(ev_tx)
+        } else {
+            None
+        };
+
+        let driver = Driver {
+            machine,
+            shared: Arc::clone(&shared),
+            callers: Callers::new(&config, shared.identity.clone()),
+            cmd_tx: cmd_tx.clone(),
+            dog_tx,
+            events,
+            held_back: None,
+            resigners: Vec::new(),
+            shutdown_result: Ok(()),
+        };
+        threads.renewal = Some(spawn("leaderelection-renewal", move || driver.run(cmd_rx))?);
+        Ok(Elector { shared, cmd_tx, threads: Mutex::new(threads) })
+    }
+
+    /// This participant's identity.
+    pub fn identity(&self) -> &str {
+        &self.shared.identity
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Whether this participant leads right now: re-checks the current term's
+    /// deadline against the monotonic clock on every call.
+    pub fn is_leader(&self) -> bool {
+        self.shared.state.lock().term.as_ref().is_some_and(|t| t.is_valid())
+    }
+
+    /// The current term's fence, when leading.
+    pub fn fence(&self) -> Option<u64> {
+        let st = self.shared.state.lock();
+        st.term.as_ref().filter(|t| t.is_valid()).map(|t| t.fence)
+    }
+
+    /// A guard on the current term, without waiting; `None` when not leading.
+    /// Remember that dropping the last guard of a live term resigns it.
+    pub fn guard(&self) -> Option<LeaderGuard> {
+        let st = self.shared.state.lock();
+        st.term.as_ref().filter(|t| t.is_valid()).map(TermShared::guard)
+    }
+
+    /// Blocks until this participant leads and returns a guard on the term.
+    ///
+    /// # Errors
+    ///
+    /// [`WaitLeaderError::Stopped`] once the elector has shut down.
+    pub fn wait_leader(&self) -> Result<LeaderGuard, WaitLeaderError> {
+        self.wait_leader_inner(None)
+    }
+
+    /// Like [`Elector::wait_leader`], giving up after `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`WaitLeaderError::Timeout`] or [`WaitLeaderError::Stopped`].
+    pub fn wait_leader_timeout(&self, timeout: Duration) -> Result<LeaderGuard, WaitLeaderError> {
+        self.wait_leader_inner(Instant::now().checked_add(timeout))
+    }
+
+    /// Like [`Elector::wait_leader`], giving up at `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`WaitLeaderError::Timeout`] or [`WaitLeaderError::Stopped`].
+    pub fn wait_leader_deadline(&self, deadline: Instant) -> Result<LeaderGuard, WaitLeaderError> {
+        self.wait_leader_inner(Some(deadline))
+    }
+
+    fn wait_leader_inner(&self, deadline: Option<Instant>) -> Result<LeaderGuard, WaitLeaderError> {
+        let mut st = self.shared.state.lock();
+        loop {
+            if let Some(term) = st.term.as_ref().filter(|t| t.is_valid()) {
+                return Ok(term.guard());
+            }
+            if st.stopped {
+                return Err(WaitLeaderError::Stopped);
+            }
+            match deadline {
+                Some(d) => {
+                    if self.shared.changed.wait_until(&mut st, d).timed_out() {
+                        if let Some(term) = st.term.as_ref().filter(|t| t.is_valid()) {
+                            return Ok(term.guard());
+                        }
+                        return Err(if st.stopped { WaitLeaderError::Stopped } else { WaitLeaderError::Timeout });
+                    }
+                }
+                None => self.shared.changed.wait(&mut st),
+            }
+        }
+    }
+
+    /// A snapshot of the election as this participant sees it.
+    pub fn status(&self) -> Status {
+        let st = self.shared.state.lock();
+        let term = st.term.as_ref().filter(|t| t.is_valid());
+        Status {
+            identity: self.shared.identity.clone(),
+            is_leader: term.is_some(),
+            fence: term.map(|t| t.fence),
+            valid_until: term.map(|t| t.deadline()),
+            leader: st.observed.as_ref().map(|o| LeaderInfo {
+                identity: o.identity.clone(),
+                fence: o.fence,
+                payload: o.payload.clone(),
+                valid: o.valid,
+                seen_at: self.shared.origin + o.at.as_duration(),
+            }),
+            last_error: st.last_error.clone(),
+            stopped: st.stopped,
+        }
+    }
+
+    /// Ends the term (every guard turns invalid first), releases the lease
+    /// unless release was disabled, and joins the elector's threads, including
+    /// the `on_started_leading` thread. Calling it again does nothing.
+    ///
+    /// Blocks for at most about two operation timeouts plus however long
+    /// `on_started_leading` takes to return once its guard is invalid.
+    /// Store calls that are hung are left to finish on their own threads.
+    ///
+    /// # Errors
+    ///
+    /// The release failed or timed out; the lease then runs out on its own.
+    pub fn shutdown(&self) -> Result<(), ElectionError> {
+        let mut threads = self.threads.lock();
+        if let Some(result) = &threads.result {
+            return result.clone();
+        }
+        let _ = self.cmd_tx.send(Command::Shutdown);
+        let result = match threads.renewal.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            _ => Err(ElectionError::Stopped),
+        };
+        for handle in [threads.watchdog.take(), threads.callbacks.take()].into_iter().flatten() {
+            let _ = handle.join();
+        }
+        threads.result = Some(result.clone());
+        result
+    }
+}
+
+impl Drop for Elector {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl fmt::Debug for Elector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Elector")
+            .field("name", &self.shared.name)
+            .field("identity", &self.shared.identity)
+            .field("is_leader", &self.is_leader())
+            .finish()
+    }
+}
+
+fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<JoinHandle<T>, StartError> {
+    thread::Builder::new().name(name.to_owned()).spawn(f).map_err(StartError::Spawn)
+}
+
+/// Events for the callback thread, in the order they happened.
+enum Event {
+    Started(LeaderGuard),
+    Stopped,
+    NewLeader(String, u64),
+}
+
+struct Driver {
+    machine: Machine,
+    shared: Arc<Shared>,
+    callers: Callers,
+    cmd_tx: Sender<Command>,
+    dog_tx: Sender<Arc<TermShared>>,
+    events: Option<Sender<Event>>,
+    /// An ended term whose guards are still alive.
+    held_back: Option<Arc<TermShared>>,
+    /// `resign()` calls waiting for their release.
+    resigners: Vec<(u64, Sender<Result<(), ElectionError>>)>,
+    shutdown_result: Result<(), ElectionError>,
+}
+
+impl Driver {
+    fn now(&self) -> LocalTime {
+        LocalTime::from_duration(self.shared.origin.elapsed())
+    }
+
+    fn run(mut self, cmd_rx: Receiver<Command>) -> Result<(), ElectionError> {
+        let now = self.now();
+        self.machine.handle_timeout(now);
+        loop {
+            if self.drain() {
+                break;
+            }
+            let wake = self.machine.poll_timeout().map(|t| self.shared.origin + t.as_duration());
+            let timeout = wake.map_or(crossbeam_channel::never(), crossbeam_channel::at);
+            select! {
+                recv(self.callers.reply_rx) -> msg => {
+                    let now = self.now();
+                    if let Ok((id, outcome)) = msg {
+                        self.machine.handle_reply(now, id, outcome);
+                    }
+                }
+                recv(cmd_rx) -> cmd => {
+                    let now = self.now();
+                    match cmd {
+                        Ok(Command::Shutdown) | Err(_) => self.machine.shutdown(now),
+                        Ok(Command::Resign(term, reply)) => self.resign(now, term, reply),
+                        Ok(Command::GuardsGone(term)) => self.guards_gone(now, term),
+                    }
+                }
+                recv(timeout) -> _ => {
+                    let now = self.now();
+                    self.machine.handle_timeout(now);
+                }
+            }
+        }
+        let mut st = self.shared.state.lock();
+        st.stopped = true;
+        st.term = None;
+        self.shared.changed.notify_all();
+        drop(st);
+        for (_, reply) in self.resigners.drain(..) {
+            let _ = reply.send(Ok(()));
+        }
+        self.shutdown_result
+    }
+
+    /// Carries out the machine's outputs. Returns true once it has stopped.
+    fn drain(&mut self) -> bool {
+        // Status first, so whoever a term start wakes sees the lease behind it.
+        self.publish();
+        while let Some(out) = self.machine.poll_output() {
+            match out {
+                Output::Call(call) => {
+                    let now = self.now();
+                    if let Err(e) = self.callers.start(call) {
+                        self.machine.handle_reply(now, call.id, e);
+                    }
+                }
+                Output::CallAbandoned(id) => self.callers.abandon(id),
+                Output::TermStarted { term, fence, deadline } => self.term_started(term, fence, deadline),
+                Output::DeadlineExtended { term, deadline } => {
+                    let st = self.shared.state.lock();
+                    if let Some(t) = st.term.as_ref().filter(|t| t.id == term) {
+                        t.set_deadline(deadline.as_duration());
+                    }
+                }
+                Output::TermEnded { term, fence, reason } => {
+                    log::info!(
+                        "leaderelection: {:?}: {:?} stopped leading with fence {fence}: {reason:?}",
+                        self.shared.name,
+                        self.shared.identity
+                    );
+                    self.term_ended(term);
+                }
+                Output::NewLeader { identity, fence } => {
+                    log::info!("leaderelection: {:?}: leader is {identity:?} with fence {fence}", self.shared.name);
+                    self.event(Event::NewLeader(identity, fence));
+                }
+                Output::Released { fence, result } => {
+                    if self.machine.is_stopping() {
+                        self.shutdown_result = result.clone();
+                    }
+                    self.resigners.retain(|(f, reply)| {
+                        if *f == fence {
+                            let _ = reply.send(result.clone());
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                }
+                Output::Failed(e) => {
+                    log::warn!("leaderelection: {:?}: {:?}: {e}", self.shared.name, self.shared.identity);
+                }
+                Output::Stopped => {
+                    self.publish();
+                    return true;
+                }
+            }
+        }
+        self.publish();
+        false
+    }
+
+    fn publish(&self) {
+        let mut st = self.shared.state.lock();
+        st.observed = self.machine.observed().cloned();
+        st.last_error = self.machine.last_error().cloned();
+    }
+
+    fn event(&self, ev: Event) {
+        if let Some(tx) = &self.events {
+            let _ = tx.send(ev);
+        }
+    }
+
+    fn term_started(&mut self, id: TermId, fence: u64, deadline: LocalTime) {
+        let term =
+            Arc::new(TermShared::new(id, fence, self.shared.origin, deadline.as_duration(), Some(self.cmd_tx.clone())));
+        log::info!("leaderelection: {:?}: {:?} leads with fence {fence}", self.shared.name, self.shared.identity);
+        {
+            let mut st = self.shared.state.lock();
+            st.term = Some(Arc::clone(&term));
+            self.shared.changed.notify_all();
+        }
+        let _ = self.dog_tx.send(Arc::clone(&term));
+        if self.events.is_some() {
+            let guard = term.guard();
+            self.event(Event::Started(guard));
+        }
+    }
+
+    fn term_ended(&mut self, id: TermId) {
+        let ended = {
+            let mut st = self.shared.state.lock();
+            let Some(term) = st.term.take_if(|t| t.id == id) else { return };
+            term.end();
+            self.shared.changed.notify_all();
+            term
+        };
+        self.event(Event::Stopped);
+        if ended.guards() > 0 {
+            self.held_back = Some(ended);
+            let now = self.now();
+            self.machine.set_hold_back(now, true);
+        }
+    }
+
+    fn guards_gone(&mut self, now: LocalTime, id: TermId) {
+        let live = {
+            let st = self.shared.state.lock();
+            st.term.as_ref().is_some_and(|t| t.id == id && t.guards() == 0 && !t.is_ended())
+        };
+        if live {
+            // The program let go of a live term: hand it over.
+            self.machine.resign(now, id);
+            return;
+        }
+        if self.held_back.as_ref().is_some_and(|t| t.id == id && t.guards() == 0) {
+            self.held_back = None;
+            self.machine.set_hold_back(now, false);
+        }
+    }
+
+    fn resign(&mut self, now: LocalTime, id: TermId, reply: Sender<Result<(), ElectionError>>) {
+        let fence = match self.machine.term() {
+            Some(t) if t.id == id => t.fence,
+            _ => {
+                let _ = reply.send(Ok(()));
+                return;
+            }
+        };
+        self.resigners.push((fence, reply));
+        self.machine.resign(now, id);
+    }
+}
+
+/// The watchdog: ends each term at its deadline, whatever the renewal thread
+/// is doing. It takes only the state lock, which no thread holds across I/O.
+fn watchdog(shared: Arc<Shared>, terms: Receiver<Arc<TermShared>>) {
+    let mut current: Option<Arc<TermShared>> = None;
+    loop {
+        let wake = match current.as_ref().filter(|t| !t.is_ended()) {
+            Some(t) => crossbeam_channel::at(t.deadline()),
+            None => crossbeam_channel::never(),
+        };
+        select! {
+            recv(terms) -> msg => match msg {
+                Ok(term) => current = Some(term),
+                Err(_) => return,
+            },
+            recv(wake) -> _ => {
+                // Re-read: a renewal may have moved the deadline meanwhile.
+                let Some(term) = current.take() else { continue };
+                if Instant::now() < term.deadline() {
+                    current = Some(term);
+                    continue;
+                }
+                if term.end() {
+                    log::warn!(
+                        "leaderelection: {:?}: {:?} stepped down at its local deadline (fence {})",
+                        shared.name, shared.identity, term.fence
+                    );
+                    let mut st = shared.state.lock();
+                    if st.term.as_ref().is_some_and(|t| Arc::ptr_eq(t, &term)) {
+                        st.last_error = Some(ElectionError::LeaseExpiredLocally);
+                    }
+                    shared.changed.notify_all();
+                }
+            }
+        }
+    }
+}
+
+/// Runs the callbacks in the order events happened.
+fn callbacks(
+    events: Receiver<Event>,
+    started: Option<Arc<StartedFn>>,
+    stopped: Option<Arc<StoppedFn>>,
+    new_leader: Option<Arc<NewLeaderFn>>,
+) {
+    let mut leading: Option<JoinHandle<()>> = None;
+    for ev in events {
+        match ev {
+            Event::Started(guard) => {
+                let Some(f) = started.clone() else { continue };
+                let h = thread::Builder::new().name("leaderelection-leading".into()).spawn(move || f(guard));
+                match h {
+                    Ok(h) => leading = Some(h),
+                    Err(e) => log::warn!("leaderelection: cannot spawn the on_started_leading thread: {e}"),
+                }
+            }
+            Event::Stopped => {
+                if let Some(h) = leading.take() {
+                    if h.join().is_err() {
+                        log::warn!("leaderelection: on_started_leading panicked");
+                    }
+                }
+                if let Some(f) = &stopped {
+                    if catch_unwind(AssertUnwindSafe(|| f())).is_err() {
+                        log::warn!("leaderelection: on_stopped_leading panicked");
+                    }
+                }
+            }
+            Event::NewLeader(id, fence) => {
+                if let Some(f) = &new_leader {
+                    if catch_unwind(AssertUnwindSafe(|| f(&id, fence))).is_err() {
+                        log::warn!("leaderelection: on_new_leader panicked");
+                    }
+                }
+            }
+        }
+    }
+    if let Some(h) = leading.take() {
+        let _ = h.join();
+    }
+}
+
+/// Worker threads that run store calls, so the renewal thread never blocks on
+/// the database. A call abandoned at the operation timeout keeps its thread
+/// until the store returns; at most [`MAX_CALL_THREADS`] threads exist.
+struct Callers {
+    store: Arc<dyn Store>,
+    name: Arc<str>,
+    identity: Arc<str>,
+    payload: Arc<[u8]>,
+    timeout: Duration,
+    job_tx: Sender<Job>,
+    job_rx: Receiver<Job>,
+    reply_tx: Sender<(CallId, Outcome)>,
+    reply_rx: Receiver<(CallId, Outcome)>,
+    idle: Arc<AtomicUsize>,
+    alive: Arc<AtomicUsize>,
+}
+
+struct Job {
+    call: Call,
+    store: Arc<dyn Store>,
+    name: Arc<str>,
+    identity: Arc<str>,
+    payload: Arc<[u8]>,
+    timeout: Duration,
+}
+
+impl Callers {
+    fn new(config: &Config, identity: String) -> Callers {
+        let (job_tx, job_rx) = crossbeam_channel::unbounded();
+        let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+        Callers {
+            store: Arc::clone(&config.store),
+            name: config.name.as_str().into(),
+            identity: identity.into(),
+            payload: config.payload.as_slice().into(),
+            timeout: config.timing.operation_timeout,
+            job_tx,
+            job_rx,
+            reply_tx,
+            reply_rx,
+            idle: Arc::new(AtomicUsize::new(0)),
+            alive: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Hands `call` to an idle worker, spawning one if none is idle.
+    fn start(&mut self, call: Call) -> Result<(), Outcome> {
+        if self.idle.load(Ordering::Acquire) == 0 {
+            let alive = self.alive.load(Ordering::Acquire);
+            if alive >= MAX_CALL_THREADS {
+                return Err(failed(call.op, ElectionError::TooManyHungCalls { hung: alive }));
+            }
+            let (jobs, replies, idle, count) =
+                (self.job_rx.clone(), self.reply_tx.clone(), Arc::clone(&self.idle), Arc::clone(&self.alive));
+            count.fetch_add(1, Ordering::AcqRel);
+            idle.fetch_add(1, Ordering::AcqRel);
+            let spawned = thread::Builder::new().name("leaderelection-call".into()).spawn(move || {
+                for job in jobs {
+                    idle.fetch_sub(1, Ordering::AcqRel);
+                    let id = job.call.id;
+                    let outcome = run_call(&job);
+                    idle.fetch_add(1, Ordering::AcqRel);
+                    if replies.send((id, outcome)).is_err() {
+                        break;
+                    }
+                }
+                idle.fetch_sub(1, Ordering::AcqRel);
+                count.fetch_sub(1, Ordering::AcqRel);
+            });
+            if let Err(e) = spawned {
+                self.alive.fetch_sub(1, Ordering::AcqRel);
+                self.idle.fetch_sub(1, Ordering::AcqRel);
+                let err = StoreError::retryable("cannot spawn a store-call thread").with_source(e);
+                return Err(failed(call.op, ElectionError::store(call.op.kind(), err)));
+            }
+        }
+        let job = Job {
+            call,
+            store: Arc::clone(&self.store),
+            name: Arc::clone(&self.name),
+            identity: Arc::clone(&self.identity),
+            payload: Arc::clone(&self.payload),
+            timeout: self.timeout,
+        };
+        self.job_tx.send(job).map_err(|_| failed(call.op, ElectionError::Stopped))
+    }
+
+    fn abandon(&mut self, id: CallId) {
+        log::warn!("leaderelection: store call {} abandoned at the operation timeout", id.0);
+    }
+}
+
+fn failed(op: Op, e: ElectionError) -> Outcome {
+    let err = match e {
+        ElectionError::Store { error, .. } => error,
+        other => StoreError::retryable(other.to_string()),
+    };
+    match op {
+        Op::Release { .. } => Outcome::Released(Err(err)),
+        _ => Outcome::Lease(Err(err)),
+    }
+}
+
+fn run_call(job: &Job) -> Outcome {
+    let (store, name, id, t) = (&job.store, &*job.name, &*job.identity, job.timeout);
+    let result = catch_unwind(AssertUnwindSafe(|| match job.call.op {
+        Op::Inspect => Outcome::Lease(store.inspect(name, t)),
+        Op::Acquire { ttl } => Outcome::Lease(store.acquire(name, id, ttl, &job.payload, t)),
+        Op::Renew { fence, ttl } => Outcome::Lease(store.renew(name, id, fence, ttl, &job.payload, t)),
+        Op::Release { fence } => Outcome::Released(store.release(name, id, fence, t)),
+    }));
+    result.unwrap_or_else(|_| {
+        failed(job.call.op, ElectionError::store(job.call.op.kind(), StoreError::fatal("store call panicked")))
+    })
+}

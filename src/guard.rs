@@ -1,0 +1,283 @@
+//! `LeaderGuard`: a handle on one term.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+
+use crate::error::ElectionError;
+use crate::machine::TermId;
+
+/// What a guard sends its elector.
+pub(crate) enum Command {
+    /// The last guard of a term was dropped.
+    GuardsGone(TermId),
+    /// `LeaderGuard::resign`: end the term, release, answer.
+    Resign(TermId, Sender<Result<(), ElectionError>>),
+    /// `Elector::shutdown`.
+    Shutdown,
+}
+
+/// The state of one term, shared by its guards, the elector's threads and
+/// the watchdog.
+pub(crate) struct TermShared {
+    pub(crate) id: TermId,
+    pub(crate) fence: u64,
+    origin: Instant,
+    /// Local monotonic deadline, in nanoseconds after `origin`.
+    deadline_nanos: AtomicU64,
+    ended: AtomicBool,
+    resigned: AtomicBool,
+    guards: AtomicUsize,
+    /// Dropped when the term ends, which wakes every `lost()` receiver.
+    lost_tx: Mutex<Option<Sender<()>>>,
+    lost_rx: Receiver<()>,
+    /// The elector's command channel; `None` for test terms.
+    link: Option<Sender<Command>>,
+}
+
+impl TermShared {
+    pub(crate) fn new(
+        id: TermId,
+        fence: u64,
+        origin: Instant,
+        deadline: Duration,
+        link: Option<Sender<Command>>,
+    ) -> TermShared {
+        let (lost_tx, lost_rx) = crossbeam_channel::bounded(0);
+        TermShared {
+            id,
+            fence,
+            origin,
+            deadline_nanos: AtomicU64::new(nanos(deadline)),
+            ended: AtomicBool::new(false),
+            resigned: AtomicBool::new(false),
+            guards: AtomicUsize::new(0),
+            lost_tx: Mutex::new(Some(lost_tx)),
+            lost_rx,
+            link,
+        }
+    }
+
+    /// The term is live and its deadline, re-read against the monotonic
+    /// clock now, has not passed.
+    pub(crate) fn is_valid(&self) -> bool {
+        !self.ended.load(Ordering::Acquire)
+            && nanos(self.origin.elapsed()) < self.deadline_nanos.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.origin + Duration::from_nanos(self.deadline_nanos.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_deadline(&self, deadline: Duration) {
+        self.deadline_nanos.store(nanos(deadline), Ordering::Release);
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// Invalidates the term and wakes `lost()` receivers. Returns whether
+    /// this call was the one that ended it.
+    pub(crate) fn end(&self) -> bool {
+        let first = !self.ended.swap(true, Ordering::AcqRel);
+        // Make every later deadline check fail too, whatever reads it.
+        self.deadline_nanos.store(0, Ordering::Release);
+        drop(self.lost_tx.lock().take());
+        first
+    }
+
+    pub(crate) fn guards(&self) -> usize {
+        self.guards.load(Ordering::Acquire)
+    }
+
+    /// A new guard. Callers hand out guards of live terms only.
+    pub(crate) fn guard(self: &Arc<Self>) -> LeaderGuard {
+        self.guards.fetch_add(1, Ordering::AcqRel);
+        LeaderGuard { term: Arc::clone(self) }
+    }
+
+    pub(crate) fn was_resigned(&self) -> bool {
+        self.resigned.load(Ordering::Acquire)
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A handle on one term of leadership.
+///
+/// Ask [`is_valid`](LeaderGuard::is_valid) before every write and stamp the
+/// write with [`fence`](LeaderGuard::fence). Once `is_valid` is false it stays
+/// false: a later term comes with a new guard.
+///
+/// Dropping the last guard of a term that is still live **resigns**: the
+/// lease is released so a successor can take over at once, and this process
+/// waits a retry period before campaigning again. Hold the guard for the whole
+/// work loop. [`resign`](LeaderGuard::resign) does the same and reports
+/// whether the release worked.
+///
+/// While any guard of an ended term is alive, the elector starts no new term,
+/// so two terms of one process never overlap in user code.
+///
+/// # Examples
+///
+/// ```
+/// use leaderelection::testing::TestTerm;
+///
+/// fn work(guard: &leaderelection::LeaderGuard, out: &mut Vec<u64>) {
+///     for _ in 0..3 {
+///         if !guard.is_valid() {
+///             return;
+///         }
+///         out.push(guard.fence());
+///     }
+/// }
+///
+/// let term = TestTerm::new(7);
+/// let mut writes = Vec::new();
+/// work(&term.guard(), &mut writes);
+/// assert_eq!(writes, [7, 7, 7]);
+/// ```
+pub struct LeaderGuard {
+    term: Arc<TermShared>,
+}
+
+impl LeaderGuard {
+    /// Whether this term is still live. Re-reads the monotonic clock on every
+    /// call and compares it with the term's deadline, so a late watchdog
+    /// cannot stretch the term. Cheap: two atomic loads and a clock read.
+    pub fn is_valid(&self) -> bool {
+        self.term.is_valid()
+    }
+
+    /// The term's fencing token. Tokens of an election's terms strictly
+    /// increase and are never shared; have the systems you write to refuse a
+    /// token lower than the highest they have seen.
+    pub fn fence(&self) -> u64 {
+        self.term.fence
+    }
+
+    /// The local instant at which the term ends unless a renewal extends it.
+    /// Advisory: decide with [`is_valid`](LeaderGuard::is_valid).
+    pub fn valid_until(&self) -> Instant {
+        self.term.deadline()
+    }
+
+    /// A channel that becomes ready when the term ends: a receive returns
+    /// `Err(RecvError)` then (nothing is ever sent). Use it in `select!`
+    /// beside your own channels.
+    ///
+    /// It is woken by the watchdog, a second line behind
+    /// [`is_valid`](LeaderGuard::is_valid), which is exact.
+    pub fn lost(&self) -> Receiver<()> {
+        self.term.lost_rx.clone()
+    }
+
+    /// Blocks until the term ends or `timeout` passes.
+    pub fn wait_lost_timeout(&self, timeout: Duration) -> WaitTimeoutResult {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.wait_lost_deadline(deadline),
+            None => {
+                self.wait_lost();
+                WaitTimeoutResult(false)
+            }
+        }
+    }
+
+    /// Blocks until the term ends or `deadline` passes.
+    pub fn wait_lost_deadline(&self, deadline: Instant) -> WaitTimeoutResult {
+        loop {
+            if !self.is_valid() {
+                return WaitTimeoutResult(false);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return WaitTimeoutResult(true);
+            }
+            // Wake at the term's own deadline too, in case the watchdog is late.
+            let until = deadline.min(self.term.deadline().max(now));
+            match self.term.lost_rx.recv_deadline(until) {
+                Err(RecvTimeoutError::Disconnected) => return WaitTimeoutResult(false),
+                Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    /// Blocks until the term ends.
+    pub fn wait_lost(&self) {
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        while self.wait_lost_deadline(far).timed_out() {}
+    }
+
+    /// Ends the term now and releases the lease so a successor can take over
+    /// at once; this process then waits a retry period before campaigning
+    /// again. Every guard of the term turns invalid before the release is
+    /// sent. Blocks for at most about one operation timeout.
+    ///
+    /// # Errors
+    ///
+    /// The release failed or timed out: the lease then runs out on its own.
+    pub fn resign(self) -> Result<(), ElectionError> {
+        let was_live = self.term.end();
+        if was_live {
+            self.term.resigned.store(true, Ordering::Release);
+        }
+        let Some(link) = &self.term.link else { return Ok(()) };
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if link.send(Command::Resign(self.term.id, tx)).is_err() {
+            return Ok(()); // the elector has stopped, and released on its way out
+        }
+        rx.recv().unwrap_or(Ok(()))
+    }
+}
+
+impl Clone for LeaderGuard {
+    fn clone(&self) -> LeaderGuard {
+        self.term.guard()
+    }
+}
+
+impl Drop for LeaderGuard {
+    fn drop(&mut self) {
+        if self.term.guards.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        match &self.term.link {
+            Some(link) => {
+                // The elector decides, under its lock, whether the term is
+                // still live and so whether to resign.
+                let _ = link.send(Command::GuardsGone(self.term.id));
+            }
+            None => {
+                if self.term.end() {
+                    self.term.resigned.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for LeaderGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderGuard").field("fence", &self.term.fence).field("valid", &self.is_valid()).finish()
+    }
+}
+
+/// Whether a timed wait ran out of time, as from
+/// [`LeaderGuard::wait_lost_timeout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitTimeoutResult(bool);
+
+impl WaitTimeoutResult {
+    /// True when the wait ended because time ran out, not because the term
+    /// ended.
+    pub fn timed_out(self) -> bool {
+        self.0
+    }
+}

@@ -1,0 +1,102 @@
+//! Identities: `hostname-pid-random`.
+
+use std::fmt;
+
+/// Builds an identity for this process: hostname, process id and 64 random
+/// bits, joined by hyphens (`web-7f9c-4121-9f86d081884c7d65`).
+///
+/// The random part is what makes it safe: a restarted process must never
+/// renew a lease its predecessor may still believe it holds (that
+/// predecessor could be alive, stopped in a pause), so every incarnation
+/// needs a name of its own.
+///
+/// # Errors
+///
+/// The system's randomness source failed. There is no predictable fallback.
+///
+/// # Examples
+///
+/// ```
+/// let a = leaderelection::generate_identity()?;
+/// let b = leaderelection::generate_identity()?;
+/// assert_ne!(a, b);
+/// assert!(a.contains(&format!("-{}-", std::process::id())));
+/// # Ok::<(), leaderelection::IdentityError>(())
+/// ```
+pub fn generate_identity() -> Result<String, IdentityError> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(IdentityError::from_getrandom)?;
+    Ok(format_identity(&hostname(), std::process::id(), u64::from_be_bytes(random)))
+}
+
+/// Joins the parts; the host part is cleaned to `[A-Za-z0-9._-]` and cut to
+/// 64 bytes so the identity stays well under the 255-byte limit.
+pub(crate) fn format_identity(host: &str, pid: u32, random: u64) -> String {
+    let mut clean: String = host
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .take(64)
+        .collect();
+    if clean.is_empty() {
+        clean.push_str("host");
+    }
+    format!("{clean}-{pid}-{random:016x}")
+}
+
+fn hostname() -> String {
+    if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        if !h.trim().is_empty() {
+            return h;
+        }
+    }
+    for var in ["HOSTNAME", "COMPUTERNAME"] {
+        if let Ok(h) = std::env::var(var) {
+            if !h.trim().is_empty() {
+                return h;
+            }
+        }
+    }
+    String::from("host")
+}
+
+/// The system's randomness source failed, so no identity could be made.
+#[derive(Debug)]
+pub struct IdentityError {
+    code: String,
+}
+
+impl IdentityError {
+    pub(crate) fn from_getrandom(e: getrandom::Error) -> IdentityError {
+        IdentityError { code: e.to_string() }
+    }
+}
+
+impl fmt::Display for IdentityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot generate an identity: system randomness failed: {}", self.code)
+    }
+}
+
+impl std::error::Error for IdentityError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_is_cleaned_and_bounded() {
+        assert_eq!(format_identity("web 1\n", 42, 0xab), "web_1-42-00000000000000ab");
+        assert_eq!(format_identity("  ", 1, 1), "host-1-0000000000000001");
+        let long = "h".repeat(300);
+        let id = format_identity(&long, u32::MAX, u64::MAX);
+        assert!(id.len() <= 64 + 1 + 10 + 1 + 16, "{}", id.len());
+        assert!(crate::config::check_text("identity", &id, crate::config::MAX_IDENTITY_LEN).is_ok());
+    }
+
+    #[test]
+    fn generated_identities_differ() {
+        let ids: std::collections::HashSet<_> = (0..100).map(|_| generate_identity().unwrap()).collect();
+        assert_eq!(ids.len(), 100);
+    }
+}

@@ -1,0 +1,90 @@
+//! Leader election for processes that share nothing but a database.
+//!
+//! Run the same service in several clusters or data centres, or run cron
+//! jobs and batch programs on several hosts: if the only thing they have in
+//! common is a PostgreSQL or MySQL/MariaDB database, this crate elects exactly
+//! one of them to lead, with no async runtime — plain OS threads, and a
+//! [`LeaderGuard`] your work loop holds and asks [`LeaderGuard::is_valid`]
+//! before every write.
+//!
+//! ```
+//! use leaderelection::{Config, Elector, MemStore};
+//! use std::time::Duration;
+//!
+//! // MemStore elects among threads of one process; production code passes a
+//! // database store instead.
+//! let store = MemStore::new();
+//! let a = Elector::start(Config::new(store.clone(), "invoice-reconciler").identity("a"))?;
+//! let guard = a.wait_leader_timeout(Duration::from_secs(5))?;
+//! let b = Elector::start(Config::new(store.clone(), "invoice-reconciler").identity("b"))?;
+//!
+//! assert!(guard.is_valid());          // ask before every write ...
+//! assert_eq!(guard.fence(), 1);       // ... and stamp the write with the fence
+//! assert!(!b.is_leader());
+//!
+//! drop(guard);                        // resigning hands over at once
+//! let next = b.wait_leader_timeout(Duration::from_secs(5))?;
+//! assert_eq!(next.fence(), 2);        // a new term, a higher fence
+//! # drop(next);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # How it stays safe
+//!
+//! - **Only database time.** Every store statement returns the lease's expiry
+//!   *and* the server's `now`; only their difference is used. A [`DbTime`]
+//!   cannot be compared with a local clock at all, so a host whose clock is
+//!   days off changes nothing.
+//! - **Deadline anchored at send time.** A lease reported valid for `ttl`
+//!   becomes the local monotonic deadline
+//!   `sent_at + min(ttl, requested) - safety_margin`, where `sent_at` was read
+//!   before the request left.
+//! - **A watchdog that never waits on the database.** Store calls run on
+//!   worker threads; a call that hangs past the operation timeout is
+//!   abandoned, and the term ends at its deadline regardless.
+//!   [`LeaderGuard::is_valid`] re-reads the monotonic clock on every call.
+//! - **Fences.** Each term carries a token that strictly increases across the
+//!   election. A participant that stepped down locally releases and takes a
+//!   fresh token rather than resume the old one.
+//!
+//! # The pieces
+//!
+//! - [`Config`] and [`Elector`]: one participant, its threads and its guard.
+//! - [`Store`]: the four-operation contract a database store implements;
+//!   [`MemStore`] is the in-memory reference.
+//! - [`machine`]: the election as a pure state machine, driven by the elector
+//!   and by the simulation alike.
+//! - [`testing`]: guards for unit-testing your own leader-only code.
+//!
+//! # Crate features
+//!
+//! | feature | adds | pulls in |
+//! |---|---|---|
+//! | *(default)* | everything above | `crossbeam-channel`, `parking_lot`, `getrandom`, `log` |
+//! | `storetest` | `storetest`, the acceptance suite for any `Store` | nothing |
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod config;
+mod elector;
+mod error;
+mod guard;
+mod identity;
+mod lease;
+pub mod machine;
+mod memstore;
+mod store;
+pub mod testing;
+
+pub use config::{
+    default_safety_margin, Config, ConfigError, Problem, Timing, DEFAULT_LEASE_DURATION, DEFAULT_OPERATION_TIMEOUT,
+    DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,
+    MIN_DEFAULT_SAFETY_MARGIN,
+};
+pub use elector::{Elector, LeaderInfo, StartError, Status, WaitLeaderError};
+pub use error::{ElectionError, OpKind};
+pub use guard::{LeaderGuard, WaitTimeoutResult};
+pub use identity::{generate_identity, IdentityError};
+pub use lease::{DbTime, Lease};
+pub use memstore::{MemStats, MemStore};
+pub use store::{ErrorKind, Store, StoreError};

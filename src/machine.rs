@@ -1,0 +1,834 @@
+//! The election as a pure state machine: no threads, no clock reads, no I/O.
+//!
+//! [`Machine`] is what the threaded [`Elector`](crate::Elector) runs and what
+//! the simulation drives on virtual time, so both exercise the same code.
+//!
+//! # The driver loop
+//!
+//! A driver owns a `Machine`, a local monotonic clock and a way to run store
+//! calls. It repeats:
+//!
+//! 1. read the clock into `now` and hand the machine whatever happened:
+//!    [`Machine::handle_reply`] for a store answer,
+//!    [`Machine::handle_timeout`] when the wake-up time passed (calling it
+//!    early is harmless), [`Machine::shutdown`], [`Machine::resign`],
+//!    [`Machine::set_hold_back`];
+//! 2. drain [`Machine::poll_output`]: start each [`Output::Call`] on the store
+//!    at once (its `sent_at` is the `now` of step 1, taken before sending),
+//!    publish [`Output::TermStarted`] / [`Output::DeadlineExtended`] to the
+//!    watchdog, invalidate the term on [`Output::TermEnded`], stop waiting on a
+//!    call after [`Output::CallAbandoned`], exit on [`Output::Stopped`];
+//! 3. sleep until [`Machine::poll_timeout`] or until a reply or command
+//!    arrives.
+//!
+//! ```
+//! use leaderelection::machine::{LocalTime, Machine, MachineConfig, Op, Outcome, Output};
+//! use leaderelection::{MemStore, Store, Timing};
+//! use std::time::Duration;
+//!
+//! let store = MemStore::new();
+//! let timing = Timing::default();
+//! let mut m = Machine::new(MachineConfig::new("me", timing, 42));
+//! let mut now = LocalTime::ZERO;
+//! m.handle_timeout(now);
+//! let mut fence = None;
+//! while fence.is_none() {
+//!     match m.poll_output() {
+//!         Some(Output::Call(call)) => {
+//!             let t = timing.operation_timeout;
+//!             let outcome = match call.op {
+//!                 Op::Inspect => Outcome::Lease(store.inspect("jobs", t)),
+//!                 Op::Acquire { ttl } => Outcome::Lease(store.acquire("jobs", "me", ttl, b"", t)),
+//!                 Op::Renew { fence, ttl } => Outcome::Lease(store.renew("jobs", "me", fence, ttl, b"", t)),
+//!                 Op::Release { fence } => Outcome::Released(store.release("jobs", "me", fence, t)),
+//!             };
+//!             now = now + Duration::from_millis(1);
+//!             m.handle_reply(now, call.id, outcome);
+//!         }
+//!         Some(Output::TermStarted { fence: f, .. }) => fence = Some(f),
+//!         Some(_) => {}
+//!         None => {
+//!             now = m.poll_timeout().unwrap();
+//!             m.handle_timeout(now);
+//!         }
+//!     }
+//! }
+//! assert_eq!(fence, Some(1));
+//! ```
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::ops::Add;
+use std::time::Duration;
+
+use crate::config::Timing;
+use crate::error::{ElectionError, OpKind};
+use crate::lease::Lease;
+use crate::store::StoreError;
+
+/// A reading of the local monotonic clock, as a distance from an origin the
+/// driver chooses (the elector's start, or zero in a simulation).
+///
+/// It never meets a [`DbTime`](crate::DbTime): the two cannot be compared.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct LocalTime(Duration);
+
+impl LocalTime {
+    /// The driver's origin.
+    pub const ZERO: LocalTime = LocalTime(Duration::ZERO);
+
+    /// The instant `d` after the origin.
+    pub const fn from_duration(d: Duration) -> LocalTime {
+        LocalTime(d)
+    }
+
+    /// The distance from the origin.
+    pub const fn as_duration(self) -> Duration {
+        self.0
+    }
+
+    /// The time from `earlier` to `self`, or zero.
+    pub fn saturating_since(self, earlier: LocalTime) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// `self - d`, stopping at the origin.
+    pub fn saturating_sub(self, d: Duration) -> LocalTime {
+        LocalTime(self.0.saturating_sub(d))
+    }
+}
+
+impl Add<Duration> for LocalTime {
+    type Output = LocalTime;
+    fn add(self, d: Duration) -> LocalTime {
+        LocalTime(self.0.saturating_add(d))
+    }
+}
+
+/// Names one store call, so a late answer to an abandoned call is ignored.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct CallId(pub u64);
+
+/// Names one term of this participant (not the fence: a counter local to
+/// the machine).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct TermId(pub u64);
+
+/// A store operation the machine asks for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Op {
+    /// [`Store::inspect`](crate::Store::inspect).
+    Inspect,
+    /// [`Store::acquire`](crate::Store::acquire) with this TTL.
+    Acquire {
+        /// The lease duration asked for.
+        ttl: Duration,
+    },
+    /// [`Store::renew`](crate::Store::renew) of this fence with this TTL.
+    Renew {
+        /// The term's fence.
+        fence: u64,
+        /// The lease duration asked for.
+        ttl: Duration,
+    },
+    /// [`Store::release`](crate::Store::release) of this fence.
+    Release {
+        /// The fence to release.
+        fence: u64,
+    },
+}
+
+impl Op {
+    /// The operation's name.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Inspect => OpKind::Inspect,
+            Op::Acquire { .. } => OpKind::Acquire,
+            Op::Renew { .. } => OpKind::Renew,
+            Op::Release { .. } => OpKind::Release,
+        }
+    }
+}
+
+/// A store call to start now.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Call {
+    /// Hand this back with the answer.
+    pub id: CallId,
+    /// What to do.
+    pub op: Op,
+}
+
+/// The answer to a [`Call`].
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// The answer to inspect, acquire or renew.
+    Lease(Result<Lease, StoreError>),
+    /// The answer to release.
+    Released(Result<(), StoreError>),
+}
+
+/// Why a term ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// The deadline passed before a renewal confirmed the lease.
+    ExpiredLocally,
+    /// The store said the lease is no longer ours.
+    LeaseLost,
+    /// A renewal failed with an error that will not fix itself.
+    Fatal,
+    /// The program resigned (explicitly, or by dropping its last guard).
+    Resigned,
+    /// The elector is shutting down.
+    Shutdown,
+}
+
+/// What the machine tells its driver.
+#[derive(Clone, Debug)]
+pub enum Output {
+    /// Start this store call now.
+    Call(Call),
+    /// The store call `id` ran past the operation timeout and counts as
+    /// failed with an unknown outcome; its answer will be ignored.
+    CallAbandoned(CallId),
+    /// A term began: arm the watchdog for `deadline`.
+    TermStarted {
+        /// The term.
+        term: TermId,
+        /// Its fencing token.
+        fence: u64,
+        /// When it must end unless extended.
+        deadline: LocalTime,
+    },
+    /// A renewal moved the live term's deadline.
+    DeadlineExtended {
+        /// The term.
+        term: TermId,
+        /// The new deadline.
+        deadline: LocalTime,
+    },
+    /// The term ended; invalidate it before anything else.
+    TermEnded {
+        /// The term.
+        term: TermId,
+        /// Its fence.
+        fence: u64,
+        /// Why.
+        reason: EndReason,
+    },
+    /// A new (holder, fence) pair was seen holding a valid lease.
+    NewLeader {
+        /// The holder's identity.
+        identity: String,
+        /// The holder's fence.
+        fence: u64,
+    },
+    /// A release finished (or failed, or timed out).
+    Released {
+        /// The fence released.
+        fence: u64,
+        /// Its result.
+        result: Result<(), ElectionError>,
+    },
+    /// A call failed; for logs. The error is also in [`Machine::last_error`].
+    Failed(ElectionError),
+    /// Shutdown finished; nothing more will come.
+    Stopped,
+}
+
+/// What a [`Machine`] needs to know about its participant.
+#[derive(Clone, Debug)]
+pub struct MachineConfig {
+    /// This participant's identity.
+    pub identity: String,
+    /// The durations.
+    pub timing: Timing,
+    /// Release the lease on shutdown.
+    pub release_on_shutdown: bool,
+    /// Seed of the jitter generator.
+    pub seed: u64,
+    /// **Broken on purpose; for negative controls only.** Anchors the
+    /// deadline at the reply instead of the request, which is unsafe.
+    #[doc(hidden)]
+    pub unsafe_anchor_at_reply: bool,
+}
+
+impl MachineConfig {
+    /// A participant with these timings, releasing on shutdown.
+    pub fn new(identity: impl Into<String>, timing: Timing, seed: u64) -> MachineConfig {
+        MachineConfig {
+            identity: identity.into(),
+            timing,
+            release_on_shutdown: true,
+            seed,
+            unsafe_anchor_at_reply: false,
+        }
+    }
+}
+
+/// The leader this participant last saw in the store.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// Holder identity.
+    pub identity: String,
+    /// Its fence.
+    pub fence: u64,
+    /// What it published.
+    pub payload: Vec<u8>,
+    /// Whether the lease was still valid when read.
+    pub valid: bool,
+    /// When it was read (local time of the reply).
+    pub at: LocalTime,
+}
+
+impl fmt::Debug for Observed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observed")
+            .field("identity", &self.identity)
+            .field("fence", &self.fence)
+            .field("payload_len", &self.payload.len())
+            .field("valid", &self.valid)
+            .field("at", &self.at)
+            .finish()
+    }
+}
+
+/// A live term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Term {
+    /// The machine's name for it.
+    pub id: TermId,
+    /// Its fencing token.
+    pub fence: u64,
+    /// When it ends unless renewed.
+    pub deadline: LocalTime,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    id: CallId,
+    op: Op,
+    sent_at: LocalTime,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Running,
+    Stopping,
+    Stopped,
+}
+
+/// The election for one participant. See the [module docs](self) for the
+/// loop that drives it.
+#[derive(Debug)]
+pub struct Machine {
+    cfg: MachineConfig,
+    rng: SplitMix64,
+    mode: Mode,
+    term: Option<Term>,
+    inflight: Option<InFlight>,
+    /// When to start the next call, if none is in flight.
+    next_call_at: Option<LocalTime>,
+    /// The last inspect showed a claimable lease: acquire at the next call.
+    campaign_now: bool,
+    /// A fence this participant may still hold on the server but must not
+    /// lead under again: release it before campaigning.
+    pending_release: Option<u64>,
+    /// Every term must have a fence above this one.
+    highest_fence: u64,
+    /// Guards of an ended term are alive: observe, do not campaign.
+    hold_back: bool,
+    /// No acquire before this instant (after a resignation).
+    campaign_not_before: LocalTime,
+    next_call_id: u64,
+    next_term_id: u64,
+    observed: Option<Observed>,
+    last_error: Option<ElectionError>,
+    outputs: VecDeque<Output>,
+}
+
+impl Machine {
+    /// A follower that will poll at its first [`Machine::handle_timeout`].
+    pub fn new(cfg: MachineConfig) -> Machine {
+        let rng = SplitMix64(cfg.seed);
+        Machine {
+            cfg,
+            rng,
+            mode: Mode::Running,
+            term: None,
+            inflight: None,
+            next_call_at: Some(LocalTime::ZERO),
+            campaign_now: false,
+            pending_release: None,
+            highest_fence: 0,
+            hold_back: false,
+            campaign_not_before: LocalTime::ZERO,
+            next_call_id: 0,
+            next_term_id: 0,
+            observed: None,
+            last_error: None,
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// This participant's identity.
+    pub fn identity(&self) -> &str {
+        &self.cfg.identity
+    }
+
+    /// The timings in force.
+    pub fn timing(&self) -> &Timing {
+        &self.cfg.timing
+    }
+
+    /// The live term, if this participant leads. Its deadline may already
+    /// have passed if [`Machine::handle_timeout`] has not been called since;
+    /// callers that decide on it compare the deadline with their clock.
+    pub fn term(&self) -> Option<Term> {
+        self.term
+    }
+
+    /// Whether this participant leads at `now`.
+    pub fn is_leader(&self, now: LocalTime) -> bool {
+        self.term.is_some_and(|t| now < t.deadline)
+    }
+
+    /// The last lease seen in the store.
+    pub fn observed(&self) -> Option<&Observed> {
+        self.observed.as_ref()
+    }
+
+    /// The most recent failure, cleared by the next successful call.
+    pub fn last_error(&self) -> Option<&ElectionError> {
+        self.last_error.as_ref()
+    }
+
+    /// Whether shutdown has finished.
+    pub fn is_stopped(&self) -> bool {
+        self.mode == Mode::Stopped
+    }
+
+    /// Whether shutdown has begun (and may not have finished).
+    pub fn is_stopping(&self) -> bool {
+        self.mode != Mode::Running
+    }
+
+    /// Whether a store call is waiting for its answer.
+    pub fn call_in_flight(&self) -> Option<Call> {
+        self.inflight.map(|c| Call { id: c.id, op: c.op })
+    }
+
+    /// The next thing the driver must do, if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When to call [`Machine::handle_timeout`] next, if ever.
+    pub fn poll_timeout(&self) -> Option<LocalTime> {
+        if self.mode == Mode::Stopped {
+            return None;
+        }
+        let call = match self.inflight {
+            Some(c) => Some(c.sent_at + self.cfg.timing.operation_timeout),
+            None => self.next_call_at,
+        };
+        [call, self.term.map(|t| t.deadline)].into_iter().flatten().min()
+    }
+
+    /// Fires whatever timers are due at `now`: the term deadline, the
+    /// operation timeout of the call in flight, the next scheduled call.
+    pub fn handle_timeout(&mut self, now: LocalTime) {
+        self.step(now);
+    }
+
+    /// Takes the answer to call `id`. Answers to abandoned or unknown calls
+    /// are ignored.
+    pub fn handle_reply(&mut self, now: LocalTime, id: CallId, outcome: Outcome) {
+        // A term whose deadline passed while the answer travelled ends first:
+        // an answer never revives a deadline that has already gone by.
+        self.expire_term(now);
+        let Some(call) = self.inflight.filter(|c| c.id == id) else {
+            self.step(now);
+            return;
+        };
+        self.inflight = None;
+        match (call.op, outcome) {
+            (Op::Inspect, Outcome::Lease(r)) => self.on_inspect(now, r),
+            (Op::Acquire { ttl }, Outcome::Lease(r)) => self.on_acquire(now, call.sent_at, ttl, r),
+            (Op::Renew { fence, ttl }, Outcome::Lease(r)) => self.on_renew(now, call.sent_at, fence, ttl, r),
+            (Op::Release { fence }, Outcome::Released(r)) => {
+                self.on_release(now, fence, r.map_err(|e| ElectionError::store(OpKind::Release, e)))
+            }
+            (op, _) => {
+                let e = StoreError::fatal(format!("driver answered {:?} with the wrong kind of outcome", op.kind()));
+                self.fail(now, op, ElectionError::store(op.kind(), e));
+            }
+        }
+        self.step(now);
+    }
+
+    /// Starts shutting down: ends the term at once, releases the lease
+    /// (unless disabled), then emits [`Output::Stopped`].
+    pub fn shutdown(&mut self, now: LocalTime) {
+        if self.mode != Mode::Running {
+            self.step(now);
+            return;
+        }
+        self.mode = Mode::Stopping;
+        self.end_term(EndReason::Shutdown);
+        if !self.cfg.release_on_shutdown {
+            self.pending_release = None;
+        }
+        // A call in flight other than an acquire cannot change what we hold:
+        // stop waiting for it. An acquire may grant the lease, so its answer
+        // decides whether there is something to release.
+        if let Some(c) = self.inflight.filter(|c| !matches!(c.op, Op::Acquire { .. })) {
+            self.inflight = None;
+            self.outputs.push_back(Output::CallAbandoned(c.id));
+        }
+        self.next_call_at = Some(now);
+        self.step(now);
+    }
+
+    /// Ends term `term` if it is live, releases its lease, and waits one
+    /// retry period before campaigning again.
+    pub fn resign(&mut self, now: LocalTime, term: TermId) {
+        if self.term.is_some_and(|t| t.id == term) && self.mode == Mode::Running {
+            self.end_term(EndReason::Resigned);
+            self.campaign_not_before = now + self.cfg.timing.retry_period;
+            self.next_call_at = Some(now);
+        }
+        self.step(now);
+    }
+
+    /// Tells the machine whether guards of an ended term are still alive. While
+    /// they are, it observes the lease but does not campaign, so two terms of
+    /// this process never overlap in user code.
+    pub fn set_hold_back(&mut self, now: LocalTime, hold: bool) {
+        let was = self.hold_back;
+        self.hold_back = hold;
+        if was && !hold && self.term.is_none() && self.mode == Mode::Running {
+            self.next_call_at = Some(self.next_call_at.map_or(now, |t| t.min(now)));
+        }
+        self.step(now);
+    }
+
+    // ---- replies ----
+
+    fn on_inspect(&mut self, now: LocalTime, r: Result<Lease, StoreError>) {
+        match r {
+            Ok(lease) => {
+                self.succeeded();
+                self.observe(now, &lease);
+                if self.mode != Mode::Running {
+                    return;
+                }
+                let claimable = lease.expired() || lease.holder == self.cfg.identity;
+                if claimable && self.may_campaign(now) {
+                    self.next_call_at = Some(now);
+                    self.campaign_now = true;
+                } else {
+                    self.schedule_poll(now, Some(lease.ttl()));
+                }
+            }
+            Err(e) if e.is_no_lease() => {
+                self.succeeded();
+                if self.mode != Mode::Running {
+                    return;
+                }
+                if self.may_campaign(now) {
+                    self.next_call_at = Some(now);
+                    self.campaign_now = true;
+                } else {
+                    self.schedule_poll(now, None);
+                }
+            }
+            Err(e) => self.fail(now, Op::Inspect, ElectionError::store(OpKind::Inspect, e)),
+        }
+    }
+
+    fn on_acquire(&mut self, now: LocalTime, sent_at: LocalTime, ttl: Duration, r: Result<Lease, StoreError>) {
+        let lease = match r {
+            Ok(lease) => lease,
+            Err(e) => return self.fail(now, Op::Acquire { ttl }, ElectionError::store(OpKind::Acquire, e)),
+        };
+        self.succeeded();
+        self.observe(now, &lease);
+        if !lease.held_by(&self.cfg.identity) {
+            if self.mode == Mode::Running {
+                self.schedule_poll(now, Some(lease.ttl()));
+            }
+            return;
+        }
+        if self.mode != Mode::Running || lease.fence <= self.highest_fence {
+            // Shutting down, or the server still holds a term this process
+            // already led under (and stepped down from locally): give it back
+            // and take a fresh fence rather than resume the old one.
+            if self.mode == Mode::Running || self.cfg.release_on_shutdown {
+                self.pending_release = Some(lease.fence);
+            }
+            self.next_call_at = Some(now);
+            return;
+        }
+        let deadline = self.deadline(sent_at, now, ttl, &lease);
+        if deadline <= now {
+            // The lease is ours on the server, but too little of it is left to
+            // lead under safely. Confirm again shortly.
+            self.next_call_at = Some(now + self.cfg.timing.retry_delay());
+            return;
+        }
+        self.next_term_id += 1;
+        let term = Term { id: TermId(self.next_term_id), fence: lease.fence, deadline };
+        self.highest_fence = lease.fence;
+        self.term = Some(term);
+        self.next_call_at = Some(sent_at + self.cfg.timing.renew_interval);
+        self.outputs.push_back(Output::TermStarted { term: term.id, fence: term.fence, deadline });
+    }
+
+    fn on_renew(
+        &mut self,
+        now: LocalTime,
+        sent_at: LocalTime,
+        fence: u64,
+        ttl: Duration,
+        r: Result<Lease, StoreError>,
+    ) {
+        let live = self.term.filter(|t| t.fence == fence);
+        match r {
+            Ok(lease) if lease.held_by(&self.cfg.identity) && lease.fence == fence => {
+                self.succeeded();
+                self.observe(now, &lease);
+                let Some(mut term) = live else {
+                    // The term ended while the renewal travelled; the server
+                    // still holds it for us, so give it back.
+                    self.pending_release = Some(fence);
+                    self.next_call_at = Some(now);
+                    return;
+                };
+                let deadline = self.deadline(sent_at, now, ttl, &lease);
+                if deadline <= now {
+                    self.end_term(EndReason::ExpiredLocally);
+                    self.next_call_at = Some(now);
+                    return;
+                }
+                term.deadline = deadline;
+                self.term = Some(term);
+                self.next_call_at = Some(sent_at + self.cfg.timing.renew_interval);
+                self.outputs.push_back(Output::DeadlineExtended { term: term.id, deadline });
+            }
+            Ok(_) => self.lost(now, ElectionError::store(OpKind::Renew, StoreError::lease_lost())),
+            Err(e) if e.is_lease_lost() => self.lost(now, ElectionError::store(OpKind::Renew, e)),
+            Err(e) => self.fail(now, Op::Renew { fence, ttl }, ElectionError::store(OpKind::Renew, e)),
+        }
+    }
+
+    fn on_release(&mut self, now: LocalTime, fence: u64, r: Result<(), ElectionError>) {
+        if self.pending_release == Some(fence) {
+            self.pending_release = None;
+        }
+        match &r {
+            Ok(()) => self.succeeded(),
+            Err(e) => {
+                self.last_error = Some(e.clone());
+                self.outputs.push_back(Output::Failed(e.clone()));
+            }
+        }
+        self.outputs.push_back(Output::Released { fence, result: r });
+        if self.mode == Mode::Running {
+            // Whether it worked or not, poll next. An acquire that finds the
+            // old fence still ours will ask for another release.
+            self.next_call_at = Some(now);
+        }
+    }
+
+    /// The store says the lease is gone: stop leading now, poll at once.
+    fn lost(&mut self, now: LocalTime, e: ElectionError) {
+        self.outputs.push_back(Output::Failed(e.clone()));
+        self.last_error = Some(e);
+        if self.term.is_some() {
+            self.end_term(EndReason::LeaseLost);
+            // The server no longer holds it for us: nothing to release.
+            self.pending_release = None;
+        }
+        self.next_call_at = Some(now);
+    }
+
+    fn fail(&mut self, now: LocalTime, op: Op, e: ElectionError) {
+        let fatal = e.is_fatal();
+        self.outputs.push_back(Output::Failed(e.clone()));
+        self.last_error = Some(e.clone());
+        if let Op::Release { fence } = op {
+            return self.on_release(now, fence, Err(e));
+        }
+        if self.mode != Mode::Running {
+            self.next_call_at = Some(now);
+            return;
+        }
+        match (op, self.term) {
+            (Op::Renew { fence, .. }, Some(term)) if term.fence == fence => {
+                if fatal {
+                    self.end_term(EndReason::Fatal);
+                    self.schedule_poll(now, None);
+                } else {
+                    // Keep leading until the deadline; try again soon.
+                    self.next_call_at = Some(now + self.cfg.timing.retry_delay());
+                }
+            }
+            _ => self.schedule_poll(now, None),
+        }
+    }
+
+    // ---- helpers ----
+
+    /// `sent_at + min(ttl reported, ttl asked) - safety_margin`.
+    fn deadline(&self, sent_at: LocalTime, now: LocalTime, asked: Duration, lease: &Lease) -> LocalTime {
+        let anchor = if self.cfg.unsafe_anchor_at_reply { now } else { sent_at };
+        let valid_for = lease.ttl().min(asked).saturating_sub(self.cfg.timing.safety_margin);
+        if valid_for.is_zero() {
+            return anchor.saturating_sub(Duration::from_nanos(1)).min(now);
+        }
+        anchor + valid_for
+    }
+
+    fn may_campaign(&self, now: LocalTime) -> bool {
+        self.mode == Mode::Running
+            && !self.hold_back
+            && self.pending_release.is_none()
+            && now >= self.campaign_not_before
+    }
+
+    fn succeeded(&mut self) {
+        self.last_error = None;
+    }
+
+    fn observe(&mut self, now: LocalTime, lease: &Lease) {
+        let valid = !lease.expired();
+        let changed = self.observed.as_ref().is_none_or(|o| o.identity != lease.holder || o.fence != lease.fence);
+        if valid && (changed || !self.observed.as_ref().is_some_and(|o| o.valid)) {
+            self.outputs.push_back(Output::NewLeader { identity: lease.holder.clone(), fence: lease.fence });
+        }
+        self.observed = Some(Observed {
+            identity: lease.holder.clone(),
+            fence: lease.fence,
+            payload: lease.payload.clone(),
+            valid,
+            at: now,
+        });
+    }
+
+    /// Next follower poll: the retry period, jittered ±20 %, or just after
+    /// the observed lease runs out if that is sooner.
+    fn schedule_poll(&mut self, now: LocalTime, ttl: Option<Duration>) {
+        let period = self.cfg.timing.retry_period;
+        let jittered = self.rng.jitter(period);
+        let wait = match ttl {
+            Some(ttl) if self.may_campaign(now) => jittered.min(ttl + Duration::from_millis(1)),
+            _ => jittered,
+        };
+        let at = (now + wait).max(if self.hold_back { now } else { self.campaign_not_before });
+        self.next_call_at = Some(at);
+    }
+
+    fn end_term(&mut self, reason: EndReason) {
+        if let Some(term) = self.term.take() {
+            if reason != EndReason::LeaseLost {
+                self.pending_release = Some(term.fence);
+            }
+            if reason == EndReason::ExpiredLocally {
+                self.last_error = Some(ElectionError::LeaseExpiredLocally);
+            }
+            self.outputs.push_back(Output::TermEnded { term: term.id, fence: term.fence, reason });
+        }
+    }
+
+    fn expire_term(&mut self, now: LocalTime) {
+        if self.term.is_some_and(|t| now >= t.deadline) {
+            self.end_term(EndReason::ExpiredLocally);
+        }
+    }
+
+    /// Fires due timers and starts the next call when one is due.
+    fn step(&mut self, now: LocalTime) {
+        if self.mode == Mode::Stopped {
+            return;
+        }
+        self.expire_term(now);
+        if let Some(c) = self.inflight {
+            let timeout = self.cfg.timing.operation_timeout;
+            if now < c.sent_at + timeout {
+                return;
+            }
+            self.inflight = None;
+            self.outputs.push_back(Output::CallAbandoned(c.id));
+            let e = ElectionError::Timeout { op: c.op.kind(), after: timeout };
+            match c.op {
+                Op::Release { fence } => self.on_release(now, fence, Err(e.clone())),
+                op => self.fail(now, op, e),
+            }
+            self.expire_term(now);
+        }
+        if self.mode == Mode::Stopping {
+            // Shutting down waits for nothing but the call in flight.
+            self.next_call_at = Some(now);
+        }
+        if self.next_call_at.is_none_or(|t| now < t) {
+            return;
+        }
+        let op = match self.mode {
+            Mode::Stopping => match self.pending_release.take() {
+                Some(fence) => Op::Release { fence },
+                None => {
+                    self.mode = Mode::Stopped;
+                    self.next_call_at = None;
+                    self.outputs.push_back(Output::Stopped);
+                    return;
+                }
+            },
+            Mode::Running => match (self.term, self.pending_release) {
+                (Some(term), _) => Op::Renew { fence: term.fence, ttl: self.cfg.timing.lease_duration },
+                (None, Some(fence)) => Op::Release { fence },
+                (None, None) if std::mem::take(&mut self.campaign_now) && self.may_campaign(now) => {
+                    Op::Acquire { ttl: self.cfg.timing.lease_duration }
+                }
+                (None, None) => Op::Inspect,
+            },
+            Mode::Stopped => return,
+        };
+        self.campaign_now = false;
+        self.next_call_id += 1;
+        let id = CallId(self.next_call_id);
+        self.inflight = Some(InFlight { id, op, sent_at: now });
+        self.next_call_at = None;
+        self.outputs.push_back(Output::Call(Call { id, op }));
+    }
+}
+
+/// A small, seeded generator for jitter: the machine never reads a global
+/// random source.
+#[derive(Clone, Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// `d` scaled by a factor drawn uniformly from [0.8, 1.2).
+    fn jitter(&mut self, d: Duration) -> Duration {
+        jitter(d, self.next_u64())
+    }
+}
+
+/// `d` scaled by a factor in [0.8, 1.2) chosen by `r`: the follower poll
+/// jitter. Public for the fuzz targets.
+pub fn jitter(d: Duration, r: u64) -> Duration {
+    // factor = 0.8 + 0.4 * (r / 2^64), in parts per 2^32 to stay in integers.
+    let frac = (r >> 32) as u128; // [0, 2^32)
+    let nanos = d.as_nanos();
+    let scaled = nanos * 4 / 5 + nanos * 2 / 5 * frac / (1u128 << 32);
+    Duration::from_nanos(u64::try_from(scaled).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,387 @@
+//! The in-memory reference store.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::lease::{DbTime, Lease};
+use crate::store::{ErrorKind, Store, StoreError};
+
+/// An in-memory [`Store`]: the reference implementation of the store
+/// contract, and a test double for programs that use this crate.
+///
+/// It elects among threads of one process, so it is no substitute for a real
+/// database in production. Clones share the same records.
+///
+/// It keeps its own "database clock", which tests can put days away from the
+/// local clock ([`MemStore::set_offset`]), step forward ([`MemStore::advance`])
+/// or drive entirely by hand ([`MemStore::with_manual_clock`]). It can also
+/// play an outage: [`MemStore::set_failing`] makes calls fail, and
+/// [`MemStore::pause`] makes them hang until [`MemStore::resume`], like a
+/// stopped server.
+///
+/// # Examples
+///
+/// ```
+/// use leaderelection::{MemStore, Store};
+/// use std::time::Duration;
+///
+/// let store = MemStore::new();
+/// let t = Duration::from_secs(1);
+/// let lease = store.acquire("jobs", "a", Duration::from_secs(10), b"", t).unwrap();
+/// assert!(lease.held_by("a"));
+/// assert_eq!(lease.fence, 1);
+/// // Somebody else loses without an error and learns who leads.
+/// let seen = store.acquire("jobs", "b", Duration::from_secs(10), b"", t).unwrap();
+/// assert_eq!(seen.holder, "a");
+/// ```
+#[derive(Clone, Default)]
+pub struct MemStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    unpaused: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    rows: HashMap<String, Row>,
+    clock: Clock,
+    offset_micros: i64,
+    paused: bool,
+    failing: Option<ErrorKind>,
+    stats: MemStats,
+}
+
+#[derive(Clone)]
+struct Row {
+    holder: String,
+    fence: u64,
+    acquired_at: DbTime,
+    renewed_at: DbTime,
+    expires_at: DbTime,
+    payload: Vec<u8>,
+}
+
+enum Clock {
+    /// Wall time read once at creation, then moved by the monotonic clock.
+    Real { origin: Instant, origin_micros: i64 },
+    /// Moves only through `advance`.
+    Manual { now_micros: i64 },
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        let origin_micros = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Clock::Real { origin: Instant::now(), origin_micros }
+    }
+}
+
+/// How many calls of each kind a [`MemStore`] has answered, and how many
+/// wrote to a row. Tests use it to show that followers do not write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemStats {
+    /// `acquire` calls answered.
+    pub acquires: u64,
+    /// `renew` calls answered.
+    pub renews: u64,
+    /// `release` calls answered.
+    pub releases: u64,
+    /// `inspect` calls answered.
+    pub inspects: u64,
+    /// Calls that changed a row.
+    pub writes: u64,
+}
+
+impl MemStore {
+    /// A store whose database clock follows real time.
+    pub fn new() -> MemStore {
+        MemStore::default()
+    }
+
+    /// A store whose database clock stands at `start` and moves only through
+    /// [`MemStore::advance`]: for simulations on virtual time.
+    pub fn with_manual_clock(start: DbTime) -> MemStore {
+        let store = MemStore::default();
+        store.shared.state.lock().clock = Clock::Manual { now_micros: start.as_unix_micros() };
+        store
+    }
+
+    /// The database clock now.
+    pub fn now(&self) -> DbTime {
+        self.shared.state.lock().now()
+    }
+
+    /// Puts the database clock `offset` away from where it would be (negative
+    /// offsets are behind). Moving it forward under a live lease retires that
+    /// lease early, exactly as a real server whose clock jumps would.
+    pub fn set_offset(&self, offset_micros: i64) {
+        self.shared.state.lock().offset_micros = offset_micros;
+    }
+
+    /// Moves the database clock forward by `d`.
+    pub fn advance(&self, d: Duration) {
+        let micros = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        let mut st = self.shared.state.lock();
+        match &mut st.clock {
+            Clock::Manual { now_micros } => *now_micros = now_micros.saturating_add(micros),
+            Clock::Real { .. } => st.offset_micros = st.offset_micros.saturating_add(micros),
+        }
+    }
+
+    /// Makes every call fail with an error of `kind` (pass `None` to heal).
+    /// Only [`ErrorKind::Retryable`] and [`ErrorKind::Fatal`] make sense.
+    pub fn set_failing(&self, kind: Option<ErrorKind>) {
+        self.shared.state.lock().failing = kind;
+    }
+
+    /// Makes every call block until [`MemStore::resume`], whatever its
+    /// timeout: a server stopped with `SIGSTOP`.
+    pub fn pause(&self) {
+        self.shared.state.lock().paused = true;
+    }
+
+    /// Lets paused calls go on.
+    pub fn resume(&self) {
+        self.shared.state.lock().paused = false;
+        self.shared.unpaused.notify_all();
+    }
+
+    /// Counts of the calls answered so far.
+    pub fn stats(&self) -> MemStats {
+        self.shared.state.lock().stats
+    }
+
+    /// The current row of election `name`, read without counting as a call.
+    pub fn peek(&self, name: &str) -> Option<Lease> {
+        let st = self.shared.state.lock();
+        let now = st.now();
+        st.rows.get(name).map(|row| row.to_lease(name, now))
+    }
+
+    /// Takes the lock, waits out a pause, applies the failure switch, then
+    /// runs `f` on the state with the database time.
+    fn call<T>(&self, f: impl FnOnce(&mut State, DbTime) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut st = self.shared.state.lock();
+        while st.paused {
+            self.shared.unpaused.wait(&mut st);
+        }
+        match st.failing {
+            Some(ErrorKind::Fatal) => return Err(StoreError::fatal("memstore: failing on purpose (fatal)")),
+            Some(_) => return Err(StoreError::retryable("memstore: failing on purpose (retryable)")),
+            None => {}
+        }
+        let now = st.now();
+        f(&mut st, now)
+    }
+}
+
+impl State {
+    fn now(&self) -> DbTime {
+        let base = match self.clock {
+            Clock::Real { origin, origin_micros } => {
+                origin_micros.saturating_add(i64::try_from(origin.elapsed().as_micros()).unwrap_or(i64::MAX))
+            }
+            Clock::Manual { now_micros } => now_micros,
+        };
+        DbTime::from_unix_micros(base.saturating_add(self.offset_micros))
+    }
+}
+
+impl Row {
+    fn to_lease(&self, name: &str, now: DbTime) -> Lease {
+        Lease {
+            name: name.to_owned(),
+            holder: self.holder.clone(),
+            fence: self.fence,
+            acquired_at: self.acquired_at,
+            renewed_at: self.renewed_at,
+            expires_at: self.expires_at,
+            now,
+            payload: self.payload.clone(),
+        }
+    }
+}
+
+impl Store for MemStore {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        _timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        self.call(|st, now| {
+            st.stats.acquires += 1;
+            let expires_at = now.saturating_add(ttl);
+            let fresh = |fence| Row {
+                holder: identity.to_owned(),
+                fence,
+                acquired_at: now,
+                renewed_at: now,
+                expires_at,
+                payload: payload.to_vec(),
+            };
+            let row = match st.rows.get_mut(name) {
+                None => {
+                    st.stats.writes += 1;
+                    st.rows.entry(name.to_owned()).or_insert(fresh(1))
+                }
+                Some(row) if row.expires_at <= now => {
+                    st.stats.writes += 1;
+                    *row = fresh(row.fence.saturating_add(1));
+                    row
+                }
+                Some(row) if row.holder == identity => {
+                    st.stats.writes += 1;
+                    row.renewed_at = now;
+                    row.expires_at = expires_at;
+                    row.payload = payload.to_vec();
+                    row
+                }
+                Some(row) => row,
+            };
+            Ok(row.to_lease(name, now))
+        })
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        _timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        self.call(|st, now| {
+            st.stats.renews += 1;
+            match st.rows.get_mut(name) {
+                Some(row) if row.holder == identity && row.fence == fence && row.expires_at > now => {
+                    st.stats.writes += 1;
+                    row.renewed_at = now;
+                    row.expires_at = now.saturating_add(ttl);
+                    row.payload = payload.to_vec();
+                    Ok(row.to_lease(name, now))
+                }
+                _ => Err(StoreError::lease_lost()),
+            }
+        })
+    }
+
+    fn release(&self, name: &str, identity: &str, fence: u64, _timeout: Duration) -> Result<(), StoreError> {
+        self.call(|st, now| {
+            st.stats.releases += 1;
+            if let Some(row) = st.rows.get_mut(name) {
+                if row.holder == identity && row.fence == fence && row.expires_at > now {
+                    st.stats.writes += 1;
+                    row.expires_at = now;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn inspect(&self, name: &str, _timeout: Duration) -> Result<Lease, StoreError> {
+        self.call(|st, now| {
+            st.stats.inspects += 1;
+            st.rows.get(name).map(|row| row.to_lease(name, now)).ok_or_else(|| StoreError::no_lease(name))
+        })
+    }
+}
+
+impl std::fmt::Debug for MemStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.shared.state.lock();
+        f.debug_struct("MemStore").field("elections", &st.rows.len()).field("stats", &st.stats).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(1);
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn store() -> MemStore {
+        // Three days after an arbitrary base: nowhere near the local clock.
+        MemStore::with_manual_clock(DbTime::from_unix_micros(1_700_000_000_000_000 + 3 * 86_400_000_000))
+    }
+
+    #[test]
+    fn fence_grows_only_when_an_absent_or_expired_lease_is_claimed() {
+        let s = store();
+        assert_eq!(s.acquire("e", "a", TTL, b"", T).unwrap().fence, 1);
+        assert_eq!(s.acquire("e", "a", TTL, b"", T).unwrap().fence, 1, "holder re-acquiring keeps its term");
+        assert_eq!(s.renew("e", "a", 1, TTL, b"", T).unwrap().fence, 1);
+        s.advance(TTL);
+        let l = s.acquire("e", "a", TTL, b"", T).unwrap();
+        assert_eq!(l.fence, 2, "reclaiming its own expired lease is a new term");
+        s.release("e", "a", 2, T).unwrap();
+        let l = s.acquire("e", "b", TTL, b"", T).unwrap();
+        assert!(l.held_by("b"));
+        assert_eq!(l.fence, 3);
+    }
+
+    #[test]
+    fn renew_is_guarded_by_identity_fence_and_expiry() {
+        let s = store();
+        s.acquire("e", "a", TTL, b"", T).unwrap();
+        assert!(s.renew("e", "b", 1, TTL, b"", T).unwrap_err().is_lease_lost());
+        assert!(s.renew("e", "a", 2, TTL, b"", T).unwrap_err().is_lease_lost());
+        assert!(s.renew("x", "a", 1, TTL, b"", T).unwrap_err().is_lease_lost());
+        s.advance(TTL);
+        assert!(s.renew("e", "a", 1, TTL, b"", T).unwrap_err().is_lease_lost());
+    }
+
+    #[test]
+    fn release_of_someone_elses_lease_changes_nothing() {
+        let s = store();
+        let before = s.acquire("e", "a", TTL, b"p", T).unwrap();
+        s.release("e", "b", 1, T).unwrap();
+        s.release("e", "a", 9, T).unwrap();
+        assert_eq!(s.peek("e").unwrap(), before);
+        assert_eq!(s.stats().writes, 1);
+    }
+
+    #[test]
+    fn inspect_never_writes_and_reports_missing_rows() {
+        let s = store();
+        assert!(s.inspect("e", T).unwrap_err().is_no_lease());
+        s.acquire("e", "a", TTL, b"addr", T).unwrap();
+        let l = s.inspect("e", T).unwrap();
+        assert_eq!(l.payload, b"addr");
+        assert_eq!(s.stats().writes, 1);
+    }
+
+    #[test]
+    fn ttl_comes_from_the_store_clock_only() {
+        let s = store();
+        s.set_offset(-5 * 86_400_000_000);
+        let l = s.acquire("e", "a", TTL, b"", T).unwrap();
+        assert_eq!(l.ttl(), TTL);
+        s.advance(Duration::from_secs(4));
+        assert_eq!(s.inspect("e", T).unwrap().ttl(), Duration::from_secs(6));
+    }
+
+    #[test]
+    fn failing_switch_gives_typed_errors() {
+        let s = store();
+        s.set_failing(Some(ErrorKind::Fatal));
+        assert!(s.inspect("e", T).unwrap_err().is_fatal());
+        s.set_failing(Some(ErrorKind::Retryable));
+        assert!(s.acquire("e", "a", TTL, b"", T).unwrap_err().is_retryable());
+        s.set_failing(None);
+        assert!(s.acquire("e", "a", TTL, b"", T).is_ok());
+    }
+}

@@ -1,0 +1,258 @@
+//! The contract between the elector and a database: four operations, each
+//! one statement that also returns the server's current time.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::lease::Lease;
+
+/// Where an election's lease lives.
+///
+/// Each method is one statement (or one short transaction) that reads every
+/// instant it returns, including [`Lease::now`], from the database server.
+/// Implementations hold no session state (no advisory locks, no
+/// `LISTEN`/`NOTIFY`, no temporary tables, no `SET`, no named prepared
+/// statements), so they keep working behind a transaction-mode pooler.
+///
+/// # Blocking
+///
+/// Every method blocks the calling thread for one round trip to the database.
+/// `timeout` is how long the caller will wait: the elector runs each call on a
+/// worker thread and treats a call that has not answered by then as failed
+/// with an unknown outcome, whatever the store does. A store should give up by
+/// then too (close the connection, free what the call holds) so abandoned
+/// calls do not pile up; a store that cannot interrupt a call may keep
+/// blocking, and the elector bounds how many such calls it leaves behind.
+///
+/// Every method must be safe to call from several threads at once.
+pub trait Store: Send + Sync {
+    /// Claims the lease for `identity` if the row is absent (fence 1), expired
+    /// (fence + 1), or already held by `identity` and still valid (same fence,
+    /// new expiry). Otherwise leaves the row untouched. In every case returns
+    /// the row as it stands after the statement, with the server's `now`.
+    ///
+    /// Losing the race is not an error: check [`Lease::held_by`].
+    /// The new expiry is the server's `now + ttl`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`]; the outcome is then
+    /// unknown (the claim may have landed).
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError>;
+
+    /// Extends the lease that `identity` holds under `fence` to the server's
+    /// `now + ttl`, and replaces the payload. Applies only while the row has
+    /// that holder and fence and has not expired on the server's clock.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LeaseLost`] when no row matched the guard: the caller no
+    /// longer leads. [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`] when the
+    /// outcome is unknown.
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError>;
+
+    /// Ends the term `identity` holds under `fence` by setting its expiry to
+    /// the server's `now`. The row and its fence stay, so the next claim gets
+    /// `fence + 1`. Releasing a lease the caller does not hold changes nothing
+    /// and is not an error.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`] when the outcome is
+    /// unknown.
+    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError>;
+
+    /// Reads the row without writing anything. Followers poll with it, so a
+    /// fleet of followers generates no writes.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NoLease`] when the election has no row yet;
+    /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`] on failure.
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError>;
+}
+
+impl<S: Store + ?Sized> Store for Arc<S> {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        (**self).acquire(name, identity, ttl, payload, timeout)
+    }
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        (**self).renew(name, identity, fence, ttl, payload, timeout)
+    }
+    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+        (**self).release(name, identity, fence, timeout)
+    }
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+        (**self).inspect(name, timeout)
+    }
+}
+
+/// What went wrong in a store call, for callers that must branch on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// `renew` matched no row: somebody else holds the lease, or it expired.
+    LeaseLost,
+    /// `inspect` found no row for the election.
+    NoLease,
+    /// A failure that can fix itself: connection loss, timeout, server
+    /// shutdown, read-only transaction, serialization failure, too many
+    /// connections, lock not available.
+    Retryable,
+    /// A failure that needs a person: missing table, insufficient privilege,
+    /// bad credentials, a row the store cannot read.
+    Fatal,
+}
+
+/// An error from a [`Store`] call.
+///
+/// `Display` is a short lowercase phrase followed by the cause, and the cause
+/// is kept as [`std::error::Error::source`]. Stores never put passwords or
+/// payload bytes into it.
+#[derive(Clone)]
+pub struct StoreError {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Arc<dyn StdError + Send + Sync>>,
+}
+
+impl StoreError {
+    /// The guarded renew matched no row.
+    pub fn lease_lost() -> StoreError {
+        StoreError { kind: ErrorKind::LeaseLost, message: "lease lost".into(), source: None }
+    }
+
+    /// The election has no row.
+    pub fn no_lease(name: &str) -> StoreError {
+        StoreError { kind: ErrorKind::NoLease, message: format!("no lease for election {name:?}"), source: None }
+    }
+
+    /// A failure that may fix itself, described by `message`.
+    pub fn retryable(message: impl Into<String>) -> StoreError {
+        StoreError { kind: ErrorKind::Retryable, message: message.into(), source: None }
+    }
+
+    /// A failure that needs a person, described by `message`.
+    pub fn fatal(message: impl Into<String>) -> StoreError {
+        StoreError { kind: ErrorKind::Fatal, message: message.into(), source: None }
+    }
+
+    /// Attaches the underlying error, kept as `source()`.
+    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> StoreError {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The store's own description, without the cause.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// `renew` found the lease gone.
+    pub fn is_lease_lost(&self) -> bool {
+        self.kind == ErrorKind::LeaseLost
+    }
+
+    /// `inspect` found no row.
+    pub fn is_no_lease(&self) -> bool {
+        self.kind == ErrorKind::NoLease
+    }
+
+    /// The failure may fix itself; the elector keeps trying.
+    pub fn is_retryable(&self) -> bool {
+        self.kind == ErrorKind::Retryable
+    }
+
+    /// The failure needs a person; nobody leads through this store until it
+    /// is fixed.
+    pub fn is_fatal(&self) -> bool {
+        self.kind == ErrorKind::Fatal
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("StoreError");
+        d.field("kind", &self.kind).field("message", &self.message);
+        if let Some(source) = &self.source {
+            d.field("source", &format_args!("{source}"));
+        }
+        d.finish()
+    }
+}
+
+impl StdError for StoreError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source.as_ref().map(|s| &**s as &(dyn StdError + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_carries_cause_and_source_is_kept() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer");
+        let e = StoreError::retryable("renew failed").with_source(io);
+        assert_eq!(e.to_string(), "renew failed: connection reset by peer");
+        assert!(e.is_retryable() && !e.is_fatal());
+        let src = StdError::source(&e).expect("source kept");
+        assert_eq!(src.to_string(), "connection reset by peer");
+    }
+
+    #[test]
+    fn kinds_have_their_predicates() {
+        assert!(StoreError::lease_lost().is_lease_lost());
+        assert!(StoreError::no_lease("x").is_no_lease());
+        assert!(StoreError::fatal("relation missing").is_fatal());
+        assert_eq!(StoreError::fatal("f").kind(), ErrorKind::Fatal);
+    }
+}
