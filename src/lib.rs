@@ -69,6 +69,7 @@ mod config;
 mod elector;
 mod error;
 mod guard;
+pub mod ident;
 mod identity;
 mod lease;
 pub mod machine;

@@ -1,0 +1,127 @@
+//! Quoting of SQL identifiers (schema and table names), shared by the
+//! database stores. Identifiers are always quoted, never spliced raw.
+
+use std::fmt;
+
+/// Longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`), in bytes.
+pub const MAX_POSTGRES_IDENT: usize = 63;
+/// Longest identifier MySQL and MariaDB accept, in characters.
+pub const MAX_MYSQL_IDENT: usize = 64;
+
+/// An identifier that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdentError {
+    what: &'static str,
+    reason: String,
+}
+
+impl fmt::Display for IdentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {} name: {}", self.what, self.reason)
+    }
+}
+
+impl std::error::Error for IdentError {}
+
+fn check(what: &'static str, ident: &str, max: usize, len: usize) -> Result<(), IdentError> {
+    if ident.is_empty() {
+        return Err(IdentError { what, reason: "must not be empty".into() });
+    }
+    if len > max {
+        return Err(IdentError { what, reason: format!("is {len} long, more than the limit of {max}") });
+    }
+    if ident.contains('\0') {
+        return Err(IdentError { what, reason: "holds a NUL character".into() });
+    }
+    Ok(())
+}
+
+/// Quotes `ident` for PostgreSQL: wrapped in `"`, with `"` doubled. `what`
+/// names it in errors (`"schema"`, `"table"`).
+///
+/// # Errors
+///
+/// Empty, longer than [`MAX_POSTGRES_IDENT`] bytes, or holding NUL.
+///
+/// # Examples
+///
+/// ```
+/// use leaderelection::ident::quote_postgres;
+/// assert_eq!(quote_postgres("table", "leader_election").unwrap(), r#""leader_election""#);
+/// assert_eq!(quote_postgres("table", r#"a"; DROP TABLE x; --"#).unwrap(), r#""a""; DROP TABLE x; --""#);
+/// assert!(quote_postgres("table", "").is_err());
+/// ```
+pub fn quote_postgres(what: &'static str, ident: &str) -> Result<String, IdentError> {
+    check(what, ident, MAX_POSTGRES_IDENT, ident.len())?;
+    Ok(format!("\"{}\"", ident.replace('"', "\"\"")))
+}
+
+/// Quotes `ident` for MySQL and MariaDB: wrapped in backticks, with backticks
+/// doubled.
+///
+/// # Errors
+///
+/// Empty, longer than [`MAX_MYSQL_IDENT`] characters, holding NUL, or ending
+/// in a space (which MySQL refuses).
+pub fn quote_mysql(what: &'static str, ident: &str) -> Result<String, IdentError> {
+    check(what, ident, MAX_MYSQL_IDENT, ident.chars().count())?;
+    if ident.ends_with(' ') {
+        return Err(IdentError { what, reason: "must not end with a space".into() });
+    }
+    Ok(format!("`{}`", ident.replace('`', "``")))
+}
+
+/// Reverses [`quote_postgres`] for a well-formed quoted identifier: what the
+/// server would read back. Used by the fuzz targets to check round trips.
+pub fn unquote_postgres(quoted: &str) -> Option<String> {
+    unquote(quoted, '"')
+}
+
+/// Reverses [`quote_mysql`], as [`unquote_postgres`] does.
+pub fn unquote_mysql(quoted: &str) -> Option<String> {
+    unquote(quoted, '`')
+}
+
+/// Reads one quoted identifier that must span the whole input.
+fn unquote(quoted: &str, q: char) -> Option<String> {
+    let inner = quoted.strip_prefix(q)?.strip_suffix(q)?;
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c == q && chars.next() != Some(q) {
+            return None; // a lone quote would end the identifier early
+        }
+        out.push(c);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_hostile_names() {
+        for name in ["plain", "with space", "a\"b", "\"", "\"\"\"", "x`y", "Ünïcode", "semi;colon --"] {
+            assert_eq!(unquote_postgres(&quote_postgres("t", name).unwrap()).as_deref(), Some(name));
+            assert_eq!(unquote_mysql(&quote_mysql("t", name).unwrap()).as_deref(), Some(name));
+        }
+    }
+
+    #[test]
+    fn refuses_what_the_server_would() {
+        assert!(quote_postgres("t", &"a".repeat(64)).is_err());
+        assert!(quote_postgres("t", &"a".repeat(63)).is_ok());
+        assert!(quote_postgres("t", "a\0").is_err());
+        assert!(quote_mysql("t", "trailing ").is_err());
+        assert!(quote_mysql("t", &"é".repeat(64)).is_ok());
+        assert_eq!(quote_mysql("schema", "").unwrap_err().to_string(), "invalid schema name: must not be empty");
+    }
+
+    #[test]
+    fn unquote_rejects_unbalanced_input() {
+        assert_eq!(unquote_postgres(r#""a"b""#), None);
+        assert_eq!(unquote_postgres("a"), None);
+        assert_eq!(unquote_postgres(r#""""#).as_deref(), Some(""));
+    }
+}
