@@ -832,3 +832,7 @@ pub fn jitter(d: Duration, r: u64) -> Duration {
     let scaled = nanos * 4 / 5 + nanos * 2 / 5 * frac / (1u128 << 32);
     Duration::from_nanos(u64::try_from(scaled).unwrap_or(u64::MAX))
 }
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;
