@@ -371,11 +371,23 @@ impl Elector {
     ///
     /// The release failed or timed out; the lease then runs out on its own.
     pub fn shutdown(&self) -> Result<(), ElectionError> {
+        self.stop(true)
+    }
+
+    /// Stops like [`Elector::shutdown`] but leaves the lease in place, so it
+    /// runs out on its own after at most the lease duration, exactly as if
+    /// the process had crashed. Guards still turn invalid first. For programs
+    /// that must exit without one more round trip, and for failover tests.
+    pub fn shutdown_without_release(&self) {
+        let _ = self.stop(false);
+    }
+
+    fn stop(&self, release: bool) -> Result<(), ElectionError> {
         let mut threads = self.threads.lock();
         if let Some(result) = &threads.result {
             return result.clone();
         }
-        let _ = self.cmd_tx.send(Command::Shutdown);
+        let _ = self.cmd_tx.send(Command::Shutdown { release });
         let result = match threads.renewal.take().map(JoinHandle::join) {
             Some(Ok(r)) => r,
             _ => Err(ElectionError::Stopped),
@@ -453,7 +465,8 @@ impl Driver {
                 recv(cmd_rx) -> cmd => {
                     let now = self.now();
                     match cmd {
-                        Ok(Command::Shutdown) | Err(_) => self.machine.shutdown(now),
+                        Ok(Command::Shutdown { release: true }) | Err(_) => self.machine.shutdown(now),
+                        Ok(Command::Shutdown { release: false }) => self.machine.shutdown_without_release(now),
                         Ok(Command::Resign(term, reply)) => self.resign(now, term, reply),
                         Ok(Command::GuardsGone(term)) => self.guards_gone(now, term),
                     }

@@ -17,8 +17,8 @@ pub(crate) enum Command {
     GuardsGone(TermId),
     /// `LeaderGuard::resign`: end the term, release, answer.
     Resign(TermId, Sender<Result<(), ElectionError>>),
-    /// `Elector::shutdown`.
-    Shutdown,
+    /// `Elector::shutdown`; `false` skips the release.
+    Shutdown { release: bool },
 }
 
 /// The state of one term, shared by its guards, the elector's threads and

@@ -470,6 +470,17 @@ impl Machine {
     /// Starts shutting down: ends the term at once, releases the lease
     /// (unless disabled), then emits [`Output::Stopped`].
     pub fn shutdown(&mut self, now: LocalTime) {
+        self.shutdown_inner(now, self.cfg.release_on_shutdown);
+    }
+
+    /// Like [`Machine::shutdown`], but never releases: the lease runs out on
+    /// its own, as after a crash.
+    pub fn shutdown_without_release(&mut self, now: LocalTime) {
+        self.shutdown_inner(now, false);
+    }
+
+    fn shutdown_inner(&mut self, now: LocalTime, release: bool) {
+        self.cfg.release_on_shutdown &= release;
         if self.mode != Mode::Running {
             self.step(now);
             return;

@@ -1,0 +1,329 @@
+//! The threaded elector on MemStore: the guard's life, shutdown, a hung
+//! store, callbacks. Real time, so every wait is for a condition with a
+//! deadline, never a fixed nap.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leaderelection::{
+    Config, ElectionError, Elector, ErrorKind, LeaderGuard, MemStore, Timing, WaitLeaderError,
+};
+
+const NAME: &str = "jobs";
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Short timings that satisfy the invariant:
+/// 300 + 2*300 + 75 = 975 ms <= 1500 - 200 = 1300 ms.
+fn timing() -> Timing {
+    Timing {
+        lease_duration: ms(1500),
+        renew_interval: ms(300),
+        retry_period: ms(200),
+        operation_timeout: ms(300),
+        safety_margin: ms(200),
+    }
+}
+
+fn config(store: &MemStore, id: &str) -> Config {
+    Config::new(store.clone(), NAME).identity(id).timing(timing())
+}
+
+fn start(store: &MemStore, id: &str) -> Elector {
+    Elector::start(config(store, id)).expect("valid config")
+}
+
+/// Polls `cond` until it holds or `within` passes; returns whether it held.
+fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(ms(2));
+    }
+}
+
+fn lead(e: &Elector) -> LeaderGuard {
+    e.wait_leader_timeout(Duration::from_secs(5)).unwrap_or_else(|err| panic!("{} never led: {err}", e.identity()))
+}
+
+#[test]
+fn three_participants_elect_exactly_one() {
+    let store = MemStore::new();
+    let fleet: Vec<Elector> = ["a", "b", "c"].iter().map(|id| start(&store, id)).collect();
+    assert!(eventually(Duration::from_secs(5), || fleet.iter().any(|e| e.is_leader())));
+    // Watch for a while: never two at once.
+    let until = Instant::now() + ms(1500);
+    while Instant::now() < until {
+        let leaders = fleet.iter().filter(|e| e.is_leader()).count();
+        assert!(leaders <= 1, "{leaders} leaders at once");
+    }
+    let leader = fleet.iter().find(|e| e.is_leader()).expect("still one leader");
+    assert_eq!(leader.fence(), Some(1), "one term, renewed, never re-elected");
+    let followers: Vec<_> = fleet.iter().filter(|e| !e.is_leader()).collect();
+    assert_eq!(followers.len(), 2);
+    for f in followers {
+        assert!(eventually(Duration::from_secs(2), || {
+            f.status().leader.is_some_and(|l| l.identity == leader.identity() && l.valid)
+        }));
+    }
+}
+
+#[test]
+fn dropping_the_last_guard_resigns_and_hands_over_at_once() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let guard = lead(&a);
+    let copy = guard.clone();
+    let b = start(&store, "b");
+    drop(guard);
+    assert!(copy.is_valid(), "a clone keeps the term");
+    let dropped_at = Instant::now();
+    drop(copy);
+    let next = lead(&b);
+    let handover = dropped_at.elapsed();
+    // b polls every 200 ms +-20 %: well under a lease (1.5 s).
+    assert!(handover < ms(700), "handover took {handover:?}");
+    assert_eq!(next.fence(), 2);
+    assert!(!a.is_leader());
+}
+
+#[test]
+fn resign_reports_the_release_and_waits_before_campaigning_again() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let guard = lead(&a);
+    guard.resign().expect("release worked");
+    assert!(store.peek(NAME).unwrap().expired(), "released on the server before resign returned");
+    // Alone, a takes it back, but only after a retry period.
+    let resigned_at = Instant::now();
+    let again = lead(&a);
+    assert!(resigned_at.elapsed() >= ms(200), "{:?}", resigned_at.elapsed());
+    assert_eq!(again.fence(), 2);
+}
+
+#[test]
+fn a_process_never_overlaps_two_terms_in_user_code() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let old = lead(&a);
+    // The store fails for longer than the lease: the term ends locally.
+    store.set_failing(Some(ErrorKind::Retryable));
+    assert!(!old.wait_lost_timeout(Duration::from_secs(3)).timed_out());
+    assert!(!old.is_valid());
+    store.set_failing(None);
+    // The lease is free again, but the old guard is still held: a watches
+    // without campaigning. Wait until it has seen the free lease a few times.
+    let inspects = store.stats().inspects;
+    assert!(eventually(Duration::from_secs(5), || store.stats().inspects >= inspects + 3));
+    assert!(!a.is_leader(), "no new term while a guard of the old one lives");
+    assert_eq!(store.stats().acquires, 1, "no acquire while held back");
+    drop(old);
+    let new = lead(&a);
+    assert!(new.fence() > 1);
+}
+
+#[test]
+fn shutdown_invalidates_then_releases_and_a_follower_takes_over() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let guard = lead(&a);
+    let b = start(&store, "b");
+    let t0 = Instant::now();
+    a.shutdown().expect("released");
+    assert!(!guard.is_valid(), "invalid before shutdown returned");
+    // Released: either still free, or already b's under a new fence.
+    let row = store.peek(NAME).unwrap();
+    assert!(!row.held_by("a"), "{row:?}");
+    assert!(a.status().stopped);
+    assert_eq!(a.wait_leader_timeout(ms(10)).unwrap_err(), WaitLeaderError::Stopped);
+    let next = lead(&b);
+    assert!(t0.elapsed() < ms(700), "clean handover took {:?}", t0.elapsed());
+    assert_eq!(next.fence(), 2);
+    // Idempotent.
+    a.shutdown().unwrap();
+}
+
+#[test]
+fn drop_of_the_elector_releases_too() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let guard = lead(&a);
+    drop(a);
+    assert!(!guard.is_valid());
+    assert!(store.peek(NAME).unwrap().expired());
+}
+
+#[test]
+fn a_crashed_leader_is_replaced_after_the_lease() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let guard = lead(&a);
+    let b = start(&store, "b");
+    assert!(eventually(Duration::from_secs(2), || b.status().leader.is_some()));
+    let crashed = Instant::now();
+    a.shutdown_without_release();
+    assert!(!guard.is_valid());
+    assert!(store.peek(NAME).unwrap().held_by("a"), "lease left in place");
+    let next = lead(&b);
+    let failover = crashed.elapsed();
+    assert!(failover <= ms(1500 + 500), "failover took {failover:?}");
+    assert!(failover >= ms(500), "b cannot lead before the lease runs out: {failover:?}");
+    assert_eq!(next.fence(), 2);
+}
+
+#[test]
+fn a_hung_store_steps_the_leader_down_at_its_deadline() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let guard = lead(&a);
+    store.pause(); // every call from now on hangs, like a SIGSTOPped server
+    let deadline = guard.valid_until();
+    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "lost() fired");
+    let woke = Instant::now();
+    assert!(!guard.is_valid());
+    assert!(woke >= deadline, "not before the deadline");
+    assert!(woke - deadline < ms(100), "watchdog {:?} late", woke - deadline);
+    assert!(!a.is_leader());
+    assert!(eventually(Duration::from_secs(1), || matches!(
+        a.status().last_error,
+        Some(ElectionError::LeaseExpiredLocally | ElectionError::Timeout { .. } | ElectionError::TooManyHungCalls { .. })
+    )));
+    // Shutdown does not wait on the hung store either.
+    let t0 = Instant::now();
+    let result = a.shutdown();
+    assert!(t0.elapsed() < ms(1000), "shutdown took {:?}", t0.elapsed());
+    assert!(result.is_err(), "the release could not complete");
+    store.resume();
+}
+
+#[test]
+fn leadership_comes_back_after_the_store_recovers() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let first = lead(&a);
+    store.pause();
+    first.wait_lost();
+    drop(first);
+    thread::sleep(ms(800)); // stay paused past several abandoned calls (fault duration, not a wait for an outcome)
+    store.resume();
+    let second = lead(&a);
+    assert!(second.fence() >= 2, "a fresh fence after a local step-down");
+}
+
+#[test]
+fn database_clock_days_away_changes_nothing() {
+    for offset_days in [-3i64, 3] {
+        let store = MemStore::new();
+        store.set_offset(offset_days * 86_400_000_000);
+        let a = start(&store, "a");
+        let guard = lead(&a);
+        let left = guard.valid_until().saturating_duration_since(Instant::now());
+        assert!(left > ms(900) && left <= ms(1300), "{left:?}");
+        // It renews and stays valid throughout, well past the first lease.
+        let until = Instant::now() + ms(1600);
+        while Instant::now() < until {
+            assert!(guard.is_valid());
+            thread::sleep(ms(5));
+        }
+        assert_eq!(guard.fence(), 1);
+    }
+}
+
+#[test]
+fn a_fatal_error_is_reported_and_nobody_leads() {
+    let store = MemStore::new();
+    store.set_failing(Some(ErrorKind::Fatal));
+    let a = start(&store, "a");
+    assert!(eventually(Duration::from_secs(2), || a.status().last_error.is_some_and(|e| e.is_fatal())));
+    assert_eq!(a.wait_leader_timeout(ms(500)).unwrap_err(), WaitLeaderError::Timeout);
+    store.set_failing(None);
+    lead(&a);
+    assert!(a.status().last_error.is_none(), "cleared by success");
+}
+
+#[test]
+fn callbacks_run_in_order_on_their_own_threads() {
+    let store = MemStore::new();
+    let events = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (e1, e2, e3) = (events.clone(), events.clone(), events.clone());
+    let on_own_thread = Arc::new(AtomicBool::new(false));
+    let flag = on_own_thread.clone();
+    let a = Elector::start(
+        config(&store, "a")
+            .on_new_leader(move |id, fence| e1.lock().unwrap().push(format!("new {id} {fence}")))
+            .on_started_leading(move |guard| {
+                flag.store(thread::current().name() == Some("leaderelection-leading"), Ordering::SeqCst);
+                e2.lock().unwrap().push(format!("started {}", guard.fence()));
+                guard.wait_lost();
+                e2.lock().unwrap().push("returning".into());
+            })
+            .on_stopped_leading(move || e3.lock().unwrap().push("stopped".into())),
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(5), || events.lock().unwrap().len() >= 2));
+    a.shutdown().unwrap();
+    let got = events.lock().unwrap().clone();
+    assert_eq!(got, ["new a 1", "started 1", "returning", "stopped"]);
+    assert!(on_own_thread.load(Ordering::SeqCst));
+}
+
+#[test]
+fn a_callback_that_returns_early_resigns_the_term() {
+    let store = MemStore::new();
+    let a = Elector::start(config(&store, "a").on_started_leading(|_guard| {})).unwrap();
+    let b = start(&store, "b");
+    // a's callback returns at once, every term: b must get to lead too.
+    let guard = lead(&b);
+    assert!(guard.fence() >= 2);
+    assert!(store.stats().releases >= 1);
+    drop(a);
+}
+
+#[test]
+fn followers_read_the_leaders_payload() {
+    let store = MemStore::new();
+    let a = Elector::start(config(&store, "a").payload(b"https://a.internal:8443".to_vec())).unwrap();
+    let _g = lead(&a);
+    let b = start(&store, "b");
+    assert!(eventually(Duration::from_secs(2), || {
+        b.status().leader.is_some_and(|l| l.identity == "a" && l.payload == b"https://a.internal:8443")
+    }));
+}
+
+#[test]
+fn status_of_a_leader() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let g = lead(&a);
+    let st = a.status();
+    assert!(st.is_leader);
+    assert_eq!(st.fence, Some(g.fence()));
+    assert_eq!(st.identity, "a");
+    let until = st.valid_until.unwrap();
+    assert!(until > Instant::now());
+    assert!(a.guard().is_some());
+}
+
+#[test]
+fn a_bad_config_is_refused_with_the_field_named() {
+    let err = Elector::start(Config::new(MemStore::new(), "")).unwrap_err();
+    assert_eq!(err.to_string(), "cannot start elector: invalid config: name: must not be empty");
+    let err = Elector::start(Config::new(MemStore::new(), "x").renew_interval(Duration::from_secs(60))).unwrap_err();
+    assert!(err.to_string().contains("renew_interval"), "{err}");
+}
+
+#[test]
+fn generated_identities_are_used_when_none_is_set() {
+    let a = Elector::start(Config::new(MemStore::new(), "x")).unwrap();
+    let pid = format!("-{}-", std::process::id());
+    assert!(a.identity().contains(&pid), "{}", a.identity());
+}
