@@ -341,7 +341,7 @@ impl fmt::Debug for Config {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     field: &'static str,
-    problem: Problem,
+    problem: Box<Problem>,
 }
 
 /// What is wrong with a field, with the numbers involved.
@@ -385,7 +385,7 @@ pub enum Problem {
 
 impl ConfigError {
     pub(crate) fn new(field: &'static str, problem: Problem) -> ConfigError {
-        ConfigError { field, problem }
+        ConfigError { field, problem: Box::new(problem) }
     }
 
     /// The offending field, as its setter is named (`"lease_duration"`).
@@ -402,7 +402,7 @@ impl ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "invalid config: {}: ", self.field)?;
-        match &self.problem {
+        match &*self.problem {
             Problem::Empty => write!(f, "must not be empty"),
             Problem::TooLong { len, max } => write!(f, "is {len} bytes, more than the limit of {max}"),
             Problem::ControlCharacter { at } => write!(f, "holds a control character at byte {at}"),

@@ -402,7 +402,7 @@ fn a_locally_abandoned_term_is_released_and_a_fresh_fence_taken() {
     r.run_for(ms(10_000));
     let fences: Vec<u64> = r.started().iter().map(|s| s.0).collect();
     assert_eq!(fences, [1, 2], "{:?}", r.calls());
-    let released = r.calls().iter().any(|op| *op == Op::Release { fence: 1 });
+    let released = r.calls().contains(&Op::Release { fence: 1 });
     assert!(released, "fence 1 was given back before campaigning: {:?}", r.calls());
 }
 
