@@ -55,6 +55,9 @@
 //! - [`machine`]: the election as a pure state machine, driven by the elector
 //!   and by the simulation alike.
 //! - [`testing`]: guards for unit-testing your own leader-only code.
+//! - [`sim`]: a deterministic fleet simulation on virtual time that drives
+//!   the same machine through thousands of fault schedules, its oracle, and
+//!   the logic of the fuzz targets.
 //!
 //! # Crate features
 //!
@@ -74,6 +77,7 @@ mod identity;
 mod lease;
 pub mod machine;
 mod memstore;
+pub mod sim;
 mod store;
 pub mod testing;
 

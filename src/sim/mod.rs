@@ -1,0 +1,259 @@
+//! A deterministic fleet simulation on virtual time, driving the same
+//! [`Machine`](crate::machine::Machine) the [`Elector`](crate::Elector) runs,
+//! with an oracle that checks the election's guarantees at every step.
+//!
+//! # What is simulated
+//!
+//! - **A fleet** of 2 to 7 hosts. Each runs one process at a time: a
+//!   [`Machine`](crate::machine::Machine) driven exactly as the elector's
+//!   renewal loop drives it (`handle_timeout` when `poll_timeout` comes,
+//!   `handle_reply` when an answer arrives, outputs drained in order).
+//!   Guards are dropped as soon as a term ends, so no hold-back is needed.
+//! - **One shared record**: a real [`MemStore`](crate::MemStore) on a manual
+//!   clock (so the reference store is exercised too). The database clock is
+//!   the true clock of the run and starts in 2023; each host's local clock
+//!   reads days of uptime and runs at its own rate (parts per million of the
+//!   database's), so any mixing of the two clocks would show.
+//! - **Messages**: each request travels to the database (a delay drawn per
+//!   message per direction), is applied at the database's instant, and its
+//!   reply travels back. Late replies to calls the machine has abandoned are
+//!   delivered; the machine must ignore them.
+//! - **Faults** ([`Fault`]): database pauses (requests wait, then apply in
+//!   order), single hosts partitioned (messages lost both ways), lost
+//!   requests, lost replies (the write lands, no answer comes), slow links
+//!   (past the operation timeout), failing statements, crashes (the lease
+//!   stays; a process with a fresh identity starts later), clean shutdowns,
+//!   resignations. A fault may target "whoever leads when it starts".
+//!
+//! Time jumps from event to event; nothing sleeps. A schedule is decoded from
+//! a byte string ([`Schedule::from_bytes`]), so a fuzzer can drive it, and
+//! [`Schedule::from_seed`] draws those bytes from a seed for exploration.
+//!
+//! # The oracle
+//!
+//! Named properties ([`Property`]), checked after every event:
+//!
+//! - *always: at most one valid guard.* A guard is valid at real instant `t`
+//!   when its term is live and its host's clock, read at `t`, is before the
+//!   term's deadline — what `LeaderGuard::is_valid` computes. Validity
+//!   changes only at events (a term starts, ends, is extended) and turns off
+//!   at deadlines, so checking at every event instant covers every instant.
+//! - *always: fences strictly increase* across the whole election, in the
+//!   order terms start (so none is issued twice), and the record's fence
+//!   never goes backwards.
+//! - *always: a valid guard is backed by the record*: the record names its
+//!   holder and fence and has not expired on the database clock.
+//! - *always: an invalid guard stays invalid*, *outputs match the machine*,
+//!   *timers make progress*.
+//! - *eventually: someone leads after the faults*: from
+//!   [`Schedule::faults_end`] plus [`Schedule::liveness_bound`] to the end of
+//!   the run (two leases later) one stretch of leadership lasts without a
+//!   gap. An election that stays safe by electing nobody fails this.
+//!
+//! The liveness bound, with `r` the slowest clock rate, `D` the longest
+//! request delay and `R` the longest round trip when no fault is active:
+//!
+//! ```text
+//! D + lease + (operation_timeout + 1.2 * retry_period + 1 ms) / r + 4 * R
+//! ```
+//!
+//! # Negative controls
+//!
+//! [`Variant`]s other than [`Variant::Normal`] break one rule on purpose
+//! (no safety margin with slow clocks, clocks slower than the margin allows,
+//! deadlines anchored at the reply, no watchdog while a call hangs); the
+//! tests assert that the oracle finds a violation under each.
+//!
+//! # Running it
+//!
+//! `cargo test --test sim` explores 10,000 seeded schedules and prints what
+//! it covered. A longer exploration:
+//!
+//! ```text
+//! SIM_SCHEDULES=1000000 cargo test --release --test sim explore -- --nocapture
+//! ```
+//!
+//! (`SIM_FIRST_SEED` starts elsewhere.) A failure prints its seed, its bytes
+//! and a command that replays it, for example
+//!
+//! ```text
+//! SIM_BYTES=0a03... SIM_VARIANT=normal cargo test --test sim replay -- --nocapture
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use leaderelection::sim::{run, Schedule, Variant};
+//!
+//! let schedule = Schedule::from_seed(7, Variant::Normal);
+//! let report = run(&schedule, false);
+//! assert!(report.violation.is_none(), "{:?}", report.violation);
+//! assert!(report.terms > 0);
+//! ```
+
+pub mod checks;
+mod rng;
+mod schedule;
+mod world;
+
+use std::time::{Duration, Instant};
+
+pub use rng::{Bytes, SimRng};
+pub use schedule::{
+    from_hex, safe_rate_range, to_hex, Fault, Host, Schedule, Target, TimedFault, Variant, MAX_FAULTS, MAX_HOSTS, PPM,
+};
+pub use world::{run, Property, RunReport, Violation, DB_BASE_MICROS, ELECTION};
+
+/// The one-line command that replays `schedule`.
+pub fn replay_command(schedule: &Schedule) -> String {
+    format!(
+        "SIM_BYTES={} SIM_VARIANT={} cargo test --test sim replay -- --nocapture",
+        to_hex(&schedule.bytes),
+        schedule.variant.name()
+    )
+}
+
+/// A failed run, described for a person: the violation, the schedule, the
+/// replay command and the end of the trace.
+pub fn describe_failure(seed: Option<u64>, schedule: &Schedule) -> String {
+    let report = run(schedule, true);
+    let mut s = String::new();
+    if let Some(v) = &report.violation {
+        s.push_str(&format!("sim: {v}\n"));
+    }
+    if let Some(seed) = seed {
+        s.push_str(&format!("seed: {seed}\n"));
+    }
+    s.push_str(&format!("bytes: {}\nschedule: {schedule}", to_hex(&schedule.bytes)));
+    let tail = report.trace.len().saturating_sub(60);
+    s.push_str("trace (last events):\n");
+    for line in &report.trace[tail..] {
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push_str(&format!("replay: {}\n", replay_command(schedule)));
+    s
+}
+
+/// Totals over many runs.
+#[derive(Clone, Debug, Default)]
+pub struct Exploration {
+    /// Schedules run.
+    pub schedules: u64,
+    /// Events processed, summed.
+    pub events: u64,
+    /// Terms started, summed.
+    pub terms: u64,
+    /// Requests and replies lost, summed.
+    pub lost: u64,
+    /// Late replies delivered to abandoned calls, summed.
+    pub late_replies: u64,
+    /// The largest fleet.
+    pub max_hosts: usize,
+    /// The most processes (starts and restarts) in one run.
+    pub max_processes: usize,
+    /// The longest virtual time of one run.
+    pub longest_virtual: Duration,
+    /// Virtual time of all runs, summed.
+    pub total_virtual: Duration,
+    /// The slowest recovery after the faults, and the bound it was held to.
+    pub worst_recovery: (Duration, Duration),
+    /// The seeds whose runs found a violation, with it.
+    pub failures: Vec<(u64, Violation)>,
+    /// Wall-clock time spent.
+    pub elapsed: Duration,
+}
+
+impl Exploration {
+    fn add(&mut self, seed: u64, r: &RunReport) {
+        self.schedules += 1;
+        self.events += r.events;
+        self.terms += r.terms;
+        self.lost += r.lost_requests + r.lost_replies;
+        self.late_replies += r.late_replies;
+        self.max_hosts = self.max_hosts.max(r.hosts);
+        self.max_processes = self.max_processes.max(r.processes);
+        self.longest_virtual = self.longest_virtual.max(r.virtual_time);
+        self.total_virtual += r.virtual_time;
+        if let Some(rec) = r.recovery {
+            let ratio = |(a, b): (Duration, Duration)| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+            if ratio((rec, r.liveness_bound)) > ratio(self.worst_recovery) {
+                self.worst_recovery = (rec, r.liveness_bound);
+            }
+        }
+        if let Some(v) = &r.violation {
+            self.failures.push((seed, v.clone()));
+        }
+    }
+
+    fn merge(&mut self, o: Exploration) {
+        self.schedules += o.schedules;
+        self.events += o.events;
+        self.terms += o.terms;
+        self.lost += o.lost;
+        self.late_replies += o.late_replies;
+        self.max_hosts = self.max_hosts.max(o.max_hosts);
+        self.max_processes = self.max_processes.max(o.max_processes);
+        self.longest_virtual = self.longest_virtual.max(o.longest_virtual);
+        self.total_virtual += o.total_virtual;
+        let ratio = |(a, b): (Duration, Duration)| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+        if ratio(o.worst_recovery) > ratio(self.worst_recovery) {
+            self.worst_recovery = o.worst_recovery;
+        }
+        self.failures.extend(o.failures);
+    }
+
+    /// One line for the test log.
+    pub fn summary(&self) -> String {
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        format!(
+            "sim: explored {} schedules ({:.0}/s), {:.2} M events, {} terms, {} messages lost, {} late replies; \
+             largest fleet {} hosts, up to {} processes in one run; longest virtual time {:.1} h, {:.0} h in all; \
+             slowest recovery {:?} of bound {:?}; {} failing",
+            self.schedules,
+            self.schedules as f64 / secs,
+            self.events as f64 / 1e6,
+            self.terms,
+            self.lost,
+            self.late_replies,
+            self.max_hosts,
+            self.max_processes,
+            self.longest_virtual.as_secs_f64() / 3600.0,
+            self.total_virtual.as_secs_f64() / 3600.0,
+            self.worst_recovery.0,
+            self.worst_recovery.1,
+            self.failures.len()
+        )
+    }
+}
+
+/// Runs the schedules of seeds `first..first + count` under `variant` on
+/// `threads` threads. Each run is deterministic; only the order of the
+/// failures list depends on the threads.
+pub fn explore(first: u64, count: u64, variant: Variant, threads: usize) -> Exploration {
+    let started = Instant::now();
+    let threads = threads.max(1) as u64;
+    let mut total = Exploration::default();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                scope.spawn(move || {
+                    let mut e = Exploration::default();
+                    let mut seed = first + k;
+                    while seed < first + count {
+                        let r = run(&Schedule::from_seed(seed, variant), false);
+                        e.add(seed, &r);
+                        seed += threads;
+                    }
+                    e
+                })
+            })
+            .collect();
+        for h in handles {
+            total.merge(h.join().expect("exploration thread panicked"));
+        }
+    });
+    total.failures.sort_by_key(|(seed, _)| *seed);
+    total.elapsed = started.elapsed();
+    total
+}

@@ -1,0 +1,459 @@
+//! A fault schedule, decoded from a byte string so that a fuzzer can drive
+//! it, and generated from a seed for ordinary exploration.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::rng::{scale, Bytes, SimRng};
+use crate::config::{default_safety_margin, Timing};
+
+/// One million: clock rates are in parts per million of the database clock.
+pub const PPM: u64 = 1_000_000;
+
+/// The most participants a schedule has.
+pub const MAX_HOSTS: usize = 7;
+
+/// The most faults decoded from one byte string.
+pub const MAX_FAULTS: usize = 24;
+
+/// How the participants are driven: the production driver, or a broken one
+/// used as a negative control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// The production rules: timings that pass [`Timing::validate`], clock
+    /// rates within what the safety margin absorbs, deadlines anchored at
+    /// send time, a guard that re-reads the clock and a machine whose
+    /// timers fire while a call hangs.
+    Normal,
+    /// **Broken on purpose.** No safety margin, and every clock runs slower
+    /// than the database's (0.90 to 0.995 of its rate).
+    NoMarginSkewed,
+    /// **Broken on purpose.** The margin is kept but clocks run at 0.80 to
+    /// 0.88 of the database's rate, past what a tenth of the lease absorbs.
+    SkewedPastMargin,
+    /// **Broken on purpose.** Deadlines anchored at the reply
+    /// ([`MachineConfig::unsafe_anchor_at_reply`](crate::machine::MachineConfig)),
+    /// with slow replies to some participants and fast ones to others.
+    AnchorAtReply,
+    /// **Broken on purpose.** A driver that blocks on each store call with no
+    /// timeout and no watchdog: the guard is valid while the term exists,
+    /// and the machine's timers do not fire while a call hangs.
+    NoWatchdog,
+    /// **Broken on purpose.** A driver that tells every machine that guards
+    /// of an old term are still alive, forever: nobody ever campaigns. Safe,
+    /// and useless; the liveness property must catch it.
+    NeverCampaigns,
+}
+
+impl Variant {
+    /// Every variant, the production one first.
+    pub const ALL: [Variant; 6] = [
+        Variant::Normal,
+        Variant::NoMarginSkewed,
+        Variant::SkewedPastMargin,
+        Variant::AnchorAtReply,
+        Variant::NoWatchdog,
+        Variant::NeverCampaigns,
+    ];
+
+    /// The name used in replay commands (`SIM_VARIANT=...`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Normal => "normal",
+            Variant::NoMarginSkewed => "no-margin-skewed",
+            Variant::SkewedPastMargin => "skewed-past-margin",
+            Variant::AnchorAtReply => "anchor-at-reply",
+            Variant::NoWatchdog => "no-watchdog",
+            Variant::NeverCampaigns => "never-campaigns",
+        }
+    }
+
+    /// The variant called `name`.
+    pub fn from_name(name: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.name() == name)
+    }
+}
+
+/// One participant's machine: its clock and its network.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Host {
+    /// Its local clock's rate, in millionths of the database clock's.
+    pub rate_ppm: u64,
+    /// Its local clock's reading at virtual instant zero (days of uptime:
+    /// nowhere near the database clock).
+    pub clock_offset: Duration,
+    /// Each request to the database takes between these two.
+    pub req_delay: (Duration, Duration),
+    /// Each reply from the database takes between these two.
+    pub rep_delay: (Duration, Duration),
+    /// When its first process starts.
+    pub start_at: Duration,
+    /// Whether its processes release the lease when they shut down.
+    pub release_on_shutdown: bool,
+}
+
+/// Which participant a fault hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// This host.
+    Host(usize),
+    /// Whoever holds a valid guard when the fault starts (host 0 if nobody).
+    Leader,
+}
+
+/// What goes wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The database stops answering (SIGSTOP): requests wait and are applied
+    /// in order when it resumes.
+    PauseDb {
+        /// For how long.
+        dur: Duration,
+    },
+    /// Every message to or from the host is lost.
+    Partition {
+        /// Who.
+        target: Target,
+        /// For how long.
+        dur: Duration,
+    },
+    /// Some requests are lost (never applied) and some replies are lost (the
+    /// write lands, the answer never comes).
+    Lossy {
+        /// Who.
+        target: Target,
+        /// For how long.
+        dur: Duration,
+        /// Percentage of requests lost.
+        req_loss: u8,
+        /// Percentage of replies lost.
+        rep_loss: u8,
+    },
+    /// Messages sent by or to the host take `extra` longer, possibly past
+    /// the operation timeout, so late answers reach abandoned calls.
+    SlowNet {
+        /// Who.
+        target: Target,
+        /// For how long.
+        dur: Duration,
+        /// Added to every delay.
+        extra: Duration,
+    },
+    /// Every statement fails at once with an error.
+    DbFailing {
+        /// For how long.
+        dur: Duration,
+        /// Fatal rather than retryable.
+        fatal: bool,
+    },
+    /// The process dies without a word; its lease stays on the record. A new
+    /// process with a fresh identity starts after `down`.
+    Crash {
+        /// Who.
+        target: Target,
+        /// Downtime.
+        down: Duration,
+    },
+    /// The process shuts down cleanly (ends its term, releases); a new one
+    /// with a fresh identity starts after `down`.
+    Shutdown {
+        /// Who.
+        target: Target,
+        /// Downtime.
+        down: Duration,
+    },
+    /// The program drops its guard while the term is live: it resigns.
+    Resign {
+        /// Who.
+        target: Target,
+    },
+}
+
+/// A fault and when it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimedFault {
+    /// Virtual time since the start of the run.
+    pub at: Duration,
+    /// What happens.
+    pub fault: Fault,
+}
+
+/// Everything one simulated run depends on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// The bytes it was decoded from.
+    pub bytes: Vec<u8>,
+    /// The variant applied on top of the bytes.
+    pub variant: Variant,
+    /// Seeds message delays, loss, identities and jitter.
+    pub seed: u64,
+    /// The durations every participant runs with.
+    pub timing: Timing,
+    /// The participants (2 to 7).
+    pub hosts: Vec<Host>,
+    /// The faults, in the order decoded.
+    pub faults: Vec<TimedFault>,
+}
+
+/// The production range of clock rates for `timing`, in ppm: from just above
+/// `1 - safety_margin/lease` (a clock that slow still steps down before the
+/// database lets the lease go) to as far above one.
+pub fn safe_rate_range(timing: &Timing) -> (u64, u64) {
+    let margin = timing.safety_margin.as_nanos();
+    let lease = timing.lease_duration.as_nanos().max(1);
+    let slack = (u128::from(PPM) * margin / lease) as u64;
+    // 20 ppm above the exact boundary absorbs the microsecond rounding of
+    // the database clock and the nanosecond rounding of the local ones.
+    let lo = (PPM - slack.min(PPM / 2)) + 20;
+    let hi = (2 * PPM).saturating_sub(lo).max(lo);
+    (lo, hi)
+}
+
+fn timing_template(t: u8, aux: u8) -> Timing {
+    let d = Timing::default();
+    let scaled = |num: u64, den: u64| Timing {
+        lease_duration: scale(d.lease_duration, num, den),
+        renew_interval: scale(d.renew_interval, num, den),
+        retry_period: scale(d.retry_period, num, den),
+        operation_timeout: scale(d.operation_timeout, num, den),
+        safety_margin: scale(d.safety_margin, num, den),
+    };
+    let s = Duration::from_secs;
+    let ms = Duration::from_millis;
+    let candidate = match t % 8 {
+        0..=2 => d,
+        // A tenth of the defaults: 1.5 s leases.
+        3 => scaled(1, 10),
+        // Forty times the defaults: ten-minute leases, hours of virtual time.
+        4 => scaled(40, 1),
+        // Exactly on the timing invariant's boundary.
+        5 => Timing { lease_duration: ms(13_750), ..d },
+        // A lease between 2 and 61 s with proportional timings.
+        6 => {
+            let lease = s(2 + u64::from(aux % 60));
+            Timing {
+                lease_duration: lease,
+                renew_interval: lease / 4,
+                retry_period: lease / 5,
+                operation_timeout: lease / 8,
+                safety_margin: default_safety_margin(lease).min(lease / 8),
+            }
+        }
+        // A wide margin (absorbs clocks 27 % slow).
+        _ => Timing {
+            lease_duration: s(15),
+            renew_interval: s(4),
+            retry_period: s(2),
+            operation_timeout: s(2),
+            safety_margin: s(4),
+        },
+    };
+    if candidate.validate().is_ok() {
+        candidate
+    } else {
+        d
+    }
+}
+
+impl Schedule {
+    /// Decodes `bytes`. Every byte string decodes to a schedule: missing bytes
+    /// read as zero and extra bytes are ignored.
+    pub fn from_bytes(bytes: &[u8], variant: Variant) -> Schedule {
+        let mut r = Bytes::new(bytes);
+        let n_hosts = 2 + usize::from(r.u8()) % (MAX_HOSTS - 1);
+        let t = r.u8();
+        let aux = r.u8();
+        let mut timing = timing_template(t, aux);
+        if matches!(variant, Variant::AnchorAtReply | Variant::SkewedPastMargin) {
+            timing = Timing::default();
+        }
+        if variant == Variant::NoMarginSkewed {
+            timing.safety_margin = Duration::ZERO;
+        }
+        let (safe_lo, safe_hi) = safe_rate_range(&timing);
+        let lease = timing.lease_duration;
+        let op = timing.operation_timeout;
+        let mut hosts = Vec::with_capacity(n_hosts);
+        for i in 0..n_hosts {
+            let (rate_b, off_b, req_b, rep_b, start_b, flags) = (r.u8(), r.u8(), r.u8(), r.u8(), r.u8(), r.u8());
+            let rate_ppm = match variant {
+                Variant::Normal | Variant::NoWatchdog | Variant::NeverCampaigns => match rate_b {
+                    0..=15 => safe_lo,
+                    16..=47 => PPM,
+                    b => safe_lo + (safe_hi - safe_lo) * u64::from(b - 48) / 207,
+                },
+                Variant::NoMarginSkewed => 900_000 + 95_000 * u64::from(rate_b) / 255,
+                Variant::SkewedPastMargin => 800_000 + 80_000 * u64::from(rate_b) / 255,
+                Variant::AnchorAtReply => PPM,
+            };
+            // Requests and replies each take up to a quarter of the operation
+            // timeout, so a round trip always fits in half of it.
+            let req_hi = scale(op / 4, u64::from(req_b), 255);
+            let mut rep_hi = scale(op / 4, u64::from(rep_b), 255);
+            let mut rep_lo = rep_hi / 2;
+            if variant == Variant::AnchorAtReply && i % 2 == 0 {
+                // Replies slower than the margin but inside the timeout.
+                let m = timing.safety_margin;
+                rep_lo = m + (op - m) / 3;
+                rep_hi = rep_lo;
+            }
+            let rep_hi_final = rep_hi.max(rep_lo);
+            hosts.push(Host {
+                rate_ppm,
+                clock_offset: Duration::from_secs(86_400) * u32::from(off_b) / 16
+                    + Duration::from_nanos(u64::from(flags) * 1_000_003),
+                req_delay: (req_hi / 2, req_hi),
+                rep_delay: (rep_lo, rep_hi_final),
+                start_at: scale(lease * 2, u64::from(start_b), 255),
+                release_on_shutdown: flags & 0x80 == 0,
+            });
+        }
+        let seed = r.u64();
+        let horizon = lease * 6;
+        let mut faults = Vec::new();
+        while r.remaining() > 0 && faults.len() < MAX_FAULTS {
+            let kind = r.u8();
+            let at = scale(horizon, u64::from(r.u16()), 65_535);
+            let who = r.u8();
+            let (p1, p2) = (r.u8(), r.u8());
+            let target = if who >= 128 { Target::Leader } else { Target::Host(usize::from(who) % n_hosts) };
+            let long = p1 == 255 && p2 & 0x0f == 0 && matches!(kind % 16, 0..=4 | 10 | 11);
+            let dur = if long {
+                // Rarely, hours: time jumps over them.
+                Duration::from_secs(3600) + scale(Duration::from_secs(3600), u64::from(p2), 255)
+            } else {
+                scale(lease * 2, u64::from(p1), 254)
+            };
+            let fault = match kind % 16 {
+                0 | 1 => Fault::PauseDb { dur },
+                2..=4 => Fault::Partition { target, dur },
+                5..=7 => Fault::Lossy { target, dur, req_loss: 20 + p2 % 81, rep_loss: 20 + (p2 / 3) % 81 },
+                8 => Fault::SlowNet { target, dur, extra: scale(op * 3, u64::from(p2), 255) },
+                9 => Fault::DbFailing { dur, fatal: p2 & 1 == 1 },
+                10 | 11 => Fault::Crash { target, down: if long { dur } else { scale(lease * 2, u64::from(p2), 255) } },
+                12 => Fault::Shutdown { target, down: scale(lease * 2, u64::from(p2), 255) },
+                _ => Fault::Resign { target },
+            };
+            faults.push(TimedFault { at, fault });
+        }
+        Schedule { bytes: bytes.to_vec(), variant, seed, timing, hosts, faults }
+    }
+
+    /// The schedule explored as number `seed`: random bytes from a seeded
+    /// generator, decoded by [`Schedule::from_bytes`].
+    pub fn from_seed(seed: u64, variant: Variant) -> Schedule {
+        let mut rng = SimRng::new(seed ^ 0x005E_ED0F_5C4E_D01E);
+        let n_faults = rng.below(13) as usize;
+        let len = 3 + 6 * MAX_HOSTS + 8 + 6 * n_faults;
+        let mut bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        // Fault records start after the header, the hosts and the seed; the
+        // hosts actually used decide where.
+        let n_hosts = 2 + usize::from(bytes[0]) % (MAX_HOSTS - 1);
+        bytes.truncate(3 + 6 * n_hosts + 8 + 6 * n_faults);
+        Schedule::from_bytes(&bytes, variant)
+    }
+
+    /// The slowest clock rate of any host, in ppm.
+    pub fn min_rate_ppm(&self) -> u64 {
+        self.hosts.iter().map(|h| h.rate_ppm).min().unwrap_or(PPM)
+    }
+
+    /// The longest request delay and round trip of any host with no fault.
+    pub fn max_delays(&self) -> (Duration, Duration) {
+        let req = self.hosts.iter().map(|h| h.req_delay.1).max().unwrap_or_default();
+        let rtt = self.hosts.iter().map(|h| h.req_delay.1 + h.rep_delay.1).max().unwrap_or_default();
+        (req, rtt)
+    }
+
+    /// When the last fault's direct effects end: windows close, crashed and
+    /// stopped hosts are back, slowed messages have arrived, every host has
+    /// started.
+    pub fn faults_end(&self) -> Duration {
+        let (_, rtt) = self.max_delays();
+        let starts = self.hosts.iter().map(|h| h.start_at);
+        let faults = self.faults.iter().map(|f| {
+            f.at + match f.fault {
+                Fault::PauseDb { dur }
+                | Fault::Partition { dur, .. }
+                | Fault::Lossy { dur, .. }
+                | Fault::DbFailing { dur, .. } => dur,
+                Fault::SlowNet { dur, extra, .. } => dur + extra * 2 + rtt,
+                Fault::Crash { down, .. } | Fault::Shutdown { down, .. } => down,
+                Fault::Resign { .. } => Duration::ZERO,
+            }
+        });
+        starts.chain(faults).max().unwrap_or_default()
+    }
+
+    /// How soon after [`Schedule::faults_end`] somebody must lead, and keep
+    /// leading, with `r` the slowest clock rate, `D` the longest request
+    /// delay and `R` the longest round trip:
+    ///
+    /// ```text
+    /// bound = D + lease + (operation_timeout + 1.2 * retry_period + 1 ms) / r + 4 * R
+    /// ```
+    ///
+    /// A lease granted by a request still travelling when the faults end
+    /// runs out on the database clock at most `D + lease` later. A call hung
+    /// by the faults is abandoned within `operation_timeout / r`, after which
+    /// a follower polls at least every `1.2 * retry_period / r` (or 1 ms after
+    /// the observed lease runs out, if that is sooner). Then at most a
+    /// release of a stale fence, an inspect and an acquire, one round trip
+    /// each, plus the round trip of the poll itself.
+    pub fn liveness_bound(&self) -> Duration {
+        let t = &self.timing;
+        let (d, rtt) = self.max_delays();
+        let r = self.min_rate_ppm();
+        let local = t.operation_timeout + scale(t.retry_period, 6, 5) + Duration::from_millis(1);
+        d + t.lease_duration + scale(local, PPM, r) + rtt * 4
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.timing;
+        writeln!(
+            f,
+            "variant {}, {} hosts, lease {:?} renew {:?} retry {:?} op-timeout {:?} margin {:?}",
+            self.variant.name(),
+            self.hosts.len(),
+            t.lease_duration,
+            t.renew_interval,
+            t.retry_period,
+            t.operation_timeout,
+            t.safety_margin
+        )?;
+        for (i, h) in self.hosts.iter().enumerate() {
+            writeln!(
+                f,
+                "  host {i}: rate {:.6} offset {:?} req {:?}..{:?} rep {:?}..{:?} start {:?}{}",
+                h.rate_ppm as f64 / PPM as f64,
+                h.clock_offset,
+                h.req_delay.0,
+                h.req_delay.1,
+                h.rep_delay.0,
+                h.rep_delay.1,
+                h.start_at,
+                if h.release_on_shutdown { "" } else { " no-release" }
+            )?;
+        }
+        for fault in &self.faults {
+            writeln!(f, "  at {:?}: {:?}", fault.at, fault.fault)?;
+        }
+        Ok(())
+    }
+}
+
+/// Lower-case hex of `bytes`, for replay commands.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses [`to_hex`]'s output (whitespace ignored).
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    if digits.len() % 2 != 0 {
+        return None;
+    }
+    digits.chunks(2).map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()).collect()
+}

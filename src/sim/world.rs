@@ -1,0 +1,846 @@
+//! The fleet on virtual time, and the oracle that watches every step.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::time::Duration;
+
+use super::rng::SimRng;
+use super::schedule::{Fault, Schedule, Target, Variant, PPM};
+use crate::lease::DbTime;
+use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome, Output, TermId};
+use crate::memstore::MemStore;
+use crate::store::{ErrorKind, Store};
+
+/// The election every simulated participant runs.
+pub const ELECTION: &str = "sim";
+
+/// Where the database clock starts, in microseconds since the Unix epoch:
+/// 2023-11-14 plus three days. Local clocks read days of uptime instead, so
+/// any mixing of the two clocks would show at once.
+pub const DB_BASE_MICROS: i64 = 1_700_000_000_000_000 + 3 * 86_400_000_000;
+
+/// Runaway guard: no schedule the decoder produces comes near it.
+const MAX_EVENTS: u64 = 20_000_000;
+
+/// A property the oracle checks, named as the design states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Property {
+    /// always: at most one participant holds a valid guard at any instant of
+    /// real time.
+    AtMostOneValidGuard,
+    /// always: each term's fence is above every fence issued before it, so
+    /// none is issued twice and none goes backwards.
+    FencesIncrease,
+    /// always: the fence on the record never goes backwards.
+    StoreFenceMonotonic,
+    /// always: while a guard is valid the record names its holder and fence
+    /// and has not expired on the database clock.
+    GuardBackedByRecord,
+    /// always: a guard that turned invalid never turns valid again.
+    GuardNeverRevives,
+    /// always: the machine's outputs agree with its own view of its term.
+    OutputsMatchMachine,
+    /// always: the machine's timers move forward (no busy loop).
+    MachineMakesProgress,
+    /// eventually: within the liveness bound after the last fault somebody
+    /// leads, and keeps leading to the end of the run.
+    SomeoneLeadsAfterFaults,
+}
+
+impl Property {
+    /// Whether it is a safety property (as opposed to liveness).
+    pub fn is_safety(self) -> bool {
+        !matches!(self, Property::SomeoneLeadsAfterFaults | Property::MachineMakesProgress)
+    }
+
+    /// Its name, as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Property::AtMostOneValidGuard => "always: at most one valid guard",
+            Property::FencesIncrease => "always: fences strictly increase",
+            Property::StoreFenceMonotonic => "always: the record's fence never goes backwards",
+            Property::GuardBackedByRecord => "always: a valid guard is backed by the record",
+            Property::GuardNeverRevives => "always: an invalid guard stays invalid",
+            Property::OutputsMatchMachine => "always: outputs match the machine's term",
+            Property::MachineMakesProgress => "always: timers make progress",
+            Property::SomeoneLeadsAfterFaults => "eventually: someone leads after the faults",
+        }
+    }
+}
+
+/// A property that failed, when, and the evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Which property.
+    pub property: Property,
+    /// Virtual time since the start of the run.
+    pub at: Duration,
+    /// What the oracle saw.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} violated at {:?}: {}", self.property.name(), self.at, self.detail)
+    }
+}
+
+/// What one run did.
+#[derive(Clone, Debug, Default)]
+pub struct RunReport {
+    /// The first property that failed, if any (the run stops there).
+    pub violation: Option<Violation>,
+    /// Events processed.
+    pub events: u64,
+    /// Store calls started by the machines.
+    pub calls: u64,
+    /// Calls applied by the database.
+    pub applied: u64,
+    /// Requests lost on the way.
+    pub lost_requests: u64,
+    /// Replies lost on the way (the write landed).
+    pub lost_replies: u64,
+    /// Calls the machines abandoned at the operation timeout.
+    pub abandoned: u64,
+    /// Replies delivered to a call already abandoned.
+    pub late_replies: u64,
+    /// Terms started.
+    pub terms: u64,
+    /// Processes run (first starts and restarts).
+    pub processes: usize,
+    /// Hosts in the fleet.
+    pub hosts: usize,
+    /// Virtual time the run covered.
+    pub virtual_time: Duration,
+    /// When the last fault's effects ended.
+    pub faults_end: Duration,
+    /// The liveness bound for this schedule.
+    pub liveness_bound: Duration,
+    /// How long after the faults ended the final, lasting term began (zero if
+    /// it began before).
+    pub recovery: Option<Duration>,
+    /// A hash of every event, its time and its effect.
+    pub trace_hash: u64,
+    /// The events as text, when asked for.
+    pub trace: Vec<String>,
+}
+
+enum Ev {
+    Start { host: usize },
+    Restart { host: usize },
+    Wake { node: usize },
+    Request { node: usize, call: Call },
+    Reply { node: usize, id: CallId, outcome: Outcome },
+    FaultStart(usize),
+    FaultEnd(usize),
+    End,
+}
+
+struct Entry {
+    t: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        (self.t, self.seq) == (other.t, other.seq)
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Entry) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    // Reversed: the heap pops the earliest event, ties in scheduling order.
+    fn cmp(&self, other: &Entry) -> Ordering {
+        (other.t, other.seq).cmp(&(self.t, self.seq))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Guard {
+    term: TermId,
+    fence: u64,
+    deadline: LocalTime,
+    start: u64,
+}
+
+struct Node {
+    host: usize,
+    identity: String,
+    machine: Option<Machine>,
+    wake_at: Option<u64>,
+    guard: Option<Guard>,
+    /// (instant, wake-ups at that instant): detects timers that never move.
+    wakes_at_instant: (u64, u32),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Interval {
+    start: u64,
+    end: u64,
+}
+
+#[derive(Default)]
+struct HostState {
+    current: Option<usize>,
+    restart_pending: bool,
+    processes: u32,
+}
+
+struct World<'a> {
+    s: &'a Schedule,
+    rng: SimRng,
+    store: MemStore,
+    db_micros: u64,
+    queue: BinaryHeap<Entry>,
+    seq: u64,
+    nodes: Vec<Node>,
+    hosts: Vec<HostState>,
+    /// Faults in force, with the host each hits (`usize::MAX` for the database).
+    active: Vec<(usize, usize)>,
+    paused: u32,
+    held: Vec<(usize, Call)>,
+    leading: Vec<usize>,
+    max_fence: u64,
+    store_fence: u64,
+    intervals: Vec<Interval>,
+    tracing: bool,
+    report: RunReport,
+}
+
+/// Runs `schedule` to its end, or to the first violation. With `trace`, the
+/// report carries every event as text (slower).
+pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
+    let mut w = World {
+        s: schedule,
+        rng: SimRng::new(schedule.seed),
+        store: MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS)),
+        db_micros: 0,
+        queue: BinaryHeap::new(),
+        seq: 0,
+        nodes: Vec::new(),
+        hosts: (0..schedule.hosts.len()).map(|_| HostState::default()).collect(),
+        active: Vec::new(),
+        paused: 0,
+        held: Vec::new(),
+        leading: Vec::new(),
+        max_fence: 0,
+        store_fence: 0,
+        intervals: Vec::new(),
+        tracing: trace,
+        report: RunReport { trace_hash: 0xcbf2_9ce4_8422_2325, hosts: schedule.hosts.len(), ..RunReport::default() },
+    };
+    w.report.faults_end = schedule.faults_end();
+    w.report.liveness_bound = schedule.liveness_bound();
+    for (host, h) in schedule.hosts.iter().enumerate() {
+        w.push(nanos(h.start_at), Ev::Start { host });
+    }
+    for (i, f) in schedule.faults.iter().enumerate() {
+        w.push(nanos(f.at), Ev::FaultStart(i));
+    }
+    let end = nanos(w.report.faults_end + w.report.liveness_bound + schedule.timing.lease_duration * 2);
+    w.push(end, Ev::End);
+    let mut now = 0;
+    while let Some(Entry { t, ev, .. }) = w.queue.pop() {
+        now = t;
+        w.report.events += 1;
+        if w.report.events > MAX_EVENTS {
+            w.violate(t, Property::MachineMakesProgress, format!("more than {MAX_EVENTS} events"));
+            break;
+        }
+        if let Ev::End = ev {
+            break;
+        }
+        w.step(t, ev);
+        if w.report.violation.is_some() {
+            break;
+        }
+        w.check_instant(t);
+        if w.report.violation.is_some() {
+            break;
+        }
+    }
+    w.finish(now, end);
+    w.report
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn dur(t: u64) -> Duration {
+    Duration::from_nanos(t)
+}
+
+impl World<'_> {
+    fn push(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Entry { t, seq: self.seq, ev });
+    }
+
+    fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
+        for x in [t, code, a, b] {
+            self.report.trace_hash = (self.report.trace_hash ^ x).wrapping_mul(0x0100_0000_01b3);
+        }
+        if self.tracing {
+            let line = format!("{:>16?} {}", dur(t), text());
+            self.report.trace.push(line);
+        }
+    }
+
+    fn violate(&mut self, t: u64, property: Property, detail: String) {
+        if self.report.violation.is_none() {
+            self.note(t, 99, 0, 0, || format!("VIOLATION {}: {detail}", property.name()));
+            self.report.violation = Some(Violation { property, at: dur(t), detail });
+        }
+    }
+
+    // ---- clocks ----
+
+    fn local(&self, host: usize, t: u64) -> LocalTime {
+        let h = &self.s.hosts[host];
+        let ns = h.clock_offset.as_nanos() + u128::from(t) * u128::from(h.rate_ppm) / u128::from(PPM);
+        LocalTime::from_duration(Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)))
+    }
+
+    /// The first real instant at which `host`'s clock reads `l` or later.
+    fn real_at(&self, host: usize, l: LocalTime) -> u64 {
+        let h = &self.s.hosts[host];
+        let (l, off) = (l.as_duration().as_nanos(), h.clock_offset.as_nanos());
+        if l <= off {
+            return 0;
+        }
+        let num = (l - off) * u128::from(PPM);
+        let rate = u128::from(h.rate_ppm);
+        u64::try_from(num.div_ceil(rate)).unwrap_or(u64::MAX)
+    }
+
+    fn advance_db(&mut self, t: u64) {
+        let target = t / 1000;
+        if target > self.db_micros {
+            self.store.advance(Duration::from_micros(target - self.db_micros));
+            self.db_micros = target;
+        }
+    }
+
+    // ---- the guard, as production models it ----
+
+    fn watchdog(&self) -> bool {
+        self.s.variant != Variant::NoWatchdog
+    }
+
+    /// `LeaderGuard::is_valid` at real instant `t`: the term is live and the
+    /// local clock, re-read now, is before its deadline. The no-watchdog
+    /// control trusts the term alone.
+    fn valid(&self, node: usize, t: u64) -> bool {
+        let n = &self.nodes[node];
+        n.guard.is_some_and(|g| !self.watchdog() || self.local(n.host, t) < g.deadline)
+    }
+
+    /// When a guard stopped (or will stop) being valid by its deadline.
+    fn guard_expiry(&self, node: usize, g: &Guard) -> u64 {
+        if self.watchdog() {
+            self.real_at(self.nodes[node].host, g.deadline)
+        } else {
+            u64::MAX
+        }
+    }
+
+    fn close_guard(&mut self, t: u64, node: usize) {
+        if let Some(g) = self.nodes[node].guard.take() {
+            let end = t.min(self.guard_expiry(node, &g)).max(g.start);
+            self.intervals.push(Interval { start: g.start, end });
+            self.leading.retain(|&n| n != node);
+        }
+    }
+
+    // ---- events ----
+
+    fn step(&mut self, t: u64, ev: Ev) {
+        match ev {
+            Ev::Start { host } => self.spawn(t, host),
+            Ev::Restart { host } => {
+                self.hosts[host].restart_pending = false;
+                self.spawn(t, host);
+            }
+            Ev::Wake { node } => {
+                if self.nodes[node].wake_at != Some(t) || self.nodes[node].machine.is_none() {
+                    return;
+                }
+                self.nodes[node].wake_at = None;
+                let (at, count) = self.nodes[node].wakes_at_instant;
+                let count = if at == t { count + 1 } else { 1 };
+                self.nodes[node].wakes_at_instant = (t, count);
+                if count > 1000 {
+                    let ident = self.nodes[node].identity.clone();
+                    self.violate(t, Property::MachineMakesProgress, format!("{ident} woke 1000 times at one instant"));
+                    return;
+                }
+                self.with_node(t, node, |m, now| m.handle_timeout(now));
+            }
+            Ev::Request { node, call } => {
+                let host = self.nodes[node].host;
+                if self.partitioned(host) {
+                    self.report.lost_requests += 1;
+                    self.note(t, 3, node as u64, call.id.0, || {
+                        format!("n{node} request {} lost (partition)", call.id.0)
+                    });
+                } else if self.paused > 0 {
+                    self.held.push((node, call));
+                } else {
+                    self.apply(t, node, call);
+                }
+            }
+            Ev::Reply { node, id, outcome } => {
+                let host = self.nodes[node].host;
+                if self.partitioned(host) {
+                    self.report.lost_replies += 1;
+                    self.note(t, 4, node as u64, id.0, || format!("n{node} reply {} lost (partition)", id.0));
+                    return;
+                }
+                let Some(m) = self.nodes[node].machine.as_ref() else { return };
+                if m.call_in_flight().is_none_or(|c| c.id != id) {
+                    self.report.late_replies += 1;
+                }
+                self.note(t, 5, node as u64, id.0, || format!("n{node} reply {}: {}", id.0, show_outcome(&outcome)));
+                self.with_node(t, node, |m, now| m.handle_reply(now, id, outcome));
+            }
+            Ev::FaultStart(i) => self.fault_start(t, i),
+            Ev::FaultEnd(i) => self.fault_end(t, i),
+            Ev::End => {}
+        }
+    }
+
+    fn spawn(&mut self, t: u64, host: usize) {
+        let hs = &mut self.hosts[host];
+        hs.processes += 1;
+        let identity = format!("h{host}.{}-{:04x}", hs.processes, self.rng.below(0x1_0000));
+        let mut cfg = MachineConfig::new(identity.clone(), self.s.timing, self.rng.next_u64());
+        cfg.release_on_shutdown = self.s.hosts[host].release_on_shutdown;
+        cfg.unsafe_anchor_at_reply = self.s.variant == Variant::AnchorAtReply;
+        let node = self.nodes.len();
+        self.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
+        self.nodes.push(Node {
+            host,
+            identity,
+            machine: Some(Machine::new(cfg)),
+            wake_at: None,
+            guard: None,
+            wakes_at_instant: (0, 0),
+        });
+        self.hosts[host].current = Some(node);
+        self.report.processes += 1;
+        if self.s.variant == Variant::NeverCampaigns {
+            self.with_node(t, node, |m, now| m.set_hold_back(now, true));
+        } else {
+            self.with_node(t, node, |m, now| m.handle_timeout(now));
+        }
+    }
+
+    /// Hands the machine of `node` one input at real instant `t`, then carries
+    /// out its outputs and re-arms its timer, as the elector's loop does.
+    fn with_node(&mut self, t: u64, node: usize, f: impl FnOnce(&mut Machine, LocalTime)) {
+        let host = self.nodes[node].host;
+        let now = self.local(host, t);
+        let Some(m) = self.nodes[node].machine.as_mut() else { return };
+        f(m, now);
+        self.drain(t, node);
+        self.check_outputs(t, node);
+        self.rearm(t, node);
+    }
+
+    fn drain(&mut self, t: u64, node: usize) {
+        let mut stopped = false;
+        while let Some(out) = self.nodes[node].machine.as_mut().and_then(Machine::poll_output) {
+            let n = node as u64;
+            match out {
+                Output::Call(call) => {
+                    self.report.calls += 1;
+                    self.note(t, 10, n, call.id.0, || format!("n{node} call {}: {:?}", call.id.0, call.op));
+                    self.send(t, node, call);
+                }
+                Output::CallAbandoned(id) => {
+                    self.report.abandoned += 1;
+                    self.note(t, 11, n, id.0, || format!("n{node} abandons call {}", id.0));
+                }
+                Output::TermStarted { term, fence, deadline } => {
+                    self.report.terms += 1;
+                    self.note(t, 12, n, fence, || format!("n{node} TERM STARTED fence {fence} deadline {deadline:?}"));
+                    self.term_started(t, node, term, fence, deadline);
+                }
+                Output::DeadlineExtended { term, deadline } => {
+                    self.note(t, 13, n, nanos(deadline.as_duration()), || format!("n{node} deadline {deadline:?}"));
+                    self.deadline_extended(t, node, term, deadline);
+                }
+                Output::TermEnded { term, fence, reason } => {
+                    self.note(t, 14, n, fence, || format!("n{node} TERM ENDED fence {fence}: {reason:?}"));
+                    if self.nodes[node].guard.is_some_and(|g| g.term == term) {
+                        self.close_guard(t, node);
+                    } else {
+                        let ident = self.nodes[node].identity.clone();
+                        self.violate(t, Property::OutputsMatchMachine, format!("{ident} ended {term:?}, not live"));
+                    }
+                }
+                Output::NewLeader { identity, fence } => {
+                    self.note(t, 15, n, fence, || format!("n{node} sees leader {identity} fence {fence}"));
+                }
+                Output::Released { fence, result } => {
+                    self.note(t, 16, n, fence, || format!("n{node} released fence {fence}: {result:?}"));
+                }
+                Output::Failed(e) => {
+                    self.note(t, 17, n, 0, || format!("n{node} failed: {e}"));
+                }
+                Output::Stopped => {
+                    self.note(t, 18, n, 0, || format!("n{node} stopped"));
+                    stopped = true;
+                }
+            }
+        }
+        if stopped {
+            self.close_guard(t, node);
+            self.nodes[node].machine = None;
+            self.nodes[node].wake_at = None;
+        }
+    }
+
+    fn rearm(&mut self, t: u64, node: usize) {
+        let n = &self.nodes[node];
+        let Some(m) = n.machine.as_ref() else { return };
+        // The no-watchdog driver is blocked inside the store call: nothing
+        // fires until the call returns.
+        if !self.watchdog() && m.call_in_flight().is_some() {
+            self.nodes[node].wake_at = None;
+            return;
+        }
+        let wake = m.poll_timeout().map(|l| self.real_at(n.host, l).max(t));
+        if wake != n.wake_at {
+            self.nodes[node].wake_at = wake;
+            if let Some(w) = wake {
+                self.push(w, Ev::Wake { node });
+            }
+        }
+    }
+
+    fn send(&mut self, t: u64, node: usize, call: Call) {
+        let host = self.nodes[node].host;
+        let (req_loss, _) = self.loss(host);
+        if self.partitioned(host) || self.rng.percent(req_loss) {
+            self.report.lost_requests += 1;
+            self.note(t, 3, node as u64, call.id.0, || format!("n{node} request {} lost", call.id.0));
+            return;
+        }
+        let (lo, hi) = self.s.hosts[host].req_delay;
+        let delay = self.rng.duration(lo, hi) + self.extra(host);
+        self.push(t + nanos(delay), Ev::Request { node, call });
+    }
+
+    /// The database runs one call at real instant `t` on its own clock.
+    fn apply(&mut self, t: u64, node: usize, call: Call) {
+        self.advance_db(t);
+        self.report.applied += 1;
+        let host = self.nodes[node].host;
+        let id = self.nodes[node].identity.clone();
+        let payload = [host as u8];
+        let o = self.s.timing.operation_timeout;
+        let outcome = match call.op {
+            Op::Inspect => Outcome::Lease(self.store.inspect(ELECTION, o)),
+            Op::Acquire { ttl } => Outcome::Lease(self.store.acquire(ELECTION, &id, ttl, &payload, o)),
+            Op::Renew { fence, ttl } => Outcome::Lease(self.store.renew(ELECTION, &id, fence, ttl, &payload, o)),
+            Op::Release { fence } => Outcome::Released(self.store.release(ELECTION, &id, fence, o)),
+        };
+        self.note(t, 20, node as u64, call.id.0, || {
+            format!("db applies n{node} call {}: {}", call.id.0, show_outcome(&outcome))
+        });
+        if let Some(row) = self.store.peek(ELECTION) {
+            if row.fence < self.store_fence {
+                let detail = format!("record fence went from {} to {}", self.store_fence, row.fence);
+                self.violate(t, Property::StoreFenceMonotonic, detail);
+            }
+            self.store_fence = row.fence;
+        }
+        let (_, rep_loss) = self.loss(host);
+        if self.partitioned(host) || self.rng.percent(rep_loss) {
+            self.report.lost_replies += 1;
+            self.note(t, 4, node as u64, call.id.0, || format!("n{node} reply {} lost", call.id.0));
+            return;
+        }
+        let (lo, hi) = self.s.hosts[host].rep_delay;
+        let delay = self.rng.duration(lo, hi) + self.extra(host);
+        self.push(t + nanos(delay), Ev::Reply { node, id: call.id, outcome });
+    }
+
+    // ---- faults ----
+
+    fn resolve(&self, t: u64, target: Target) -> usize {
+        match target {
+            Target::Host(h) => h,
+            Target::Leader => self.leading.iter().find(|&&n| self.valid(n, t)).map_or(0, |&n| self.nodes[n].host),
+        }
+    }
+
+    fn partitioned(&self, host: usize) -> bool {
+        self.active.iter().any(|&(i, h)| h == host && matches!(self.s.faults[i].fault, Fault::Partition { .. }))
+    }
+
+    fn loss(&self, host: usize) -> (u8, u8) {
+        self.active.iter().fold((0, 0), |(q, p), &(i, h)| match self.s.faults[i].fault {
+            Fault::Lossy { req_loss, rep_loss, .. } if h == host => (q.max(req_loss), p.max(rep_loss)),
+            _ => (q, p),
+        })
+    }
+
+    fn extra(&self, host: usize) -> Duration {
+        self.active.iter().fold(Duration::ZERO, |e, &(i, h)| match self.s.faults[i].fault {
+            Fault::SlowNet { extra, .. } if h == host => e.max(extra),
+            _ => e,
+        })
+    }
+
+    fn fault_start(&mut self, t: u64, i: usize) {
+        let fault = self.s.faults[i].fault;
+        let window = |target| (usize::MAX, target);
+        let (host, dur) = match fault {
+            Fault::PauseDb { dur } => {
+                self.paused += 1;
+                window(dur)
+            }
+            Fault::DbFailing { dur, .. } => window(dur),
+            Fault::Partition { target, dur }
+            | Fault::Lossy { target, dur, .. }
+            | Fault::SlowNet { target, dur, .. } => (self.resolve(t, target), dur),
+            Fault::Crash { target, down } => {
+                let host = self.resolve(t, target);
+                self.note(t, 30, i as u64, host as u64, || format!("fault {i}: crash host {host} for {down:?}"));
+                self.crash(t, host, down);
+                return;
+            }
+            Fault::Shutdown { target, down } => {
+                let host = self.resolve(t, target);
+                self.note(t, 30, i as u64, host as u64, || format!("fault {i}: shut down host {host} for {down:?}"));
+                self.shutdown(t, host, down);
+                return;
+            }
+            Fault::Resign { target } => {
+                let host = self.resolve(t, target);
+                self.note(t, 30, i as u64, host as u64, || format!("fault {i}: host {host} resigns"));
+                let node = self.hosts[host].current;
+                if let Some(node) = node {
+                    if let Some(g) = self.nodes[node].guard {
+                        self.with_node(t, node, |m, now| m.resign(now, g.term));
+                    }
+                }
+                return;
+            }
+        };
+        self.note(t, 31, i as u64, host as u64, || format!("fault {i} starts on host {host}: {fault:?}"));
+        self.active.push((i, host));
+        self.set_failing();
+        self.push(t + nanos(dur), Ev::FaultEnd(i));
+    }
+
+    fn fault_end(&mut self, t: u64, i: usize) {
+        self.note(t, 32, i as u64, 0, || format!("fault {i} ends"));
+        self.active.retain(|&(j, _)| j != i);
+        self.set_failing();
+        if let Fault::PauseDb { .. } = self.s.faults[i].fault {
+            self.paused -= 1;
+            if self.paused == 0 {
+                for (node, call) in std::mem::take(&mut self.held) {
+                    self.apply(t, node, call);
+                }
+            }
+        }
+    }
+
+    fn set_failing(&mut self) {
+        let mut kind = None;
+        for &(i, _) in &self.active {
+            if let Fault::DbFailing { fatal, .. } = self.s.faults[i].fault {
+                kind =
+                    Some(if fatal || kind == Some(ErrorKind::Fatal) { ErrorKind::Fatal } else { ErrorKind::Retryable });
+            }
+        }
+        self.store.set_failing(kind);
+    }
+
+    fn crash(&mut self, t: u64, host: usize, down: Duration) {
+        let Some(node) = self.hosts[host].current else { return };
+        if self.hosts[host].restart_pending || self.nodes[node].machine.is_none() {
+            return;
+        }
+        // The process is gone: its guard with it, its lease left on the record.
+        self.close_guard(t, node);
+        self.nodes[node].machine = None;
+        self.nodes[node].wake_at = None;
+        self.hosts[host].restart_pending = true;
+        self.push(t + nanos(down), Ev::Restart { host });
+    }
+
+    fn shutdown(&mut self, t: u64, host: usize, down: Duration) {
+        let Some(node) = self.hosts[host].current else { return };
+        if self.hosts[host].restart_pending || self.nodes[node].machine.as_ref().is_none_or(Machine::is_stopping) {
+            return;
+        }
+        self.with_node(t, node, |m, now| m.shutdown(now));
+        self.hosts[host].restart_pending = true;
+        self.push(t + nanos(down), Ev::Restart { host });
+    }
+
+    // ---- the oracle ----
+
+    fn term_started(&mut self, t: u64, node: usize, term: TermId, fence: u64, deadline: LocalTime) {
+        let ident = self.nodes[node].identity.clone();
+        if self.nodes[node].guard.is_some() {
+            self.violate(t, Property::OutputsMatchMachine, format!("{ident} started {term:?} inside another term"));
+            return;
+        }
+        if fence <= self.max_fence {
+            let detail =
+                format!("{ident} started a term with fence {fence}, but fence {} was issued before", self.max_fence);
+            self.violate(t, Property::FencesIncrease, detail);
+        }
+        self.max_fence = self.max_fence.max(fence);
+        let host = self.nodes[node].host;
+        if self.local(host, t) >= deadline {
+            self.violate(
+                t,
+                Property::OutputsMatchMachine,
+                format!("{ident} started {term:?} already past its deadline"),
+            );
+        }
+        self.nodes[node].guard = Some(Guard { term, fence, deadline, start: t });
+        self.leading.push(node);
+    }
+
+    fn deadline_extended(&mut self, t: u64, node: usize, term: TermId, deadline: LocalTime) {
+        let ident = self.nodes[node].identity.clone();
+        let Some(g) = self.nodes[node].guard.filter(|g| g.term == term) else {
+            self.violate(t, Property::OutputsMatchMachine, format!("{ident} extended {term:?}, which is not live"));
+            return;
+        };
+        if !self.valid(node, t) {
+            let detail = format!(
+                "{ident} extended fence {} to {deadline:?} after its deadline {:?} had passed (local now {:?})",
+                g.fence,
+                g.deadline,
+                self.local(self.nodes[node].host, t)
+            );
+            self.violate(t, Property::GuardNeverRevives, detail);
+            return;
+        }
+        self.nodes[node].guard = Some(Guard { deadline, ..g });
+    }
+
+    fn check_outputs(&mut self, t: u64, node: usize) {
+        let n = &self.nodes[node];
+        let Some(m) = n.machine.as_ref() else { return };
+        let from_machine = m.term().map(|x| (x.id, x.fence, x.deadline));
+        let from_outputs = n.guard.map(|g| (g.term, g.fence, g.deadline));
+        if from_machine != from_outputs {
+            let detail = format!("{}: outputs say {from_outputs:?}, machine says {from_machine:?}", n.identity);
+            self.violate(t, Property::OutputsMatchMachine, detail);
+        }
+    }
+
+    /// Runs after every event: validity changes only at events and at
+    /// deadlines, and a deadline passing only turns a guard off, so checking
+    /// each event instant covers every instant of real time.
+    fn check_instant(&mut self, t: u64) {
+        let valid: Vec<usize> = self.leading.iter().copied().filter(|&n| self.valid(n, t)).collect();
+        if valid.len() > 1 {
+            let who: Vec<String> = valid
+                .iter()
+                .map(|&n| {
+                    let (node, g) = (
+                        &self.nodes[n],
+                        self.nodes[n].guard.unwrap_or(Guard {
+                            term: TermId(0),
+                            fence: 0,
+                            deadline: LocalTime::ZERO,
+                            start: 0,
+                        }),
+                    );
+                    format!(
+                        "{} (fence {}, valid since {:?}, deadline {:?}, local now {:?}, rate {})",
+                        node.identity,
+                        g.fence,
+                        dur(g.start),
+                        g.deadline,
+                        self.local(node.host, t),
+                        self.s.hosts[node.host].rate_ppm
+                    )
+                })
+                .collect();
+            self.violate(t, Property::AtMostOneValidGuard, who.join(" and "));
+            return;
+        }
+        if self.s.variant != Variant::Normal {
+            // The broken drivers are judged on the headline properties only.
+            return;
+        }
+        if let Some(&n) = valid.first() {
+            self.advance_db(t);
+            let g = self.nodes[n].guard.expect("valid implies a guard");
+            let row = self.store.peek(ELECTION);
+            let ok =
+                row.as_ref().is_some_and(|r| r.holder == self.nodes[n].identity && r.fence == g.fence && !r.expired());
+            if !ok {
+                let detail = format!("{} holds fence {} but the record is {row:?}", self.nodes[n].identity, g.fence);
+                self.violate(t, Property::GuardBackedByRecord, detail);
+            }
+        }
+    }
+
+    fn finish(&mut self, now: u64, end: u64) {
+        self.report.virtual_time = dur(now);
+        for node in self.leading.clone() {
+            self.close_guard(end, node);
+        }
+        if self.report.violation.is_some() || self.s.variant == Variant::NoWatchdog {
+            return;
+        }
+        let mut ivs = std::mem::take(&mut self.intervals);
+        ivs.retain(|i| i.end > i.start);
+        ivs.sort_by_key(|i| i.start);
+        // The last stretch of uninterrupted leadership.
+        let mut last: Option<Interval> = None;
+        for i in ivs {
+            last = Some(match last {
+                Some(l) if i.start <= l.end => Interval { start: l.start, end: l.end.max(i.end) },
+                _ => i,
+            });
+        }
+        let faults_end = nanos(self.report.faults_end);
+        let deadline = faults_end.saturating_add(nanos(self.report.liveness_bound));
+        match last {
+            Some(l) if l.end >= end && l.start <= deadline => {
+                self.report.recovery = Some(dur(l.start.saturating_sub(faults_end)));
+            }
+            other => {
+                let detail = format!(
+                    "faults ended at {:?}, bound {:?}, run ended at {:?}; last stretch of leadership: {}",
+                    self.report.faults_end,
+                    self.report.liveness_bound,
+                    dur(end),
+                    other.map_or("none".to_owned(), |l| format!("{:?}..{:?}", dur(l.start), dur(l.end)))
+                );
+                self.violate(end, Property::SomeoneLeadsAfterFaults, detail);
+            }
+        }
+    }
+}
+
+fn show_outcome(o: &Outcome) -> String {
+    match o {
+        Outcome::Lease(Ok(l)) => {
+            format!("{} fence {} ttl {:?}{}", l.holder, l.fence, l.ttl(), if l.expired() { " (expired)" } else { "" })
+        }
+        Outcome::Lease(Err(e)) => format!("error {:?}: {e}", e.kind()),
+        Outcome::Released(r) => format!("release {r:?}"),
+    }
+}

@@ -1,0 +1,181 @@
+//! The fleet simulation (DESIGN.md section 7, layer 2): thousands of fault
+//! schedules on virtual time against the real state machine, the negative
+//! controls that show the oracle can fail, and determinism.
+//!
+//! `SIM_SCHEDULES=1000000 cargo test --release --test sim explore -- --nocapture`
+//! explores longer; `SIM_BYTES=<hex> SIM_VARIANT=<name> cargo test --test sim replay -- --nocapture`
+//! (or `SIM_SEED=<n>`) replays one schedule with its trace.
+
+use std::time::Duration;
+
+use leaderelection::sim::{
+    describe_failure, explore, from_hex, replay_command, run, Fault, Host, Property, Schedule, TimedFault, Variant,
+};
+use leaderelection::Timing;
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+#[test]
+fn explore_schedules() {
+    let count = env_u64("SIM_SCHEDULES").unwrap_or(10_000);
+    let first = env_u64("SIM_FIRST_SEED").unwrap_or(0);
+    let e = explore(first, count, Variant::Normal, threads());
+    println!("{}", e.summary());
+    if let Some((seed, v)) = e.failures.first() {
+        let schedule = Schedule::from_seed(*seed, Variant::Normal);
+        panic!(
+            "{} of {} schedules failed; the first, seed {seed}: {v}\n{}",
+            e.failures.len(),
+            e.schedules,
+            describe_failure(Some(*seed), &schedule)
+        );
+    }
+    assert_eq!(e.schedules, count);
+    // The exploration reaches what it claims to.
+    if count >= 1_000 {
+        assert_eq!(e.max_hosts, 7, "no schedule with 7 hosts");
+        assert!(e.terms > e.schedules, "too few terms: {}", e.terms);
+        assert!(e.lost > 0 && e.late_replies > 0, "no lost messages or late replies");
+        assert!(e.longest_virtual > Duration::from_secs(3600), "longest run only {:?}", e.longest_virtual);
+        assert!(e.max_processes > 7, "no restarts");
+    }
+}
+
+#[test]
+fn replay() {
+    let variant = std::env::var("SIM_VARIANT")
+        .map(|v| Variant::from_name(&v).unwrap_or_else(|| panic!("unknown SIM_VARIANT {v:?}")))
+        .unwrap_or(Variant::Normal);
+    let (seed, schedule) = match (std::env::var("SIM_BYTES"), env_u64("SIM_SEED")) {
+        (Ok(hex), _) => (None, Schedule::from_bytes(&from_hex(&hex).expect("SIM_BYTES is not hex"), variant)),
+        (_, Some(seed)) => (Some(seed), Schedule::from_seed(seed, variant)),
+        _ => (Some(42), Schedule::from_seed(42, variant)),
+    };
+    let report = run(&schedule, true);
+    println!("schedule: {schedule}");
+    for line in &report.trace {
+        println!("{line}");
+    }
+    let summary = leaderelection::sim::RunReport { trace: Vec::new(), ..report.clone() };
+    println!("{summary:#?}");
+    assert!(report.violation.is_none(), "{}", describe_failure(seed, &schedule));
+    assert!(report.terms > 0 && report.events > 0);
+}
+
+#[test]
+fn a_schedule_runs_the_same_twice() {
+    // A busy schedule: many faults, the largest fleet.
+    let seed = (0..500)
+        .find(|&s| {
+            let sc = Schedule::from_seed(s, Variant::Normal);
+            sc.hosts.len() == 7 && sc.faults.len() >= 10
+        })
+        .expect("a busy schedule among the first 500 seeds");
+    let schedule = Schedule::from_seed(seed, Variant::Normal);
+    let a = run(&schedule, true);
+    let b = run(&schedule, true);
+    let quiet = run(&schedule, false);
+    assert!(a.trace.len() > 100, "trace too short: {}", a.trace.len());
+    assert_eq!(a.trace, b.trace, "seed {seed} ran differently twice");
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.trace_hash, quiet.trace_hash, "tracing changed the run");
+    assert_eq!(Schedule::from_bytes(&schedule.bytes, Variant::Normal), schedule, "bytes do not decode the same");
+    assert!(replay_command(&schedule).contains("cargo test --test sim replay"));
+}
+
+/// Explores seeds under a broken variant until the oracle finds `property`
+/// violated; returns the seed.
+fn find_violation(variant: Variant, property: Property, max: u64) -> (u64, String) {
+    let e = explore(0, max, variant, threads());
+    let Some((seed, v)) = e.failures.iter().find(|(_, v)| v.property == property) else {
+        panic!(
+            "the oracle found no violation of '{}' under {} in {max} schedules (found: {:?})",
+            property.name(),
+            variant.name(),
+            e.failures.iter().map(|(_, v)| v.property).collect::<Vec<_>>()
+        )
+    };
+    println!(
+        "control {}: {} of {} schedules violate; first, seed {seed}: {v}\n  replay: {}",
+        variant.name(),
+        e.failures.len(),
+        e.schedules,
+        replay_command(&Schedule::from_seed(*seed, variant))
+    );
+    (*seed, v.to_string())
+}
+
+/// The same bytes under the production rules pass: the broken rule is what
+/// the oracle caught.
+fn passes_when_fixed(seed: u64, variant: Variant) {
+    let broken = Schedule::from_seed(seed, variant);
+    let fixed = Schedule::from_bytes(&broken.bytes, Variant::Normal);
+    let r = run(&fixed, false);
+    assert!(r.violation.is_none(), "{}", describe_failure(None, &fixed));
+}
+
+#[test]
+fn control_no_margin_with_slow_clocks_is_caught() {
+    let (seed, _) = find_violation(Variant::NoMarginSkewed, Property::AtMostOneValidGuard, 3_000);
+    passes_when_fixed(seed, Variant::NoMarginSkewed);
+}
+
+#[test]
+fn control_clocks_skewed_past_the_margin_are_caught() {
+    let (seed, _) = find_violation(Variant::SkewedPastMargin, Property::AtMostOneValidGuard, 3_000);
+    passes_when_fixed(seed, Variant::SkewedPastMargin);
+}
+
+#[test]
+fn control_deadline_anchored_at_reply_is_caught() {
+    let (seed, _) = find_violation(Variant::AnchorAtReply, Property::AtMostOneValidGuard, 3_000);
+    passes_when_fixed(seed, Variant::AnchorAtReply);
+}
+
+#[test]
+fn control_no_watchdog_while_a_call_hangs_is_caught() {
+    let (seed, _) = find_violation(Variant::NoWatchdog, Property::AtMostOneValidGuard, 3_000);
+    passes_when_fixed(seed, Variant::NoWatchdog);
+}
+
+#[test]
+fn control_electing_nobody_is_caught() {
+    let (seed, _) = find_violation(Variant::NeverCampaigns, Property::SomeoneLeadsAfterFaults, 50);
+    passes_when_fixed(seed, Variant::NeverCampaigns);
+}
+
+#[test]
+fn liveness_bound_is_the_stated_formula() {
+    // bound = D + lease + (operation_timeout + 1.2 * retry_period + 1 ms) / r + 4 * R
+    let host = |rate_ppm| Host {
+        rate_ppm,
+        clock_offset: Duration::from_secs(86_400),
+        req_delay: (Duration::from_millis(100), Duration::from_millis(200)),
+        rep_delay: (Duration::from_millis(50), Duration::from_millis(300)),
+        start_at: Duration::ZERO,
+        release_on_shutdown: true,
+    };
+    let mut s = Schedule {
+        bytes: Vec::new(),
+        variant: Variant::Normal,
+        seed: 1,
+        timing: Timing::default(),
+        hosts: vec![host(1_000_000), host(1_000_000)],
+        faults: vec![TimedFault { at: Duration::from_secs(20), fault: Fault::PauseDb { dur: Duration::from_secs(7) } }],
+    };
+    assert_eq!(s.faults_end(), Duration::from_secs(27));
+    // 0.2 + 15 + (3 + 3.6 + 0.001) + 4 * 0.5
+    assert_eq!(s.liveness_bound(), Duration::from_millis(23_801));
+    s.hosts[1].rate_ppm = 900_020;
+    let slow = s.liveness_bound();
+    assert!(slow > Duration::from_millis(23_801 + 733) && slow < Duration::from_millis(23_801 + 734), "{slow:?}");
+    let r = run(&s, false);
+    assert!(r.violation.is_none(), "{:?}", r.violation);
+    assert!(r.recovery.is_some_and(|d| d <= s.liveness_bound()), "{r:?}");
+}
