@@ -65,6 +65,7 @@
 //! |---|---|---|
 //! | *(default)* | everything above | `crossbeam-channel`, `parking_lot`, `getrandom`, `log` |
 //! | `storetest` | `storetest`, the acceptance suite for any `Store` | nothing |
+//! | `postgres` | `postgres::PostgresStore` (also re-exported as `PostgresStore`), pooled, TLS via `sslmode=require` | `tokio-postgres` (and with it `tokio`, used internally on a current-thread runtime per connection; no async in the API), `r2d2`, `native-tls` + `postgres-native-tls` (OpenSSL on Linux) |
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -78,7 +79,11 @@ mod lease;
 pub mod machine;
 mod memstore;
 pub mod sim;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod store;
+#[cfg(feature = "storetest")]
+pub mod storetest;
 pub mod testing;
 
 pub use config::{
@@ -93,3 +98,5 @@ pub use identity::{generate_identity, IdentityError};
 pub use lease::{DbTime, Lease};
 pub use memstore::{MemStats, MemStore};
 pub use store::{ErrorKind, Store, StoreError};
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;

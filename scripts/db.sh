@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Database servers for the PostgreSQL suites. Source it (scripts/test.sh does):
+#   source scripts/db.sh
+# It installs what is missing (postgresql, pgbouncer) with apt-get, starts
+# PostgreSQL if it is down, creates the `test` database and the `root` role,
+# writes a pgbouncer.ini (transaction mode, 127.0.0.1, its own port) under a
+# temporary directory, starts PgBouncer as user `postgres`, and exports:
+#   LE_PG_DSN          PostgreSQL, direct
+#   LE_PGBOUNCER_DSN   the same database through PgBouncer in transaction mode
+# Safe to run twice: a PgBouncer already answering on the port is reused.
+
+le_db_main() {
+    local pg_port=5432
+    local bouncer_port="${LE_PGBOUNCER_PORT:-6439}"
+    local dir="${TMPDIR:-/tmp}/leaderelection-pgbouncer"
+
+    local missing=()
+    command -v pg_ctlcluster >/dev/null 2>&1 || missing+=(postgresql)
+    command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+    command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        echo "db.sh: installing ${missing[*]}" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >/dev/null \
+            || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >/dev/null; } \
+            || { echo "db.sh: cannot install ${missing[*]}" >&2; return 1; }
+    fi
+
+    # PostgreSQL: start the cluster if nothing answers on the port.
+    if ! pg_isready -q -h 127.0.0.1 -p "$pg_port"; then
+        local ver
+        ver="$(ls /etc/postgresql | sort -V | tail -n1)"
+        echo "db.sh: starting PostgreSQL $ver" >&2
+        pg_ctlcluster --skip-systemctl-redirect "$ver" main start || return 1
+        local i
+        for i in $(seq 1 50); do pg_isready -q -h 127.0.0.1 -p "$pg_port" && break; sleep 0.2; done
+        pg_isready -q -h 127.0.0.1 -p "$pg_port" || { echo "db.sh: PostgreSQL did not come up" >&2; return 1; }
+    fi
+    # The role and database the suites use (trust auth on 127.0.0.1).
+    runuser -u postgres -- psql -qAt -h 127.0.0.1 -p "$pg_port" -d postgres \
+        -c "DO \$\$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'root') THEN CREATE ROLE root SUPERUSER LOGIN; END IF; END\$\$" \
+        >/dev/null || return 1
+    if [ "$(runuser -u postgres -- psql -qAt -h 127.0.0.1 -p "$pg_port" -d postgres -c "SELECT 1 FROM pg_database WHERE datname = 'test'")" != 1 ]; then
+        runuser -u postgres -- createdb -h 127.0.0.1 -p "$pg_port" -O root test 2>/dev/null || true
+    fi
+
+    # PgBouncer in transaction mode, reused when it already answers.
+    if ! pg_isready -q -h 127.0.0.1 -p "$bouncer_port" -d test; then
+        mkdir -p "$dir"
+        cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+* = host=127.0.0.1 port=$pg_port
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/userlist.txt
+pool_mode = transaction
+max_client_conn = 500
+default_pool_size = 40
+server_login_retry = 1
+server_connect_timeout = 5
+ignore_startup_parameters = extra_float_digits
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+        printf '"root" ""\n"postgres" ""\n"le_limited" ""\n"le_nobody" ""\n' >"$dir/userlist.txt"
+        chown -R postgres: "$dir"
+        if [ -f "$dir/pgbouncer.pid" ] && kill -0 "$(cat "$dir/pgbouncer.pid")" 2>/dev/null; then
+            kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || true
+            sleep 0.5
+        fi
+        rm -f "$dir/pgbouncer.pid"
+        runuser -u postgres -- pgbouncer -d -q "$dir/pgbouncer.ini" || { echo "db.sh: pgbouncer did not start; see $dir/pgbouncer.log" >&2; return 1; }
+        local i
+        for i in $(seq 1 50); do pg_isready -q -h 127.0.0.1 -p "$bouncer_port" -d test && break; sleep 0.2; done
+        pg_isready -q -h 127.0.0.1 -p "$bouncer_port" -d test || { echo "db.sh: pgbouncer does not answer on $bouncer_port" >&2; return 1; }
+    fi
+
+    export LE_PG_DSN="postgres://root@127.0.0.1:$pg_port/test"
+    export LE_PGBOUNCER_DSN="postgres://root@127.0.0.1:$bouncer_port/test"
+    echo "db.sh: LE_PG_DSN=$LE_PG_DSN LE_PGBOUNCER_DSN=$LE_PGBOUNCER_DSN" >&2
+}
+
+le_db_main || { echo "db.sh: database setup failed" >&2; return 1 2>/dev/null || exit 1; }

@@ -1,0 +1,402 @@
+//! Pooled connections with a real per-call deadline.
+//!
+//! Each [`PgConnection`] owns a current-thread tokio runtime, a
+//! `tokio_postgres::Client` and the connection future that drives the socket.
+//! A call polls the connection, the query and a timer together on the calling
+//! thread; when the timer wins, the connection future is dropped, which closes
+//! the socket at once, and the connection is reported broken so r2d2 discards
+//! it instead of handing it out again.
+
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::path::{Path, PathBuf};
+use std::pin::{pin, Pin};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
+
+use super::sql;
+use super::DEFAULT_CONNECT_TIMEOUT;
+use crate::store::StoreError;
+
+type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
+
+/// Opens [`PgConnection`]s for an r2d2 pool, each call bounded by its
+/// deadline. Pass it to `r2d2::Pool::builder().build_unchecked(…)` and the
+/// pool to [`PostgresStore::from_pool`](super::PostgresStore::from_pool).
+///
+/// Its `Debug` shows host, port, database, user and TLS mode, never the
+/// password.
+pub struct PgManager {
+    config: Config,
+    tls: Option<postgres_native_tls::MakeTlsConnector>,
+    connect_timeout: Duration,
+    last_error: LastError,
+}
+
+/// The most recent failure to open a connection, shared with the store so it
+/// can say why the pool had nothing to give (r2d2 keeps only a string).
+pub(crate) type LastError = Arc<Mutex<Option<StoreError>>>;
+
+impl PgManager {
+    /// A manager for the database at `dsn`. See
+    /// [`PostgresStore::connect`](super::PostgresStore::connect) for the TLS
+    /// rules; `ca_file` adds trusted CA certificates (PEM) and requires TLS.
+    /// `connect_timeout` bounds opening a connection (TCP, TLS, login);
+    /// `None` takes the DSN's `connect_timeout`, else 5 s.
+    ///
+    /// # Errors
+    ///
+    /// A fatal [`StoreError`] when the DSN cannot be parsed or the CA file
+    /// cannot be read. It never repeats the DSN.
+    pub fn from_dsn(dsn: &str, connect_timeout: Option<Duration>, ca_file: Option<&Path>) -> Result<PgManager, StoreError> {
+        let (dsn, dsn_ca) = preprocess_dsn(dsn);
+        let config = Config::from_str(&dsn).map_err(|e| {
+            // tokio-postgres' parse errors name the option, not its value.
+            StoreError::fatal(format!("invalid PostgreSQL connection string: {}", redact(&e.to_string())))
+        })?;
+        let ca = ca_file.map(Path::to_path_buf).or(dsn_ca);
+        PgManager::new(config, connect_timeout, ca.as_deref())
+    }
+
+    /// A manager for a parsed `config`. TLS is used when the config's
+    /// `ssl_mode` is `Require` or `ca_file` is given, and then the server's
+    /// certificate and host name are verified.
+    ///
+    /// # Errors
+    ///
+    /// A fatal [`StoreError`] when the CA file cannot be read or TLS cannot
+    /// be set up.
+    pub fn new(mut config: Config, connect_timeout: Option<Duration>, ca_file: Option<&Path>) -> Result<PgManager, StoreError> {
+        let wants_tls = config.get_ssl_mode() == SslMode::Require || ca_file.is_some();
+        let tls = if wants_tls {
+            config.ssl_mode(SslMode::Require);
+            let mut builder = native_tls::TlsConnector::builder();
+            if let Some(path) = ca_file {
+                let pem = std::fs::read(path).map_err(|e| {
+                    StoreError::fatal(format!("cannot read CA file {}", path.display())).with_source(e)
+                })?;
+                let cert = native_tls::Certificate::from_pem(&pem).map_err(|e| {
+                    StoreError::fatal(format!("cannot parse CA file {}", path.display())).with_source(e)
+                })?;
+                builder.add_root_certificate(cert);
+            }
+            let connector =
+                builder.build().map_err(|e| StoreError::fatal("cannot set up TLS").with_source(e))?;
+            Some(postgres_native_tls::MakeTlsConnector::new(connector))
+        } else {
+            // `prefer` would try TLS and fall back; plaintext it is, said so.
+            config.ssl_mode(SslMode::Disable);
+            None
+        };
+        if config.get_application_name().is_none() {
+            config.application_name("leaderelection");
+        }
+        let connect_timeout =
+            connect_timeout.or_else(|| config.get_connect_timeout().copied()).unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        Ok(PgManager { config, tls, connect_timeout, last_error: Arc::default() })
+    }
+
+    /// The bound on opening one connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Whether connections use TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    pub(crate) fn last_error(&self) -> LastError {
+        Arc::clone(&self.last_error)
+    }
+
+    fn open(&self) -> Result<PgConnection, StoreError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::retryable("cannot start a connection runtime").with_source(e))?;
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let opened = rt.block_on(async {
+            let connecting = async {
+                match &self.tls {
+                    None => self.config.connect(NoTls).await.map(|(c, d)| (c, Box::pin(d) as Driver)),
+                    Some(tls) => self.config.connect(tls.clone()).await.map(|(c, d)| (c, Box::pin(d) as Driver)),
+                }
+            };
+            tokio::time::timeout_at(deadline, connecting).await
+        });
+        match opened {
+            Ok(Ok((client, driver))) => Ok(PgConnection { rt, client, driver: Some(driver) }),
+            Ok(Err(e)) => Err(sql::classify("connect", &e)),
+            Err(_) => Err(StoreError::retryable(format!("connect failed: no answer within {:?}", self.connect_timeout))),
+        }
+    }
+}
+
+impl r2d2::ManageConnection for PgManager {
+    type Connection = PgConnection;
+    type Error = StoreError;
+
+    fn connect(&self) -> Result<PgConnection, StoreError> {
+        let result = self.open();
+        *self.last_error.lock() = result.as_ref().err().cloned();
+        result
+    }
+
+    fn is_valid(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
+        match conn.simple_query("", Instant::now() + self.connect_timeout) {
+            Ok(_) => Ok(()),
+            Err(CallError::Db(e) | CallError::Closed(Some(e))) => Err(sql::classify("check", &e)),
+            Err(CallError::Closed(None)) => Err(StoreError::retryable("check failed: connection closed")),
+            Err(CallError::TimedOut) => Err(StoreError::retryable("check failed: no answer")),
+        }
+    }
+
+    fn has_broken(&self, conn: &mut PgConnection) -> bool {
+        conn.is_broken()
+    }
+}
+
+impl fmt::Debug for PgManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hosts: Vec<String> = self
+            .config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                Host::Tcp(s) => s.clone(),
+                #[cfg(unix)]
+                Host::Unix(p) => p.display().to_string(),
+            })
+            .collect();
+        f.debug_struct("PgManager")
+            .field("hosts", &hosts)
+            .field("ports", &self.config.get_ports())
+            .field("dbname", &self.config.get_dbname())
+            .field("user", &self.config.get_user())
+            .field("tls", &self.tls.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One pooled connection. Only [`PostgresStore`](super::PostgresStore) uses
+/// it; it is public because it appears in the pool's type.
+pub struct PgConnection {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    /// `None` once the connection ended or was abandoned at a deadline.
+    driver: Option<Driver>,
+}
+
+impl fmt::Debug for PgConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgConnection").field("broken", &self.is_broken()).finish()
+    }
+}
+
+/// How a call on one connection failed.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// The server answered with an error; the connection may still be fine.
+    Db(tokio_postgres::Error),
+    /// The connection failed or was closed (`None`: closed without a word).
+    Closed(Option<tokio_postgres::Error>),
+    /// The deadline passed; the connection was dropped.
+    TimedOut,
+}
+
+impl PgConnection {
+    fn is_broken(&self) -> bool {
+        self.driver.is_none() || self.client.is_closed()
+    }
+
+    /// Runs `sql` with the simple-query protocol (no prepared statement of
+    /// any kind), giving up at `deadline`.
+    pub(crate) fn simple_query(&mut self, sql: &str, deadline: Instant) -> Result<Vec<SimpleQueryMessage>, CallError> {
+        let Some(driver) = self.driver.as_mut() else {
+            return Err(CallError::Closed(None));
+        };
+        let client = &self.client;
+        enum Out {
+            Done(Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>, bool),
+            Ended(Option<tokio_postgres::Error>),
+            TimedOut,
+        }
+        let out = self.rt.block_on(async {
+            let mut query = pin!(client.simple_query(sql));
+            let mut timer = pin!(tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)));
+            let mut ended: Option<Result<(), tokio_postgres::Error>> = None;
+            poll_fn(|cx| {
+                if ended.is_none() {
+                    if let Poll::Ready(r) = driver.as_mut().poll(cx) {
+                        ended = Some(r);
+                    }
+                }
+                if let Poll::Ready(r) = query.as_mut().poll(cx) {
+                    return Poll::Ready(Out::Done(r, ended.is_some()));
+                }
+                if let Some(r) = ended.take() {
+                    return Poll::Ready(Out::Ended(r.err()));
+                }
+                if timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Out::TimedOut);
+                }
+                Poll::Pending
+            })
+            .await
+        });
+        match out {
+            Out::Done(r, ended) => {
+                if ended {
+                    self.driver = None;
+                }
+                r.map_err(|e| {
+                    if e.as_db_error().is_some() && !self.is_broken() {
+                        CallError::Db(e)
+                    } else if e.as_db_error().is_some() {
+                        // A FATAL from the server also ends the session.
+                        self.driver = None;
+                        CallError::Db(e)
+                    } else {
+                        self.driver = None;
+                        CallError::Closed(Some(e))
+                    }
+                })
+            }
+            Out::Ended(e) => {
+                self.driver = None;
+                match e {
+                    Some(e) if e.as_db_error().is_some() => Err(CallError::Db(e)),
+                    Some(e) => Err(CallError::Closed(Some(e))),
+                    None => Err(CallError::Closed(None)),
+                }
+            }
+            Out::TimedOut => {
+                // Dropping the driver closes the socket now; the server (or
+                // the pooler) sees EOF and rolls the transaction back.
+                self.driver = None;
+                Err(CallError::TimedOut)
+            }
+        }
+    }
+}
+
+/// Pulls out what tokio-postgres does not parse: `sslrootcert=PATH` (kept
+/// as the CA file) and `sslmode=verify-ca`/`verify-full`, which mean
+/// `require` here since `require` already verifies. Handles URL and
+/// key=value forms (unquoted values).
+pub(crate) fn preprocess_dsn(dsn: &str) -> (String, Option<PathBuf>) {
+    let mut ca = None;
+    let mut keep = |k: &str, v: &str| -> Option<String> {
+        match (k, v) {
+            ("sslrootcert", v) => {
+                ca = Some(PathBuf::from(v));
+                None
+            }
+            ("sslmode", "verify-ca" | "verify-full") => Some("require".into()),
+            (_, v) => Some(v.to_owned()),
+        }
+    };
+    if dsn.starts_with("postgres://") || dsn.starts_with("postgresql://") {
+        let Some((base, query)) = dsn.split_once('?') else { return (dsn.to_owned(), None) };
+        let params: Vec<String> = query
+            .split('&')
+            .filter_map(|p| match p.split_once('=') {
+                Some((k, v)) => keep(k, &percent_decode(v)).map(|v| format!("{k}={}", percent_encode(&v))),
+                None => Some(p.to_owned()),
+            })
+            .collect();
+        let out = if params.is_empty() { base.to_owned() } else { format!("{base}?{}", params.join("&")) };
+        (out, ca)
+    } else {
+        let parts: Vec<String> = dsn
+            .split_whitespace()
+            .filter_map(|p| match p.split_once('=') {
+                Some((k, v)) if !v.contains('\'') && !v.is_empty() => keep(k.trim(), v).map(|v| format!("{k}={v}")),
+                _ => Some(p.to_owned()),
+            })
+            .collect();
+        (parts.join(" "), ca)
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(v) = hex {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Belt and braces for messages built from parse errors: drop anything after
+/// a `password` mention.
+fn redact(msg: &str) -> String {
+    match msg.find("password") {
+        Some(i) => format!("{}password …", &msg[..i]),
+        None => msg.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dsn_preprocessing_takes_ca_file_and_maps_verify_modes() {
+        let (d, ca) = preprocess_dsn("postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Ftmp%2Fca.pem&application_name=x");
+        assert_eq!(d, "postgres://u@h/db?sslmode=require&application_name=x");
+        assert_eq!(ca, Some(PathBuf::from("/tmp/ca.pem")));
+        let (d, ca) = preprocess_dsn("host=h sslmode=verify-ca sslrootcert=/ca.pem user=u");
+        assert_eq!(d, "host=h sslmode=require user=u");
+        assert_eq!(ca, Some(PathBuf::from("/ca.pem")));
+        let (d, ca) = preprocess_dsn("postgres://u@h/db");
+        assert_eq!((d.as_str(), ca), ("postgres://u@h/db", None));
+    }
+
+    #[test]
+    fn tls_is_chosen_by_sslmode_or_ca_file() {
+        let m = PgManager::from_dsn("postgres://u@h/db?sslmode=require", None, None).unwrap();
+        assert!(m.uses_tls());
+        let m = PgManager::from_dsn("postgres://u@h/db", None, None).unwrap();
+        assert!(!m.uses_tls());
+        let e = PgManager::from_dsn("postgres://u@h/db", None, Some(Path::new("/nonexistent/ca.pem"))).unwrap_err();
+        assert!(e.is_fatal() && e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    }
+
+    #[test]
+    fn percent_decoding_is_total() {
+        assert_eq!(percent_decode("a%2Fb%"), "a/b%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("%C3%A9"), "é");
+    }
+}

@@ -1,0 +1,461 @@
+//! The PostgreSQL store (feature `postgres`).
+//!
+//! One row per election in a table you name. Every operation is one simple
+//! query, `SET LOCAL lock_timeout …; SET LOCAL statement_timeout …;
+//! <statement>`, which the server runs as one implicit transaction, so it
+//! works unchanged behind PgBouncer in transaction mode: no named prepared
+//! statements, no session state, no advisory locks, no `LISTEN`/`NOTIFY`, and
+//! no cancel requests.
+//!
+//! Each call has a real deadline. The server bounds lock waits and statement
+//! time with the `SET LOCAL` settings; the client drives each pooled
+//! connection on its own current-thread tokio runtime with a timer, and when
+//! the deadline passes it drops the connection (closing the socket) and
+//! returns a retryable error. A connection whose call timed out or broke is
+//! never returned to the pool. No threads are left behind by a hung call.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use leaderelection::postgres::PostgresStore;
+//! use leaderelection::{Config, Elector};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = PostgresStore::connect("postgres://app@db.internal/app?sslmode=require")?;
+//! store.ensure_schema()?;
+//! let elector = Elector::start(Config::new(store, "invoice-reconciler"))?;
+//! let guard = elector.wait_leader()?;
+//! # drop(guard);
+//! # Ok(())
+//! # }
+//! ```
+
+mod conn;
+mod sql;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::SimpleQueryMessage;
+
+use crate::ident::{quote_postgres, IdentError};
+use crate::lease::Lease;
+use crate::store::{Store, StoreError};
+
+pub use conn::{PgConnection, PgManager};
+
+/// Default schema of the election table.
+pub const DEFAULT_SCHEMA: &str = "public";
+/// Default name of the election table.
+pub const DEFAULT_TABLE: &str = "leader_election";
+/// Default number of pooled connections.
+pub const DEFAULT_POOL_SIZE: u32 = 4;
+/// Default bound on opening one connection (TCP, TLS and login together).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default bound on [`PostgresStore::ensure_schema`].
+pub const DEFAULT_DDL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A [`Store`] that keeps leases in a PostgreSQL table.
+///
+/// Build one with [`PostgresStore::connect`], [`PostgresStore::builder`], or
+/// [`PostgresStore::from_pool`] around an r2d2 pool you configured. Clones
+/// share the pool.
+///
+/// Connections are opened lazily: a bad password or a missing database shows
+/// up in the first call (and so in [`Elector::status`](crate::Elector::status)),
+/// not in `connect`. Only a DSN that cannot be parsed fails `connect`.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: r2d2::Pool<PgManager>,
+    schema: String,
+    table: String,
+    qualified: String,
+    ddl_timeout: Duration,
+    /// Shared with the manager when this store built it.
+    last_connect_error: Option<conn::LastError>,
+    server: Option<String>,
+}
+
+/// Settings for a [`PostgresStore`], from [`PostgresStore::builder`].
+pub struct PostgresBuilder {
+    dsn: String,
+    schema: String,
+    table: String,
+    pool_size: u32,
+    connect_timeout: Option<Duration>,
+    ca_file: Option<PathBuf>,
+    ddl_timeout: Duration,
+}
+
+impl fmt::Debug for PostgresBuilder {
+    // The DSN may hold a password: never show it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresBuilder")
+            .field("schema", &self.schema)
+            .field("table", &self.table)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresBuilder {
+    /// The schema and table that hold the elections. Defaults to
+    /// [`DEFAULT_SCHEMA`]`.`[`DEFAULT_TABLE`]. Both are always quoted, so any
+    /// name PostgreSQL accepts works and none can inject SQL.
+    pub fn table(mut self, schema: impl Into<String>, table: impl Into<String>) -> PostgresBuilder {
+        self.schema = schema.into();
+        self.table = table.into();
+        self
+    }
+
+    /// How many connections the pool keeps at most. Defaults to
+    /// [`DEFAULT_POOL_SIZE`]; an elector needs one, plus one per call it
+    /// abandoned at the operation timeout until that call is cleaned up.
+    pub fn pool_size(mut self, n: u32) -> PostgresBuilder {
+        self.pool_size = n.max(1);
+        self
+    }
+
+    /// Bound on opening one connection: TCP connect, TLS handshake and login
+    /// together. Defaults to the DSN's `connect_timeout`, else
+    /// [`DEFAULT_CONNECT_TIMEOUT`].
+    pub fn connect_timeout(mut self, d: Duration) -> PostgresBuilder {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// A PEM file of CA certificates that sign the server's certificate,
+    /// trusted in addition to the system's. Setting it requires TLS (as
+    /// `sslmode=require`). The DSN parameter `sslrootcert=PATH` does the same.
+    pub fn ca_file(mut self, path: impl AsRef<Path>) -> PostgresBuilder {
+        self.ca_file = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// Bound on [`PostgresStore::ensure_schema`]. Defaults to
+    /// [`DEFAULT_DDL_TIMEOUT`].
+    pub fn ddl_timeout(mut self, d: Duration) -> PostgresBuilder {
+        self.ddl_timeout = d;
+        self
+    }
+
+    /// Builds the store. Opens no connection.
+    ///
+    /// # Errors
+    ///
+    /// A fatal [`StoreError`] when the DSN cannot be parsed, the table name
+    /// is invalid, or the CA file cannot be read. The error never repeats the
+    /// DSN, so it cannot leak a password.
+    pub fn build(self) -> Result<PostgresStore, StoreError> {
+        let manager = PgManager::from_dsn(&self.dsn, self.connect_timeout, self.ca_file.as_deref())?;
+        let timeout = manager.connect_timeout();
+        let last = manager.last_error();
+        let server = format!("{manager:?}");
+        let pool = r2d2::Pool::builder()
+            .max_size(self.pool_size)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(timeout)
+            .idle_timeout(Some(Duration::from_secs(300)))
+            .max_lifetime(Some(Duration::from_secs(1800)))
+            .build_unchecked(manager);
+        let mut store = PostgresStore::from_parts(pool, &self.schema, &self.table, self.ddl_timeout)?;
+        store.last_connect_error = Some(last);
+        store.server = Some(server);
+        Ok(store)
+    }
+}
+
+impl PostgresStore {
+    /// A store for the database at `dsn` (URL or key=value form), with a
+    /// pool set up for use behind a transaction-mode pooler and the default
+    /// table `public.leader_election`.
+    ///
+    /// TLS: `sslmode=require` (or `verify-ca`/`verify-full`) gives an
+    /// encrypted connection whose certificate and host name are verified
+    /// against the system's CA store plus `sslrootcert=PATH` if given; it
+    /// never falls back to plaintext. `sslmode=prefer` (the default) and
+    /// `disable` connect in plaintext.
+    ///
+    /// # Errors
+    ///
+    /// A fatal [`StoreError`] when the DSN cannot be parsed.
+    pub fn connect(dsn: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::builder(dsn).build()
+    }
+
+    /// Settings beyond the DSN: table name, pool size, timeouts, CA file.
+    pub fn builder(dsn: &str) -> PostgresBuilder {
+        PostgresBuilder {
+            dsn: dsn.to_owned(),
+            schema: DEFAULT_SCHEMA.to_owned(),
+            table: DEFAULT_TABLE.to_owned(),
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: None,
+            ca_file: None,
+            ddl_timeout: DEFAULT_DDL_TIMEOUT,
+        }
+    }
+
+    /// A store over a pool you built, for example with your own r2d2 sizes
+    /// and timeouts. Build the manager with [`PgManager::from_dsn`] or
+    /// [`PgManager::new`]; it is what gives calls their deadline. Turn
+    /// `test_on_check_out` off unless you want an extra round trip per call.
+    ///
+    /// # Errors
+    ///
+    /// A fatal [`StoreError`] when a name is invalid.
+    pub fn from_pool(pool: r2d2::Pool<PgManager>, schema: &str, table: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::from_parts(pool, schema, table, DEFAULT_DDL_TIMEOUT)
+    }
+
+    fn from_parts(
+        pool: r2d2::Pool<PgManager>,
+        schema: &str,
+        table: &str,
+        ddl_timeout: Duration,
+    ) -> Result<PostgresStore, StoreError> {
+        let qualified = qualified(schema, table).map_err(|e| StoreError::fatal("invalid election table").with_source(e))?;
+        Ok(PostgresStore {
+            pool,
+            schema: schema.to_owned(),
+            table: table.to_owned(),
+            qualified,
+            ddl_timeout,
+            last_connect_error: None,
+            server: None,
+        })
+    }
+
+    /// The DDL that creates the election table `schema.table`, for migration
+    /// tools. [`PostgresStore::ensure_schema`] runs the same.
+    ///
+    /// ```
+    /// # #[cfg(feature = "postgres")] {
+    /// use leaderelection::postgres::PostgresStore;
+    /// let ddl = PostgresStore::schema("ops", "leader election").unwrap();
+    /// assert!(ddl.contains(r#"CREATE TABLE IF NOT EXISTS "ops"."leader election""#));
+    /// assert!(ddl.contains("fillfactor = 70"));
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A name is empty, longer than 63 bytes, or holds NUL.
+    pub fn schema(schema: &str, table: &str) -> Result<String, IdentError> {
+        let q = qualified(schema, table)?;
+        let create_schema = if schema == DEFAULT_SCHEMA {
+            String::new()
+        } else {
+            format!("CREATE SCHEMA IF NOT EXISTS {};\n", quote_postgres("schema", schema)?)
+        };
+        Ok(format!("{create_schema}{}", sql::create_table(&q)))
+    }
+
+    /// The schema and table this store uses.
+    pub fn table(&self) -> (&str, &str) {
+        (&self.schema, &self.table)
+    }
+
+    /// Creates the election table if it does not exist. Idempotent, and safe
+    /// when every replica runs it at the same moment: a creation that races
+    /// another is retried and then finds the table.
+    ///
+    /// Needs the `CREATE` privilege; a role with only `SELECT`, `INSERT` and
+    /// `UPDATE` on the table can run the store but not this (create the
+    /// table with [`PostgresStore::schema`] in a migration instead).
+    ///
+    /// # Errors
+    ///
+    /// The store's classified error; fatal when privileges are missing.
+    pub fn ensure_schema(&self) -> Result<(), StoreError> {
+        let ddl = PostgresStore::schema(&self.schema, &self.table)
+            .map_err(|e| StoreError::fatal("invalid election table").with_source(e))?;
+        let deadline = Instant::now() + self.ddl_timeout;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.run("ensure_schema", &ddl, deadline, false) {
+                Ok(_) => return Ok(()),
+                // Two replicas creating at once: one loses on a catalog unique
+                // index. Run it again; IF NOT EXISTS then sees the table.
+                Err(e) if attempt < 5 && sql::is_concurrent_ddl(&e) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs `body` (already prefixed by the caller if it wants) on a pooled
+    /// connection before `deadline`. With `bounded`, the server is told to
+    /// give up on lock waits and the statement before the client does.
+    fn run(
+        &self,
+        op: &'static str,
+        body: &str,
+        deadline: Instant,
+        bounded: bool,
+    ) -> Result<Vec<SimpleQueryMessage>, StoreError> {
+        // A pooled connection can be dead (the server restarted). Every
+        // operation is idempotent for its caller, so one retry on a fresh
+        // connection is safe; it only runs while time remains.
+        let mut last = None;
+        for _ in 0..2 {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            let mut conn = match self.pool.get_timeout(remaining) {
+                Ok(c) => c,
+                Err(e) => return Err(self.pool_error(op, remaining, e)),
+            };
+            let text = if bounded { sql::bounded(body, remaining) } else { body.to_owned() };
+            match conn.simple_query(&text, deadline) {
+                Ok(rows) => return Ok(rows),
+                Err(conn::CallError::Closed(Some(e))) => last = Some(sql::classify(op, &e)),
+                Err(conn::CallError::Closed(None)) => {
+                    last = Some(StoreError::retryable(format!("{op} failed: connection closed")))
+                }
+                Err(conn::CallError::Db(e)) => return Err(sql::classify(op, &e)),
+                Err(conn::CallError::TimedOut) => {
+                    return Err(StoreError::retryable(format!(
+                        "{op} failed: no answer within {remaining:?}; connection closed"
+                    )))
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::retryable(format!("{op} failed: out of time"))))
+    }
+
+    /// Why the pool had no connection: the last connection error when there
+    /// was one (a bad password or a missing database is fatal).
+    fn pool_error(&self, op: &str, waited: Duration, e: r2d2::Error) -> StoreError {
+        let last = self.last_connect_error.as_ref().and_then(|l| l.lock().clone());
+        let message = format!("{op} failed: no connection within {waited:?}");
+        if let Some(last) = last {
+            let err = if last.is_fatal() { StoreError::fatal(message) } else { StoreError::retryable(message) };
+            return err.with_source(last);
+        }
+        // A pool built elsewhere: r2d2 keeps the last error as text only.
+        let text = e.to_string();
+        let code = text.find("SQLSTATE ").and_then(|i| text.get(i + 9..i + 14));
+        let fatal = code.map(sql::sqlstate_kind) == Some(crate::store::ErrorKind::Fatal)
+            || text.contains("TLS")
+            || text.contains("certificate");
+        let err = if fatal { StoreError::fatal(message) } else { StoreError::retryable(message) };
+        err.with_source(e)
+    }
+
+    fn lease_query(&self, op: &'static str, body: &str, timeout: Duration) -> Result<Option<Lease>, StoreError> {
+        let deadline = Instant::now() + timeout;
+        let rows = self.run(op, body, deadline, true)?;
+        sql::first_lease(op, &rows)
+    }
+}
+
+fn qualified(schema: &str, table: &str) -> Result<String, IdentError> {
+    Ok(format!("{}.{}", quote_postgres("schema", schema)?, quote_postgres("table", table)?))
+}
+
+impl Store for PostgresStore {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        let body = sql::acquire(&self.qualified, name, identity, ttl, payload)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if let Some(lease) = self.lease_query("acquire", &body, remaining)? {
+                return Ok(lease);
+            }
+            // The row was inserted by a transaction that committed after this
+            // statement's snapshot was taken, and it is not ours to claim: run
+            // again with a fresh snapshot to read it.
+            if Instant::now() >= deadline {
+                return Err(StoreError::retryable("acquire failed: the row kept changing; out of time"));
+            }
+        }
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        let body = sql::renew(&self.qualified, name, identity, fence, ttl, payload)?;
+        self.lease_query("renew", &body, timeout)?.ok_or_else(StoreError::lease_lost)
+    }
+
+    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+        let body = sql::release(&self.qualified, name, identity, fence)?;
+        self.run("release", &body, Instant::now() + timeout, true).map(|_| ())
+    }
+
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+        let body = sql::inspect(&self.qualified, name)?;
+        self.lease_query("inspect", &body, timeout)?.ok_or_else(|| StoreError::no_lease(name))
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.pool.state();
+        f.debug_struct("PostgresStore")
+            .field("table", &self.qualified)
+            .field("server", &format_args!("{}", self.server.as_deref().unwrap_or("(pool built elsewhere)")))
+            .field("connections", &state.connections)
+            .field("idle", &state.idle_connections)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_dsn_is_a_typed_fatal_error_without_the_password() {
+        for dsn in ["postgres://u:hunter2@host:notaport/db", "host=h password=hunter2 port=x", "bogus=hunter2"] {
+            let err = PostgresStore::connect(dsn).unwrap_err();
+            assert!(err.is_fatal(), "{err:?}");
+            assert!(!err.to_string().contains("hunter2") && !format!("{err:?}").contains("hunter2"), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn failed_connect_and_debug_never_show_the_password() {
+        // Port 1 on loopback refuses at once; no server needed.
+        let store = PostgresStore::builder("postgres://app:hunter2@127.0.0.1:1/db")
+            .connect_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let dbg = format!("{store:?}");
+        assert!(!dbg.contains("hunter2") && dbg.contains("127.0.0.1"), "{dbg}");
+        let start = Instant::now();
+        let err = store.inspect("e", Duration::from_millis(700)).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
+        assert!(err.is_retryable(), "{err:?}");
+        let chain = format!("{err} {err:?}");
+        assert!(!chain.contains("hunter2"), "{chain}");
+        assert!(chain.contains("refused") || chain.contains("connect"), "{chain}");
+    }
+
+    #[test]
+    fn hostile_table_names_are_quoted() {
+        let ddl = PostgresStore::schema("public", r#"x"; DROP TABLE y; --"#).unwrap();
+        assert!(ddl.contains(r#""public"."x""; DROP TABLE y; --""#), "{ddl}");
+        assert!(PostgresStore::schema("public", "").is_err());
+        assert!(PostgresStore::builder("postgres://h/db").table("s", "").build().unwrap_err().is_fatal());
+    }
+}

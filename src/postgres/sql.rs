@@ -1,0 +1,262 @@
+//! The statements, their literals, and error classification.
+//!
+//! Statements go out with the simple-query protocol, so values are written
+//! as literals: strings as `E'…'` with `'` and `\` escaped (correct whatever
+//! `standard_conforming_strings` says), bytes as hex, numbers formatted from
+//! integers. Identifiers come already quoted by `ident::quote_postgres`.
+//! Every instant comes back as microseconds since the epoch on the server's
+//! clock, read by the same statement as `now()`.
+
+use std::time::Duration;
+
+use tokio_postgres::SimpleQueryMessage;
+
+use crate::lease::{DbTime, Lease};
+use crate::store::{ErrorKind, StoreError};
+
+/// Longest TTL written, so `now() + ttl` stays far inside PostgreSQL's range.
+const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The columns every lease-returning statement yields, in this order.
+const COLS: &str = "name, holder, fence::text, \
+    floor(extract(epoch from acquired_at) * 1000000)::int8::text, \
+    floor(extract(epoch from renewed_at) * 1000000)::int8::text, \
+    floor(extract(epoch from expires_at) * 1000000)::int8::text, \
+    floor(extract(epoch from now()) * 1000000)::int8::text, \
+    encode(payload, 'hex')";
+
+pub(crate) fn create_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\n\
+         \x20   name        text        PRIMARY KEY,\n\
+         \x20   holder      text        NOT NULL,\n\
+         \x20   fence       bigint      NOT NULL CHECK (fence > 0),\n\
+         \x20   acquired_at timestamptz NOT NULL,\n\
+         \x20   renewed_at  timestamptz NOT NULL,\n\
+         \x20   expires_at  timestamptz NOT NULL,\n\
+         \x20   payload     bytea       NOT NULL DEFAULT ''::bytea\n\
+         ) WITH (fillfactor = 70);\n"
+    )
+}
+
+/// Prefixes `body` with server-side bounds a little inside `remaining`, so
+/// the server gives up on a lock wait (55P03) or a long statement (57014)
+/// before the client drops the connection. `SET LOCAL` lasts only for the
+/// implicit transaction of this one simple query.
+pub(crate) fn bounded(body: &str, remaining: Duration) -> String {
+    let ms = remaining.as_millis().max(4);
+    let lock = (ms * 3 / 4).max(1);
+    let stmt = (ms * 7 / 8).max(1);
+    format!("SET LOCAL lock_timeout = {lock}; SET LOCAL statement_timeout = {stmt}; {body}")
+}
+
+/// A string literal that means `s` whatever `standard_conforming_strings` is.
+pub(crate) fn literal(what: &str, s: &str) -> Result<String, StoreError> {
+    if s.contains('\0') {
+        return Err(StoreError::fatal(format!("{what} holds a NUL character, which PostgreSQL text cannot store")));
+    }
+    let mut out = String::with_capacity(s.len() + 4);
+    out.push_str("E'");
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    Ok(out)
+}
+
+fn bytes(payload: &[u8]) -> String {
+    format!("decode('{}', 'hex')", hex(payload))
+}
+
+fn interval(ttl: Duration) -> String {
+    format!("(interval '1 microsecond' * {})", ttl.min(MAX_TTL).as_micros())
+}
+
+pub(crate) fn hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for &x in b {
+        s.push(DIGITS[usize::from(x >> 4)] as char);
+        s.push(DIGITS[usize::from(x & 15)] as char);
+    }
+    s
+}
+
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
+    let s = s.as_bytes();
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    s.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
+}
+
+/// Claims an absent, expired or own lease; otherwise reads the row as it now
+/// stands (`FOR SHARE` follows a concurrent update to its newest version).
+pub(crate) fn acquire(
+    table: &str,
+    name: &str,
+    identity: &str,
+    ttl: Duration,
+    payload: &[u8],
+) -> Result<String, StoreError> {
+    let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
+    Ok(format!(
+        "WITH up AS (\
+           INSERT INTO {table} AS t (name, holder, fence, acquired_at, renewed_at, expires_at, payload) \
+           VALUES ({n}, {i}, 1, now(), now(), now() + {t}, {p}) \
+           ON CONFLICT (name) DO UPDATE SET \
+             holder = excluded.holder, \
+             fence = CASE WHEN t.expires_at <= now() THEN t.fence + 1 ELSE t.fence END, \
+             acquired_at = CASE WHEN t.expires_at <= now() THEN now() ELSE t.acquired_at END, \
+             renewed_at = now(), \
+             expires_at = excluded.expires_at, \
+             payload = excluded.payload \
+           WHERE t.expires_at <= now() OR t.holder = excluded.holder \
+           RETURNING t.name, t.holder, t.fence, t.acquired_at, t.renewed_at, t.expires_at, t.payload\
+         ), cur AS (\
+           SELECT name, holder, fence, acquired_at, renewed_at, expires_at, payload FROM {table} \
+           WHERE name = {n} AND NOT EXISTS (SELECT 1 FROM up) FOR SHARE\
+         ) \
+         SELECT {COLS} FROM up UNION ALL SELECT {COLS} FROM cur"
+    ))
+}
+
+pub(crate) fn renew(
+    table: &str,
+    name: &str,
+    identity: &str,
+    fence: u64,
+    ttl: Duration,
+    payload: &[u8],
+) -> Result<String, StoreError> {
+    let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
+    Ok(format!(
+        "UPDATE {table} SET renewed_at = now(), expires_at = now() + {t}, payload = {p} \
+         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now() \
+         RETURNING {COLS}"
+    ))
+}
+
+pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Result<String, StoreError> {
+    let (n, i) = (literal("election name", name)?, literal("identity", identity)?);
+    Ok(format!(
+        "UPDATE {table} SET expires_at = now() \
+         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now()"
+    ))
+}
+
+pub(crate) fn inspect(table: &str, name: &str) -> Result<String, StoreError> {
+    let n = literal("election name", name)?;
+    Ok(format!("SELECT {COLS} FROM {table} WHERE name = {n}"))
+}
+
+/// The first row of the last statement, as a lease.
+pub(crate) fn first_lease(op: &str, msgs: &[SimpleQueryMessage]) -> Result<Option<Lease>, StoreError> {
+    let Some(row) = msgs.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(r) => Some(r),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let bad = |what: &str| StoreError::fatal(format!("{op} failed: cannot read the lease row ({what})"));
+    let text = |i: usize| row.try_get(i).ok().flatten().ok_or_else(|| bad("missing column"));
+    let micros = |i: usize| -> Result<DbTime, StoreError> {
+        text(i)?.parse::<i64>().map(DbTime::from_unix_micros).map_err(|_| bad("bad timestamp"))
+    };
+    let fence = text(2)?.parse::<i64>().map_err(|_| bad("bad fence"))?;
+    Ok(Some(Lease {
+        name: text(0)?.to_owned(),
+        holder: text(1)?.to_owned(),
+        fence: u64::try_from(fence).map_err(|_| bad("negative fence"))?,
+        acquired_at: micros(3)?,
+        renewed_at: micros(4)?,
+        expires_at: micros(5)?,
+        now: micros(6)?,
+        payload: unhex(text(7)?).ok_or_else(|| bad("bad payload"))?,
+    }))
+}
+
+/// Whether an SQLSTATE means "needs a person" rather than "may fix itself".
+pub(crate) fn sqlstate_kind(code: &str) -> ErrorKind {
+    match code.get(..2).unwrap_or("") {
+        // authorization, missing database / schema, syntax or access rule
+        // (undefined table 42P01, insufficient privilege 42501), unsupported
+        // feature, data and integrity errors, invalid statement names.
+        "28" | "3D" | "3F" | "42" | "0A" | "22" | "23" | "26" | "2F" | "34" | "44" | "0L" | "0P" => ErrorKind::Fatal,
+        // connection exceptions (08), read-only transaction (25006),
+        // serialization failure and deadlock (40), too many connections (53),
+        // lock not available (55P03), admin shutdown and query canceled (57),
+        // system and internal errors (58, XX), and anything unknown.
+        _ => ErrorKind::Retryable,
+    }
+}
+
+/// A store error from a driver error, carrying the server's message.
+pub(crate) fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code().code();
+        let message = format!("{op} failed (SQLSTATE {code})");
+        let err = match sqlstate_kind(code) {
+            ErrorKind::Fatal => StoreError::fatal(message),
+            _ => StoreError::retryable(message),
+        };
+        return err.with_source(db.clone());
+    }
+    let text = e.to_string();
+    // TLS refused or unverifiable is a configuration problem.
+    if text.contains("TLS") || text.contains("certificate") {
+        return StoreError::fatal(format!("{op} failed: {text}"));
+    }
+    let what = if e.is_closed() { "connection closed" } else { "connection error" };
+    StoreError::retryable(format!("{op} failed: {what}: {text}"))
+}
+
+/// A concurrent `CREATE … IF NOT EXISTS` lost on a catalog unique index.
+pub(crate) fn is_concurrent_ddl(e: &StoreError) -> bool {
+    let msg = e.to_string();
+    msg.contains("SQLSTATE 23505") || msg.contains("SQLSTATE 42P07") || msg.contains("SQLSTATE 42710")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlstates_are_classified() {
+        for fatal in ["42P01", "42501", "28P01", "28000", "3D000", "42703", "3F000"] {
+            assert_eq!(sqlstate_kind(fatal), ErrorKind::Fatal, "{fatal}");
+        }
+        for retry in ["08006", "08001", "57P01", "25006", "40001", "40P01", "53300", "55P03", "57014", "XX000", ""] {
+            assert_eq!(sqlstate_kind(retry), ErrorKind::Retryable, "{retry}");
+        }
+    }
+
+    #[test]
+    fn literals_escape_quotes_and_backslashes_and_refuse_nul() {
+        assert_eq!(literal("x", "plain").unwrap(), "E'plain'");
+        assert_eq!(literal("x", r"a'b\c").unwrap(), r"E'a''b\\c'");
+        assert_eq!(literal("x", r"\'; DROP TABLE t; --").unwrap(), r"E'\\''; DROP TABLE t; --'");
+        assert!(literal("identity", "a\0b").unwrap_err().is_fatal());
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&all)).unwrap(), all);
+        assert_eq!(unhex("").unwrap(), Vec::<u8>::new());
+        assert!(unhex("abc").is_none() && unhex("zz").is_none());
+    }
+
+    #[test]
+    fn bounds_stay_inside_the_deadline() {
+        let s = bounded("SELECT 1", Duration::from_millis(800));
+        assert_eq!(s, "SET LOCAL lock_timeout = 600; SET LOCAL statement_timeout = 700; SELECT 1");
+        assert!(bounded("x", Duration::ZERO).contains("lock_timeout = 3;"));
+        assert!(interval(Duration::MAX).contains(&MAX_TTL.as_micros().to_string()));
+    }
+}
