@@ -251,6 +251,7 @@ impl Elector {
             cmd_tx: cmd_tx.clone(),
             dog_tx,
             events,
+            started_callback: config.on_started_leading.is_some(),
             held_back: None,
             resigners: Vec::new(),
             shutdown_result: Ok(()),
@@ -434,6 +435,8 @@ struct Driver {
     cmd_tx: Sender<Command>,
     dog_tx: Sender<Arc<TermShared>>,
     events: Option<Sender<Event>>,
+    /// `on_started_leading` is set.
+    started_callback: bool,
     /// An ended term whose guards are still alive.
     held_back: Option<Arc<TermShared>>,
     /// `resign()` calls waiting for their release.
@@ -568,7 +571,9 @@ impl Driver {
             self.shared.changed.notify_all();
         }
         let _ = self.dog_tx.send(Arc::clone(&term));
-        if self.events.is_some() {
+        if self.started_callback {
+            // Only a callback that will hold it gets a guard: a guard nobody
+            // holds would be dropped at once and resign the term.
             let guard = term.guard();
             self.event(Event::Started(guard));
         }

@@ -118,7 +118,8 @@ fn nanos(d: Duration) -> u64 {
 ///
 /// Dropping the last guard of a term that is still live **resigns**: the
 /// lease is released so a successor can take over at once, and this process
-/// waits a retry period before campaigning again. Hold the guard for the whole
+/// waits two retry periods before campaigning again, so a follower's next
+/// poll (jittered up to 1.2 retry periods) gets there first. Hold the guard for the whole
 /// work loop. [`resign`](LeaderGuard::resign) does the same and reports
 /// whether the release worked.
 ///
@@ -216,7 +217,7 @@ impl LeaderGuard {
     }
 
     /// Ends the term now and releases the lease so a successor can take over
-    /// at once; this process then waits a retry period before campaigning
+    /// at once; this process then waits two retry periods before campaigning
     /// again. Every guard of the term turns invalid before the release is
     /// sent. Blocks for at most about one operation timeout.
     ///

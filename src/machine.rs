@@ -501,12 +501,13 @@ impl Machine {
         self.step(now);
     }
 
-    /// Ends term `term` if it is live, releases its lease, and waits one
-    /// retry period before campaigning again.
+    /// Ends term `term` if it is live, releases its lease, and waits two
+    /// retry periods before campaigning again: a follower polls within 1.2
+    /// retry periods, so it gets the first chance at the free lease.
     pub fn resign(&mut self, now: LocalTime, term: TermId) {
         if self.term.is_some_and(|t| t.id == term) && self.mode == Mode::Running {
             self.end_term(EndReason::Resigned);
-            self.campaign_not_before = now + self.cfg.timing.retry_period;
+            self.campaign_not_before = now + self.cfg.timing.retry_period * 2;
             self.next_call_at = Some(now);
         }
         self.step(now);

@@ -106,7 +106,7 @@ fn resign_reports_the_release_and_waits_before_campaigning_again() {
     // Alone, a takes it back, but only after a retry period.
     let resigned_at = Instant::now();
     let again = lead(&a);
-    assert!(resigned_at.elapsed() >= ms(200), "{:?}", resigned_at.elapsed());
+    assert!(resigned_at.elapsed() >= ms(400), "two retry periods: {:?}", resigned_at.elapsed());
     assert_eq!(again.fence(), 2);
 }
 
@@ -277,9 +277,29 @@ fn callbacks_run_in_order_on_their_own_threads() {
 }
 
 #[test]
+fn only_an_on_new_leader_callback_does_not_resign_terms() {
+    let store = MemStore::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let a = Elector::start(config(&store, "a").on_new_leader(move |id, f| s.lock().unwrap().push((id.to_owned(), f))))
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || a.is_leader()));
+    // It keeps its one term across several renewals.
+    let until = Instant::now() + ms(1000);
+    while Instant::now() < until {
+        assert_eq!(a.fence(), Some(1));
+        thread::sleep(ms(5));
+    }
+    assert_eq!(store.stats().releases, 0);
+    assert_eq!(*seen.lock().unwrap(), [("a".to_owned(), 1)]);
+}
+
+#[test]
 fn a_callback_that_returns_early_resigns_the_term() {
     let store = MemStore::new();
     let a = Elector::start(config(&store, "a").on_started_leading(|_guard| {})).unwrap();
+    // Let a lead (and resign) once before b joins, so b cannot win the first term.
+    assert!(eventually(Duration::from_secs(5), || store.stats().releases >= 1));
     let b = start(&store, "b");
     // a's callback returns at once, every term: b must get to lead too.
     let guard = lead(&b);
