@@ -187,7 +187,9 @@ fn a_hung_store_steps_the_leader_down_at_its_deadline() {
     let guard = lead(&a);
     store.pause(); // every call from now on hangs, like a SIGSTOPped server
     let deadline = guard.valid_until();
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "lost() fired");
+    // The channel itself fires (the watchdog drops its sender at the deadline).
+    let fired = guard.lost().recv_timeout(Duration::from_secs(5));
+    assert!(matches!(fired, Err(crossbeam_channel::RecvTimeoutError::Disconnected)), "{fired:?}");
     let woke = Instant::now();
     assert!(!guard.is_valid());
     assert!(woke >= deadline, "not before the deadline");
@@ -346,4 +348,16 @@ fn generated_identities_are_used_when_none_is_set() {
     let a = Elector::start(Config::new(MemStore::new(), "x")).unwrap();
     let pid = format!("-{}-", std::process::id());
     assert!(a.identity().contains(&pid), "{}", a.identity());
+}
+
+#[test]
+fn debug_output_shows_no_payload_bytes() {
+    let store = MemStore::new();
+    let config = config(&store, "a").payload(b"secret-bearer-token".to_vec());
+    assert!(!format!("{config:?}").contains("secret"), "{config:?}");
+    let a = Elector::start(config).unwrap();
+    let _g = lead(&a);
+    let status = format!("{:?} {:?} {:?}", a.status(), a, store.peek(NAME));
+    assert!(!status.contains("secret"), "{status}");
+    assert!(status.contains("payload_len: 19"), "{status}");
 }
