@@ -23,6 +23,8 @@ pub const MAX_NAME_LEN: usize = 255;
 pub const MAX_IDENTITY_LEN: usize = 255;
 /// Largest payload, in bytes.
 pub const MAX_PAYLOAD_LEN: usize = 64 * 1024;
+/// Longest any configured duration may be: 7 days.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 86_400);
 
 /// The durations that drive an election, validated together.
 ///
@@ -104,6 +106,9 @@ impl Timing {
         ] {
             if value.is_zero() {
                 return Err(ConfigError::new(field, Problem::Zero));
+            }
+            if value > MAX_DURATION {
+                return Err(ConfigError::new(field, Problem::TooLongDuration { value, max: MAX_DURATION }));
             }
         }
         if self.safety_margin >= self.lease_duration {
@@ -364,6 +369,13 @@ pub enum Problem {
     },
     /// A duration is zero.
     Zero,
+    /// A duration is longer than [`MAX_DURATION`].
+    TooLongDuration {
+        /// The value given.
+        value: Duration,
+        /// The limit.
+        max: Duration,
+    },
     /// The safety margin is not shorter than the lease.
     MarginNotBelowLease {
         /// The safety margin.
@@ -407,6 +419,7 @@ impl fmt::Display for ConfigError {
             Problem::TooLong { len, max } => write!(f, "is {len} bytes, more than the limit of {max}"),
             Problem::ControlCharacter { at } => write!(f, "holds a control character at byte {at}"),
             Problem::Zero => write!(f, "must be greater than zero"),
+            Problem::TooLongDuration { value, max } => write!(f, "{value:?} is longer than the limit of {max:?}"),
             Problem::MarginNotBelowLease { margin, lease } => {
                 write!(f, "safety_margin ({margin:?}) must be shorter than lease_duration ({lease:?})")
             }
@@ -507,10 +520,22 @@ mod tests {
     }
 
     #[test]
-    fn huge_durations_do_not_overflow() {
-        let t = Timing { operation_timeout: Duration::MAX, ..Timing::default() };
-        assert!(t.validate().is_err());
-        let t = Timing { renew_interval: Duration::MAX, ..Timing::default() };
-        assert!(t.validate().is_err());
+    fn huge_durations_are_refused_without_overflow() {
+        for field in ["lease_duration", "renew_interval", "retry_period", "operation_timeout", "safety_margin"] {
+            let mut t = Timing::default();
+            let d = match field {
+                "lease_duration" => &mut t.lease_duration,
+                "renew_interval" => &mut t.renew_interval,
+                "retry_period" => &mut t.retry_period,
+                "operation_timeout" => &mut t.operation_timeout,
+                _ => &mut t.safety_margin,
+            };
+            *d = Duration::MAX;
+            let err = t.validate().unwrap_err();
+            assert_eq!(err.field(), field, "{err}");
+            assert!(err.to_string().contains("longer than the limit of 604800s"), "{err}");
+        }
+        let t = Timing { lease_duration: MAX_DURATION, ..Timing::default() };
+        assert!(t.validate().is_ok());
     }
 }

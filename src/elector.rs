@@ -353,7 +353,7 @@ impl Elector {
                 fence: o.fence,
                 payload: o.payload.clone(),
                 valid: o.valid,
-                seen_at: self.shared.origin + o.at.as_duration(),
+                seen_at: self.shared.origin.checked_add(o.at.as_duration()).unwrap_or(self.shared.origin),
             }),
             last_error: st.last_error.clone(),
             stopped: st.stopped,
@@ -456,7 +456,7 @@ impl Driver {
             if self.drain() {
                 break;
             }
-            let wake = self.machine.poll_timeout().map(|t| self.shared.origin + t.as_duration());
+            let wake = self.machine.poll_timeout().and_then(|t| self.shared.origin.checked_add(t.as_duration()));
             let timeout = wake.map_or(crossbeam_channel::never(), crossbeam_channel::at);
             select! {
                 recv(self.callers.reply_rx) -> msg => {

@@ -70,7 +70,10 @@ impl TermShared {
     }
 
     pub(crate) fn deadline(&self) -> Instant {
-        self.origin + Duration::from_nanos(self.deadline_nanos.load(Ordering::Acquire))
+        let d = Duration::from_nanos(self.deadline_nanos.load(Ordering::Acquire));
+        // u64 nanoseconds is under 585 years: far from any overflow, but
+        // stay total anyway.
+        self.origin.checked_add(d).unwrap_or(self.origin + Duration::from_secs(86_400 * 365 * 100))
     }
 
     pub(crate) fn set_deadline(&self, deadline: Duration) {

@@ -88,7 +88,7 @@ pub mod testing;
 
 pub use config::{
     default_safety_margin, Config, ConfigError, Problem, Timing, DEFAULT_LEASE_DURATION, DEFAULT_OPERATION_TIMEOUT,
-    DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,
+    DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,
     MIN_DEFAULT_SAFETY_MARGIN,
 };
 pub use elector::{Elector, LeaderInfo, StartError, Status, WaitLeaderError};
