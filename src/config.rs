@@ -266,7 +266,8 @@ impl Config {
     /// Runs `f` on a thread of its own for each term, with that term's guard.
     /// Return when [`LeaderGuard::is_valid`] turns false (or when
     /// [`LeaderGuard::lost`] fires); returning while the term is still live
-    /// drops the guard and so resigns the term.
+    /// drops the guard and so resigns the term. Shutdown waits for `f` to
+    /// return. Callbacks must not shut down the elector that runs them.
     pub fn on_started_leading(mut self, f: impl Fn(LeaderGuard) + Send + Sync + 'static) -> Config {
         self.on_started_leading = Some(Arc::new(f));
         self
