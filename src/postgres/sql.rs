@@ -207,7 +207,18 @@ pub(crate) fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
         };
         return err.with_source(db.clone());
     }
-    let text = e.to_string();
+    // The driver's own text is terse ("error performing TLS handshake"):
+    // append the causes, which say what the handshake or socket hit.
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
     // TLS refused or unverifiable is a configuration problem.
     if text.contains("TLS") || text.contains("certificate") {
         return StoreError::fatal(format!("{op} failed: {text}"));
