@@ -118,6 +118,26 @@ impl Rig {
         self.run_until(until);
     }
 
+    /// Answers `call` with `outcome` now, bypassing the store.
+    fn reply(&mut self, call: Call, outcome: Outcome) {
+        self.pending.retain(|c| c.id != call.id);
+        self.m.handle_reply(self.now, call.id, outcome);
+        self.collect();
+    }
+
+    /// Loses every call (requests or answers dropped by the network) until
+    /// the live term ends at its deadline.
+    fn lose_calls_until_term_ends(&mut self) {
+        let deadline = self.m.term().expect("a live term").deadline;
+        while self.ended().is_empty() {
+            self.pending.clear();
+            let t = self.m.poll_timeout().unwrap().min(deadline);
+            let d = t.saturating_since(self.now);
+            self.sleep(d);
+            self.tick();
+        }
+    }
+
     fn started(&self) -> Vec<(u64, LocalTime)> {
         self.log
             .iter()
@@ -222,8 +242,7 @@ fn a_longer_ttl_than_asked_is_not_believed() {
     let (call, sent_at) = acquire_in_flight(&mut r);
     r.sleep(ms(5));
     // A server whose clock stepped back reports a lease of an hour.
-    r.m.handle_reply(r.now, call.id, Outcome::Lease(Ok(lease_for("a", 1, Duration::from_secs(3600)))));
-    r.collect();
+    r.reply(call, Outcome::Lease(Ok(lease_for("a", 1, Duration::from_secs(3600)))));
     assert_eq!(r.started(), [(1, sent_at + ms(13_500))]);
 }
 
@@ -231,8 +250,7 @@ fn a_longer_ttl_than_asked_is_not_believed() {
 fn a_shorter_ttl_than_asked_shortens_the_deadline() {
     let mut r = Rig::new("a");
     let (call, sent_at) = acquire_in_flight(&mut r);
-    r.m.handle_reply(r.now, call.id, Outcome::Lease(Ok(lease_for("a", 1, ms(4_000)))));
-    r.collect();
+    r.reply(call, Outcome::Lease(Ok(lease_for("a", 1, ms(4_000)))));
     assert_eq!(r.started(), [(1, sent_at + ms(2_500))]);
 }
 
@@ -240,8 +258,7 @@ fn a_shorter_ttl_than_asked_shortens_the_deadline() {
 fn a_reply_with_too_little_lease_left_starts_no_term() {
     let mut r = Rig::new("a");
     let (call, _) = acquire_in_flight(&mut r);
-    r.m.handle_reply(r.now, call.id, Outcome::Lease(Ok(lease_for("a", 1, ms(1_000)))));
-    r.collect();
+    r.reply(call, Outcome::Lease(Ok(lease_for("a", 1, ms(1_000)))));
     assert!(r.started().is_empty());
     assert!(!r.m.is_leader(r.now));
 }
@@ -387,14 +404,7 @@ fn a_locally_abandoned_term_is_released_and_a_fresh_fence_taken() {
     r.run_for(ms(100));
     // The renewals get lost on the way (the network drops them): the server
     // keeps the lease, the local deadline passes.
-    let deadline = r.started()[0].1;
-    while r.ended().is_empty() {
-        r.pending.clear();
-        let t = r.m.poll_timeout().unwrap().min(deadline);
-        let d = t.saturating_since(r.now);
-        r.sleep(d);
-        r.tick();
-    }
+    r.lose_calls_until_term_ends();
     assert_eq!(r.ended(), [EndReason::ExpiredLocally]);
     // The server still says fence 1 belongs to "a".
     assert!(r.store.peek(NAME).unwrap().held_by("a"));
@@ -410,15 +420,7 @@ fn a_locally_abandoned_term_is_released_and_a_fresh_fence_taken() {
 fn an_acquire_that_returns_an_old_fence_is_refused() {
     let mut r = Rig::new("a");
     r.run_for(ms(100));
-    let (_, deadline) = r.started()[0];
-    // Lose everything until the term ends locally.
-    while r.ended().is_empty() {
-        r.pending.clear();
-        let t = r.m.poll_timeout().unwrap().min(deadline);
-        let d = t.saturating_since(r.now);
-        r.sleep(d);
-        r.tick();
-    }
+    r.lose_calls_until_term_ends();
     // Feed an acquire reply claiming fence 1 is still ours and valid.
     r.pending.clear();
     r.m.handle_timeout(r.now + ms(20_000));
