@@ -134,7 +134,7 @@ impl PgManager {
         match opened {
             Ok(Ok((client, driver))) => Ok(PgConnection { rt, client, driver: Some(driver) }),
             Ok(Err(e)) => Err(sql::classify("connect", &e)),
-            Err(_) => Err(StoreError::retryable(format!("connect failed: no answer within {:?}", self.connect_timeout))),
+            Err(_) => Err(StoreError::retryable(format!("postgres connect: no answer within {:?}", self.connect_timeout))),
         }
     }
 }

@@ -316,24 +316,24 @@ impl PostgresStore {
                 Ok(rows) => return Ok(rows),
                 Err(conn::CallError::Closed(Some(e))) => last = Some(sql::classify(op, &e)),
                 Err(conn::CallError::Closed(None)) => {
-                    last = Some(StoreError::retryable(format!("{op} failed: connection closed")))
+                    last = Some(StoreError::retryable(format!("postgres {op}: connection closed")))
                 }
                 Err(conn::CallError::Db(e)) => return Err(sql::classify(op, &e)),
                 Err(conn::CallError::TimedOut) => {
                     return Err(StoreError::retryable(format!(
-                        "{op} failed: no answer within {remaining:?}; connection closed"
+                        "postgres {op}: no answer within {remaining:?}; connection closed"
                     )))
                 }
             }
         }
-        Err(last.unwrap_or_else(|| StoreError::retryable(format!("{op} failed: out of time"))))
+        Err(last.unwrap_or_else(|| StoreError::retryable(format!("postgres {op}: out of time"))))
     }
 
     /// Why the pool had no connection: the last connection error when there
     /// was one (a bad password or a missing database is fatal).
     fn pool_error(&self, op: &str, waited: Duration, e: r2d2::Error) -> StoreError {
         let last = self.last_connect_error.as_ref().and_then(|l| l.lock().clone());
-        let message = format!("{op} failed: no connection within {waited:?}");
+        let message = format!("postgres {op}: no connection within {waited:?}");
         if let Some(last) = last {
             let err = if last.is_fatal() { StoreError::fatal(message) } else { StoreError::retryable(message) };
             return err.with_source(last);
@@ -379,7 +379,7 @@ impl Store for PostgresStore {
             // statement's snapshot was taken, and it is not ours to claim: run
             // again with a fresh snapshot to read it.
             if Instant::now() >= deadline {
-                return Err(StoreError::retryable("acquire failed: the row kept changing; out of time"));
+                return Err(StoreError::retryable("postgres acquire: the row kept changing; out of time"));
             }
         }
     }

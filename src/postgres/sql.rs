@@ -163,7 +163,7 @@ pub(crate) fn first_lease(op: &str, msgs: &[SimpleQueryMessage]) -> Result<Optio
     }) else {
         return Ok(None);
     };
-    let bad = |what: &str| StoreError::fatal(format!("{op} failed: cannot read the lease row ({what})"));
+    let bad = |what: &str| StoreError::fatal(format!("postgres {op}: cannot read the lease row ({what})"));
     let text = |i: usize| row.try_get(i).ok().flatten().ok_or_else(|| bad("missing column"));
     let micros = |i: usize| -> Result<DbTime, StoreError> {
         text(i)?.parse::<i64>().map(DbTime::from_unix_micros).map_err(|_| bad("bad timestamp"))
@@ -200,7 +200,7 @@ pub(crate) fn sqlstate_kind(code: &str) -> ErrorKind {
 pub(crate) fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
     if let Some(db) = e.as_db_error() {
         let code = db.code().code();
-        let message = format!("{op} failed (SQLSTATE {code})");
+        let message = format!("postgres {op}: SQLSTATE {code}");
         let err = match sqlstate_kind(code) {
             ErrorKind::Fatal => StoreError::fatal(message),
             _ => StoreError::retryable(message),
@@ -221,10 +221,10 @@ pub(crate) fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
     }
     // TLS refused or unverifiable is a configuration problem.
     if text.contains("TLS") || text.contains("certificate") {
-        return StoreError::fatal(format!("{op} failed: {text}"));
+        return StoreError::fatal(format!("postgres {op}: {text}"));
     }
     let what = if e.is_closed() { "connection closed" } else { "connection error" };
-    StoreError::retryable(format!("{op} failed: {what}: {text}"))
+    StoreError::retryable(format!("postgres {op}: {what}: {text}"))
 }
 
 /// A concurrent `CREATE … IF NOT EXISTS` lost on a catalog unique index.
