@@ -6,6 +6,7 @@
 //! explores longer; `SIM_BYTES=<hex> SIM_VARIANT=<name> cargo test --test sim replay -- --nocapture`
 //! (or `SIM_SEED=<n>`) replays one schedule with its trace.
 
+use std::io::Write;
 use std::time::Duration;
 
 use leaderelection::sim::{
@@ -17,6 +18,12 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
 }
 
+/// Prints past the test harness's capture, so plain `cargo test` shows what
+/// was explored.
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 fn threads() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
@@ -26,7 +33,7 @@ fn explore_schedules() {
     let count = env_u64("SIM_SCHEDULES").unwrap_or(10_000);
     let first = env_u64("SIM_FIRST_SEED").unwrap_or(0);
     let e = explore(first, count, Variant::Normal, threads());
-    println!("{}", e.summary());
+    report(&e.summary());
     if let Some((seed, v)) = e.failures.first() {
         let schedule = Schedule::from_seed(*seed, Variant::Normal);
         panic!(
@@ -101,13 +108,13 @@ fn find_violation(variant: Variant, property: Property, max: u64) -> (u64, Strin
             e.failures.iter().map(|(_, v)| v.property).collect::<Vec<_>>()
         )
     };
-    println!(
+    report(&format!(
         "control {}: {} of {} schedules violate; first, seed {seed}: {v}\n  replay: {}",
         variant.name(),
         e.failures.len(),
         e.schedules,
         replay_command(&Schedule::from_seed(*seed, variant))
-    );
+    ));
     (*seed, v.to_string())
 }
 
