@@ -30,8 +30,11 @@ pub const LONG: Duration = Duration::from_secs(60);
 /// A TTL short enough to wait out.
 pub const SHORT: Duration = Duration::from_millis(300);
 
+/// One case of the suite.
+pub type Case = fn(&dyn Store);
+
 /// Every case, by name, in the order [`run_all`] runs them.
-pub const CASES: &[(&str, fn(&dyn Store))] = &[
+pub const CASES: &[(&str, Case)] = &[
     ("first_claim_gets_fence_one", first_claim_gets_fence_one),
     ("holder_reacquiring_keeps_its_term", holder_reacquiring_keeps_its_term),
     ("loser_leaves_the_row_untouched", loser_leaves_the_row_untouched),
@@ -296,8 +299,7 @@ pub fn concurrent_acquire_exactly_one_wins(s: &dyn Store) {
     const N: usize = 8;
     for round in 0..3 {
         let name = fresh_name("race");
-        let mut expected_fence = 1;
-        for phase in 0..2 {
+        for (phase, expected_fence) in [(0, 1), (1, 2)] {
             let barrier = Arc::new(Barrier::new(N));
             let results: Vec<(String, Lease)> = thread::scope(|scope| {
                 let handles: Vec<_> = (0..N)
@@ -326,7 +328,6 @@ pub fn concurrent_acquire_exactly_one_wins(s: &dyn Store) {
             let current = inspect(s, &name);
             assert_eq!(current.holder, winner);
             s.release(&name, winner, current.fence, TIMEOUT).expect("release");
-            expected_fence += 1;
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
 use leaderelection::{Config, Elector, ElectionError};
-use pg_support::{client, dsn, dsn_via, host_port, random_tag, wait_for, BOUNCER, DIRECT};
+use pg_support::{client, dsn, dsn_via, host_port, random_tag, wait_for, Proxy, BOUNCER, DIRECT};
 
 const TABLE: &str = "le_elector";
 const LEASE: Duration = Duration::from_millis(2500);
@@ -261,4 +261,58 @@ fn locked_election_row_times_out_and_recovers_direct() {
 #[test]
 fn locked_election_row_times_out_and_recovers_pgbouncer() {
     locked_row(BOUNCER);
+}
+
+/// The path to the database starts swallowing packets under a leader: its
+/// calls are abandoned at the operation timeout (no hung calls pile up), it
+/// steps down by its deadline, and once the path heals it leads again on
+/// fresh connections.
+fn swallowing_path(var: &str) {
+    store(var);
+    let proxy = Proxy::start(host_port(var));
+    let d = dsn_via(var, "127.0.0.1", proxy.port, None, "");
+    let s = PostgresStore::builder(&d).table("public", TABLE).connect_timeout(Duration::from_millis(500)).build().unwrap();
+    let name = format!("swallow-{}", random_tag());
+    let e = Elector::start(config(s, &name, "behind-a-bad-path")).unwrap();
+    let g = e.wait_leader_timeout(Duration::from_secs(10)).expect("leads");
+    let fence = g.fence();
+    proxy.swallow(true);
+    let cut = Instant::now();
+    assert!(!g.wait_lost_timeout(LEASE + Duration::from_secs(1)).timed_out(), "still leading with no path");
+    let took = cut.elapsed();
+    eprintln!("{var}: path cut, leader stepped down after {took:?}");
+    assert!(took <= LEASE - MARGIN + Duration::from_millis(100), "stepped down late: {took:?}");
+    drop(g);
+    // Keep the path cut a while: calls keep being abandoned at the timeout,
+    // never piling up (no TooManyHungCalls) and never holding more than the
+    // pool's connections.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        let st = e.status();
+        assert!(
+            !matches!(st.last_error, Some(ElectionError::TooManyHungCalls { .. })),
+            "store calls piled up: {:?}",
+            st.last_error
+        );
+        assert!(proxy.open_connections() <= 5, "{} connections held open", proxy.open_connections());
+        assert!(!st.is_leader);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    proxy.swallow(false);
+    let healed = Instant::now();
+    let g = e.wait_leader_timeout(Duration::from_secs(10)).expect("leads again once the path heals");
+    eprintln!("{var}: led again {:?} after the path healed", healed.elapsed());
+    assert!(g.fence() > fence, "a new term after stepping down");
+    drop(g);
+    e.shutdown().unwrap();
+}
+
+#[test]
+fn swallowing_path_steps_down_and_recovers_direct() {
+    swallowing_path(DIRECT);
+}
+
+#[test]
+fn swallowing_path_steps_down_and_recovers_pgbouncer() {
+    swallowing_path(BOUNCER);
 }

@@ -227,7 +227,7 @@ impl PgConnection {
         enum Out {
             Done(Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>, bool),
             Ended(Option<tokio_postgres::Error>),
-            TimedOut,
+            Late,
         }
         let out = self.rt.block_on(async {
             let mut query = pin!(client.simple_query(sql));
@@ -246,7 +246,7 @@ impl PgConnection {
                     return Poll::Ready(Out::Ended(r.err()));
                 }
                 if timer.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Out::TimedOut);
+                    return Poll::Ready(Out::Late);
                 }
                 Poll::Pending
             })
@@ -278,7 +278,7 @@ impl PgConnection {
                     None => Err(CallError::Closed(None)),
                 }
             }
-            Out::TimedOut => {
+            Out::Late => {
                 // Dropping the driver closes the socket now; the server (or
                 // the pooler) sees EOF and rolls the transaction back.
                 self.driver = None;
