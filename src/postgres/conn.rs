@@ -97,8 +97,10 @@ impl PgManager {
         if config.get_application_name().is_none() {
             config.application_name("leaderelection");
         }
-        let connect_timeout =
-            connect_timeout.or_else(|| config.get_connect_timeout().copied()).unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let connect_timeout = connect_timeout
+            .or_else(|| config.get_connect_timeout().copied())
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
+            .clamp(Duration::from_millis(1), super::MAX_WAIT);
         Ok(PgManager { config, tls, connect_timeout, last_error: Arc::default() })
     }
 
@@ -117,6 +119,9 @@ impl PgManager {
     }
 
     fn open(&self) -> Result<PgConnection, StoreError> {
+        if inside_a_runtime() {
+            return Err(runtime_error());
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -132,7 +137,7 @@ impl PgManager {
             tokio::time::timeout_at(deadline, connecting).await
         });
         match opened {
-            Ok(Ok((client, driver))) => Ok(PgConnection { rt, client, driver: Some(driver) }),
+            Ok(Ok((client, driver))) => Ok(PgConnection { rt, client: Some(client), driver: Some(driver) }),
             Ok(Err(e)) => Err(sql::classify("connect", &e)),
             Err(_) => Err(StoreError::retryable(format!("postgres connect: no answer within {:?}", self.connect_timeout))),
         }
@@ -150,11 +155,12 @@ impl r2d2::ManageConnection for PgManager {
     }
 
     fn is_valid(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
-        match conn.simple_query("", Instant::now() + self.connect_timeout) {
+        match conn.simple_query("", super::deadline_after(self.connect_timeout)) {
             Ok(_) => Ok(()),
             Err(CallError::Db(e) | CallError::Closed(Some(e))) => Err(sql::classify("check", &e)),
             Err(CallError::Closed(None)) => Err(StoreError::retryable("check failed: connection closed")),
             Err(CallError::TimedOut) => Err(StoreError::retryable("check failed: no answer")),
+            Err(CallError::Misuse) => Err(runtime_error()),
         }
     }
 
@@ -190,7 +196,8 @@ impl fmt::Debug for PgManager {
 /// it; it is public because it appears in the pool's type.
 pub struct PgConnection {
     rt: tokio::runtime::Runtime,
-    client: Client,
+    /// `None` only while being dropped.
+    client: Option<Client>,
     /// `None` once the connection ended or was abandoned at a deadline.
     driver: Option<Driver>,
 }
@@ -198,6 +205,41 @@ pub struct PgConnection {
 impl fmt::Debug for PgConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgConnection").field("broken", &self.is_broken()).finish()
+    }
+}
+
+impl Drop for PgConnection {
+    /// A healthy connection says goodbye (Terminate) so neither the server
+    /// nor a pooler logs an unexpected EOF; briefly, never blocking for long.
+    fn drop(&mut self) {
+        drop(self.client.take());
+        if let Some(driver) = self.driver.take() {
+            if !inside_a_runtime() {
+                self.rt.block_on(async {
+                    let _ = tokio::time::timeout(Duration::from_millis(100), driver).await;
+                });
+            }
+        }
+    }
+}
+
+/// Blocking on our runtime from inside another tokio runtime would panic.
+fn inside_a_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
+pub(crate) fn runtime_error() -> StoreError {
+    StoreError::fatal("postgres: store called from inside a tokio runtime; call it from a plain thread (spawn_blocking)")
+}
+
+/// Logs failures to open a connection at `warn` (r2d2's default logs each
+/// retry as an error); the store reports them through its calls.
+#[derive(Debug)]
+pub(crate) struct LogConnectErrors;
+
+impl r2d2::HandleError<StoreError> for LogConnectErrors {
+    fn handle_error(&self, error: StoreError) {
+        log::warn!("leaderelection: {error}");
     }
 }
 
@@ -210,20 +252,24 @@ pub(crate) enum CallError {
     Closed(Option<tokio_postgres::Error>),
     /// The deadline passed; the connection was dropped.
     TimedOut,
+    /// Called from inside a tokio runtime, where blocking would panic.
+    Misuse,
 }
 
 impl PgConnection {
     fn is_broken(&self) -> bool {
-        self.driver.is_none() || self.client.is_closed()
+        self.driver.is_none() || self.client.as_ref().is_none_or(Client::is_closed)
     }
 
     /// Runs `sql` with the simple-query protocol (no prepared statement of
     /// any kind), giving up at `deadline`.
     pub(crate) fn simple_query(&mut self, sql: &str, deadline: Instant) -> Result<Vec<SimpleQueryMessage>, CallError> {
-        let Some(driver) = self.driver.as_mut() else {
+        if inside_a_runtime() {
+            return Err(CallError::Misuse);
+        }
+        let (Some(driver), Some(client)) = (self.driver.as_mut(), self.client.as_ref()) else {
             return Err(CallError::Closed(None));
         };
-        let client = &self.client;
         enum Out {
             Done(Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>, bool),
             Ended(Option<tokio_postgres::Error>),

@@ -44,6 +44,8 @@ use crate::lease::Lease;
 use crate::store::{Store, StoreError};
 
 pub use conn::{PgConnection, PgManager};
+/// The parsed connection settings [`PgManager::new`] takes.
+pub use tokio_postgres::Config as PgConfig;
 
 /// Default schema of the election table.
 pub const DEFAULT_SCHEMA: &str = "public";
@@ -158,6 +160,7 @@ impl PostgresBuilder {
             .max_size(self.pool_size)
             .min_idle(Some(0))
             .test_on_check_out(false)
+            .error_handler(Box::new(conn::LogConnectErrors))
             .connection_timeout(timeout)
             .idle_timeout(Some(Duration::from_secs(300)))
             .max_lifetime(Some(Duration::from_secs(1800)))
@@ -274,7 +277,7 @@ impl PostgresStore {
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
         let ddl = PostgresStore::schema(&self.schema, &self.table)
             .map_err(|e| StoreError::fatal("invalid election table").with_source(e))?;
-        let deadline = Instant::now() + self.ddl_timeout;
+        let deadline = deadline_after(self.ddl_timeout);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -319,6 +322,7 @@ impl PostgresStore {
                     last = Some(StoreError::retryable(format!("postgres {op}: connection closed")))
                 }
                 Err(conn::CallError::Db(e)) => return Err(sql::classify(op, &e)),
+                Err(conn::CallError::Misuse) => return Err(conn::runtime_error()),
                 Err(conn::CallError::TimedOut) => {
                     return Err(StoreError::retryable(format!(
                         "postgres {op}: no answer within {remaining:?}; connection closed"
@@ -349,10 +353,18 @@ impl PostgresStore {
     }
 
     fn lease_query(&self, op: &'static str, body: &str, timeout: Duration) -> Result<Option<Lease>, StoreError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let rows = self.run(op, body, deadline, true)?;
         sql::first_lease(op, &rows)
     }
+}
+
+/// Longest wait any call takes on, whatever it is given, so deadlines stay
+/// representable and server settings in range.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(86_400);
+
+fn deadline_after(timeout: Duration) -> Instant {
+    Instant::now() + timeout.min(MAX_WAIT)
 }
 
 fn qualified(schema: &str, table: &str) -> Result<String, IdentError> {
@@ -369,7 +381,7 @@ impl Store for PostgresStore {
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let body = sql::acquire(&self.qualified, name, identity, ttl, payload)?;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if let Some(lease) = self.lease_query("acquire", &body, remaining)? {
@@ -399,7 +411,7 @@ impl Store for PostgresStore {
 
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
         let body = sql::release(&self.qualified, name, identity, fence)?;
-        self.run("release", &body, Instant::now() + timeout, true).map(|_| ())
+        self.run("release", &body, deadline_after(timeout), true).map(|_| ())
     }
 
     fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
@@ -449,6 +461,27 @@ mod tests {
         let chain = format!("{err} {err:?}");
         assert!(!chain.contains("hunter2"), "{chain}");
         assert!(chain.contains("refused") || chain.contains("connect"), "{chain}");
+    }
+
+    #[test]
+    fn calls_from_inside_a_tokio_runtime_fail_instead_of_panicking() {
+        use r2d2::ManageConnection;
+        let manager = PgManager::from_dsn("postgres://h:1/db", None, None).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let result = rt.block_on(async { manager.connect().map(|_| ()) });
+        let err = result.unwrap_err();
+        assert!(err.is_fatal() && err.to_string().contains("inside a tokio runtime"), "{err}");
+    }
+
+    #[test]
+    fn extreme_durations_do_not_panic() {
+        assert!(deadline_after(Duration::MAX) > Instant::now());
+        let text = sql::bounded("SELECT 1", Duration::MAX);
+        assert!(text.contains("lock_timeout = 64800000;"), "{text}"); // 3/4 of a day, inside int32 ms
+        let store = PostgresStore::builder("postgres://h/db").connect_timeout(Duration::ZERO).pool_size(0).build();
+        assert!(store.is_ok());
+        let store = PostgresStore::builder("postgres://h/db").connect_timeout(Duration::MAX).build();
+        assert!(store.is_ok());
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub(crate) fn create_table(table: &str) -> String {
 /// before the client drops the connection. `SET LOCAL` lasts only for the
 /// implicit transaction of this one simple query.
 pub(crate) fn bounded(body: &str, remaining: Duration) -> String {
-    let ms = remaining.as_millis().max(4);
+    let ms = remaining.min(super::MAX_WAIT).as_millis().max(4);
     let lock = (ms * 3 / 4).max(1);
     let stmt = (ms * 7 / 8).max(1);
     format!("SET LOCAL lock_timeout = {lock}; SET LOCAL statement_timeout = {stmt}; {body}")
