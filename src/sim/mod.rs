@@ -44,7 +44,8 @@
 //! - *always: a valid guard is backed by the record*: the record names its
 //!   holder and fence and has not expired on the database clock.
 //! - *always: an invalid guard stays invalid*, *outputs match the machine*,
-//!   *timers make progress*.
+//!   *timers make progress*, *shutdown completes within two operation
+//!   timeouts*.
 //! - *eventually: someone leads after the faults*: from
 //!   [`Schedule::faults_end`] plus [`Schedule::liveness_bound`] to the end of
 //!   the run (two leases later) one stretch of leadership lasts without a

@@ -43,6 +43,9 @@ pub enum Property {
     OutputsMatchMachine,
     /// always: the machine's timers move forward (no busy loop).
     MachineMakesProgress,
+    /// always: a clean shutdown finishes within two operation timeouts (on
+    /// the slowest clock), whatever the database does.
+    ShutdownCompletes,
     /// eventually: within the liveness bound after the last fault somebody
     /// leads, and keeps leading to the end of the run.
     SomeoneLeadsAfterFaults,
@@ -51,7 +54,10 @@ pub enum Property {
 impl Property {
     /// Whether it is a safety property (as opposed to liveness).
     pub fn is_safety(self) -> bool {
-        !matches!(self, Property::SomeoneLeadsAfterFaults | Property::MachineMakesProgress)
+        !matches!(
+            self,
+            Property::SomeoneLeadsAfterFaults | Property::MachineMakesProgress | Property::ShutdownCompletes
+        )
     }
 
     /// Its name, as printed.
@@ -64,6 +70,7 @@ impl Property {
             Property::GuardNeverRevives => "always: an invalid guard stays invalid",
             Property::OutputsMatchMachine => "always: outputs match the machine's term",
             Property::MachineMakesProgress => "always: timers make progress",
+            Property::ShutdownCompletes => "always: shutdown completes within two operation timeouts",
             Property::SomeoneLeadsAfterFaults => "eventually: someone leads after the faults",
         }
     }
@@ -177,6 +184,8 @@ struct Node {
     guard: Option<Guard>,
     /// (instant, wake-ups at that instant): detects timers that never move.
     wakes_at_instant: (u64, u32),
+    /// When a clean shutdown began.
+    shutdown_at: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -432,6 +441,7 @@ impl World<'_> {
             wake_at: None,
             guard: None,
             wakes_at_instant: (0, 0),
+            shutdown_at: None,
         });
         self.hosts[host].current = Some(node);
         self.report.processes += 1;
@@ -502,6 +512,9 @@ impl World<'_> {
             }
         }
         if stopped {
+            if let Some(since) = self.nodes[node].shutdown_at {
+                self.check_shutdown_time(t, node, since);
+            }
             self.close_guard(t, node);
             self.nodes[node].machine = None;
             self.nodes[node].wake_at = None;
@@ -686,6 +699,7 @@ impl World<'_> {
         if self.hosts[host].restart_pending || self.nodes[node].machine.as_ref().is_none_or(Machine::is_stopping) {
             return;
         }
+        self.nodes[node].shutdown_at = Some(t);
         self.with_node(t, node, |m, now| m.shutdown(now));
         self.hosts[host].restart_pending = true;
         self.push(t + nanos(down), Ev::Restart { host });
@@ -796,8 +810,38 @@ impl World<'_> {
         }
     }
 
+    /// A shutdown waits for an acquire in flight (one operation timeout) and
+    /// then for its release (another).
+    fn check_shutdown_time(&mut self, t: u64, node: usize, since: u64) {
+        if !self.watchdog() {
+            // The blocking driver waits on a hung call for ever, by design.
+            return;
+        }
+        let host = self.nodes[node].host;
+        let o = self.s.timing.operation_timeout * 2;
+        let bound = u64::try_from(o.as_nanos() * u128::from(PPM) / u128::from(self.s.hosts[host].rate_ppm))
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        if t.saturating_sub(since) > bound {
+            let detail = format!(
+                "{} began shutting down at {:?} and had not stopped by {:?}",
+                self.nodes[node].identity,
+                dur(since),
+                dur(t)
+            );
+            self.violate(t, Property::ShutdownCompletes, detail);
+        }
+    }
+
     fn finish(&mut self, now: u64, end: u64) {
         self.report.virtual_time = dur(now);
+        if self.report.violation.is_none() {
+            for node in 0..self.nodes.len() {
+                if let (Some(since), Some(_)) = (self.nodes[node].shutdown_at, &self.nodes[node].machine) {
+                    self.check_shutdown_time(now, node, since);
+                }
+            }
+        }
         for node in self.leading.clone() {
             self.close_guard(end, node);
         }
