@@ -10,7 +10,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use leaderelection::sim::{
-    describe_failure, explore, from_hex, replay_command, run, Fault, Host, Property, Schedule, TimedFault, Variant,
+    describe_failure, explore, from_hex, replay_command, run, safe_rate_range, Fault, Host, Property, Schedule,
+    TimedFault, Variant,
 };
 use leaderelection::Timing;
 
@@ -137,6 +138,34 @@ fn control_no_margin_with_slow_clocks_is_caught() {
 fn control_clocks_skewed_past_the_margin_are_caught() {
     let (seed, _) = find_violation(Variant::SkewedPastMargin, Property::AtMostOneValidGuard, 3_000);
     passes_when_fixed(seed, Variant::SkewedPastMargin);
+}
+
+#[test]
+fn control_clocks_just_past_the_margin_are_caught() {
+    // 0.5 % to 2 % slower than the slowest safe rate: the margin is tight.
+    let (seed, _) = find_violation(Variant::JustPastMargin, Property::AtMostOneValidGuard, 2_000);
+    passes_when_fixed(seed, Variant::JustPastMargin);
+}
+
+#[test]
+fn clocks_at_the_slowest_safe_rate_are_safe() {
+    // The positive twin of the control above: the same fast-link schedules
+    // with every clock at the slowest rate the margin absorbs, `1 - margin /
+    // lease` (plus 20 ppm for rounding), under the production rules.
+    let mut violating = 0;
+    for seed in 0..1_000 {
+        let mut s = Schedule::from_seed(seed, Variant::JustPastMargin);
+        violating += u32::from(run(&s, false).violation.is_some());
+        s.variant = Variant::Normal;
+        let (slowest, _) = safe_rate_range(&s.timing);
+        assert_eq!(slowest, 900_020);
+        for h in &mut s.hosts {
+            h.rate_ppm = slowest;
+        }
+        let r = run(&s, false);
+        assert!(r.violation.is_none(), "seed {seed} at the boundary: {}", describe_failure(Some(seed), &s));
+    }
+    assert!(violating > 10, "the same schedules past the margin should fail; {violating} did");
 }
 
 #[test]

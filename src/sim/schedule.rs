@@ -31,6 +31,9 @@ pub enum Variant {
     /// **Broken on purpose.** The margin is kept but clocks run at 0.80 to
     /// 0.88 of the database's rate, past what a tenth of the lease absorbs.
     SkewedPastMargin,
+    /// **Broken on purpose.** The default timings, clocks just slower than
+    /// the margin absorbs: 0.980 to 0.995 of the slowest safe rate.
+    JustPastMargin,
     /// **Broken on purpose.** Deadlines anchored at the reply
     /// ([`MachineConfig::unsafe_anchor_at_reply`](crate::machine::MachineConfig)),
     /// with slow replies to some participants and fast ones to others.
@@ -47,10 +50,11 @@ pub enum Variant {
 
 impl Variant {
     /// Every variant, the production one first.
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 7] = [
         Variant::Normal,
         Variant::NoMarginSkewed,
         Variant::SkewedPastMargin,
+        Variant::JustPastMargin,
         Variant::AnchorAtReply,
         Variant::NoWatchdog,
         Variant::NeverCampaigns,
@@ -62,6 +66,7 @@ impl Variant {
             Variant::Normal => "normal",
             Variant::NoMarginSkewed => "no-margin-skewed",
             Variant::SkewedPastMargin => "skewed-past-margin",
+            Variant::JustPastMargin => "just-past-margin",
             Variant::AnchorAtReply => "anchor-at-reply",
             Variant::NoWatchdog => "no-watchdog",
             Variant::NeverCampaigns => "never-campaigns",
@@ -264,7 +269,7 @@ impl Schedule {
         let t = r.u8();
         let aux = r.u8();
         let mut timing = timing_template(t, aux);
-        if matches!(variant, Variant::AnchorAtReply | Variant::SkewedPastMargin) {
+        if matches!(variant, Variant::AnchorAtReply | Variant::SkewedPastMargin | Variant::JustPastMargin) {
             timing = Timing::default();
         }
         if variant == Variant::NoMarginSkewed {
@@ -284,12 +289,16 @@ impl Schedule {
                 },
                 Variant::NoMarginSkewed => 900_000 + 95_000 * u64::from(rate_b) / 255,
                 Variant::SkewedPastMargin => 800_000 + 80_000 * u64::from(rate_b) / 255,
+                Variant::JustPastMargin => (safe_lo - 20) * (980 + 15 * u64::from(rate_b) / 255) / 1000,
                 Variant::AnchorAtReply => PPM,
             };
             // Requests and replies each take up to a quarter of the operation
             // timeout, so a round trip always fits in half of it.
-            let req_hi = scale(op / 4, u64::from(req_b), 255);
-            let mut rep_hi = scale(op / 4, u64::from(rep_b), 255);
+            // (The just-past-margin control keeps links fast, so that a
+            // follower's claim lands inside the small overlap it creates.)
+            let link = if variant == Variant::JustPastMargin { op / 40 } else { op / 4 };
+            let req_hi = scale(link, u64::from(req_b), 255);
+            let mut rep_hi = scale(link, u64::from(rep_b), 255);
             let mut rep_lo = rep_hi / 2;
             if variant == Variant::AnchorAtReply && i % 2 == 0 {
                 // Replies slower than the margin but inside the timeout.
