@@ -3,7 +3,7 @@
 //! Each case is a function that takes the store under test, works on
 //! election names of its own (random, so runs can share one table), and
 //! panics with a message that names the broken rule. Run them all with
-//! [`run_all`], or get one `#[test]` per case with [`storetest_suite!`]:
+//! [`run_all`], or get one `#[test]` per case with [`storetest_suite!`](crate::storetest_suite):
 //!
 //! ```
 //! // In tests/my_store.rs of a crate that implements `Store`:

@@ -208,6 +208,24 @@ impl PostgresStore {
     /// [`PgManager::new`]; it is what gives calls their deadline. Turn
     /// `test_on_check_out` off unless you want an extra round trip per call.
     ///
+    /// ```no_run
+    /// use leaderelection::postgres::{PgManager, PostgresStore};
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let manager = PgManager::from_dsn("postgres://app@pgbouncer.internal:6432/app", None, None)?;
+    /// let pool = r2d2::Pool::builder()
+    ///     .max_size(8)
+    ///     .min_idle(Some(1))
+    ///     .test_on_check_out(false)
+    ///     .connection_timeout(Duration::from_secs(2))
+    ///     .build_unchecked(manager);
+    /// let store = PostgresStore::from_pool(pool, "ops", "leases")?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// A fatal [`StoreError`] when a name is invalid.
