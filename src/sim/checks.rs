@@ -4,6 +4,22 @@
 //! `tests/fuzz_corpus.rs` replays every committed corpus file through them,
 //! so plain `cargo test` checks the corpus with no fuzzer installed. Every
 //! input is acceptable: missing bytes read as zero.
+//!
+//! Fuzzing runs on stable with `cargo install cargo-fuzz`, then, from `fuzz/`,
+//! `cargo fuzz run --sanitizer none TARGET` (add a scratch directory before
+//! `corpus/TARGET` to keep the committed corpus small, and
+//! `-- -max_total_time=60` to bound the run). Measured on the 2-core
+//! development machine, 45 to 180 s per target, no failures after the first
+//! fix to the timing check:
+//!
+//! | target | executions per second |
+//! |---|---|
+//! | `timing_invariant` | 185,000 |
+//! | `lease_maths` | 175,000 |
+//! | `ident_quoting` | 160,000 |
+//! | `delays` | 79,000 |
+//! | `memstore_model` | 5,000 to 10,000 |
+//! | `simulation` | 160 to 520 |
 
 use std::collections::BTreeMap;
 use std::time::Duration;
