@@ -196,6 +196,7 @@ fn liveness_bound_is_the_stated_formula() {
         rep_delay: (Duration::from_millis(50), Duration::from_millis(300)),
         start_at: Duration::ZERO,
         release_on_shutdown: true,
+        guard_hold: Duration::ZERO,
     };
     let mut s = Schedule {
         bytes: Vec::new(),

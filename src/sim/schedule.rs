@@ -95,6 +95,11 @@ pub struct Host {
     pub start_at: Duration,
     /// Whether its processes release the lease when they shut down.
     pub release_on_shutdown: bool,
+    /// How long its program keeps the guards of a term after the term ends
+    /// (on its own clock). While it does, the elector holds the machine back
+    /// from campaigning ([`Machine::set_hold_back`](crate::machine::Machine::set_hold_back)).
+    /// Zero: guards are dropped at once.
+    pub guard_hold: Duration,
 }
 
 /// Which participant a fault hits.
@@ -315,6 +320,11 @@ impl Schedule {
                 rep_delay: (rep_lo, rep_hi_final),
                 start_at: scale(lease * 2, u64::from(start_b), 255),
                 release_on_shutdown: flags & 0x80 == 0,
+                guard_hold: if flags & 0x40 != 0 {
+                    scale(timing.retry_period, u64::from(flags & 0x3f) + 1, 64)
+                } else {
+                    Duration::ZERO
+                },
             });
         }
         let seed = r.u64();
@@ -408,12 +418,15 @@ impl Schedule {
     /// a follower polls at least every `1.2 * retry_period / r` (or 1 ms after
     /// the observed lease runs out, if that is sooner). Then at most a
     /// release of a stale fence, an inspect and an acquire, one round trip
-    /// each, plus the round trip of the poll itself.
+    /// each, plus the round trip of the poll itself. Hosts whose programs
+    /// keep guards after a term ends ([`Host::guard_hold`]) add the longest
+    /// hold to the local part.
     pub fn liveness_bound(&self) -> Duration {
         let t = &self.timing;
         let (d, rtt) = self.max_delays();
         let r = self.min_rate_ppm();
-        let local = t.operation_timeout + scale(t.retry_period, 6, 5) + Duration::from_millis(1);
+        let hold = self.hosts.iter().map(|h| h.guard_hold).max().unwrap_or_default();
+        let local = t.operation_timeout + scale(t.retry_period, 6, 5) + Duration::from_millis(1) + hold;
         d + t.lease_duration + scale(local, PPM, r) + rtt * 4
     }
 }
@@ -435,7 +448,7 @@ impl fmt::Display for Schedule {
         for (i, h) in self.hosts.iter().enumerate() {
             writeln!(
                 f,
-                "  host {i}: rate {:.6} offset {:?} req {:?}..{:?} rep {:?}..{:?} start {:?}{}",
+                "  host {i}: rate {:.6} offset {:?} req {:?}..{:?} rep {:?}..{:?} start {:?}{}{}",
                 h.rate_ppm as f64 / PPM as f64,
                 h.clock_offset,
                 h.req_delay.0,
@@ -443,7 +456,8 @@ impl fmt::Display for Schedule {
                 h.rep_delay.0,
                 h.rep_delay.1,
                 h.start_at,
-                if h.release_on_shutdown { "" } else { " no-release" }
+                if h.release_on_shutdown { "" } else { " no-release" },
+                if h.guard_hold.is_zero() { String::new() } else { format!(" holds guards {:?}", h.guard_hold) }
             )?;
         }
         for fault in &self.faults {

@@ -139,6 +139,7 @@ enum Ev {
     Wake { node: usize },
     Request { node: usize, call: Call },
     Reply { node: usize, id: CallId, outcome: Outcome },
+    GuardsDropped { node: usize },
     FaultStart(usize),
     FaultEnd(usize),
     End,
@@ -419,6 +420,10 @@ impl World<'_> {
                 self.note(t, 5, node as u64, id.0, || format!("n{node} reply {}: {}", id.0, show_outcome(&outcome)));
                 self.with_node(t, node, |m, now| m.handle_reply(now, id, outcome));
             }
+            Ev::GuardsDropped { node } => {
+                self.note(t, 6, node as u64, 0, || format!("n{node} drops the guards of its ended term"));
+                self.with_node(t, node, |m, now| m.set_hold_back(now, false));
+            }
             Ev::FaultStart(i) => self.fault_start(t, i),
             Ev::FaultEnd(i) => self.fault_end(t, i),
             Ev::End => {}
@@ -491,6 +496,7 @@ impl World<'_> {
                     self.note(t, 14, n, fence, || format!("n{node} TERM ENDED fence {fence}: {reason:?}"));
                     if self.nodes[node].guard.is_some_and(|g| g.term == term) {
                         self.close_guard(t, node);
+                        self.hold_guards(t, node);
                     } else {
                         let ident = self.nodes[node].identity.clone();
                         self.violate(t, Property::OutputsMatchMachine, format!("{ident} ended {term:?}, not live"));
@@ -519,6 +525,23 @@ impl World<'_> {
             self.nodes[node].machine = None;
             self.nodes[node].wake_at = None;
         }
+    }
+
+    /// A program that keeps the guards of an ended term a while: the elector
+    /// holds the machine back until the last one is dropped.
+    fn hold_guards(&mut self, t: u64, node: usize) {
+        let host = self.nodes[node].host;
+        let hold = self.s.hosts[host].guard_hold;
+        if hold.is_zero() {
+            return;
+        }
+        let now = self.local(host, t);
+        if let Some(m) = self.nodes[node].machine.as_mut() {
+            m.set_hold_back(now, true);
+        }
+        let real = u64::try_from(hold.as_nanos() * u128::from(PPM) / u128::from(self.s.hosts[host].rate_ppm))
+            .unwrap_or(u64::MAX);
+        self.push(t.saturating_add(real), Ev::GuardsDropped { node });
     }
 
     fn rearm(&mut self, t: u64, node: usize) {
