@@ -349,3 +349,48 @@ fn tls_require_never_falls_back_to_plaintext() {
     assert!(e.is_fatal(), "{e}");
     assert!(e.to_string().contains("TLS"), "{e}");
 }
+
+/// The server terminates the store's sessions (an admin, a failover, a
+/// pooler restart would look alike): the next call still succeeds, on a
+/// fresh connection, because a dead pooled connection is retried once.
+fn terminated_sessions_are_replaced(var: &str) {
+    store(var);
+    let app = format!("le_term_{}", random_tag());
+    let (host, port) = host_port(var);
+    let s = PostgresStore::builder(&dsn_via(var, &host, port, None, &format!("?application_name={app}")))
+        .table("public", TABLE)
+        .build()
+        .unwrap();
+    let name = format!("term-{}", random_tag());
+    let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let killed = |c: &mut postgres::Client| {
+        let rows = c
+            .simple_query(&format!(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = '{app}' AND pid <> pg_backend_pid()) t"
+            ))
+            .unwrap();
+        rows.iter()
+            .find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let mut admin = client(DIRECT);
+    for round in 0..3 {
+        assert_ne!(killed(&mut admin), "0", "round {round}: no session of the store to terminate");
+        let r = s.renew(&name, "a", l.fence, LONG, b"", T);
+        assert!(r.is_ok(), "round {round}: renew after the session was terminated: {r:?}");
+    }
+}
+
+#[test]
+fn terminated_sessions_are_replaced_direct() {
+    terminated_sessions_are_replaced(DIRECT);
+}
+
+#[test]
+fn terminated_sessions_are_replaced_pgbouncer() {
+    terminated_sessions_are_replaced(BOUNCER);
+}

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::error::Severity;
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
 
 use super::sql;
@@ -246,9 +247,10 @@ impl r2d2::HandleError<StoreError> for LogConnectErrors {
 /// How a call on one connection failed.
 #[derive(Debug)]
 pub(crate) enum CallError {
-    /// The server answered with an error; the connection may still be fine.
+    /// The server answered with an error; the session goes on.
     Db(tokio_postgres::Error),
-    /// The connection failed or was closed (`None`: closed without a word).
+    /// The connection failed or the session ended (`None`: without a word),
+    /// possibly with the server's FATAL message.
     Closed(Option<tokio_postgres::Error>),
     /// The deadline passed; the connection was dropped.
     TimedOut,
@@ -304,11 +306,18 @@ impl PgConnection {
                     self.driver = None;
                 }
                 r.map_err(|e| {
-                    if e.as_db_error().is_some() && !self.is_broken() {
-                        CallError::Db(e)
-                    } else if e.as_db_error().is_some() {
-                        // A FATAL from the server also ends the session.
+                    // A FATAL ends the session, though the driver may only
+                    // notice on its next poll.
+                    let fatal = e.as_db_error().is_some_and(|d| {
+                        matches!(d.parsed_severity(), Some(Severity::Fatal | Severity::Panic))
+                            || matches!(d.severity(), "FATAL" | "PANIC")
+                    });
+                    if fatal || self.is_broken() {
+                        // The session is gone (a FATAL such as 57P01 from an
+                        // idle connection the server terminated, or I/O).
                         self.driver = None;
+                        CallError::Closed(Some(e))
+                    } else if e.as_db_error().is_some() {
                         CallError::Db(e)
                     } else {
                         self.driver = None;
@@ -318,11 +327,7 @@ impl PgConnection {
             }
             Out::Ended(e) => {
                 self.driver = None;
-                match e {
-                    Some(e) if e.as_db_error().is_some() => Err(CallError::Db(e)),
-                    Some(e) => Err(CallError::Closed(Some(e))),
-                    None => Err(CallError::Closed(None)),
-                }
+                Err(CallError::Closed(e))
             }
             Out::Late => {
                 // Dropping the driver closes the socket now; the server (or

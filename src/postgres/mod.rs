@@ -319,11 +319,14 @@ impl PostgresStore {
         deadline: Instant,
         bounded: bool,
     ) -> Result<Vec<SimpleQueryMessage>, StoreError> {
-        // A pooled connection can be dead (the server restarted). Every
-        // operation is idempotent for its caller, so one retry on a fresh
-        // connection is safe; it only runs while time remains.
+        // Pooled connections can be dead (the server restarted or terminated
+        // them): each fails fast. Every operation is idempotent for its
+        // caller (a repeated acquire or renew by the same holder and fence
+        // lands on the same term), so retrying on the next connection is
+        // safe; at most once per pooled connection plus a fresh one, and only
+        // while time remains.
         let mut last = None;
-        for _ in 0..2 {
+        for _ in 0..=self.pool.max_size() {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 break;
