@@ -213,6 +213,13 @@ fn missing_table_is_fatal(var: &str) {
         assert!(leaders(&f).is_empty(), "someone leads without a table");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // A person fixes it (creates the table): the fleet elects one.
+    store_on(&dsn(DIRECT), &table).ensure_schema().expect("create the table");
+    let fixed = Instant::now();
+    one_leader(&f, Duration::from_secs(10));
+    eprintln!("{var}: a leader {:?} after the table was created", fixed.elapsed());
+    drop(f);
+    client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
 }
 
 #[test]

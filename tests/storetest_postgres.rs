@@ -394,3 +394,41 @@ fn terminated_sessions_are_replaced_direct() {
 fn terminated_sessions_are_replaced_pgbouncer() {
     terminated_sessions_are_replaced(BOUNCER);
 }
+
+/// Renewals stay HOT updates (no index writes; fillfactor 70 leaves room on
+/// the page, and no indexed column changes): after a few hundred renewals
+/// the server's statistics count nearly all of them HOT.
+#[test]
+fn renewals_are_hot_updates() {
+    let table = format!("le_hot_{}", random_tag());
+    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    let names: Vec<String> = (0..20).map(|i| format!("hot-{i}")).collect();
+    for n in &names {
+        s.acquire(n, "a", LONG, &[7u8; 200], T).unwrap();
+    }
+    for _ in 0..15 {
+        for n in &names {
+            s.renew(n, "a", 1, LONG, &[9u8; 200], T).unwrap();
+        }
+    }
+    // Closing the store's sessions makes their backends flush statistics.
+    drop(s);
+    let mut c = client(DIRECT);
+    let mut counts = (0i64, 0i64);
+    let ok = wait_for(Duration::from_secs(15), || {
+        let rows = c
+            .simple_query(&format!(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'public.{table}'::regclass"
+            ))
+            .unwrap();
+        if let Some(postgres::SimpleQueryMessage::Row(r)) = rows.iter().find(|m| matches!(m, postgres::SimpleQueryMessage::Row(_))) {
+            counts = (r.get(0).unwrap().parse().unwrap(), r.get(1).unwrap().parse().unwrap());
+        }
+        counts.0 >= 300
+    });
+    assert!(ok, "statistics never showed the 300 renewals: {counts:?}");
+    let (upd, hot) = counts;
+    assert!(hot * 10 >= upd * 9, "only {hot} of {upd} renewals were HOT updates");
+    c.batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
+}
