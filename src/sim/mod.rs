@@ -8,7 +8,9 @@
 //!   [`Machine`](crate::machine::Machine) driven exactly as the elector's
 //!   renewal loop drives it (`handle_timeout` when `poll_timeout` comes,
 //!   `handle_reply` when an answer arrives, outputs drained in order).
-//!   Guards are dropped as soon as a term ends, so no hold-back is needed.
+//!   Some hosts' programs keep the guards of an ended term a while
+//!   ([`Host::guard_hold`]); the driver then holds the machine back from
+//!   campaigning until they are dropped, as the elector does.
 //! - **One shared record**: a real [`MemStore`](crate::MemStore) on a manual
 //!   clock (so the reference store is exercised too). The database clock is
 //!   the true clock of the run and starts in 2023; each host's local clock
