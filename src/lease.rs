@@ -47,8 +47,10 @@ impl DbTime {
     /// end of the representable range. Stores that keep their own database
     /// clock (the in-memory store) use it to compute `expires_at`.
     pub fn saturating_add(self, d: Duration) -> DbTime {
-        let micros = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
-        DbTime(self.0.saturating_add(micros))
+        // In i128, where no u64-seconds duration in microseconds can
+        // overflow, then clamped to the range.
+        let sum = i128::from(self.0).saturating_add(i128::try_from(d.as_micros()).unwrap_or(i128::MAX));
+        DbTime(i64::try_from(sum).unwrap_or(i64::MAX))
     }
 }
 
@@ -181,6 +183,10 @@ mod tests {
         let l = lease(i64::MIN, i64::MAX);
         assert_eq!(l.ttl(), Duration::from_micros(i64::MAX as u64));
         assert!(DbTime(i64::MAX).saturating_add(Duration::MAX) == DbTime(i64::MAX));
+        // Found by the lease_maths fuzz target: from before 1970 a huge
+        // duration must still reach the end of the range.
+        assert_eq!(DbTime(i64::MIN).saturating_add(Duration::MAX), DbTime(i64::MAX));
+        assert_eq!(DbTime(-5).saturating_add(Duration::from_micros(3)), DbTime(-2));
         assert_eq!(DbTime(5).saturating_duration_since(DbTime(9)), Duration::ZERO);
     }
 

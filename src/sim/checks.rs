@@ -233,11 +233,8 @@ pub fn lease_maths(data: &[u8]) -> Result<(), String> {
     ensure!(l.expired() == (expires <= now), "expired {} for now {now} expires {expires}", l.expired());
     ensure!(l.held_by("h") != l.expired() && !l.held_by("x"), "held_by");
     let d = duration(&mut r);
-    // Instants after 1970 only: `saturating_add` clamps the duration to
-    // i64::MAX microseconds before adding, so from an instant before the
-    // epoch a huge duration lands short of the end of the range (found by
-    // this target; no database reports such instants).
-    let now = now.max(0);
+    // Any instant, before 1970 too: this target once found `saturating_add`
+    // landing short of the end of the range from a negative instant.
     let sum = DbTime::from_unix_micros(now).saturating_add(d).as_unix_micros();
     let want = (i128::from(now) + i128::try_from(d.as_micros()).unwrap_or(i128::MAX)).min(i128::from(i64::MAX));
     ensure!(i128::from(sum) == want, "{now} + {d:?} = {sum}, expected {want}");
