@@ -596,12 +596,13 @@ impl Driver {
     }
 
     fn guards_gone(&mut self, now: LocalTime, id: TermId) {
-        let live = {
+        let resigned = {
             let st = self.shared.state.lock();
-            st.term.as_ref().is_some_and(|t| t.id == id && t.guards() == 0 && !t.is_ended())
+            st.term.as_ref().is_some_and(|t| t.id == id && t.was_resigned())
         };
-        if live {
-            // The program let go of a live term: hand it over.
+        if resigned && self.machine.term().is_some_and(|t| t.id == id) {
+            // The program let go of a live term (its last guard ended it):
+            // hand it over.
             self.machine.resign(now, id);
             return;
         }
@@ -652,7 +653,8 @@ fn watchdog(shared: Arc<Shared>, terms: Receiver<Arc<TermShared>>) {
                     );
                     let mut st = shared.state.lock();
                     if st.term.as_ref().is_some_and(|t| Arc::ptr_eq(t, &term)) {
-                        st.last_error = Some(ElectionError::LeaseExpiredLocally);
+                        let cause = st.last_error.take().map(Box::new);
+                        st.last_error = Some(ElectionError::LeaseExpiredLocally { cause });
                     }
                     shared.changed.notify_all();
                 }

@@ -53,8 +53,12 @@ pub enum ElectionError {
     },
     /// The leader stepped down because no renewal confirmed its lease before
     /// the local deadline. Nobody may have taken the lease; this process just
-    /// ran out of evidence that it still held it.
-    LeaseExpiredLocally,
+    /// ran out of evidence that it still held it. `cause` is the last failure
+    /// before the deadline, if any (kept as `source()` too).
+    LeaseExpiredLocally {
+        /// The failure that kept the renewals from landing.
+        cause: Option<Box<ElectionError>>,
+    },
     /// Too many earlier store calls are still hung, so no new one was started.
     TooManyHungCalls {
         /// How many are hung.
@@ -89,7 +93,12 @@ impl fmt::Display for ElectionError {
         match self {
             ElectionError::Store { op, error } => write!(f, "{op} failed: {error}"),
             ElectionError::Timeout { op, after } => write!(f, "{op} gave no answer within {after:?}"),
-            ElectionError::LeaseExpiredLocally => f.write_str("lease expired locally before a renewal confirmed it"),
+            ElectionError::LeaseExpiredLocally { cause: None } => {
+                f.write_str("lease expired locally before a renewal confirmed it")
+            }
+            ElectionError::LeaseExpiredLocally { cause: Some(cause) } => {
+                write!(f, "lease expired locally before a renewal confirmed it: {cause}")
+            }
             ElectionError::TooManyHungCalls { hung } => {
                 write!(f, "{hung} store calls are still hung; not starting another")
             }
@@ -102,6 +111,7 @@ impl StdError for ElectionError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             ElectionError::Store { error, .. } => Some(error),
+            ElectionError::LeaseExpiredLocally { cause: Some(cause) } => Some(&**cause),
             _ => None,
         }
     }

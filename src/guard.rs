@@ -252,17 +252,14 @@ impl Drop for LeaderGuard {
         if self.term.guards.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        match &self.term.link {
-            Some(link) => {
-                // The elector decides, under its lock, whether the term is
-                // still live and so whether to resign.
-                let _ = link.send(Command::GuardsGone(self.term.id));
-            }
-            None => {
-                if self.term.end() {
-                    self.term.resigned.store(true, Ordering::Release);
-                }
-            }
+        // The last guard of a live term: the term ends here and now, so no
+        // later `wait_leader` can hand out a guard of it and quietly cancel
+        // the resignation. The elector then releases the lease.
+        if self.term.end() {
+            self.term.resigned.store(true, Ordering::Release);
+        }
+        if let Some(link) = &self.term.link {
+            let _ = link.send(Command::GuardsGone(self.term.id));
         }
     }
 }

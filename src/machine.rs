@@ -747,7 +747,8 @@ impl Machine {
                 self.pending_release = Some(term.fence);
             }
             if reason == EndReason::ExpiredLocally {
-                self.last_error = Some(ElectionError::LeaseExpiredLocally);
+                let cause = self.last_error.take().map(Box::new);
+                self.last_error = Some(ElectionError::LeaseExpiredLocally { cause });
             }
             self.outputs.push_back(Output::TermEnded { term: term.id, fence: term.fence, reason });
         }

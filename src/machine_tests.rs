@@ -323,7 +323,10 @@ fn hung_renewals_end_the_term_at_its_deadline_exactly() {
     assert_eq!(r.ended(), [EndReason::ExpiredLocally]);
     assert_eq!(r.now, deadline, "ended at the deadline, not later");
     assert!(!r.m.is_leader(r.now));
-    assert!(matches!(r.m.last_error(), Some(ElectionError::LeaseExpiredLocally)));
+    let Some(ElectionError::LeaseExpiredLocally { cause: Some(cause) }) = r.m.last_error() else {
+        panic!("{:?}", r.m.last_error())
+    };
+    assert!(matches!(**cause, ElectionError::Timeout { op: OpKind::Renew, .. }), "the hung renewal is kept: {cause}");
     let abandoned = r.log.iter().filter(|o| matches!(o, Output::CallAbandoned(_))).count();
     assert!(abandoned >= 1, "hung calls were abandoned at the operation timeout");
 }

@@ -97,6 +97,20 @@ fn dropping_the_last_guard_resigns_and_hands_over_at_once() {
 }
 
 #[test]
+fn a_guard_taken_right_after_the_last_drop_does_not_cancel_the_resignation() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let first = lead(&a);
+    let fence = first.fence();
+    drop(first);
+    // Whatever the renewal thread has processed yet, the dropped term is over.
+    if let Some(g) = a.guard() {
+        assert!(g.fence() > fence, "a guard of the resigned term was handed out");
+    }
+    assert!(eventually(Duration::from_secs(2), || store.stats().releases >= 1), "released");
+}
+
+#[test]
 fn resign_reports_the_release_and_waits_before_campaigning_again() {
     let store = MemStore::new();
     let a = start(&store, "a");
@@ -197,7 +211,7 @@ fn a_hung_store_steps_the_leader_down_at_its_deadline() {
     assert!(!a.is_leader());
     assert!(eventually(Duration::from_secs(1), || matches!(
         a.status().last_error,
-        Some(ElectionError::LeaseExpiredLocally | ElectionError::Timeout { .. } | ElectionError::TooManyHungCalls { .. })
+        Some(ElectionError::LeaseExpiredLocally { .. } | ElectionError::Timeout { .. } | ElectionError::TooManyHungCalls { .. })
     )));
     // Shutdown does not wait on the hung store either.
     let t0 = Instant::now();
