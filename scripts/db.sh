@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Database servers for the PostgreSQL suites. Source it (scripts/test.sh does):
 #   source scripts/db.sh
-# It installs what is missing (postgresql, pgbouncer) with apt-get, starts
+# It installs what is missing (postgresql, pgbouncer, and libssl-dev and
+# pkg-config for the TLS build) with apt-get, starts
 # PostgreSQL if it is down, creates the `test` database and the `root` role,
 # writes a pgbouncer.ini (transaction mode, 127.0.0.1, its own port) under a
 # temporary directory, starts PgBouncer as user `postgres`, and exports:
@@ -18,6 +19,9 @@ le_db_main() {
     command -v pg_ctlcluster >/dev/null 2>&1 || missing+=(postgresql)
     command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
     command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+    # The postgres feature builds native-tls against the system OpenSSL.
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    [ -f /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "db.sh: installing ${missing[*]}" >&2
         DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >/dev/null \
