@@ -71,6 +71,64 @@ pub fn quote_mysql(what: &'static str, ident: &str) -> Result<String, IdentError
     Ok(format!("`{}`", ident.replace('`', "``")))
 }
 
+/// Writes `value` as a PostgreSQL string literal, `E'…'` with `'` doubled
+/// and `\` doubled, which the server reads back as `value` whatever
+/// `standard_conforming_strings` says. For statements sent with the
+/// simple-query protocol, which has no parameters. `what` names the value in
+/// errors.
+///
+/// # Errors
+///
+/// `value` holds NUL, which PostgreSQL text cannot store.
+///
+/// # Examples
+///
+/// ```
+/// use leaderelection::ident::quote_postgres_literal;
+/// assert_eq!(quote_postgres_literal("identity", r"it's a").unwrap(), r"E'it''s a\b'");
+/// ```
+pub fn quote_postgres_literal(what: &'static str, value: &str) -> Result<String, IdentError> {
+    if value.contains('\0') {
+        return Err(IdentError { what, reason: "holds a NUL character, which PostgreSQL text cannot store".into() });
+    }
+    let mut out = String::with_capacity(value.len() + 4);
+    out.push_str("E'");
+    for c in value.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    Ok(out)
+}
+
+/// Reads an `E'…'` literal the way the server does, for the escapes
+/// [`quote_postgres_literal`] writes (`''`, `\\`, `\'`); any other escape,
+/// or a quote that would end the literal before the end of the input, gives
+/// `None`. Used by the fuzz targets to show no value can break out.
+pub fn unquote_postgres_literal(quoted: &str) -> Option<String> {
+    let inner = quoted.strip_prefix("E'")?;
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => match chars.next() {
+                Some('\'') => out.push('\''),
+                None => return Some(out), // the closing quote, at the very end
+                Some(_) => return None,   // the literal ended early
+            },
+            '\\' => match chars.next() {
+                Some(e @ ('\\' | '\'')) => out.push(e),
+                _ => return None,
+            },
+            c => out.push(c),
+        }
+    }
+    None // never closed
+}
+
 /// Reverses [`quote_postgres`] for a well-formed quoted identifier: what the
 /// server would read back. Used by the fuzz targets to check round trips.
 pub fn unquote_postgres(quoted: &str) -> Option<String> {
@@ -116,6 +174,18 @@ mod tests {
         assert!(quote_mysql("t", "trailing ").is_err());
         assert!(quote_mysql("t", &"é".repeat(64)).is_ok());
         assert_eq!(quote_mysql("schema", "").unwrap_err().to_string(), "invalid schema name: must not be empty");
+    }
+
+    #[test]
+    fn literals_round_trip_and_cannot_break_out() {
+        for value in ["", "plain", "it's", "\\", "\\'", "'; DROP TABLE t; --", "a''b", "é✓"] {
+            let q = quote_postgres_literal("v", value).unwrap();
+            assert_eq!(unquote_postgres_literal(&q).as_deref(), Some(value), "{q}");
+        }
+        assert!(quote_postgres_literal("identity", "a\0b").unwrap_err().to_string().contains("NUL"));
+        assert_eq!(unquote_postgres_literal("E'a'b'"), None, "a quote that ends the literal early");
+        assert_eq!(unquote_postgres_literal("E'a\\n'"), None, "an escape the quoter never writes");
+        assert_eq!(unquote_postgres_literal("E'open"), None);
     }
 
     #[test]

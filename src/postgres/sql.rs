@@ -51,21 +51,8 @@ pub(crate) fn bounded(body: &str, remaining: Duration) -> String {
 }
 
 /// A string literal that means `s` whatever `standard_conforming_strings` is.
-pub(crate) fn literal(what: &str, s: &str) -> Result<String, StoreError> {
-    if s.contains('\0') {
-        return Err(StoreError::fatal(format!("{what} holds a NUL character, which PostgreSQL text cannot store")));
-    }
-    let mut out = String::with_capacity(s.len() + 4);
-    out.push_str("E'");
-    for c in s.chars() {
-        match c {
-            '\'' => out.push_str("''"),
-            '\\' => out.push_str("\\\\"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    Ok(out)
+pub(crate) fn literal(what: &'static str, s: &str) -> Result<String, StoreError> {
+    crate::ident::quote_postgres_literal(what, s).map_err(|e| StoreError::fatal(e.to_string()))
 }
 
 fn bytes(payload: &[u8]) -> String {

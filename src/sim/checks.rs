@@ -28,7 +28,10 @@ use super::rng::{scale, Bytes};
 use super::schedule::{Schedule, Variant};
 use super::world::{run, DB_BASE_MICROS};
 use crate::config::{Timing, MAX_DURATION};
-use crate::ident::{quote_mysql, quote_postgres, unquote_mysql, unquote_postgres, MAX_MYSQL_IDENT, MAX_POSTGRES_IDENT};
+use crate::ident::{
+    quote_mysql, quote_postgres, quote_postgres_literal, unquote_mysql, unquote_postgres, unquote_postgres_literal,
+    MAX_MYSQL_IDENT, MAX_POSTGRES_IDENT,
+};
 use crate::lease::{DbTime, Lease};
 use crate::machine::{jitter, Call, LocalTime, Machine, MachineConfig, Op, Outcome, Output};
 use crate::memstore::{MemStats, MemStore};
@@ -386,6 +389,15 @@ pub fn ident_quoting(data: &[u8]) -> Result<(), String> {
             ensure!(unquote_mysql(&q).as_deref() == Some(name.as_str()), "mysql round trip of {name:?} via {q:?}");
         }
         Err(e) => ensure!(!my_ok, "mysql refused {name:?}: {e}"),
+    }
+    // The same text as a string literal (how the PostgreSQL store writes
+    // names and identities): it reads back as itself and cannot end early.
+    match quote_postgres_literal("value", &name) {
+        Ok(q) => ensure!(
+            unquote_postgres_literal(&q).as_deref() == Some(name.as_str()),
+            "literal round trip of {name:?} via {q:?}"
+        ),
+        Err(e) => ensure!(name.contains('\0'), "literal refused {name:?}: {e}"),
     }
     // Arbitrary text handed to the unquoters: whatever they accept must be
     // what quoting gives back.
