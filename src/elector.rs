@@ -472,6 +472,7 @@ impl Driver {
                         Ok(Command::Shutdown { release: false }) => self.machine.shutdown_without_release(now),
                         Ok(Command::Resign(term, reply)) => self.resign(now, term, reply),
                         Ok(Command::GuardsGone(term)) => self.guards_gone(now, term),
+                        Ok(Command::Expired(term)) => self.machine.expire(now, term),
                     }
                 }
                 recv(timeout) -> _ => {
@@ -506,9 +507,18 @@ impl Driver {
                 Output::CallAbandoned(id) => self.callers.abandon(id),
                 Output::TermStarted { term, fence, deadline } => self.term_started(term, fence, deadline),
                 Output::DeadlineExtended { term, deadline } => {
-                    let st = self.shared.state.lock();
-                    if let Some(t) = st.term.as_ref().filter(|t| t.id == term) {
-                        t.set_deadline(deadline.as_duration());
+                    let ended = {
+                        let st = self.shared.state.lock();
+                        st.term.as_ref().filter(|t| t.id == term).is_some_and(|t| {
+                            t.set_deadline(deadline.as_duration());
+                            // Someone saw the old deadline pass before the
+                            // extension landed: the term stays over.
+                            t.is_ended()
+                        })
+                    };
+                    if ended {
+                        let now = self.now();
+                        self.machine.expire(now, term);
                     }
                 }
                 Output::TermEnded { term, fence, reason } => {
@@ -646,7 +656,7 @@ fn watchdog(shared: Arc<Shared>, terms: Receiver<Arc<TermShared>>) {
                     current = Some(term);
                     continue;
                 }
-                if term.end() {
+                if term.expire() {
                     log::warn!(
                         "leaderelection: {:?}: {:?} stepped down at its local deadline (fence {})",
                         shared.name, shared.identity, term.fence

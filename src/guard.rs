@@ -17,6 +17,8 @@ pub(crate) enum Command {
     GuardsGone(TermId),
     /// `LeaderGuard::resign`: end the term, release, answer.
     Resign(TermId, Sender<Result<(), ElectionError>>),
+    /// The watchdog ended a term at its deadline.
+    Expired(TermId),
     /// `Elector::shutdown`; `false` skips the release.
     Shutdown { release: bool },
 }
@@ -64,9 +66,32 @@ impl TermShared {
 
     /// The term is live and its deadline, re-read against the monotonic
     /// clock now, has not passed.
+    ///
+    /// Whoever first sees the deadline passed (a guard, the elector, the
+    /// watchdog) ends the term there and then, so a renewal answer that
+    /// arrives a moment later cannot make it valid again: once false, false
+    /// forever. The elector is told, so its state machine ends the term too.
     pub(crate) fn is_valid(&self) -> bool {
-        !self.ended.load(Ordering::Acquire)
-            && nanos(self.origin.elapsed()) < self.deadline_nanos.load(Ordering::Acquire)
+        if self.ended.load(Ordering::Acquire) {
+            return false;
+        }
+        if nanos(self.origin.elapsed()) < self.deadline_nanos.load(Ordering::Acquire) {
+            return true;
+        }
+        self.expire();
+        false
+    }
+
+    /// Ends the term because its deadline passed, and tells the elector.
+    /// Returns whether this call was the one that ended it.
+    pub(crate) fn expire(&self) -> bool {
+        let first = self.end();
+        if first {
+            if let Some(link) = &self.link {
+                let _ = link.send(Command::Expired(self.id));
+            }
+        }
+        first
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -280,5 +305,36 @@ impl WaitTimeoutResult {
     /// ended.
     pub fn timed_out(self) -> bool {
         self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn once_seen_expired_a_late_extension_cannot_revive_the_term() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let term = Arc::new(TermShared::new(TermId(7), 3, Instant::now(), Duration::ZERO, Some(tx)));
+        let guard = term.guard();
+        assert!(!guard.is_valid(), "deadline already passed");
+        // A renewal answer taken just before the deadline lands just after.
+        term.set_deadline(Duration::from_secs(3600));
+        assert!(!guard.is_valid(), "once false, false forever");
+        assert!(term.is_ended());
+        assert!(matches!(rx.try_recv(), Ok(Command::Expired(TermId(7)))), "the elector is told");
+        assert!(!guard.is_valid());
+        assert!(rx.try_recv().is_err(), "told once");
+        assert!(guard.lost().try_recv().is_err_and(|e| e.is_disconnected()));
+        std::mem::forget(guard); // its drop would send GuardsGone; not under test here
+    }
+
+    #[test]
+    fn an_extension_before_anyone_saw_the_deadline_keeps_the_term() {
+        let term = Arc::new(TermShared::new(TermId(1), 1, Instant::now(), Duration::from_secs(3600), None));
+        let guard = term.guard();
+        term.set_deadline(Duration::from_secs(7200));
+        assert!(guard.is_valid());
+        assert!(guard.valid_until() > Instant::now() + Duration::from_secs(7000));
     }
 }

@@ -513,6 +513,19 @@ impl Machine {
         self.step(now);
     }
 
+    /// Ends term `term` as expired: the driver's watchdog found its deadline
+    /// passed. The machine normally sees that itself; this keeps the two in
+    /// step when a renewal answer was taken just before the deadline while
+    /// the watchdog ended the term just after it. The fence is released and
+    /// not led under again, as for any term that ran out locally.
+    pub fn expire(&mut self, now: LocalTime, term: TermId) {
+        if self.term.is_some_and(|t| t.id == term) && self.mode == Mode::Running {
+            self.end_term(EndReason::ExpiredLocally);
+            self.next_call_at = Some(now);
+        }
+        self.step(now);
+    }
+
     /// Tells the machine whether guards of an ended term are still alive. While
     /// they are, it observes the lease but does not campaign, so two terms of
     /// this process never overlap in user code.

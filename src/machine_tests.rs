@@ -650,3 +650,23 @@ fn two_participants_never_both_lead() {
     }
     assert!(a.m.is_leader(a.now) || b.m.is_leader(b.now));
 }
+
+#[test]
+fn an_expire_from_the_watchdog_ends_an_extended_term_and_burns_its_fence() {
+    let mut r = Rig::new("a");
+    r.run_for(ms(100));
+    let term = r.m.term().unwrap();
+    // The machine still believes in the term (a renewal just extended it),
+    // but the driver's watchdog ended it.
+    r.m.expire(r.now, term.id);
+    r.collect();
+    assert_eq!(r.ended(), [EndReason::ExpiredLocally]);
+    assert!(!r.m.is_leader(r.now));
+    // An expire for a term that is already over changes nothing.
+    r.m.expire(r.now, term.id);
+    r.collect();
+    assert_eq!(r.ended().len(), 1);
+    r.run_for(ms(10_000));
+    let fences: Vec<u64> = r.started().iter().map(|s| s.0).collect();
+    assert_eq!(fences, [1, 2], "fence 1 is released and not led under again: {:?}", r.calls());
+}
