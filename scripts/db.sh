@@ -8,6 +8,8 @@
 # temporary directory, starts PgBouncer as user `postgres`, and exports:
 #   LE_PG_DSN          PostgreSQL, direct
 #   LE_PGBOUNCER_DSN   the same database through PgBouncer in transaction mode
+# and, for the SIGSTOP test, a private cluster (LE_PG_PAUSE_DSN, LE_PG_PAUSE_DATA;
+# see the last section).
 # Safe to run twice: a PgBouncer already answering on the port is reused.
 
 le_db_main() {
@@ -88,3 +90,57 @@ INI
 }
 
 le_db_main || { echo "db.sh: database setup failed" >&2; return 1 2>/dev/null || exit 1; }
+
+# ---------------------------------------------------------------------------
+# A private throwaway PostgreSQL cluster for tests/postgres_pause.rs, which
+# freezes the server with SIGSTOP. It must never be the shared server above:
+# other suites use that one at the same time. Trust auth, 127.0.0.1 only, its
+# own port and socket directory. Exports:
+#   LE_PG_PAUSE_DSN    postgres://postgres@127.0.0.1:PORT/postgres
+#   LE_PG_PAUSE_DATA   its data directory (postmaster.pid names the postmaster)
+# Idempotent: a cluster already answering is reused; one a previous run left
+# stopped (SIGSTOP) is continued first.
+le_db_pause_main() {
+    local port="${LE_PG_PAUSE_PORT:-5441}"
+    local dir="${TMPDIR:-/tmp}/leaderelection-pgpause"
+    local ver bin
+    ver="$(ls /usr/lib/postgresql | sort -V | tail -n1)"
+    bin="/usr/lib/postgresql/$ver/bin"
+
+    # A previous run killed before its thaw: continue the postmaster and all
+    # its children, or pg_isready below would hang on the stopped server.
+    if [ -f "$dir/postmaster.pid" ]; then
+        local pm
+        pm="$(head -n1 "$dir/postmaster.pid")"
+        if [ -n "$pm" ] && kill -0 "$pm" 2>/dev/null; then
+            kill -CONT "$pm" $(pgrep -P "$pm") 2>/dev/null || true
+        fi
+    fi
+
+    if ! pg_isready -q -t 2 -h 127.0.0.1 -p "$port"; then
+        if [ ! -f "$dir/PG_VERSION" ]; then
+            rm -rf "$dir"
+            mkdir -p "$dir"
+            chown postgres: "$dir"
+            chmod 700 "$dir"
+            echo "db.sh: creating the private PostgreSQL $ver cluster in $dir" >&2
+            runuser -u postgres -- "$bin/initdb" -D "$dir" -A trust -U postgres --no-sync >/dev/null \
+                || { echo "db.sh: initdb failed in $dir" >&2; return 1; }
+        fi
+        local opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=on"
+        if ! runuser -u postgres -- "$bin/pg_ctl" -D "$dir" -o "$opts" -l "$dir/log" start -w -t 30 >/dev/null; then
+            # A half-dead server from an earlier run: stop it hard and retry.
+            runuser -u postgres -- "$bin/pg_ctl" -D "$dir" stop -m immediate -w -t 10 >/dev/null 2>&1 || true
+            runuser -u postgres -- "$bin/pg_ctl" -D "$dir" -o "$opts" -l "$dir/log" start -w -t 30 >/dev/null \
+                || { echo "db.sh: the private cluster did not start; see $dir/log" >&2; return 1; }
+        fi
+        pg_isready -q -t 5 -h 127.0.0.1 -p "$port" \
+            || { echo "db.sh: the private cluster does not answer on $port" >&2; return 1; }
+    fi
+
+    export LE_PG_PAUSE_DSN="postgres://postgres@127.0.0.1:$port/postgres"
+    export LE_PG_PAUSE_DATA="$dir"
+    echo "db.sh: LE_PG_PAUSE_DSN=$LE_PG_PAUSE_DSN LE_PG_PAUSE_DATA=$LE_PG_PAUSE_DATA" >&2
+}
+
+le_db_pause_main || { echo "db.sh: private cluster setup failed" >&2; return 1 2>/dev/null || exit 1; }
