@@ -85,7 +85,7 @@ pub fn quote_mysql(what: &'static str, ident: &str) -> Result<String, IdentError
 ///
 /// ```
 /// use leaderelection::ident::quote_postgres_literal;
-/// assert_eq!(quote_postgres_literal("identity", r"it's a").unwrap(), r"E'it''s a\b'");
+/// assert_eq!(quote_postgres_literal("identity", r"it's a\b").unwrap(), r"E'it''s a\\b'");
 /// ```
 pub fn quote_postgres_literal(what: &'static str, value: &str) -> Result<String, IdentError> {
     if value.contains('\0') {
