@@ -45,7 +45,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         // The work loop: wait to lead, then work while the guard is valid.
         let worker = thread::spawn(move || {
             while let Ok(guard) = e.wait_leader() {
-                let _ = tx.send(Started { identity: e.identity().to_owned(), fence: guard.fence(), at: Instant::now() });
+                let _ =
+                    tx.send(Started { identity: e.identity().to_owned(), fence: guard.fence(), at: Instant::now() });
                 while guard.is_valid() {
                     // A real program writes here, stamped with guard.fence().
                     let _ = guard.wait_lost_timeout(Duration::from_millis(100));

@@ -821,12 +821,8 @@ fn failed(op: Op, e: ElectionError) -> Outcome {
 }
 
 fn run_call(job: &Job) -> Outcome {
-    let (store, name, id, t) = (&job.store, &*job.name, &*job.identity, job.timeout);
-    let result = catch_unwind(AssertUnwindSafe(|| match job.call.op {
-        Op::Inspect => Outcome::Lease(store.inspect(name, t)),
-        Op::Acquire { ttl } => Outcome::Lease(store.acquire(name, id, ttl, &job.payload, t)),
-        Op::Renew { fence, ttl } => Outcome::Lease(store.renew(name, id, fence, ttl, &job.payload, t)),
-        Op::Release { fence } => Outcome::Released(store.release(name, id, fence, t)),
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        job.call.op.run(&*job.store, &job.name, &job.identity, &job.payload, job.timeout)
     }));
     result.unwrap_or_else(|_| {
         failed(job.call.op, ElectionError::store(job.call.op.kind(), StoreError::fatal("store call panicked")))

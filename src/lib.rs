@@ -78,9 +78,9 @@ mod identity;
 mod lease;
 pub mod machine;
 mod memstore;
-pub mod sim;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod sim;
 mod store;
 #[cfg(feature = "storetest")]
 pub mod storetest;
@@ -97,6 +97,6 @@ pub use guard::{LeaderGuard, WaitTimeoutResult};
 pub use identity::{generate_identity, IdentityError};
 pub use lease::{DbTime, Lease};
 pub use memstore::{MemStats, MemStore};
-pub use store::{ErrorKind, Store, StoreError};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use store::{ErrorKind, Store, StoreError};

@@ -22,8 +22,8 @@
 //!    arrives.
 //!
 //! ```
-//! use leaderelection::machine::{LocalTime, Machine, MachineConfig, Op, Outcome, Output};
-//! use leaderelection::{MemStore, Store, Timing};
+//! use leaderelection::machine::{LocalTime, Machine, MachineConfig, Output};
+//! use leaderelection::{MemStore, Timing};
 //! use std::time::Duration;
 //!
 //! let store = MemStore::new();
@@ -35,13 +35,7 @@
 //! while fence.is_none() {
 //!     match m.poll_output() {
 //!         Some(Output::Call(call)) => {
-//!             let t = timing.operation_timeout;
-//!             let outcome = match call.op {
-//!                 Op::Inspect => Outcome::Lease(store.inspect("jobs", t)),
-//!                 Op::Acquire { ttl } => Outcome::Lease(store.acquire("jobs", "me", ttl, b"", t)),
-//!                 Op::Renew { fence, ttl } => Outcome::Lease(store.renew("jobs", "me", fence, ttl, b"", t)),
-//!                 Op::Release { fence } => Outcome::Released(store.release("jobs", "me", fence, t)),
-//!             };
+//!             let outcome = call.op.run(&store, "jobs", "me", b"", timing.operation_timeout);
 //!             now = now + Duration::from_millis(1);
 //!             m.handle_reply(now, call.id, outcome);
 //!         }
@@ -64,7 +58,7 @@ use std::time::Duration;
 use crate::config::Timing;
 use crate::error::{ElectionError, OpKind};
 use crate::lease::Lease;
-use crate::store::StoreError;
+use crate::store::{Store, StoreError};
 
 /// A reading of the local monotonic clock, as a distance from an origin the
 /// driver chooses (the elector's start, or zero in a simulation).
@@ -139,6 +133,25 @@ pub enum Op {
 }
 
 impl Op {
+    /// Runs this operation on `store` for participant `identity` in election
+    /// `name`, publishing `payload`, and wraps the answer for
+    /// [`Machine::handle_reply`]. Blocks for the store call.
+    pub fn run<S: Store + ?Sized>(
+        self,
+        store: &S,
+        name: &str,
+        identity: &str,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Outcome {
+        match self {
+            Op::Inspect => Outcome::Lease(store.inspect(name, timeout)),
+            Op::Acquire { ttl } => Outcome::Lease(store.acquire(name, identity, ttl, payload, timeout)),
+            Op::Renew { fence, ttl } => Outcome::Lease(store.renew(name, identity, fence, ttl, payload, timeout)),
+            Op::Release { fence } => Outcome::Released(store.release(name, identity, fence, timeout)),
+        }
+    }
+
     /// The operation's name.
     pub fn kind(&self) -> OpKind {
         match self {

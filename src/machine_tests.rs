@@ -41,7 +41,15 @@ impl Rig {
     fn with(id: &str, store: MemStore, timing: Timing, seed: u64) -> Rig {
         let m = Machine::new(MachineConfig::new(id, timing, seed));
         // Local time starts at an arbitrary origin far from the database's.
-        Rig { m, store, id: id.into(), now: LocalTime::from_duration(ms(5_000)), latency: ms(10), log: vec![], pending: vec![] }
+        Rig {
+            m,
+            store,
+            id: id.into(),
+            now: LocalTime::from_duration(ms(5_000)),
+            latency: ms(10),
+            log: vec![],
+            pending: vec![],
+        }
     }
 
     fn collect(&mut self) {
@@ -57,13 +65,7 @@ impl Rig {
     }
 
     fn execute(&self, op: Op) -> Outcome {
-        let (s, id) = (&self.store, self.id.as_str());
-        match op {
-            Op::Inspect => Outcome::Lease(s.inspect(NAME, OPT)),
-            Op::Acquire { ttl } => Outcome::Lease(s.acquire(NAME, id, ttl, b"", OPT)),
-            Op::Renew { fence, ttl } => Outcome::Lease(s.renew(NAME, id, fence, ttl, b"", OPT)),
-            Op::Release { fence } => Outcome::Released(s.release(NAME, id, fence, OPT)),
-        }
+        op.run(&self.store, NAME, &self.id, b"", OPT)
     }
 
     /// Moves both clocks forward.

@@ -315,7 +315,8 @@ pub fn concurrent_acquire_exactly_one_wins(s: &dyn Store) {
                     .collect();
                 handles.into_iter().map(|h| h.join().expect("acquiring thread panicked")).collect()
             });
-            let winners: Vec<&str> = results.iter().filter(|(id, l)| l.held_by(id)).map(|(id, _)| id.as_str()).collect();
+            let winners: Vec<&str> =
+                results.iter().filter(|(id, l)| l.held_by(id)).map(|(id, _)| id.as_str()).collect();
             assert_eq!(winners.len(), 1, "round {round} phase {phase}: exactly one must win, won: {winners:?}");
             let winner = winners[0];
             for (id, l) in &results {
@@ -382,8 +383,7 @@ pub fn elections_share_one_table(s: &dyn Store) {
         format!("{base}/ünïcødé ✓"),
     ];
     let ids = ["a", "b", "c'", "d\\"];
-    let leases: Vec<Lease> =
-        names.iter().zip(ids).map(|(n, id)| acquire(s, n, id, LONG, id.as_bytes())).collect();
+    let leases: Vec<Lease> = names.iter().zip(ids).map(|(n, id)| acquire(s, n, id, LONG, id.as_bytes())).collect();
     for ((n, id), l) in names.iter().zip(ids).zip(&leases) {
         assert!(l.held_by(id), "{id} must lead {n} independently: {l:?}");
         assert_eq!((l.fence, l.name.as_str()), (1, n.as_str()));

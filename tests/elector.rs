@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{
-    Config, ElectionError, Elector, ErrorKind, LeaderGuard, MemStore, Timing, WaitLeaderError,
-};
+use leaderelection::{Config, ElectionError, Elector, ErrorKind, LeaderGuard, MemStore, Timing, WaitLeaderError};
 
 const NAME: &str = "jobs";
 
@@ -211,7 +209,11 @@ fn a_hung_store_steps_the_leader_down_at_its_deadline() {
     assert!(!a.is_leader());
     assert!(eventually(Duration::from_secs(1), || matches!(
         a.status().last_error,
-        Some(ElectionError::LeaseExpiredLocally { .. } | ElectionError::Timeout { .. } | ElectionError::TooManyHungCalls { .. })
+        Some(
+            ElectionError::LeaseExpiredLocally { .. }
+                | ElectionError::Timeout { .. }
+                | ElectionError::TooManyHungCalls { .. }
+        )
     )));
     // Shutdown does not wait on the hung store either.
     let t0 = Instant::now();

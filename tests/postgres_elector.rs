@@ -10,15 +10,14 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
-use leaderelection::{Config, Elector, ElectionError};
-use pg_support::{client, dsn, dsn_via, host_port, random_tag, wait_for, Proxy, BOUNCER, DIRECT};
+use leaderelection::{ElectionError, Elector};
+use pg_support::{client, config, dsn, dsn_via, host_port, random_tag, wait_for, Proxy, BOUNCER, DIRECT, TIMING};
 
 const TABLE: &str = "le_elector";
-const LEASE: Duration = Duration::from_millis(2500);
-const RENEW: Duration = Duration::from_millis(400);
-const RETRY: Duration = Duration::from_millis(300);
-const OP_TIMEOUT: Duration = Duration::from_millis(500);
-const MARGIN: Duration = Duration::from_millis(250);
+const LEASE: Duration = TIMING.lease_duration;
+const RENEW: Duration = TIMING.renew_interval;
+const RETRY: Duration = TIMING.retry_period;
+const MARGIN: Duration = TIMING.safety_margin;
 
 fn store_on(d: &str, table: &str) -> PostgresStore {
     PostgresStore::builder(d).table("public", table).build().expect("store")
@@ -28,16 +27,6 @@ fn store(var: &str) -> PostgresStore {
     let s = store_on(&dsn(var), TABLE);
     s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
     s
-}
-
-fn config(store: PostgresStore, name: &str, id: &str) -> Config {
-    Config::new(store, name)
-        .identity(id)
-        .lease_duration(LEASE)
-        .renew_interval(RENEW)
-        .retry_period(RETRY)
-        .operation_timeout(OP_TIMEOUT)
-        .safety_margin(MARGIN)
 }
 
 fn fleet(var: &str, name: &str, n: usize, release: bool) -> Vec<Elector> {
@@ -198,9 +187,8 @@ fn role_with_select_insert_update_only_works_pgbouncer() {
 fn missing_table_is_fatal(var: &str) {
     let table = format!("le_missing_{}", random_tag());
     let name = format!("missing-{}", random_tag());
-    let f: Vec<Elector> = (0..2)
-        .map(|i| Elector::start(config(store_on(&dsn(var), &table), &name, &format!("m{i}"))).unwrap())
-        .collect();
+    let f: Vec<Elector> =
+        (0..2).map(|i| Elector::start(config(store_on(&dsn(var), &table), &name, &format!("m{i}"))).unwrap()).collect();
     let reported = wait_for(Duration::from_secs(5), || {
         f.iter().all(|e| e.status().last_error.as_ref().is_some_and(ElectionError::is_fatal))
     });
@@ -278,7 +266,8 @@ fn swallowing_path(var: &str) {
     store(var);
     let proxy = Proxy::start(host_port(var));
     let d = dsn_via(var, "127.0.0.1", proxy.port, None, "");
-    let s = PostgresStore::builder(&d).table("public", TABLE).connect_timeout(Duration::from_millis(500)).build().unwrap();
+    let s =
+        PostgresStore::builder(&d).table("public", TABLE).connect_timeout(Duration::from_millis(500)).build().unwrap();
     let name = format!("swallow-{}", random_tag());
     let e = Elector::start(config(s, &name, "behind-a-bad-path")).unwrap();
     let g = e.wait_leader_timeout(Duration::from_secs(10)).expect("leads");

@@ -18,18 +18,17 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::{PostgresStore, DEFAULT_POOL_SIZE};
-use leaderelection::{Config, ElectionError, Elector, LeaderGuard, Store};
-use pg_support::{dsn, random_tag, wait_for};
+use leaderelection::{ElectionError, Elector, LeaderGuard, Store};
+use pg_support::{config, dsn, random_tag, wait_for, TIMING};
 
 const PAUSE_DSN: &str = "LE_PG_PAUSE_DSN";
 const PAUSE_DATA: &str = "LE_PG_PAUSE_DATA";
 
 const TABLE: &str = "le_pause";
-const LEASE: Duration = Duration::from_millis(2500);
-const RENEW: Duration = Duration::from_millis(400);
-const RETRY: Duration = Duration::from_millis(300);
-const OP_TIMEOUT: Duration = Duration::from_millis(500);
-const MARGIN: Duration = Duration::from_millis(250);
+const LEASE: Duration = TIMING.lease_duration;
+const RENEW: Duration = TIMING.renew_interval;
+const OP_TIMEOUT: Duration = TIMING.operation_timeout;
+const MARGIN: Duration = TIMING.safety_margin;
 
 /// How late the watchdog may wake a guard's holders after its deadline.
 const SLACK: Duration = Duration::from_millis(150);
@@ -64,16 +63,6 @@ fn pooled(s: &PostgresStore) -> i64 {
     let text = format!("{s:?}");
     let at = text.find("connections: ").expect("the store's Debug shows its connections") + "connections: ".len();
     text[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
-}
-
-fn config(store: PostgresStore, name: &str, id: &str) -> Config {
-    Config::new(store, name)
-        .identity(id)
-        .lease_duration(LEASE)
-        .renew_interval(RENEW)
-        .retry_period(RETRY)
-        .operation_timeout(OP_TIMEOUT)
-        .safety_margin(MARGIN)
 }
 
 fn threads() -> usize {

@@ -29,12 +29,27 @@ fn the_suite_does_not_write_when_it_only_inspects() {
 fn the_suite_catches_a_store_without_mutual_exclusion() {
     struct Everyone(MemStore);
     impl Store for Everyone {
-        fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        fn acquire(
+            &self,
+            n: &str,
+            id: &str,
+            ttl: Duration,
+            p: &[u8],
+            t: Duration,
+        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
             let mut l = self.0.acquire(n, id, ttl, p, t)?;
             l.holder = id.to_owned();
             Ok(l)
         }
-        fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        fn renew(
+            &self,
+            n: &str,
+            id: &str,
+            f: u64,
+            ttl: Duration,
+            p: &[u8],
+            t: Duration,
+        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
             self.0.renew(n, id, f, ttl, p, t)
         }
         fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), leaderelection::StoreError> {
@@ -45,7 +60,8 @@ fn the_suite_catches_a_store_without_mutual_exclusion() {
         }
     }
     let bad = Everyone(MemStore::new());
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::concurrent_acquire_exactly_one_wins(&bad)));
+    let r =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::concurrent_acquire_exactly_one_wins(&bad)));
     assert!(r.is_err(), "the suite passed a store where everyone wins");
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::loser_leaves_the_row_untouched(&bad)));
     assert!(r.is_err(), "the suite passed a store where the loser is told it won");
@@ -56,10 +72,25 @@ fn the_suite_catches_a_store_without_mutual_exclusion() {
 fn the_suite_catches_an_unguarded_renew() {
     struct Sloppy(MemStore);
     impl Store for Sloppy {
-        fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        fn acquire(
+            &self,
+            n: &str,
+            id: &str,
+            ttl: Duration,
+            p: &[u8],
+            t: Duration,
+        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
             self.0.acquire(n, id, ttl, p, t)
         }
-        fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        fn renew(
+            &self,
+            n: &str,
+            id: &str,
+            f: u64,
+            ttl: Duration,
+            p: &[u8],
+            t: Duration,
+        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
             match self.0.renew(n, id, f, ttl, p, t) {
                 Err(e) if e.is_lease_lost() => self.0.inspect(n, t),
                 other => other,
@@ -72,6 +103,8 @@ fn the_suite_catches_an_unguarded_renew() {
             self.0.inspect(n, t)
         }
     }
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::renew_is_guarded(&Sloppy(MemStore::new()))));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        storetest::renew_is_guarded(&Sloppy(MemStore::new()))
+    }));
     assert!(r.is_err(), "the suite passed a renew that succeeds for the wrong caller");
 }

@@ -29,9 +29,8 @@ mod pgbouncer {
 }
 
 fn xmin(var: &str, name: &str) -> String {
-    let rows = client(var)
-        .simple_query(&format!("SELECT xmin::text FROM {TABLE} WHERE name = '{name}'"))
-        .expect("read xmin");
+    let rows =
+        client(var).simple_query(&format!("SELECT xmin::text FROM {TABLE} WHERE name = '{name}'")).expect("read xmin");
     rows.iter()
         .find_map(|m| match m {
             postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
@@ -89,7 +88,9 @@ fn table_has_fillfactor_70_and_schema_ddl_matches() {
 #[test]
 fn ensure_schema_is_safe_when_everyone_runs_it_at_once() {
     let tag = random_tag();
-    for (schema, table) in [("public".to_owned(), format!("le_ddl_{tag}")), (format!("le_s_{tag}"), format!("le \"odd\"; name {tag}"))] {
+    for (schema, table) in
+        [("public".to_owned(), format!("le_ddl_{tag}")), (format!("le_s_{tag}"), format!("le \"odd\"; name {tag}"))]
+    {
         let results: Vec<Result<(), leaderelection::StoreError>> = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..6)
                 .map(|i| {
@@ -262,7 +263,8 @@ fn swallowing_path(var: &str) {
     store(var);
     let proxy = Proxy::start(host_port(var));
     let d = dsn_via(var, "127.0.0.1", proxy.port, None, "");
-    let s = PostgresStore::builder(&d).table("public", TABLE).connect_timeout(Duration::from_millis(700)).build().unwrap();
+    let s =
+        PostgresStore::builder(&d).table("public", TABLE).connect_timeout(Duration::from_millis(700)).build().unwrap();
     let name = format!("swallow-{}", random_tag());
     s.acquire(&name, "a", LONG, b"", T).unwrap();
     assert_eq!(proxy.open_connections(), 1);
@@ -344,7 +346,10 @@ fn tls_require_verifies_and_encrypts() {
 fn tls_require_never_falls_back_to_plaintext() {
     // PgBouncer here speaks no TLS: a DSN that asks for it must fail.
     let (host, port) = host_port(BOUNCER);
-    let s = PostgresStore::builder(&dsn_via(BOUNCER, &host, port, None, "?sslmode=require")).table("public", TABLE).build().unwrap();
+    let s = PostgresStore::builder(&dsn_via(BOUNCER, &host, port, None, "?sslmode=require"))
+        .table("public", TABLE)
+        .build()
+        .unwrap();
     let e = s.inspect("e", Duration::from_secs(2)).unwrap_err();
     assert!(e.is_fatal(), "{e}");
     assert!(e.to_string().contains("TLS"), "{e}");
@@ -430,7 +435,9 @@ fn renewals_are_hot_updates() {
                 "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'public.{table}'::regclass"
             ))
             .unwrap();
-        if let Some(postgres::SimpleQueryMessage::Row(r)) = rows.iter().find(|m| matches!(m, postgres::SimpleQueryMessage::Row(_))) {
+        if let Some(postgres::SimpleQueryMessage::Row(r)) =
+            rows.iter().find(|m| matches!(m, postgres::SimpleQueryMessage::Row(_)))
+        {
             counts = (r.get(0).unwrap().parse().unwrap(), r.get(1).unwrap().parse().unwrap());
         }
         counts.0 >= 300

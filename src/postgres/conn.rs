@@ -55,7 +55,11 @@ impl PgManager {
     ///
     /// A fatal [`StoreError`] when the DSN cannot be parsed or the CA file
     /// cannot be read. It never repeats the DSN.
-    pub fn from_dsn(dsn: &str, connect_timeout: Option<Duration>, ca_file: Option<&Path>) -> Result<PgManager, StoreError> {
+    pub fn from_dsn(
+        dsn: &str,
+        connect_timeout: Option<Duration>,
+        ca_file: Option<&Path>,
+    ) -> Result<PgManager, StoreError> {
         let (dsn, dsn_ca) = preprocess_dsn(dsn);
         let config = Config::from_str(&dsn).map_err(|e| {
             // tokio-postgres' parse errors name the option, not its value.
@@ -73,22 +77,24 @@ impl PgManager {
     ///
     /// A fatal [`StoreError`] when the CA file cannot be read or TLS cannot
     /// be set up.
-    pub fn new(mut config: Config, connect_timeout: Option<Duration>, ca_file: Option<&Path>) -> Result<PgManager, StoreError> {
+    pub fn new(
+        mut config: Config,
+        connect_timeout: Option<Duration>,
+        ca_file: Option<&Path>,
+    ) -> Result<PgManager, StoreError> {
         let wants_tls = config.get_ssl_mode() == SslMode::Require || ca_file.is_some();
         let tls = if wants_tls {
             config.ssl_mode(SslMode::Require);
             let mut builder = native_tls::TlsConnector::builder();
             if let Some(path) = ca_file {
-                let pem = std::fs::read(path).map_err(|e| {
-                    StoreError::fatal(format!("cannot read CA file {}", path.display())).with_source(e)
-                })?;
+                let pem = std::fs::read(path)
+                    .map_err(|e| StoreError::fatal(format!("cannot read CA file {}", path.display())).with_source(e))?;
                 let cert = native_tls::Certificate::from_pem(&pem).map_err(|e| {
                     StoreError::fatal(format!("cannot parse CA file {}", path.display())).with_source(e)
                 })?;
                 builder.add_root_certificate(cert);
             }
-            let connector =
-                builder.build().map_err(|e| StoreError::fatal("cannot set up TLS").with_source(e))?;
+            let connector = builder.build().map_err(|e| StoreError::fatal("cannot set up TLS").with_source(e))?;
             Some(postgres_native_tls::MakeTlsConnector::new(connector))
         } else {
             // `prefer` would try TLS and fall back; plaintext it is, said so.
@@ -140,7 +146,9 @@ impl PgManager {
         match opened {
             Ok(Ok((client, driver))) => Ok(PgConnection { rt, client: Some(client), driver: Some(driver) }),
             Ok(Err(e)) => Err(sql::classify("connect", &e)),
-            Err(_) => Err(StoreError::retryable(format!("postgres connect: no answer within {:?}", self.connect_timeout))),
+            Err(_) => {
+                Err(StoreError::retryable(format!("postgres connect: no answer within {:?}", self.connect_timeout)))
+            }
         }
     }
 }
@@ -230,7 +238,9 @@ fn inside_a_runtime() -> bool {
 }
 
 pub(crate) fn runtime_error() -> StoreError {
-    StoreError::fatal("postgres: store called from inside a tokio runtime; call it from a plain thread (spawn_blocking)")
+    StoreError::fatal(
+        "postgres: store called from inside a tokio runtime; call it from a plain thread (spawn_blocking)",
+    )
 }
 
 /// Logs failures to open a connection at `warn` (r2d2's default logs each
@@ -424,7 +434,8 @@ mod tests {
 
     #[test]
     fn dsn_preprocessing_takes_ca_file_and_maps_verify_modes() {
-        let (d, ca) = preprocess_dsn("postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Ftmp%2Fca.pem&application_name=x");
+        let (d, ca) =
+            preprocess_dsn("postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Ftmp%2Fca.pem&application_name=x");
         assert_eq!(d, "postgres://u@h/db?sslmode=require&application_name=x");
         assert_eq!(ca, Some(PathBuf::from("/tmp/ca.pem")));
         let (d, ca) = preprocess_dsn("host=h sslmode=verify-ca sslrootcert=/ca.pem user=u");

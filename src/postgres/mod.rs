@@ -239,7 +239,8 @@ impl PostgresStore {
         table: &str,
         ddl_timeout: Duration,
     ) -> Result<PostgresStore, StoreError> {
-        let qualified = qualified(schema, table).map_err(|e| StoreError::fatal("invalid election table").with_source(e))?;
+        let qualified =
+            qualified(schema, table).map_err(|e| StoreError::fatal("invalid election table").with_source(e))?;
         Ok(PostgresStore {
             pool,
             schema: schema.to_owned(),

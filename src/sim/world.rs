@@ -8,9 +8,9 @@ use std::time::Duration;
 use super::rng::SimRng;
 use super::schedule::{Fault, Schedule, Target, Variant, PPM};
 use crate::lease::DbTime;
-use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome, Output, TermId};
+use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Outcome, Output, TermId};
 use crate::memstore::MemStore;
-use crate::store::{ErrorKind, Store};
+use crate::store::ErrorKind;
 
 /// The election every simulated participant runs.
 pub const ELECTION: &str = "sim";
@@ -583,12 +583,7 @@ impl World<'_> {
         let id = self.nodes[node].identity.clone();
         let payload = [host as u8];
         let o = self.s.timing.operation_timeout;
-        let outcome = match call.op {
-            Op::Inspect => Outcome::Lease(self.store.inspect(ELECTION, o)),
-            Op::Acquire { ttl } => Outcome::Lease(self.store.acquire(ELECTION, &id, ttl, &payload, o)),
-            Op::Renew { fence, ttl } => Outcome::Lease(self.store.renew(ELECTION, &id, fence, ttl, &payload, o)),
-            Op::Release { fence } => Outcome::Released(self.store.release(ELECTION, &id, fence, o)),
-        };
+        let outcome = call.op.run(&self.store, ELECTION, &id, &payload, o);
         self.note(t, 20, node as u64, call.id.0, || {
             format!("db applies n{node} call {}: {}", call.id.0, show_outcome(&outcome))
         });

@@ -10,6 +10,21 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// The timings of every PostgreSQL elector test. The invariant holds:
+/// 400 + 2*500 + 100 = 1500 ms <= 2500 - 250 = 2250 ms.
+pub const TIMING: leaderelection::Timing = leaderelection::Timing {
+    lease_duration: Duration::from_millis(2500),
+    renew_interval: Duration::from_millis(400),
+    retry_period: Duration::from_millis(300),
+    operation_timeout: Duration::from_millis(500),
+    safety_margin: Duration::from_millis(250),
+};
+
+/// An elector config with [`TIMING`].
+pub fn config(store: leaderelection::postgres::PostgresStore, name: &str, id: &str) -> leaderelection::Config {
+    leaderelection::Config::new(store, name).identity(id).timing(TIMING)
+}
+
 pub const DIRECT: &str = "LE_PG_DSN";
 pub const BOUNCER: &str = "LE_PGBOUNCER_DSN";
 
