@@ -113,10 +113,12 @@ fn resign_reports_the_release_and_waits_before_campaigning_again() {
     let store = MemStore::new();
     let a = start(&store, "a");
     let guard = lead(&a);
+    // The back-off runs from when the renewal thread takes the resignation,
+    // which is after this instant and before resign() returns.
+    let resigned_at = Instant::now();
     guard.resign().expect("release worked");
     assert!(store.peek(NAME).unwrap().expired(), "released on the server before resign returned");
-    // Alone, a takes it back, but only after a retry period.
-    let resigned_at = Instant::now();
+    // Alone, a takes it back, but only after two retry periods.
     let again = lead(&a);
     assert!(resigned_at.elapsed() >= ms(400), "two retry periods: {:?}", resigned_at.elapsed());
     assert_eq!(again.fence(), 2);
