@@ -16,7 +16,9 @@ use crate::config::{Config, NewLeaderFn, StartedFn, StoppedFn};
 use crate::error::ElectionError;
 use crate::guard::{Command, LeaderGuard, TermShared};
 use crate::identity::{generate_identity, IdentityError};
-use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Observed, Op, Outcome, Output, TermId};
+use crate::machine::{
+    Call, CallId, EndReason, LocalTime, Machine, MachineConfig, Observed, Op, Outcome, Output, TermId,
+};
 use crate::store::{Store, StoreError};
 use crate::ConfigError;
 
@@ -79,6 +81,7 @@ struct State {
     term: Option<Arc<TermShared>>,
     observed: Option<Observed>,
     last_error: Option<ElectionError>,
+    held_back: bool,
     stopped: bool,
 }
 
@@ -99,6 +102,11 @@ pub struct Status {
     pub leader: Option<LeaderInfo>,
     /// The most recent failure, cleared by the next successful call.
     pub last_error: Option<ElectionError>,
+    /// Guards of a term that has ended are still alive, so this participant
+    /// does not campaign until they are dropped (two terms of one process
+    /// never overlap in user code). A program that waits for leadership
+    /// while holding its old guard waits here forever.
+    pub held_back: bool,
     /// Whether the elector has shut down.
     pub stopped: bool,
 }
@@ -253,7 +261,11 @@ impl Elector {
             events,
             started_callback: config.on_started_leading.is_some(),
             held_back: None,
+            held_back_since: None,
+            hold_warned: false,
+            lease_duration: config.timing.lease_duration,
             resigners: Vec::new(),
+            last_release: None,
             shutdown_result: Ok(()),
         };
         threads.renewal = Some(spawn("leaderelection-renewal", move || driver.run(cmd_rx))?);
@@ -356,6 +368,7 @@ impl Elector {
                 seen_at: self.shared.origin.checked_add(o.at.as_duration()).unwrap_or(self.shared.origin),
             }),
             last_error: st.last_error.clone(),
+            held_back: st.held_back,
             stopped: st.stopped,
         }
     }
@@ -439,8 +452,14 @@ struct Driver {
     started_callback: bool,
     /// An ended term whose guards are still alive.
     held_back: Option<Arc<TermShared>>,
+    /// When `held_back` began, and whether its warning was logged.
+    held_back_since: Option<Instant>,
+    hold_warned: bool,
+    lease_duration: Duration,
     /// `resign()` calls waiting for their release.
     resigners: Vec<(u64, Sender<Result<(), ElectionError>>)>,
+    /// The last release's fence and result.
+    last_release: Option<(u64, Result<(), ElectionError>)>,
     shutdown_result: Result<(), ElectionError>,
 }
 
@@ -457,6 +476,7 @@ impl Driver {
                 break;
             }
             let wake = self.machine.poll_timeout().and_then(|t| self.shared.origin.checked_add(t.as_duration()));
+            let wake = [wake, self.check_hold()].into_iter().flatten().min();
             let timeout = wake.map_or(crossbeam_channel::never(), crossbeam_channel::at);
             select! {
                 recv(self.callers.reply_rx) -> msg => {
@@ -470,9 +490,9 @@ impl Driver {
                     match cmd {
                         Ok(Command::Shutdown { release: true }) | Err(_) => self.machine.shutdown(now),
                         Ok(Command::Shutdown { release: false }) => self.machine.shutdown_without_release(now),
-                        Ok(Command::Resign(term, reply)) => self.resign(now, term, reply),
+                        Ok(Command::Resign(term, fence, reply)) => self.resign(now, term, fence, reply),
                         Ok(Command::GuardsGone(term)) => self.guards_gone(now, term),
-                        Ok(Command::Expired(term)) => self.machine.expire(now, term),
+                        Ok(Command::Expired(term)) => self.settle(now, term, EndReason::ExpiredLocally),
                     }
                 }
                 recv(timeout) -> _ => {
@@ -507,18 +527,16 @@ impl Driver {
                 Output::CallAbandoned(id) => self.callers.abandon(id),
                 Output::TermStarted { term, fence, deadline } => self.term_started(term, fence, deadline),
                 Output::DeadlineExtended { term, deadline } => {
+                    // The term may have ended while the answer travelled (its
+                    // last guard dropped, its deadline seen passing): then it
+                    // stays over, for the reason that ended it.
                     let ended = {
                         let st = self.shared.state.lock();
-                        st.term.as_ref().filter(|t| t.id == term).is_some_and(|t| {
-                            t.set_deadline(deadline.as_duration());
-                            // Someone saw the old deadline pass before the
-                            // extension landed: the term stays over.
-                            t.is_ended()
-                        })
+                        st.term.as_ref().filter(|t| t.id == term).and_then(|t| t.extend(deadline.as_duration()))
                     };
-                    if ended {
+                    if let Some(reason) = ended {
                         let now = self.now();
-                        self.machine.expire(now, term);
+                        self.settle(now, term, reason);
                     }
                 }
                 Output::TermEnded { term, fence, reason } => {
@@ -527,13 +545,14 @@ impl Driver {
                         self.shared.name,
                         self.shared.identity
                     );
-                    self.term_ended(term);
+                    self.term_ended(term, reason);
                 }
                 Output::NewLeader { identity, fence } => {
                     log::info!("leaderelection: {:?}: leader is {identity:?} with fence {fence}", self.shared.name);
                     self.event(Event::NewLeader(identity, fence));
                 }
                 Output::Released { fence, result } => {
+                    self.last_release = Some((fence, result.clone()));
                     if self.machine.is_stopping() {
                         self.shutdown_result = result.clone();
                     }
@@ -563,6 +582,7 @@ impl Driver {
         let mut st = self.shared.state.lock();
         st.observed = self.machine.observed().cloned();
         st.last_error = self.machine.last_error().cloned();
+        st.held_back = self.held_back.is_some();
     }
 
     fn event(&self, ev: Event) {
@@ -589,19 +609,38 @@ impl Driver {
         }
     }
 
-    fn term_ended(&mut self, id: TermId) {
-        let ended = {
+    fn term_ended(&mut self, id: TermId, reason: EndReason) {
+        let (ended, first) = {
             let mut st = self.shared.state.lock();
             let Some(term) = st.term.take_if(|t| t.id == id) else { return };
-            term.end();
+            let first = term.end(reason);
             self.shared.changed.notify_all();
-            term
+            (term, first)
         };
         self.event(Event::Stopped);
+        if first == Err(EndReason::Resigned) {
+            // The program let go of the term before the machine's own end
+            // reached it: the term was resigned, and the back-off applies.
+            let now = self.now();
+            self.machine.resign(now, id);
+        }
         if ended.guards() > 0 {
             self.held_back = Some(ended);
+            self.held_back_since = Some(Instant::now());
+            self.hold_warned = false;
             let now = self.now();
             self.machine.set_hold_back(now, true);
+        }
+    }
+
+    /// Tells the machine how term `id` ended, as its shared state decided:
+    /// once, whoever got there first.
+    fn settle(&mut self, now: LocalTime, id: TermId, reason: EndReason) {
+        match reason {
+            EndReason::Resigned => self.machine.resign(now, id),
+            EndReason::ExpiredLocally => self.machine.expire(now, id),
+            // Only the machine ends terms for these, and the driver follows.
+            EndReason::LeaseLost | EndReason::Fatal | EndReason::Shutdown => {}
         }
     }
 
@@ -610,28 +649,52 @@ impl Driver {
             let st = self.shared.state.lock();
             st.term.as_ref().is_some_and(|t| t.id == id && t.was_resigned())
         };
-        if resigned && self.machine.term().is_some_and(|t| t.id == id) {
+        if resigned {
             // The program let go of a live term (its last guard ended it):
             // hand it over.
-            self.machine.resign(now, id);
-            return;
+            self.settle(now, id, EndReason::Resigned);
         }
         if self.held_back.as_ref().is_some_and(|t| t.id == id && t.guards() == 0) {
             self.held_back = None;
+            self.held_back_since = None;
             self.machine.set_hold_back(now, false);
         }
     }
 
-    fn resign(&mut self, now: LocalTime, id: TermId, reply: Sender<Result<(), ElectionError>>) {
-        let fence = match self.machine.term() {
-            Some(t) if t.id == id => t.fence,
-            _ => {
-                let _ = reply.send(Ok(()));
-                return;
-            }
-        };
-        self.resigners.push((fence, reply));
+    fn resign(&mut self, now: LocalTime, id: TermId, fence: u64, reply: Sender<Result<(), ElectionError>>) {
         self.machine.resign(now, id);
+        if self.machine.releasing() == Some(fence) {
+            self.resigners.push((fence, reply));
+            return;
+        }
+        // Nothing left to send: the release already finished (its result
+        // answers), or the lease was lost and nothing is held.
+        let result = match &self.last_release {
+            Some((f, result)) if *f == fence => result.clone(),
+            _ => Ok(()),
+        };
+        let _ = reply.send(result);
+    }
+
+    /// Warns once when guards of an ended term have held a new campaign back
+    /// for a whole lease duration; returns when to look again.
+    fn check_hold(&mut self) -> Option<Instant> {
+        let since = self.held_back_since.filter(|_| !self.hold_warned)?;
+        let warn_at = since.checked_add(self.lease_duration)?;
+        if Instant::now() < warn_at {
+            return Some(warn_at);
+        }
+        self.hold_warned = true;
+        log::warn!(
+            "leaderelection: {:?}: {:?} does not campaign: a guard of its last term (fence {}) has been held for {}s \
+             after the term ended; drop it (a `guard = elector.wait_leader()` assignment keeps the old guard alive \
+             while it waits)",
+            self.shared.name,
+            self.shared.identity,
+            self.held_back.as_ref().map_or(0, |t| t.fence),
+            since.elapsed().as_secs(),
+        );
+        None
     }
 }
 

@@ -1,7 +1,6 @@
 //! `LeaderGuard`: a handle on one term.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,30 +8,64 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::error::ElectionError;
-use crate::machine::TermId;
+use crate::machine::{EndReason, TermId};
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// What a guard sends its elector.
 pub(crate) enum Command {
     /// The last guard of a term was dropped.
     GuardsGone(TermId),
-    /// `LeaderGuard::resign`: end the term, release, answer.
-    Resign(TermId, Sender<Result<(), ElectionError>>),
-    /// The watchdog ended a term at its deadline.
+    /// `LeaderGuard::resign` ended the term with this fence: release it and
+    /// answer.
+    Resign(TermId, u64, Sender<Result<(), ElectionError>>),
+    /// Someone saw the term's deadline pass and ended it.
     Expired(TermId),
     /// `Elector::shutdown`; `false` skips the release.
     Shutdown { release: bool },
 }
 
+/// `end` while the term is live.
+const LIVE: u8 = 0;
+
+fn end_code(reason: EndReason) -> u8 {
+    match reason {
+        EndReason::ExpiredLocally => 1,
+        EndReason::LeaseLost => 2,
+        EndReason::Fatal => 3,
+        EndReason::Resigned => 4,
+        EndReason::Shutdown => 5,
+    }
+}
+
+fn end_reason(code: u8) -> Option<EndReason> {
+    Some(match code {
+        1 => EndReason::ExpiredLocally,
+        2 => EndReason::LeaseLost,
+        3 => EndReason::Fatal,
+        4 => EndReason::Resigned,
+        5 => EndReason::Shutdown,
+        _ => return None,
+    })
+}
+
 /// The state of one term, shared by its guards, the elector's threads and
 /// the watchdog.
+///
+/// A term ends exactly once: whoever ends it (the program letting go of its
+/// last guard or resigning, a reader that sees the deadline passed, the
+/// renewal thread on the machine's word) does so by one compare-and-swap of
+/// `end` from live to its reason, and everybody else reads that reason
+/// instead of deciding again. The elector then tells its state machine the
+/// reason that won, so a resignation racing a renewal answer is still a
+/// resignation.
 pub(crate) struct TermShared {
     pub(crate) id: TermId,
     pub(crate) fence: u64,
     origin: Instant,
     /// Local monotonic deadline, in nanoseconds after `origin`.
     deadline_nanos: AtomicU64,
-    ended: AtomicBool,
-    resigned: AtomicBool,
+    /// [`LIVE`], or the code of the reason it ended; written once.
+    end: AtomicU8,
     guards: AtomicUsize,
     /// Dropped when the term ends, which wakes every `lost()` receiver.
     lost_tx: Mutex<Option<Sender<()>>>,
@@ -55,8 +88,7 @@ impl TermShared {
             fence,
             origin,
             deadline_nanos: AtomicU64::new(nanos(deadline)),
-            ended: AtomicBool::new(false),
-            resigned: AtomicBool::new(false),
+            end: AtomicU8::new(LIVE),
             guards: AtomicUsize::new(0),
             lost_tx: Mutex::new(Some(lost_tx)),
             lost_rx,
@@ -66,16 +98,22 @@ impl TermShared {
 
     /// The term is live and its deadline, re-read against the monotonic
     /// clock now, has not passed.
+    pub(crate) fn is_valid(&self) -> bool {
+        self.is_valid_at(self.origin.elapsed())
+    }
+
+    /// [`is_valid`](Self::is_valid) with the clock read `elapsed` after the
+    /// origin.
     ///
     /// Whoever first sees the deadline passed (a guard, the elector, the
     /// watchdog) ends the term there and then, so a renewal answer that
     /// arrives a moment later cannot make it valid again: once false, false
     /// forever. The elector is told, so its state machine ends the term too.
-    pub(crate) fn is_valid(&self) -> bool {
-        if self.ended.load(Ordering::Acquire) {
+    pub(crate) fn is_valid_at(&self, elapsed: Duration) -> bool {
+        if self.end.load(Ordering::Acquire) != LIVE {
             return false;
         }
-        if nanos(self.origin.elapsed()) < self.deadline_nanos.load(Ordering::Acquire) {
+        if nanos(elapsed) < self.deadline_nanos.load(Ordering::Acquire) {
             return true;
         }
         self.expire();
@@ -85,13 +123,17 @@ impl TermShared {
     /// Ends the term because its deadline passed, and tells the elector.
     /// Returns whether this call was the one that ended it.
     pub(crate) fn expire(&self) -> bool {
-        let first = self.end();
+        let first = self.end(EndReason::ExpiredLocally).is_ok();
         if first {
-            if let Some(link) = &self.link {
-                let _ = link.send(Command::Expired(self.id));
-            }
+            self.tell(Command::Expired(self.id));
         }
         first
+    }
+
+    fn tell(&self, cmd: Command) {
+        if let Some(link) = &self.link {
+            let _ = link.send(cmd);
+        }
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -101,36 +143,68 @@ impl TermShared {
         self.origin.checked_add(d).unwrap_or(self.origin + Duration::from_secs(86_400 * 365 * 100))
     }
 
-    pub(crate) fn set_deadline(&self, deadline: Duration) {
-        self.deadline_nanos.store(nanos(deadline), Ordering::Release);
+    /// Moves the deadline after a renewal, and returns the reason the term
+    /// ended if it already has: the extension then changes nothing, and the
+    /// caller must tell the state machine that reason.
+    pub(crate) fn extend(&self, deadline: Duration) -> Option<EndReason> {
+        if self.end.load(Ordering::Acquire) == LIVE {
+            self.deadline_nanos.store(nanos(deadline), Ordering::Release);
+        }
+        // Re-read after the store: an end that raced the store is seen here,
+        // and every reader checks `end` before the deadline.
+        self.end_reason()
+    }
+
+    /// Why the term ended, or `None` while it is live.
+    pub(crate) fn end_reason(&self) -> Option<EndReason> {
+        end_reason(self.end.load(Ordering::Acquire))
     }
 
     pub(crate) fn is_ended(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
+        self.end.load(Ordering::Acquire) != LIVE
     }
 
-    /// Invalidates the term and wakes `lost()` receivers. Returns whether
-    /// this call was the one that ended it.
-    pub(crate) fn end(&self) -> bool {
-        let first = !self.ended.swap(true, Ordering::AcqRel);
-        // Make every later deadline check fail too, whatever reads it.
-        self.deadline_nanos.store(0, Ordering::Release);
-        drop(self.lost_tx.lock().take());
-        first
+    /// Ends the term for `reason`, invalidating every guard and waking
+    /// `lost()` receivers. `Err` carries the reason that ended it first when
+    /// this call came too late.
+    pub(crate) fn end(&self, reason: EndReason) -> Result<(), EndReason> {
+        match self.end.compare_exchange(LIVE, end_code(reason), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                // Make every later deadline check fail too, whatever reads it.
+                self.deadline_nanos.store(0, Ordering::Release);
+                drop(self.lost_tx.lock().take());
+                Ok(())
+            }
+            Err(code) => Err(end_reason(code).unwrap_or(reason)),
+        }
     }
 
     pub(crate) fn guards(&self) -> usize {
         self.guards.load(Ordering::Acquire)
     }
 
-    /// A new guard. Callers hand out guards of live terms only.
+    /// A new guard. Callers hand out guards of live terms only; one that
+    /// races the term's end is simply invalid.
     pub(crate) fn guard(self: &Arc<Self>) -> LeaderGuard {
         self.guards.fetch_add(1, Ordering::AcqRel);
         LeaderGuard { term: Arc::clone(self) }
     }
 
+    /// A guard went away. The last guard of a live term resigns it.
+    fn release_guard(&self) {
+        if self.guards.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        // The last guard: the term ends here and now (unless something ended
+        // it first), so no later `wait_leader` can hand out a guard of it and
+        // quietly cancel the resignation. The elector then releases the
+        // lease, and also learns that no guard holds a new term back.
+        let _ = self.end(EndReason::Resigned);
+        self.tell(Command::GuardsGone(self.id));
+    }
+
     pub(crate) fn was_resigned(&self) -> bool {
-        self.resigned.load(Ordering::Acquire)
+        self.end_reason() == Some(EndReason::Resigned)
     }
 }
 
@@ -253,13 +327,14 @@ impl LeaderGuard {
     ///
     /// The release failed or timed out: the lease then runs out on its own.
     pub fn resign(self) -> Result<(), ElectionError> {
-        let was_live = self.term.end();
-        if was_live {
-            self.term.resigned.store(true, Ordering::Release);
+        if self.term.end(EndReason::Resigned).is_err() {
+            // It had ended already (lost, expired, shut down): nothing of it
+            // is ours to hand over, and whatever release it needed is under way.
+            return Ok(());
         }
         let Some(link) = &self.term.link else { return Ok(()) };
         let (tx, rx) = crossbeam_channel::bounded(1);
-        if link.send(Command::Resign(self.term.id, tx)).is_err() {
+        if link.send(Command::Resign(self.term.id, self.term.fence, tx)).is_err() {
             return Ok(()); // the elector has stopped, and released on its way out
         }
         rx.recv().unwrap_or(Ok(()))
@@ -274,18 +349,7 @@ impl Clone for LeaderGuard {
 
 impl Drop for LeaderGuard {
     fn drop(&mut self) {
-        if self.term.guards.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return;
-        }
-        // The last guard of a live term: the term ends here and now, so no
-        // later `wait_leader` can hand out a guard of it and quietly cancel
-        // the resignation. The elector then releases the lease.
-        if self.term.end() {
-            self.term.resigned.store(true, Ordering::Release);
-        }
-        if let Some(link) = &self.term.link {
-            let _ = link.send(Command::GuardsGone(self.term.id));
-        }
+        self.term.release_guard();
     }
 }
 
@@ -319,7 +383,7 @@ mod tests {
         let guard = term.guard();
         assert!(!guard.is_valid(), "deadline already passed");
         // A renewal answer taken just before the deadline lands just after.
-        term.set_deadline(Duration::from_secs(3600));
+        assert_eq!(term.extend(Duration::from_secs(3600)), Some(EndReason::ExpiredLocally));
         assert!(!guard.is_valid(), "once false, false forever");
         assert!(term.is_ended());
         assert!(matches!(rx.try_recv(), Ok(Command::Expired(TermId(7)))), "the elector is told");
@@ -333,7 +397,7 @@ mod tests {
     fn an_extension_before_anyone_saw_the_deadline_keeps_the_term() {
         let term = Arc::new(TermShared::new(TermId(1), 1, Instant::now(), Duration::from_secs(3600), None));
         let guard = term.guard();
-        term.set_deadline(Duration::from_secs(7200));
+        assert_eq!(term.extend(Duration::from_secs(7200)), None);
         assert!(guard.is_valid());
         assert!(guard.valid_until() > Instant::now() + Duration::from_secs(7000));
     }

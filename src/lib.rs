@@ -84,6 +84,7 @@ pub mod sim;
 mod store;
 #[cfg(feature = "storetest")]
 pub mod storetest;
+mod sync;
 pub mod testing;
 
 pub use config::{

@@ -182,7 +182,7 @@ pub enum Outcome {
 }
 
 /// Why a term ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EndReason {
     /// The deadline passed before a renewal confirmed the lease.
     ExpiredLocally,
@@ -339,6 +339,8 @@ pub struct Machine {
     rng: SplitMix64,
     mode: Mode,
     term: Option<Term>,
+    /// The term that ended most recently.
+    last_term: Option<Term>,
     inflight: Option<InFlight>,
     /// When to start the next call, if none is in flight.
     next_call_at: Option<LocalTime>,
@@ -369,6 +371,7 @@ impl Machine {
             rng,
             mode: Mode::Running,
             term: None,
+            last_term: None,
             inflight: None,
             next_call_at: Some(LocalTime::ZERO),
             campaign_now: false,
@@ -517,13 +520,33 @@ impl Machine {
     /// Ends term `term` if it is live, releases its lease, and waits two
     /// retry periods before campaigning again: a follower polls within 1.2
     /// retry periods, so it gets the first chance at the free lease.
+    ///
+    /// If `term` is the term that ended last (its end raced the program's
+    /// resignation, and the driver's record says the resignation came
+    /// first), the back-off still applies; the release that term needed is
+    /// already under way.
     pub fn resign(&mut self, now: LocalTime, term: TermId) {
-        if self.term.is_some_and(|t| t.id == term) && self.mode == Mode::Running {
-            self.end_term(EndReason::Resigned);
-            self.campaign_not_before = now + self.cfg.timing.retry_period * 2;
-            self.next_call_at = Some(now);
+        if self.mode == Mode::Running {
+            if self.term.is_some_and(|t| t.id == term) {
+                self.end_term(EndReason::Resigned);
+                self.next_call_at = Some(now);
+            }
+            if self.last_term.is_some_and(|t| t.id == term) {
+                let not_before = now + self.cfg.timing.retry_period.saturating_mul(2);
+                self.campaign_not_before = self.campaign_not_before.max(not_before);
+                self.campaign_now = false;
+            }
         }
         self.step(now);
+    }
+
+    /// The fence of a release that is waiting to be sent or waiting for its
+    /// answer, if any.
+    pub fn releasing(&self) -> Option<u64> {
+        match self.inflight {
+            Some(InFlight { op: Op::Release { fence }, .. }) => Some(fence),
+            _ => self.pending_release,
+        }
     }
 
     /// Ends term `term` as expired: the driver's watchdog found its deadline
@@ -561,7 +584,16 @@ impl Machine {
                 if self.mode != Mode::Running {
                     return;
                 }
-                let claimable = lease.expired() || lease.holder == self.cfg.identity;
+                let mine = lease.holder == self.cfg.identity;
+                if mine && !lease.expired() && lease.fence <= self.highest_fence {
+                    // Our own lease, under a fence this participant no longer
+                    // leads under (a release failed or was lost): give it back
+                    // directly. Acquiring first would extend it.
+                    self.pending_release = Some(lease.fence);
+                    self.next_call_at = Some(now);
+                    return;
+                }
+                let claimable = lease.expired() || mine;
                 if claimable && self.may_campaign(now) {
                     self.next_call_at = Some(now);
                     self.campaign_now = true;
@@ -671,11 +703,14 @@ impl Machine {
                 self.outputs.push_back(Output::Failed(e.clone()));
             }
         }
+        let failed = r.is_err();
         self.outputs.push_back(Output::Released { fence, result: r });
         if self.mode == Mode::Running {
-            // Whether it worked or not, poll next. An acquire that finds the
-            // old fence still ours will ask for another release.
-            self.next_call_at = Some(now);
+            // Poll next: the inspect shows whether the lease is free, or still
+            // ours under that fence (then it is released again, never
+            // acquired). After a failure, not before a retry delay.
+            let wait = if failed { self.cfg.timing.retry_delay() } else { Duration::ZERO };
+            self.next_call_at = Some(now + wait);
         }
     }
 
@@ -760,7 +795,7 @@ impl Machine {
         let period = self.cfg.timing.retry_period;
         let jittered = self.rng.jitter(period);
         let wait = match ttl {
-            Some(ttl) if self.may_campaign(now) => jittered.min(ttl + Duration::from_millis(1)),
+            Some(ttl) if self.may_campaign(now) => jittered.min(ttl.saturating_add(Duration::from_millis(1))),
             _ => jittered,
         };
         let at = (now + wait).max(if self.hold_back { now } else { self.campaign_not_before });
@@ -769,6 +804,7 @@ impl Machine {
 
     fn end_term(&mut self, reason: EndReason) {
         if let Some(term) = self.term.take() {
+            self.last_term = Some(term);
             if reason != EndReason::LeaseLost {
                 self.pending_release = Some(term.fence);
             }

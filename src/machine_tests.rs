@@ -154,7 +154,7 @@ impl Rig {
         self.log
             .iter()
             .filter_map(|o| match o {
-                Output::TermEnded { reason, .. } => Some(reason.clone()),
+                Output::TermEnded { reason, .. } => Some(*reason),
                 _ => None,
             })
             .collect()

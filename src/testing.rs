@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::guard::{LeaderGuard, TermShared};
-use crate::machine::TermId;
+use crate::machine::{EndReason, TermId};
 
 /// A term that the test controls: its guards are valid until
 /// [`TestTerm::end`], and behave as real ones do (a dropped last guard
@@ -57,7 +57,7 @@ impl TestTerm {
     /// Ends the term as a lost lease would: every guard turns invalid and
     /// [`LeaderGuard::lost`] fires.
     pub fn end(&self) {
-        self.term.end();
+        let _ = self.term.end(EndReason::LeaseLost);
     }
 
     /// Whether the code under test resigned: called
