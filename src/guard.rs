@@ -327,17 +327,31 @@ impl LeaderGuard {
     ///
     /// The release failed or timed out: the lease then runs out on its own.
     pub fn resign(self) -> Result<(), ElectionError> {
-        if self.term.end(EndReason::Resigned).is_err() {
-            // It had ended already (lost, expired, shut down): nothing of it
-            // is ours to hand over, and whatever release it needed is under way.
-            return Ok(());
+        match self.begin_resign() {
+            Some(answer) => answer.recv().unwrap_or(Ok(())),
+            None => Ok(()),
         }
-        let Some(link) = &self.term.link else { return Ok(()) };
+    }
+
+    /// Ends the term as resigned and asks the elector to release it; the
+    /// receiver answers once the release is done. `None` when there is
+    /// nothing to wait for: the term had already ended (lost, expired, shut
+    /// down: nothing of it is ours to hand over, and whatever release it
+    /// needed is under way), it is a test term, or the elector has stopped
+    /// (and released on its way out).
+    fn begin_resign(&self) -> Option<Receiver<Result<(), ElectionError>>> {
+        self.term.end(EndReason::Resigned).ok()?;
+        let link = self.term.link.as_ref()?;
         let (tx, rx) = crossbeam_channel::bounded(1);
-        if link.send(Command::Resign(self.term.id, self.term.fence, tx)).is_err() {
-            return Ok(()); // the elector has stopped, and released on its way out
-        }
-        rx.recv().unwrap_or(Ok(()))
+        link.send(Command::Resign(self.term.id, self.term.fence, tx)).ok()?;
+        Some(rx)
+    }
+}
+
+#[cfg(all(test, loom))]
+impl LeaderGuard {
+    fn is_valid_at_for_test(&self, elapsed: Duration) -> bool {
+        self.term.is_valid_at(elapsed)
     }
 }
 
@@ -400,5 +414,208 @@ mod tests {
         assert_eq!(term.extend(Duration::from_secs(7200)), None);
         assert!(guard.is_valid());
         assert!(guard.valid_until() > Instant::now() + Duration::from_secs(7000));
+    }
+}
+
+/// Model tests of the hand-off between a term's guards, the renewal thread
+/// and the watchdog, over every interleaving loom can find. Run with
+/// `RUSTFLAGS="--cfg loom" cargo test --release --lib loom`.
+///
+/// Each model ends with what the elector's renewal thread would do next:
+/// read the commands the term sent and the answer of its own extension, and
+/// settle its state machine with the reason they report. The first reason
+/// the machine is told must be the reason that won the term's one
+/// compare-and-swap; a resignation can never turn into an expiry.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::thread;
+
+    const DEADLINE: Duration = Duration::from_nanos(100);
+    const BEFORE: Duration = Duration::from_nanos(50);
+    const AFTER: Duration = Duration::from_nanos(150);
+    const EXTENDED: Duration = Duration::from_nanos(1_000);
+
+    fn term() -> (Arc<TermShared>, Receiver<Command>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (Arc::new(TermShared::new(TermId(1), 7, Instant::now(), DEADLINE, Some(tx))), rx)
+    }
+
+    /// The state machine as the driver settles it: it takes the first end
+    /// it is told of a live term and ignores the rest.
+    #[derive(Default)]
+    struct MachineSeen {
+        first: Option<EndReason>,
+        told: usize,
+    }
+
+    impl MachineSeen {
+        fn settle(&mut self, reason: EndReason) {
+            self.told += 1;
+            self.first.get_or_insert(reason);
+        }
+
+        /// What the driver does with the term's commands, as elector.rs
+        /// does: a guards-gone notice of a resigned term resigns it; an
+        /// expiry notice expires it. Returns how many expiry notices came.
+        fn read(&mut self, term: &TermShared, commands: &Receiver<Command>) -> usize {
+            let mut expired = 0;
+            for cmd in commands.try_iter() {
+                match cmd {
+                    Command::GuardsGone(_) if term.was_resigned() => self.settle(EndReason::Resigned),
+                    Command::Resign(..) => self.settle(EndReason::Resigned),
+                    Command::Expired(_) => {
+                        expired += 1;
+                        self.settle(EndReason::ExpiredLocally);
+                    }
+                    _ => {}
+                }
+            }
+            expired
+        }
+    }
+
+    /// How the driver reads a late extension's answer.
+    #[derive(Clone, Copy)]
+    enum Driver {
+        /// As elector.rs does: settle with the reason the term reports.
+        Settles,
+        /// The bug this replaced: a late extension always meant "expired".
+        AssumesExpired,
+    }
+
+    /// The invariants every model checks once its threads are done.
+    fn check(term: &TermShared, extension: Option<EndReason>, commands: &Receiver<Command>, answer_first: bool) {
+        check_with(Driver::Settles, term, extension, commands, answer_first);
+    }
+
+    fn check_with(
+        driver: Driver,
+        term: &TermShared,
+        extension: Option<EndReason>,
+        commands: &Receiver<Command>,
+        answer_first: bool,
+    ) {
+        let won = term.end_reason().expect("every model ends the term");
+        let mut machine = MachineSeen::default();
+        let late = |r: EndReason| match driver {
+            Driver::Settles => r,
+            Driver::AssumesExpired => EndReason::ExpiredLocally,
+        };
+        // The driver meets its extension's answer and the commands in
+        // either order.
+        let expiries;
+        if answer_first {
+            if let Some(r) = extension {
+                machine.settle(late(r));
+            }
+            expiries = machine.read(term, commands);
+        } else {
+            expiries = machine.read(term, commands);
+            if let Some(r) = extension {
+                machine.settle(late(r));
+            }
+        }
+        assert_eq!(machine.first, Some(won), "the machine must be told the reason that won");
+        assert!(machine.told >= 1);
+        assert_eq!(expiries, usize::from(won == EndReason::ExpiredLocally), "one expiry notice, from its winner");
+        if let Some(r) = extension {
+            assert_eq!(r, won, "an extension that lands late reports the winner");
+        }
+        // Once false, false forever, whatever the clock or the deadline say.
+        assert!(!term.is_valid_at(Duration::ZERO));
+        assert!(!term.is_valid_at(BEFORE));
+    }
+
+    #[test]
+    fn loom_last_guard_dropped_while_an_extension_lands_and_the_deadline_passes() {
+        for answer_first in [true, false] {
+            loom::model(move || {
+                let (term, commands) = term();
+                let guard = term.guard();
+                let user = thread::spawn(move || drop(guard));
+                let dog = {
+                    let term = Arc::clone(&term);
+                    thread::spawn(move || term.is_valid_at(AFTER))
+                };
+                let extension = term.extend(EXTENDED);
+                user.join().unwrap();
+                let dog_saw_valid = dog.join().unwrap();
+                if dog_saw_valid {
+                    // Past the first deadline only because the extension was
+                    // in before the watchdog looked; then the drop ended it.
+                    assert_eq!(term.end_reason(), Some(EndReason::Resigned));
+                }
+                check(&term, extension, &commands, answer_first);
+                assert_eq!(term.guards(), 0);
+            });
+        }
+    }
+
+    /// The negative control: the driver this replaced, which took a late
+    /// extension for an expiry, is caught turning a resignation into one.
+    #[test]
+    #[should_panic(expected = "the machine must be told the reason that won")]
+    fn loom_the_old_driver_that_took_a_late_extension_for_an_expiry_is_caught() {
+        loom::model(|| {
+            let (term, commands) = term();
+            let guard = term.guard();
+            let user = thread::spawn(move || drop(guard));
+            let extension = term.extend(EXTENDED);
+            user.join().unwrap();
+            check_with(Driver::AssumesExpired, &term, extension, &commands, true);
+        });
+    }
+
+    #[test]
+    fn loom_resign_races_an_extension_and_the_deadline() {
+        for answer_first in [true, false] {
+            loom::model(move || {
+                let (term, commands) = term();
+                let guard = term.guard();
+                let user = thread::spawn(move || {
+                    // `resign()` without its wait: nothing answers in a model.
+                    let waiting = guard.begin_resign().is_some();
+                    drop(guard);
+                    waiting
+                });
+                let dog = {
+                    let term = Arc::clone(&term);
+                    thread::spawn(move || {
+                        term.is_valid_at(AFTER);
+                    })
+                };
+                let extension = term.extend(EXTENDED);
+                let waiting = user.join().unwrap();
+                dog.join().unwrap();
+                let won = term.end_reason();
+                assert_eq!(waiting, won == Some(EndReason::Resigned), "resign() waits for a release only if it won");
+                check(&term, extension, &commands, answer_first);
+            });
+        }
+    }
+
+    #[test]
+    fn loom_a_new_guard_taken_as_the_last_one_drops() {
+        loom::model(|| {
+            let (term, commands) = term();
+            let guard = term.guard();
+            let user = thread::spawn(move || drop(guard));
+            // `Elector::guard` / `wait_leader`: a guard of a term that looks
+            // valid, under the elector's state lock (one taker here).
+            let taken = if term.is_valid_at(BEFORE) { Some(term.guard()) } else { None };
+            user.join().unwrap();
+            match &taken {
+                // Taken before the drop: the term lives on in the new guard.
+                Some(g) if !term.is_ended() => assert!(g.is_valid_at_for_test(BEFORE)),
+                // Taken as the drop ended it: invalid from the start.
+                Some(g) => assert!(!g.is_valid_at_for_test(BEFORE)),
+                None => assert!(term.was_resigned()),
+            }
+            drop(taken);
+            assert_eq!(term.guards(), 0);
+            assert!(term.was_resigned(), "the last guard to go resigns");
+            check(&term, None, &commands, true);
+        });
     }
 }
