@@ -52,12 +52,10 @@
 //! - [`Config`] and [`Elector`]: one participant, its threads and its guard.
 //! - [`Store`]: the four-operation contract a database store implements;
 //!   [`MemStore`] is the in-memory reference.
-//! - [`machine`]: the election as a pure state machine, driven by the elector
-//!   and by the simulation alike.
+//! - [`machine`]: the election as a pure state machine. The elector drives
+//!   it; so does the repository's fleet simulation (the unpublished
+//!   `leaderelection-sim` crate), which tests this same code on virtual time.
 //! - [`testing`]: guards for unit-testing your own leader-only code.
-//! - [`sim`]: a deterministic fleet simulation on virtual time that drives
-//!   the same machine through thousands of fault schedules, its oracle, and
-//!   the logic of the fuzz targets.
 //!
 //! # Crate features
 //!
@@ -80,7 +78,6 @@ pub mod machine;
 mod memstore;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-pub mod sim;
 mod store;
 #[cfg(feature = "storetest")]
 pub mod storetest;

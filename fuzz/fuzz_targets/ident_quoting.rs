@@ -1,10 +1,10 @@
 #![no_main]
-//! Fuzz target: see `leaderelection::sim::checks::ident_quoting`.
+//! Fuzz target: see `leaderelection_sim::checks::ident_quoting`.
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(e) = leaderelection::sim::checks::ident_quoting(data) {
+    if let Err(e) = leaderelection_sim::checks::ident_quoting(data) {
         panic!("ident_quoting: {e}");
     }
 });

@@ -1,10 +1,10 @@
 #![no_main]
-//! Fuzz target: see `leaderelection::sim::checks::lease_maths`.
+//! Fuzz target: see `leaderelection_sim::checks::lease_maths`.
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(e) = leaderelection::sim::checks::lease_maths(data) {
+    if let Err(e) = leaderelection_sim::checks::lease_maths(data) {
         panic!("lease_maths: {e}");
     }
 });

@@ -1,10 +1,10 @@
 #![no_main]
-//! Fuzz target: see `leaderelection::sim::checks::memstore_model`.
+//! Fuzz target: see `leaderelection_sim::checks::memstore_model`.
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(e) = leaderelection::sim::checks::memstore_model(data) {
+    if let Err(e) = leaderelection_sim::checks::memstore_model(data) {
         panic!("memstore_model: {e}");
     }
 });

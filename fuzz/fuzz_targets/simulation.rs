@@ -1,10 +1,10 @@
 #![no_main]
-//! Fuzz target: see `leaderelection::sim::checks::simulation`.
+//! Fuzz target: see `leaderelection_sim::checks::simulation`.
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(e) = leaderelection::sim::checks::simulation(data) {
+    if let Err(e) = leaderelection_sim::checks::simulation(data) {
         panic!("simulation: {e}");
     }
 });

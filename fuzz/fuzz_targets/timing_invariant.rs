@@ -1,10 +1,10 @@
 #![no_main]
-//! Fuzz target: see `leaderelection::sim::checks::timing_invariant`.
+//! Fuzz target: see `leaderelection_sim::checks::timing_invariant`.
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(e) = leaderelection::sim::checks::timing_invariant(data) {
+    if let Err(e) = leaderelection_sim::checks::timing_invariant(data) {
         panic!("timing_invariant: {e}");
     }
 });

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::rng::SimRng;
 use super::schedule::{Fault, Schedule, Target, Variant, PPM};
-use crate::lease::DbTime;
-use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Outcome, Output, TermId};
-use crate::memstore::MemStore;
-use crate::store::ErrorKind;
+use leaderelection::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Outcome, Output, TermId};
+use leaderelection::DbTime;
+use leaderelection::ErrorKind;
+use leaderelection::MemStore;
 
 /// The election every simulated participant runs.
 pub const ELECTION: &str = "sim";

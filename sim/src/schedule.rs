@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::rng::{scale, Bytes, SimRng};
-use crate::config::{default_safety_margin, Timing};
+use leaderelection::{default_safety_margin, Timing};
 
 /// One million: clock rates are in parts per million of the database clock.
 pub const PPM: u64 = 1_000_000;
@@ -35,7 +35,7 @@ pub enum Variant {
     /// the margin absorbs: 0.980 to 0.995 of the slowest safe rate.
     JustPastMargin,
     /// **Broken on purpose.** Deadlines anchored at the reply
-    /// ([`MachineConfig::unsafe_anchor_at_reply`](crate::machine::MachineConfig)),
+    /// ([`MachineConfig::unsafe_anchor_at_reply`](leaderelection::machine::MachineConfig)),
     /// with slow replies to some participants and fast ones to others.
     AnchorAtReply,
     /// **Broken on purpose.** A driver that blocks on each store call with no
@@ -97,7 +97,7 @@ pub struct Host {
     pub release_on_shutdown: bool,
     /// How long its program keeps the guards of a term after the term ends
     /// (on its own clock). While it does, the elector holds the machine back
-    /// from campaigning ([`Machine::set_hold_back`](crate::machine::Machine::set_hold_back)).
+    /// from campaigning ([`Machine::set_hold_back`](leaderelection::machine::Machine::set_hold_back)).
     /// Zero: guards are dropped at once.
     pub guard_hold: Duration,
 }

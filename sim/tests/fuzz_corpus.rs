@@ -1,14 +1,20 @@
-//! Replays every committed fuzz corpus file (`fuzz/corpus/<target>/*`)
-//! through the library function behind the target, so plain `cargo test`
+//! Replays every committed fuzz corpus file (`fuzz/corpus/<target>/*` at the
+//! repository root, where `cargo fuzz` keeps them) through the function in
+//! `leaderelection_sim::checks` behind the target, so plain `cargo test`
 //! checks the corpus with no fuzzer installed (DESIGN.md section 7, layer 3).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use leaderelection::sim::checks::TARGETS;
+use leaderelection_sim::checks::TARGETS;
+
+/// The fuzz crate, beside this one at the repository root.
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("sim/ has a parent").join("fuzz")
+}
 
 #[test]
 fn every_corpus_file_passes_its_target() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    let root = fuzz_dir().join("corpus");
     let mut failures = Vec::new();
     let mut total = 0;
     for (name, check) in TARGETS {
@@ -30,7 +36,7 @@ fn every_corpus_file_passes_its_target() {
     }
     assert!(failures.is_empty(), "{} of {total} corpus files fail:\n{}", failures.len(), failures.join("\n"));
     // Every fuzz target in fuzz/ has its logic here, and the other way round.
-    let targets = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/fuzz_targets");
+    let targets = fuzz_dir().join("fuzz_targets");
     let mut on_disk: Vec<String> = std::fs::read_dir(&targets)
         .expect("fuzz/fuzz_targets")
         .map(|e| e.expect("entry").path().file_stem().expect("name").to_string_lossy().into_owned())
@@ -45,7 +51,7 @@ fn every_corpus_file_passes_its_target() {
 fn the_simulation_oracle_can_fail() {
     // The simulation target's verdict comes from the oracle; under a broken
     // driver the same oracle must object, or the target could never fail.
-    use leaderelection::sim::{run, Schedule, Variant};
+    use leaderelection_sim::{run, Schedule, Variant};
     let found = (0..200).any(|seed| run(&Schedule::from_seed(seed, Variant::NoWatchdog), false).violation.is_some());
     assert!(found, "the oracle never objects");
 }

@@ -2,18 +2,21 @@
 //! schedules on virtual time against the real state machine, the negative
 //! controls that show the oracle can fail, and determinism.
 //!
-//! `SIM_SCHEDULES=1000000 cargo test --release --test sim explore -- --nocapture`
-//! explores longer; `SIM_BYTES=<hex> SIM_VARIANT=<name> cargo test --test sim replay -- --nocapture`
-//! (or `SIM_SEED=<n>`) replays one schedule with its trace.
+//! A plain `cargo test` at the repository root runs these (the crate is a
+//! default workspace member). Explore longer with
+//! `SIM_SCHEDULES=1000000 cargo test --release -p leaderelection-sim --test sim explore -- --nocapture`;
+//! replay one schedule with its trace with
+//! `SIM_BYTES=<hex> SIM_VARIANT=<name> cargo test -p leaderelection-sim --test sim replay -- --nocapture`
+//! (or `SIM_SEED=<n>` instead of `SIM_BYTES`).
 
 use std::io::Write;
 use std::time::Duration;
 
-use leaderelection::sim::{
+use leaderelection::Timing;
+use leaderelection_sim::{
     describe_failure, explore, from_hex, replay_command, run, safe_rate_range, Fault, Host, Property, Schedule,
     TimedFault, Variant,
 };
-use leaderelection::Timing;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
@@ -70,7 +73,7 @@ fn replay() {
     for line in &report.trace {
         println!("{line}");
     }
-    let summary = leaderelection::sim::RunReport { trace: Vec::new(), ..report.clone() };
+    let summary = leaderelection_sim::RunReport { trace: Vec::new(), ..report.clone() };
     println!("{summary:#?}");
     assert!(report.violation.is_none(), "{}", describe_failure(seed, &schedule));
     assert!(report.terms > 0 && report.events > 0);
@@ -94,7 +97,14 @@ fn a_schedule_runs_the_same_twice() {
     assert_eq!(a.trace_hash, b.trace_hash);
     assert_eq!(a.trace_hash, quiet.trace_hash, "tracing changed the run");
     assert_eq!(Schedule::from_bytes(&schedule.bytes, Variant::Normal), schedule, "bytes do not decode the same");
-    assert!(replay_command(&schedule).contains("cargo test --test sim replay"));
+    // The replay command names this package, this test binary and the test
+    // `replay` in it (below), so it breaks if either is moved or renamed.
+    let command = replay_command(&schedule);
+    let this =
+        format!("cargo test -p {} --test {} replay -- --nocapture", env!("CARGO_PKG_NAME"), env!("CARGO_CRATE_NAME"));
+    assert!(command.ends_with(&this), "{command}");
+    let env = format!("SIM_BYTES={} SIM_VARIANT=normal ", leaderelection_sim::to_hex(&schedule.bytes));
+    assert!(command.starts_with(&env), "{command}");
 }
 
 /// Explores seeds under a broken variant until the oracle finds `property`

@@ -1,17 +1,17 @@
 //! A deterministic fleet simulation on virtual time, driving the same
-//! [`Machine`](crate::machine::Machine) the [`Elector`](crate::Elector) runs,
+//! [`Machine`](leaderelection::machine::Machine) the [`Elector`](leaderelection::Elector) runs,
 //! with an oracle that checks the election's guarantees at every step.
 //!
 //! # What is simulated
 //!
 //! - **A fleet** of 2 to 7 hosts. Each runs one process at a time: a
-//!   [`Machine`](crate::machine::Machine) driven exactly as the elector's
+//!   [`Machine`](leaderelection::machine::Machine) driven exactly as the elector's
 //!   renewal loop drives it (`handle_timeout` when `poll_timeout` comes,
 //!   `handle_reply` when an answer arrives, outputs drained in order).
 //!   Some hosts' programs keep the guards of an ended term a while
 //!   ([`Host::guard_hold`]); the driver then holds the machine back from
 //!   campaigning until they are dropped, as the elector does.
-//! - **One shared record**: a real [`MemStore`](crate::MemStore) on a manual
+//! - **One shared record**: a real [`MemStore`](leaderelection::MemStore) on a manual
 //!   clock (so the reference store is exercised too). The database clock is
 //!   the true clock of the run and starts in 2023; each host's local clock
 //!   reads days of uptime and runs at its own rate (parts per million of the
@@ -71,24 +71,25 @@
 //!
 //! # Running it
 //!
-//! `cargo test --test sim` explores 10,000 seeded schedules and prints what
+//! `cargo test -p leaderelection-sim --test sim` (or a plain `cargo test` at the
+//! repository root) explores 10,000 seeded schedules and prints what
 //! it covered. A longer exploration:
 //!
 //! ```text
-//! SIM_SCHEDULES=1000000 cargo test --release --test sim explore -- --nocapture
+//! SIM_SCHEDULES=1000000 cargo test --release -p leaderelection-sim --test sim explore -- --nocapture
 //! ```
 //!
 //! (`SIM_FIRST_SEED` starts elsewhere.) A failure prints its seed, its bytes
 //! and a command that replays it, for example
 //!
 //! ```text
-//! SIM_BYTES=0a03... SIM_VARIANT=normal cargo test --test sim replay -- --nocapture
+//! SIM_BYTES=0a03... SIM_VARIANT=normal cargo test -p leaderelection-sim --test sim replay -- --nocapture
 //! ```
 //!
 //! # Example
 //!
 //! ```
-//! use leaderelection::sim::{run, Schedule, Variant};
+//! use leaderelection_sim::{run, Schedule, Variant};
 //!
 //! let schedule = Schedule::from_seed(7, Variant::Normal);
 //! let report = run(&schedule, false);
@@ -112,7 +113,7 @@ pub use world::{run, Property, RunReport, Violation, DB_BASE_MICROS, ELECTION};
 /// The one-line command that replays `schedule`.
 pub fn replay_command(schedule: &Schedule) -> String {
     format!(
-        "SIM_BYTES={} SIM_VARIANT={} cargo test --test sim replay -- --nocapture",
+        "SIM_BYTES={} SIM_VARIANT={} cargo test -p leaderelection-sim --test sim replay -- --nocapture",
         to_hex(&schedule.bytes),
         schedule.variant.name()
     )

@@ -1,9 +1,10 @@
 //! The logic of each fuzz target, as library functions over `&[u8]`.
 //!
 //! `fuzz/fuzz_targets/*.rs` call these and panic on `Err`;
-//! `tests/fuzz_corpus.rs` replays every committed corpus file through them,
-//! so plain `cargo test` checks the corpus with no fuzzer installed. Every
-//! input is acceptable: missing bytes read as zero.
+//! `sim/tests/fuzz_corpus.rs` replays every committed corpus file
+//! (`fuzz/corpus/TARGET/*`) through them, so plain `cargo test` at the
+//! repository root checks the corpus with no fuzzer installed. Every input
+//! is acceptable: missing bytes read as zero.
 //!
 //! Fuzzing runs on stable with `cargo install cargo-fuzz`, then, from `fuzz/`,
 //! `cargo fuzz run --sanitizer none TARGET` (add a scratch directory before
@@ -27,15 +28,15 @@ use std::time::Duration;
 use super::rng::{scale, Bytes};
 use super::schedule::{Schedule, Variant};
 use super::world::{run, DB_BASE_MICROS};
-use crate::config::{Timing, MAX_DURATION};
-use crate::ident::{
+use leaderelection::ident::{
     quote_mysql, quote_postgres, quote_postgres_literal, unquote_mysql, unquote_postgres, unquote_postgres_literal,
     MAX_MYSQL_IDENT, MAX_POSTGRES_IDENT,
 };
-use crate::lease::{DbTime, Lease};
-use crate::machine::{jitter, Call, LocalTime, Machine, MachineConfig, Op, Outcome, Output};
-use crate::memstore::{MemStats, MemStore};
-use crate::store::{ErrorKind, Store, StoreError};
+use leaderelection::machine::{jitter, Call, LocalTime, Machine, MachineConfig, Op, Outcome, Output};
+use leaderelection::{DbTime, Lease};
+use leaderelection::{ErrorKind, Store, StoreError};
+use leaderelection::{MemStats, MemStore};
+use leaderelection::{Timing, MAX_DURATION};
 
 /// The logic of one fuzz target: `Err` describes a failure.
 pub type Check = fn(&[u8]) -> Result<(), String>;
