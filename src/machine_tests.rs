@@ -672,3 +672,180 @@ fn an_expire_from_the_watchdog_ends_an_extended_term_and_burns_its_fence() {
     let fences: Vec<u64> = r.started().iter().map(|s| s.0).collect();
     assert_eq!(fences, [1, 2], "fence 1 is released and not led under again: {:?}", r.calls());
 }
+
+// ---- hardening: the term's one end, releases that fail, any timing ----
+
+/// Answers every call through the store and jumps to each wake-up, until
+/// `stop` says so or `events` run out; `intercept` may answer a call itself.
+fn drive(r: &mut Rig, events: usize, mut intercept: impl FnMut(&mut Rig, Call) -> bool, stop: impl Fn(&Rig) -> bool) {
+    for _ in 0..events {
+        r.tick();
+        if stop(r) {
+            return;
+        }
+        if let Some(c) = r.pending.first().copied() {
+            if !intercept(r, c) {
+                r.answer();
+            }
+            continue;
+        }
+        let t = r.m.poll_timeout().expect("a running machine always has a next wake-up");
+        let d = t.saturating_since(r.now);
+        r.sleep(d);
+    }
+    panic!("no outcome after {events} events: {:?}", r.calls());
+}
+
+// Rule 5: a participant that is not leading never extends its own lease,
+// not even on the way to releasing it.
+#[test]
+fn a_failed_release_backs_off_then_releases_directly_and_never_extends_the_lease() {
+    let mut r = Rig::new("a");
+    r.run_for(ms(100));
+    let fence = r.m.term().unwrap().fence;
+    // Renewals get lost; the term runs out locally while the server still
+    // holds it for us.
+    r.lose_calls_until_term_ends();
+    let peak = r.store.peek(NAME).unwrap().expires_at;
+    let mut failed_at = None;
+    drive(
+        &mut r,
+        200,
+        |r, c| {
+            if failed_at.is_some() || !matches!(c.op, Op::Release { .. }) {
+                return false;
+            }
+            // The first release fails on the way.
+            r.pending.remove(0);
+            r.m.handle_reply(r.now, c.id, Outcome::Released(Err(StoreError::retryable("connection reset"))));
+            r.collect();
+            failed_at = Some(r.now);
+            assert!(r.pending.is_empty(), "nothing is sent at once after a failed release");
+            assert!(r.m.poll_timeout() >= Some(r.now + timing().retry_delay()), "a retry delay first");
+            true
+        },
+        |r| r.store.peek(NAME).unwrap().expired(),
+    );
+    let lease = r.store.peek(NAME).unwrap();
+    assert!(lease.expires_at <= peak, "the lease was extended while not leading: {:?}", r.calls());
+    assert!(failed_at.is_some(), "a release was attempted: {:?}", r.calls());
+    let calls = r.calls();
+    let first = calls.iter().position(|op| *op == Op::Release { fence }).unwrap();
+    assert_eq!(
+        calls[first + 1..first + 3],
+        [Op::Inspect, Op::Release { fence }],
+        "after the failure: look, find our own old lease, release it directly"
+    );
+}
+
+#[test]
+fn an_inspect_that_finds_our_own_old_fence_releases_it_instead_of_acquiring() {
+    let mut r = Rig::new("a");
+    r.run_for(ms(100));
+    let fence = r.m.term().unwrap().fence;
+    r.lose_calls_until_term_ends();
+    // The release is lost too: it times out, and the machine looks again.
+    drive(&mut r, 50, |_, _| false, |r| r.pending.first().is_some_and(|c| matches!(c.op, Op::Release { .. })));
+    let release = r.pending.remove(0);
+    r.sleep(OPT);
+    r.tick();
+    assert!(r.log.iter().any(|o| matches!(o, Output::CallAbandoned(id) if *id == release.id)));
+    drive(&mut r, 50, |_, _| false, |r| r.pending.first().is_some_and(|c| c.op == Op::Inspect));
+    // The inspect finds the old lease, still valid and still ours.
+    let inspect = r.pending.remove(0);
+    r.m.handle_reply(r.now, inspect.id, Outcome::Lease(Ok(lease_for("a", fence, ms(10_000)))));
+    r.collect();
+    assert_eq!(r.pending.first().map(|c| c.op), Some(Op::Release { fence }), "{:?}", r.calls());
+}
+
+// One atomic end per term: when the machine's own end of a term lost the
+// race to the program's resignation, the driver resigns the ended term and
+// the back-off applies all the same.
+#[test]
+fn a_resignation_that_lost_the_race_to_the_machines_own_end_still_backs_off() {
+    let mut r = Rig::new("a");
+    r.run_for(ms(100));
+    let term = r.m.term().unwrap();
+    r.lose_calls_until_term_ends();
+    assert_eq!(r.ended(), [EndReason::ExpiredLocally]);
+    let resigned_at = r.now;
+    r.m.resign(r.now, term.id);
+    r.collect();
+    assert_eq!(r.ended().len(), 1, "the term ends once");
+    assert_eq!(r.m.releasing(), Some(term.fence), "its release is still to come");
+    r.run_for(ms(20_000));
+    let starts = r.started();
+    assert_eq!(starts.len(), 2, "{:?}", r.calls());
+    let second_sent = starts[1].1.saturating_sub(ms(13_500));
+    assert!(second_sent >= resigned_at + timing().retry_period * 2, "{second_sent:?} vs {resigned_at:?}");
+    // A resignation of a term older than the last changes nothing.
+    let before = r.m.poll_timeout();
+    r.m.resign(r.now, TermId(term.id.0.wrapping_sub(1)));
+    r.collect();
+    assert_eq!(r.m.poll_timeout(), before);
+}
+
+#[test]
+fn releasing_names_the_release_waiting_or_in_flight() {
+    let mut r = Rig::new("a");
+    r.run_for(ms(100));
+    let term = r.m.term().unwrap();
+    assert_eq!(r.m.releasing(), None);
+    r.m.resign(r.now, term.id);
+    r.collect();
+    assert_eq!(r.m.releasing(), Some(term.fence), "in flight");
+    r.answer();
+    assert_eq!(r.m.releasing(), None, "done");
+}
+
+// No `Timing` can make the public machine panic, validated or not.
+#[test]
+fn no_timing_makes_the_machine_panic() {
+    let values = [Duration::ZERO, Duration::from_nanos(1), ms(1), Duration::from_secs(u64::MAX / 3), Duration::MAX];
+    let pick = |i: usize, k: u32| values[(i / 5usize.pow(k)) % 5];
+    for i in 0..5usize.pow(5) {
+        let timing = Timing {
+            lease_duration: pick(i, 0),
+            renew_interval: pick(i, 1),
+            retry_period: pick(i, 2),
+            operation_timeout: pick(i, 3),
+            safety_margin: pick(i, 4),
+        };
+        let mut m = Machine::new(MachineConfig::new("a", timing, i as u64));
+        let mut now = LocalTime::from_duration(ms(5));
+        for step in 0..40u64 {
+            m.handle_timeout(now);
+            // Zero durations make every answer due again at once: answer a
+            // few per step, as time would pass between them.
+            let mut answered = 0;
+            while let Some(out) = m.poll_output() {
+                let Output::Call(c) = out else { continue };
+                answered += 1;
+                if answered > 8 {
+                    continue;
+                }
+                let outcome = match c.op {
+                    Op::Inspect if step % 2 == 0 => Outcome::Lease(Err(StoreError::no_lease(NAME))),
+                    Op::Inspect => Outcome::Lease(Ok(lease_for("a", 3, timing.lease_duration))),
+                    Op::Acquire { ttl } | Op::Renew { ttl, .. } => Outcome::Lease(Ok(lease_for("a", 5 + step, ttl))),
+                    Op::Release { .. } if step % 3 == 0 => Outcome::Released(Err(StoreError::retryable("reset"))),
+                    Op::Release { .. } => Outcome::Released(Ok(())),
+                };
+                m.handle_reply(now, c.id, outcome);
+            }
+            if let Some(t) = m.term() {
+                match step % 4 {
+                    0 => m.resign(now, t.id),
+                    1 => m.expire(now, t.id),
+                    _ => {}
+                }
+            }
+            m.set_hold_back(now, step % 10 == 5);
+            let next = m.poll_timeout().unwrap_or(now + Duration::MAX);
+            now = next.max(now + ms(1));
+        }
+        m.shutdown(now);
+        while m.poll_output().is_some() {}
+        m.handle_timeout(now + Duration::MAX);
+    }
+}
