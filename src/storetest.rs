@@ -568,6 +568,7 @@ fn let_the_clock_move(s: &dyn Store, name: &str) {
 fn next_fence_is_higher(s: &dyn Store, name: &str, earlier: &[u64], event: &str) -> u64 {
     let l = acquire(s, name, "z", LONG, b"");
     assert!(l.held_by("z"), "after {event} the election must be claimable: {l:?}");
+    eprintln!("storetest {name}: after {event}: fence {}, earlier {earlier:?}", l.fence);
     let highest = earlier.iter().copied().max().unwrap_or(0);
     assert!(
         l.fence > highest,
