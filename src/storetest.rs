@@ -19,7 +19,7 @@
 //! A second set, [`OPERATOR_CASES`], also plays an operator or a failover on
 //! the table behind the store (a deleted row, an older copy of a row coming
 //! back, a re-created table) and checks that fences keep growing. It needs
-//! those hands as an [`Operator`]; [`MemStore`](crate::MemStore) is one:
+//! those hands as an [`Operator`]; [`MemStore`] is one:
 //!
 //! ```
 //! use leaderelection::{storetest, MemStore};

@@ -590,3 +590,39 @@ fn renewals_are_hot_updates() {
     assert!(hot * 10 >= upd * 9, "only {hot} of {upd} renewals were HOT updates");
     c.batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
 }
+
+/// The README's reset without `DELETE`: the lease goes to a placeholder
+/// holder until its current expiry, so the leader's next renewal fails, no
+/// one claims before the old expiry, and the next term has a higher fence.
+/// And the quick reset (`expires_at = now()`), which frees it at once.
+fn operator_reset_keeps_the_fence(var: &str) {
+    let s = store(var);
+    let name = format!("reset-{}", random_tag());
+    let a = s.acquire(&name, "a", Duration::from_millis(800), b"", T).unwrap();
+    client(var)
+        .batch_execute(&format!(
+            "UPDATE {TABLE} SET holder = 'operator-reset', expires_at = GREATEST(expires_at, now()) WHERE name = {}",
+            lit(&name)
+        ))
+        .unwrap();
+    let e = s.renew(&name, "a", a.fence, LONG, b"", T).expect_err("the leader's renewal must fail");
+    assert!(e.is_lease_lost(), "{e:?}");
+    let seen = s.acquire(&name, "b", LONG, b"", T).unwrap();
+    assert_eq!((seen.holder.as_str(), seen.fence, seen.expires_at), ("operator-reset", a.fence, a.expires_at));
+    assert!(wait_for(Duration::from_secs(10), || s.inspect(&name, T).unwrap().expired()), "the reset lease expires");
+    let b = s.acquire(&name, "b", LONG, b"", T).unwrap();
+    assert!(b.held_by("b") && b.fence > a.fence, "{a:?} then {b:?}");
+    client(var).batch_execute(&format!("UPDATE {TABLE} SET expires_at = now() WHERE name = {}", lit(&name))).unwrap();
+    let c = s.acquire(&name, "c", LONG, b"", T).unwrap();
+    assert!(c.held_by("c") && c.fence > b.fence, "{b:?} then {c:?}");
+}
+
+#[test]
+fn operator_reset_keeps_the_fence_direct() {
+    operator_reset_keeps_the_fence(DIRECT);
+}
+
+#[test]
+fn operator_reset_keeps_the_fence_pgbouncer() {
+    operator_reset_keeps_the_fence(BOUNCER);
+}
