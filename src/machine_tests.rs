@@ -411,14 +411,14 @@ fn a_locally_abandoned_term_is_released_and_a_fresh_fence_taken() {
     // keeps the lease, the local deadline passes.
     r.lose_calls_until_term_ends();
     assert_eq!(r.ended(), [EndReason::ExpiredLocally]);
-    // The server still says fence 1 belongs to "a".
+    // The server still says the first fence belongs to "a".
     assert!(r.store.peek(NAME).unwrap().held_by("a"));
     // The network heals.
     r.run_for(ms(10_000));
     let fences: Vec<u64> = r.started().iter().map(|s| s.0).collect();
     assert!(fences.len() == 2 && fences[1] > fences[0], "{fences:?} {:?}", r.calls());
     let released = r.calls().contains(&Op::Release { fence: fences[0] });
-    assert!(released, "fence 1 was given back before campaigning: {:?}", r.calls());
+    assert!(released, "the first fence was given back before campaigning: {:?}", r.calls());
 }
 
 #[test]
@@ -427,7 +427,7 @@ fn an_acquire_that_returns_an_old_fence_is_refused() {
     r.run_for(ms(100));
     let f1 = r.started()[0].0;
     r.lose_calls_until_term_ends();
-    // Feed an acquire reply claiming fence 1 is still ours and valid.
+    // Feed an acquire reply claiming the first fence is still ours and valid.
     r.pending.clear();
     r.m.handle_timeout(r.now + ms(20_000));
     r.now = r.now + ms(20_000);
@@ -443,7 +443,7 @@ fn an_acquire_that_returns_an_old_fence_is_refused() {
         r.m.handle_reply(r.now, c.id, outcome);
         r.collect();
     }
-    assert_eq!(r.started().len(), 1, "fence 1 was not led under twice");
+    assert_eq!(r.started().len(), 1, "the first fence was not led under twice");
     assert!(r.calls().contains(&Op::Release { fence: f1 }));
 }
 
