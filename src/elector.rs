@@ -47,7 +47,8 @@ const MAX_CALL_THREADS: usize = 4;
 ///     }
 ///     written.push((job, guard.fence()));
 /// }
-/// assert_eq!(written, [("a", 1), ("b", 1), ("c", 1)]);
+/// let f = guard.fence();
+/// assert_eq!(written, [("a", f), ("b", f), ("c", f)]); // one term, one fence
 /// drop(guard); // resigns: a successor could take over at once
 /// elector.shutdown()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())

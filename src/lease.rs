@@ -71,8 +71,11 @@ pub struct Lease {
     pub name: String,
     /// Identity of the participant that holds (or last held) the lease.
     pub holder: String,
-    /// The fencing token of the holder's term. It grows by one each time an
-    /// absent or expired lease is claimed, and never otherwise.
+    /// The fencing token of the holder's term. It grows each time an absent
+    /// or expired lease is claimed, and never otherwise. The built-in stores
+    /// make it `max(previous + 1, the database clock in microseconds)`, so it
+    /// is a large number that keeps growing across a deleted row or a
+    /// restored older one; compare fences, never expect particular values.
     pub fence: u64,
     /// When the current term began, on the database clock.
     pub acquired_at: DbTime,

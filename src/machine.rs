@@ -47,7 +47,7 @@
 //!         }
 //!     }
 //! }
-//! assert_eq!(fence, Some(1));
+//! assert_eq!(fence, store.peek("jobs").map(|l| l.fence)); // the fence the database gave
 //! ```
 
 use std::collections::VecDeque;

@@ -201,7 +201,7 @@ fn a_lone_participant_inspects_then_acquires_fence_one() {
     r.run_for(ms(100));
     assert_eq!(r.calls()[..2], [Op::Inspect, Op::Acquire { ttl: timing().lease_duration }]);
     assert_eq!(r.started().len(), 1);
-    assert_eq!(r.started()[0].0, 1);
+    assert_eq!(r.started()[0].0, r.store.peek(NAME).unwrap().fence, "leads under the fence the store gave");
     assert!(r.m.is_leader(r.now));
 }
 
@@ -216,7 +216,7 @@ fn deadline_is_anchored_at_send_time_in_local_time_only() {
     let sent_at = r.now;
     r.answer(); // acquire: 400 ms out, 400 ms back
     let (fence, deadline) = r.started()[0];
-    assert_eq!(fence, 1);
+    assert_eq!(fence, r.store.peek(NAME).unwrap().fence);
     // Not reply time (sent_at + 800ms + ...), and nothing near the database's
     // epoch-based clock three days away.
     assert_eq!(deadline, sent_at + ms(15_000 - 1_500));
@@ -298,7 +298,7 @@ fn renewals_extend_the_deadline_from_their_own_send_time() {
     assert_eq!(extended.len(), 1);
     // The renewal was sent renew_interval after the acquire was sent.
     assert_eq!(extended[0], first + timing().renew_interval);
-    assert!(r.calls().contains(&Op::Renew { fence: 1, ttl: timing().lease_duration }));
+    assert!(r.calls().contains(&Op::Renew { fence: r.started()[0].0, ttl: timing().lease_duration }));
 }
 
 // Rule 4 (machine side): a renewal that never answers cannot keep the term
@@ -376,7 +376,7 @@ fn lease_lost_steps_down_at_once_without_release() {
     r.sleep(d);
     r.tick();
     let renew = r.pending.remove(0);
-    assert!(matches!(renew.op, Op::Renew { fence: 1, .. }));
+    assert!(matches!(renew.op, Op::Renew { fence, .. } if fence == r.started()[0].0));
     // Someone else took over: the guarded renewal matches no row.
     r.m.handle_reply(r.now, renew.id, Outcome::Lease(Err(StoreError::lease_lost())));
     r.collect();
@@ -398,7 +398,7 @@ fn a_fatal_renewal_error_ends_the_term_and_keeps_nobody_leading() {
     r.store.set_failing(None);
     r.run_for(ms(30_000));
     let fences: Vec<u64> = r.started().iter().map(|s| s.0).collect();
-    assert_eq!(fences, [1, 2], "after the fix a fresh term with a new fence");
+    assert!(fences.len() == 2 && fences[1] > fences[0], "after the fix a fresh term with a new fence: {fences:?}");
 }
 
 // Rule 5: a term abandoned locally while the server still holds it is not
@@ -411,22 +411,23 @@ fn a_locally_abandoned_term_is_released_and_a_fresh_fence_taken() {
     // keeps the lease, the local deadline passes.
     r.lose_calls_until_term_ends();
     assert_eq!(r.ended(), [EndReason::ExpiredLocally]);
-    // The server still says fence 1 belongs to "a".
+    // The server still says the first fence belongs to "a".
     assert!(r.store.peek(NAME).unwrap().held_by("a"));
     // The network heals.
     r.run_for(ms(10_000));
     let fences: Vec<u64> = r.started().iter().map(|s| s.0).collect();
-    assert_eq!(fences, [1, 2], "{:?}", r.calls());
-    let released = r.calls().contains(&Op::Release { fence: 1 });
-    assert!(released, "fence 1 was given back before campaigning: {:?}", r.calls());
+    assert!(fences.len() == 2 && fences[1] > fences[0], "{fences:?} {:?}", r.calls());
+    let released = r.calls().contains(&Op::Release { fence: fences[0] });
+    assert!(released, "the first fence was given back before campaigning: {:?}", r.calls());
 }
 
 #[test]
 fn an_acquire_that_returns_an_old_fence_is_refused() {
     let mut r = Rig::new("a");
     r.run_for(ms(100));
+    let f1 = r.started()[0].0;
     r.lose_calls_until_term_ends();
-    // Feed an acquire reply claiming fence 1 is still ours and valid.
+    // Feed an acquire reply claiming the first fence is still ours and valid.
     r.pending.clear();
     r.m.handle_timeout(r.now + ms(20_000));
     r.now = r.now + ms(20_000);
@@ -434,16 +435,16 @@ fn an_acquire_that_returns_an_old_fence_is_refused() {
     while let Some(c) = r.pending.first().copied() {
         r.pending.remove(0);
         let outcome = match c.op {
-            Op::Inspect => Outcome::Lease(Ok(lease_for("a", 1, ms(15_000)))),
-            Op::Acquire { .. } => Outcome::Lease(Ok(lease_for("a", 1, ms(15_000)))),
+            Op::Inspect => Outcome::Lease(Ok(lease_for("a", f1, ms(15_000)))),
+            Op::Acquire { .. } => Outcome::Lease(Ok(lease_for("a", f1, ms(15_000)))),
             Op::Release { .. } => break,
             Op::Renew { .. } => panic!("no term to renew"),
         };
         r.m.handle_reply(r.now, c.id, outcome);
         r.collect();
     }
-    assert_eq!(r.started().len(), 1, "fence 1 was not led under twice");
-    assert!(r.calls().contains(&Op::Release { fence: 1 }));
+    assert_eq!(r.started().len(), 1, "the first fence was not led under twice");
+    assert!(r.calls().contains(&Op::Release { fence: f1 }));
 }
 
 // Rule 7: shutdown ends the term first, then releases, then stops.
@@ -454,7 +455,9 @@ fn shutdown_invalidates_first_then_releases() {
     r.m.shutdown(r.now);
     r.collect();
     let i_end = r.log.iter().position(|o| matches!(o, Output::TermEnded { reason: EndReason::Shutdown, .. }));
-    let i_rel = r.log.iter().position(|o| matches!(o, Output::Call(Call { op: Op::Release { fence: 1 }, .. })));
+    let f1 = r.started()[0].0;
+    let i_rel =
+        r.log.iter().position(|o| matches!(o, Output::Call(Call { op: Op::Release { fence }, .. }) if *fence == f1));
     assert!(i_end.unwrap() < i_rel.unwrap());
     assert!(!r.m.is_leader(r.now));
     r.answer();
@@ -507,7 +510,7 @@ fn shutdown_does_not_wait_for_a_hung_renewal() {
     r.m.shutdown(r.now);
     r.collect();
     assert!(r.log.iter().any(|o| matches!(o, Output::CallAbandoned(_))));
-    assert!(matches!(r.pending.last().map(|c| c.op), Some(Op::Release { fence: 1 })));
+    assert_eq!(r.pending.last().map(|c| c.op), Some(Op::Release { fence: r.started()[0].0 }));
 }
 
 #[test]
@@ -525,7 +528,11 @@ fn followers_poll_with_inspect_and_never_write() {
     assert!(b.calls().iter().all(|op| *op == Op::Inspect));
     assert!(b.calls().len() >= 3);
     assert!(b.started().is_empty());
-    assert!(b.log.iter().any(|o| matches!(o, Output::NewLeader { identity, fence: 1 } if identity == "a")));
+    let f1 = a.started()[0].0;
+    assert!(b
+        .log
+        .iter()
+        .any(|o| matches!(o, Output::NewLeader { identity, fence } if identity == "a" && *fence == f1)));
     assert_eq!(b.m.observed().map(|o| o.identity.as_str()), Some("a"));
 }
 
@@ -541,7 +548,7 @@ fn a_follower_takes_over_just_after_a_crashed_leaders_lease_runs_out() {
     b.run_for(ms(30_000));
     assert_eq!(b.started().len(), 1);
     let fence = b.started()[0].0;
-    assert_eq!(fence, 2);
+    assert!(fence > a.started()[0].0);
     // The lease had at most 15 s left; b polls at least every 1.2 * retry
     // period and aims just past the observed expiry.
     let took_over = b
@@ -590,14 +597,14 @@ fn resigning_releases_and_waits_a_retry_period_before_campaigning() {
     r.m.resign(r.now, term.id);
     r.collect();
     assert_eq!(r.ended(), [EndReason::Resigned]);
-    assert_eq!(r.pending.first().map(|c| c.op), Some(Op::Release { fence: 1 }));
+    assert_eq!(r.pending.first().map(|c| c.op), Some(Op::Release { fence: term.fence }));
     r.run_for(ms(20_000));
-    assert!(r.log.iter().any(|o| matches!(o, Output::Released { fence: 1, result: Ok(()) })));
+    assert!(r.log.iter().any(|o| matches!(o, Output::Released { fence, result: Ok(()) } if *fence == term.fence)));
     let starts = r.started();
     assert_eq!(starts.len(), 2);
     let second_sent = starts[1].1.saturating_sub(ms(13_500));
     assert!(second_sent >= resigned_at + timing().retry_period * 2, "{second_sent:?} vs {resigned_at:?}");
-    assert_eq!(starts[1].0, 2);
+    assert!(starts[1].0 > starts[0].0);
 }
 
 #[test]
@@ -629,7 +636,7 @@ fn late_answers_to_abandoned_calls_are_ignored() {
     // Polling later finds the lease held by us (unknown-outcome acquire) and
     // leads under it: no term ever used that fence.
     r.run_for(ms(5_000));
-    assert_eq!(r.started().iter().map(|s| s.0).collect::<Vec<_>>(), [1]);
+    assert_eq!(r.started().iter().map(|s| s.0).collect::<Vec<_>>(), [r.store.peek(NAME).unwrap().fence]);
 }
 
 #[test]
@@ -670,7 +677,11 @@ fn an_expire_from_the_watchdog_ends_an_extended_term_and_burns_its_fence() {
     assert_eq!(r.ended().len(), 1);
     r.run_for(ms(10_000));
     let fences: Vec<u64> = r.started().iter().map(|s| s.0).collect();
-    assert_eq!(fences, [1, 2], "fence 1 is released and not led under again: {:?}", r.calls());
+    assert!(
+        fences.len() == 2 && fences[1] > fences[0],
+        "fence {fences:?}[0] is released and not led under again: {:?}",
+        r.calls()
+    );
 }
 
 // ---- hardening: the term's one end, releases that fail, any timing ----

@@ -20,7 +20,9 @@ use crate::store::{ErrorKind, Store, StoreError};
 /// or drive entirely by hand ([`MemStore::with_manual_clock`]). It can also
 /// play an outage: [`MemStore::set_failing`] makes calls fail, and
 /// [`MemStore::pause`] makes them hang until [`MemStore::resume`], like a
-/// stopped server.
+/// stopped server. And it can play an operator or a failover on its rows:
+/// [`MemStore::delete_row`], [`MemStore::restore_row`] (with a copy taken by
+/// [`MemStore::peek`]) and [`MemStore::clear`].
 ///
 /// # Examples
 ///
@@ -32,11 +34,23 @@ use crate::store::{ErrorKind, Store, StoreError};
 /// let t = Duration::from_secs(1);
 /// let lease = store.acquire("jobs", "a", Duration::from_secs(10), b"", t).unwrap();
 /// assert!(lease.held_by("a"));
-/// assert_eq!(lease.fence, 1);
-/// // Somebody else loses without an error and learns who leads.
+/// // Somebody else loses without an error and learns who leads, and under
+/// // which fence.
 /// let seen = store.acquire("jobs", "b", Duration::from_secs(10), b"", t).unwrap();
-/// assert_eq!(seen.holder, "a");
+/// assert_eq!((seen.holder.as_str(), seen.fence), ("a", lease.fence));
+/// // After a release the next claim is a new term with a higher fence.
+/// store.release("jobs", "a", lease.fence, t).unwrap();
+/// let next = store.acquire("jobs", "b", Duration::from_secs(10), b"", t).unwrap();
+/// assert!(next.held_by("b") && next.fence > lease.fence);
 /// ```
+///
+/// # Fences
+///
+/// A new term's fence is the larger of the previous fence + 1 and the
+/// database clock in microseconds since the epoch (at least 1), so fences
+/// keep growing when a row is deleted ([`MemStore::delete_row`]) or an older
+/// copy of it comes back ([`MemStore::restore_row`]), as long as the
+/// database clock has not been set back across the event.
 #[derive(Clone, Default)]
 pub struct MemStore {
     shared: Arc<Shared>,
@@ -167,6 +181,36 @@ impl MemStore {
         st.rows.get(name).map(|row| row.to_lease(name, now))
     }
 
+    /// Deletes election `name`'s row, as an operator's `DELETE` would; returns
+    /// whether there was one. A test and fault-injection tool: it is not a
+    /// store call and is not counted in [`MemStore::stats`].
+    pub fn delete_row(&self, name: &str) -> bool {
+        self.shared.state.lock().rows.remove(name).is_some()
+    }
+
+    /// Writes `row` back as the row of election `row.name`, over whatever is
+    /// there (its `now` is ignored): an older copy of the row coming back, as
+    /// after a failover to a replica that missed the last terms, or a restore
+    /// from a backup. Take the copy with [`MemStore::peek`]. A test and
+    /// fault-injection tool, not counted in [`MemStore::stats`].
+    pub fn restore_row(&self, row: &Lease) {
+        let restored = Row {
+            holder: row.holder.clone(),
+            fence: row.fence,
+            acquired_at: row.acquired_at,
+            renewed_at: row.renewed_at,
+            expires_at: row.expires_at,
+            payload: row.payload.clone(),
+        };
+        self.shared.state.lock().rows.insert(row.name.clone(), restored);
+    }
+
+    /// Deletes every row, as dropping and re-creating the table would. A test
+    /// and fault-injection tool, not counted in [`MemStore::stats`].
+    pub fn clear(&self) {
+        self.shared.state.lock().rows.clear();
+    }
+
     /// Takes the lock, waits out a pause, applies the failure switch, then
     /// runs `f` on the state with the database time.
     fn call<T>(&self, f: impl FnOnce(&mut State, DbTime) -> Result<T, StoreError>) -> Result<T, StoreError> {
@@ -223,6 +267,9 @@ impl Store for MemStore {
         self.call(|st, now| {
             st.stats.acquires += 1;
             let expires_at = now.saturating_add(ttl);
+            // A new term's fence: above the previous one and at least the
+            // clock in microseconds, so it survives a deleted or restored row.
+            let clock_fence = u64::try_from(now.as_unix_micros()).unwrap_or(0).max(1);
             let fresh = |fence| Row {
                 holder: identity.to_owned(),
                 fence,
@@ -234,17 +281,17 @@ impl Store for MemStore {
             let row = match st.rows.get_mut(name) {
                 None => {
                     st.stats.writes += 1;
-                    st.rows.entry(name.to_owned()).or_insert(fresh(1))
+                    st.rows.entry(name.to_owned()).or_insert(fresh(clock_fence))
                 }
                 Some(row) if row.expires_at <= now => {
                     st.stats.writes += 1;
-                    *row = fresh(row.fence.saturating_add(1));
+                    *row = fresh(row.fence.saturating_add(1).max(clock_fence));
                     row
                 }
                 Some(row) if row.holder == identity => {
                     st.stats.writes += 1;
                     row.renewed_at = now;
-                    row.expires_at = expires_at;
+                    row.expires_at = row.expires_at.max(expires_at);
                     row.payload = payload.to_vec();
                     row
                 }
@@ -269,7 +316,9 @@ impl Store for MemStore {
                 Some(row) if row.holder == identity && row.fence == fence && row.expires_at > now => {
                     st.stats.writes += 1;
                     row.renewed_at = now;
-                    row.expires_at = now.saturating_add(ttl);
+                    // Never backwards: a renewal computed from an older
+                    // clock reading must not shorten a newer one's lease.
+                    row.expires_at = row.expires_at.max(now.saturating_add(ttl));
                     row.payload = payload.to_vec();
                     Ok(row.to_lease(name, now))
                 }
@@ -321,35 +370,82 @@ mod tests {
     #[test]
     fn fence_grows_only_when_an_absent_or_expired_lease_is_claimed() {
         let s = store();
-        assert_eq!(s.acquire("e", "a", TTL, b"", T).unwrap().fence, 1);
-        assert_eq!(s.acquire("e", "a", TTL, b"", T).unwrap().fence, 1, "holder re-acquiring keeps its term");
-        assert_eq!(s.renew("e", "a", 1, TTL, b"", T).unwrap().fence, 1);
+        let f1 = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
+        assert_eq!(f1, s.now().as_unix_micros() as u64, "a first claim's fence is the clock in microseconds");
+        assert_eq!(s.acquire("e", "a", TTL, b"", T).unwrap().fence, f1, "holder re-acquiring keeps its term");
+        assert_eq!(s.renew("e", "a", f1, TTL, b"", T).unwrap().fence, f1);
         s.advance(TTL);
-        let l = s.acquire("e", "a", TTL, b"", T).unwrap();
-        assert_eq!(l.fence, 2, "reclaiming its own expired lease is a new term");
-        s.release("e", "a", 2, T).unwrap();
+        let f2 = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
+        assert!(f2 > f1, "reclaiming its own expired lease is a new term: {f1} -> {f2}");
+        s.release("e", "a", f2, T).unwrap();
+        // The clock did not move: the next fence is the previous one + 1.
         let l = s.acquire("e", "b", TTL, b"", T).unwrap();
         assert!(l.held_by("b"));
-        assert_eq!(l.fence, 3);
+        assert_eq!(l.fence, f2 + 1);
     }
 
     #[test]
-    fn renew_is_guarded_by_identity_fence_and_expiry() {
+    fn fences_keep_growing_across_a_deleted_or_restored_row() {
         let s = store();
-        s.acquire("e", "a", TTL, b"", T).unwrap();
-        assert!(s.renew("e", "b", 1, TTL, b"", T).unwrap_err().is_lease_lost());
-        assert!(s.renew("e", "a", 2, TTL, b"", T).unwrap_err().is_lease_lost());
-        assert!(s.renew("x", "a", 1, TTL, b"", T).unwrap_err().is_lease_lost());
-        s.advance(TTL);
-        assert!(s.renew("e", "a", 1, TTL, b"", T).unwrap_err().is_lease_lost());
+        let f1 = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
+        s.release("e", "a", f1, T).unwrap();
+        let term1 = s.peek("e").unwrap();
+        s.advance(Duration::from_millis(1));
+        let f2 = s.acquire("e", "b", TTL, b"", T).unwrap().fence;
+        s.release("e", "b", f2, T).unwrap();
+        s.advance(Duration::from_millis(1));
+        assert!(s.delete_row("e") && !s.delete_row("e"));
+        s.advance(Duration::from_micros(1));
+        let f3 = s.acquire("e", "c", TTL, b"", T).unwrap().fence;
+        assert!(f3 > f2, "after a delete: {f2} -> {f3}");
+        s.release("e", "c", f3, T).unwrap();
+        s.restore_row(&term1);
+        assert_eq!(s.peek("e").unwrap().fence, f1);
+        s.advance(Duration::from_micros(1));
+        let f4 = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
+        assert!(f4 > f3, "after the term-1 row came back: {f3} -> {f4}");
+        s.clear();
+        assert!(s.peek("e").is_none());
+        s.advance(Duration::from_micros(1));
+        let f5 = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
+        assert!(f5 > f4, "after the table was emptied: {f4} -> {f5}");
+        assert_eq!(s.stats().writes, 8, "the operator's hands are not store calls");
+    }
+
+    #[test]
+    fn a_clock_set_back_across_a_delete_can_repeat_a_fence() {
+        // What the fence rule cannot survive, shown so the docs stay honest.
+        let s = store();
+        let f1 = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
+        s.release("e", "a", f1, T).unwrap();
+        s.delete_row("e");
+        s.set_offset(-1);
+        let again = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
+        assert!(again < f1, "{f1} -> {again}");
+    }
+
+    #[test]
+    fn an_older_renewal_landing_after_a_newer_one_keeps_the_later_expiry() {
+        let s = store();
+        let f = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
+        // Renewal B is sent second but commits first, at a later clock reading.
+        s.advance(Duration::from_secs(2));
+        let newer = s.renew("e", "a", f, TTL, b"", T).unwrap();
+        // Renewal A commits after it with the older reading it was given.
+        s.set_offset(-1_000_000);
+        let older = s.renew("e", "a", f, TTL, b"", T).unwrap();
+        assert_eq!(older.expires_at, newer.expires_at, "the older renewal shortened the lease");
+        // The holder's acquire with a shorter TTL does not shorten it either.
+        let again = s.acquire("e", "a", Duration::from_secs(1), b"", T).unwrap();
+        assert_eq!((again.fence, again.expires_at), (f, newer.expires_at));
     }
 
     #[test]
     fn release_of_someone_elses_lease_changes_nothing() {
         let s = store();
         let before = s.acquire("e", "a", TTL, b"p", T).unwrap();
-        s.release("e", "b", 1, T).unwrap();
-        s.release("e", "a", 9, T).unwrap();
+        s.release("e", "b", before.fence, T).unwrap();
+        s.release("e", "a", before.fence + 1, T).unwrap();
         assert_eq!(s.peek("e").unwrap(), before);
         assert_eq!(s.stats().writes, 1);
     }

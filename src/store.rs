@@ -28,13 +28,21 @@ use crate::lease::Lease;
 ///
 /// Every method must be safe to call from several threads at once.
 pub trait Store: Send + Sync {
-    /// Claims the lease for `identity` if the row is absent (fence 1), expired
-    /// (fence + 1), or already held by `identity` and still valid (same fence,
-    /// new expiry). Otherwise leaves the row untouched. In every case returns
-    /// the row as it stands after the statement, with the server's `now`.
+    /// Claims the lease for `identity` if the row is absent or expired (a new
+    /// term), or already held by `identity` and still valid (same fence, new
+    /// expiry). Otherwise leaves the row untouched. In every case returns the
+    /// row as it stands after the statement, with the server's `now`.
     ///
     /// Losing the race is not an error: check [`Lease::held_by`].
-    /// The new expiry is the server's `now + ttl`.
+    ///
+    /// A new term's fence must be higher than every fence the election has
+    /// had, also after its row was deleted, its table re-created, or an older
+    /// copy of the row came back with a failover, as long as the server clock
+    /// did not go back across the event. The built-in stores compute it in
+    /// the claiming statement as `max(previous fence + 1, now in microseconds
+    /// since the epoch)`, and 1 at least. A new term's expiry is the server's
+    /// `now + ttl`; the holder re-acquiring writes the later of the current
+    /// expiry and `now + ttl`, never an earlier one.
     ///
     /// # Errors
     ///
@@ -49,9 +57,13 @@ pub trait Store: Send + Sync {
         timeout: Duration,
     ) -> Result<Lease, StoreError>;
 
-    /// Extends the lease that `identity` holds under `fence` to the server's
-    /// `now + ttl`, and replaces the payload. Applies only while the row has
-    /// that holder and fence and has not expired on the server's clock.
+    /// Extends the lease that `identity` holds under `fence` to the later of
+    /// its current expiry and the server's `now + ttl`, and replaces the
+    /// payload. Applies only while the row has that holder and fence and has
+    /// not expired on the server's clock. Never moving the expiry back
+    /// matters: a renewal the server delayed (behind a row lock, or frozen
+    /// with the server) can commit after a newer one with an older `now`,
+    /// and must not shorten the lease under the newer one's deadline.
     ///
     /// # Errors
     ///
@@ -70,7 +82,7 @@ pub trait Store: Send + Sync {
 
     /// Ends the term `identity` holds under `fence` by setting its expiry to
     /// the server's `now`. The row and its fence stay, so the next claim gets
-    /// `fence + 1`. Releasing a lease the caller does not hold changes nothing
+    /// a higher fence. Releasing a lease the caller does not hold changes nothing
     /// and is not an error.
     ///
     /// # Errors

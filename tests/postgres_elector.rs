@@ -102,7 +102,7 @@ fn crashed_leader_is_replaced(var: &str) {
     let guard = other.wait_leader_timeout(LEASE + Duration::from_secs(3)).expect("no successor after the lease");
     let took = crashed.elapsed();
     eprintln!("{var}: crashed leader replaced after {took:?} (lease {LEASE:?})");
-    assert_eq!(guard.fence(), fence + 1, "a takeover is a new term");
+    assert!(guard.fence() > fence, "a takeover is a new term: {fence} -> {}", guard.fence());
     // It had to wait for the lease: it was renewed at most RENEW ago.
     assert!(took >= LEASE - RENEW - Duration::from_millis(300), "took over too early: {took:?}");
     assert!(took <= LEASE + RETRY + Duration::from_secs(1), "took over too late: {took:?}");
@@ -130,7 +130,7 @@ fn clean_shutdown_hands_over(var: &str) {
     let guard = f[1 - leader].wait_leader_timeout(Duration::from_secs(3)).expect("no successor");
     let took = start.elapsed();
     eprintln!("{var}: clean shutdown handed over after {took:?} (retry period {RETRY:?})");
-    assert_eq!(guard.fence(), fence + 1);
+    assert!(guard.fence() > fence, "{fence} -> {}", guard.fence());
     assert!(took < RETRY + RETRY / 5 + Duration::from_millis(600), "handover took {took:?}");
 }
 

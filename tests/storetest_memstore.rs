@@ -1,16 +1,131 @@
 //! The store acceptance suite against the in-memory reference store.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use leaderelection::{storetest, MemStore, Store};
+use leaderelection::storetest::{self, Operator};
+use leaderelection::{Lease, MemStore, Store, StoreError};
 
 leaderelection::storetest_suite!(MemStore::new());
+
+mod operator {
+    use leaderelection::MemStore;
+    leaderelection::storetest_suite!(operator: {
+        let s = MemStore::new();
+        (s.clone(), s)
+    });
+}
 
 #[test]
 fn run_all_passes_with_the_database_clock_days_away() {
     let store = MemStore::new();
     store.set_offset(-4 * 86_400_000_000);
     storetest::run_all(&store);
+    storetest::run_operator_cases(&store, &store);
+}
+
+/// The fence rule this crate had before: 1 for an absent row, the stored
+/// fence + 1 for an expired one. Played over a [`MemStore`] by renumbering
+/// its fences, so everything else (guards, expiry) is the real store's.
+struct OldFenceRule {
+    inner: MemStore,
+    /// (election, the inner store's fence) -> the fence the old rule gives.
+    old: Mutex<HashMap<(String, u64), u64>>,
+}
+
+impl OldFenceRule {
+    fn outer(&self, mut l: Lease) -> Lease {
+        let old = self.old.lock().unwrap();
+        l.fence = old.get(&(l.name.clone(), l.fence)).copied().unwrap_or(l.fence);
+        l
+    }
+    fn inner_fence(&self, name: &str, fence: u64) -> u64 {
+        let old = self.old.lock().unwrap();
+        old.iter().find(|((n, _), o)| n == name && **o == fence).map(|((_, i), _)| *i).unwrap_or(u64::MAX)
+    }
+}
+
+impl Store for OldFenceRule {
+    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        let before = self.inner.peek(n);
+        let l = self.inner.acquire(n, id, ttl, p, t)?;
+        if before.as_ref().map(|b| b.fence) != Some(l.fence) {
+            let prev = before.map(|b| self.outer(b).fence).unwrap_or(0);
+            self.old.lock().unwrap().insert((n.to_owned(), l.fence), prev + 1);
+        }
+        Ok(self.outer(l))
+    }
+    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        let l = self.inner.renew(n, id, self.inner_fence(n, f), ttl, p, t)?;
+        Ok(self.outer(l))
+    }
+    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+        self.inner.release(n, id, self.inner_fence(n, f), t)
+    }
+    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+        self.inner.inspect(n, t).map(|l| self.outer(l))
+    }
+}
+
+impl Operator for OldFenceRule {
+    fn delete_row(&self, name: &str) {
+        self.inner.delete_row(name);
+    }
+    fn restore_row(&self, row: &Lease) {
+        let fence = self.inner_fence(&row.name, row.fence);
+        self.inner.restore_row(&Lease { fence, ..row.clone() });
+    }
+    fn recreate_table(&self) {
+        self.inner.clear();
+    }
+}
+
+/// The operator cases must be able to fail: the old fence rule passes every
+/// plain case but hands out old fences again after each operator event.
+#[test]
+fn the_suite_catches_fences_that_restart_after_a_delete_or_restore() {
+    let old = || OldFenceRule { inner: MemStore::new(), old: Mutex::new(HashMap::new()) };
+    // Control: the renumbering wrapper is a working store otherwise.
+    storetest::run_all(&old());
+    for (name, case) in storetest::OPERATOR_CASES {
+        let store = old();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&store, &store)));
+        let msg = r.expect_err(&format!("{name} passed a store whose fences restart"));
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("not above the earlier fences"), "{name} failed for another reason: {msg}");
+    }
+}
+
+/// The expiry case must be able to fail: a store whose renewals write
+/// `now + ttl` whatever the current expiry is caught.
+#[test]
+fn the_suite_catches_a_renewal_that_shortens_the_lease() {
+    struct Shortening(MemStore);
+    impl Store for Shortening {
+        fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+            self.0.acquire(n, id, ttl, p, t)
+        }
+        fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+            // Renew, then write the shorter expiry an unguarded `SET expires_at = now() + ttl` would.
+            let l = self.0.renew(n, id, f, ttl, p, t)?;
+            let short = Lease { expires_at: l.now.saturating_add(ttl), ..l };
+            self.0.restore_row(&short);
+            Ok(short)
+        }
+        fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+            self.0.release(n, id, f, t)
+        }
+        fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+            self.0.inspect(n, t)
+        }
+    }
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        storetest::no_write_moves_the_expiry_backwards(&Shortening(MemStore::new()))
+    }));
+    let msg = r.expect_err("the suite passed a renewal that shortens the lease");
+    let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("a renewal moved the expiry back"), "failed for another reason: {msg}");
 }
 
 #[test]

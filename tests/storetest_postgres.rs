@@ -7,7 +7,8 @@ mod pg_support;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
-use leaderelection::Store;
+use leaderelection::storetest::Operator;
+use leaderelection::{Lease, Store};
 use pg_support::{client, dsn, dsn_via, host_port, random_tag, wait_for, Proxy, BOUNCER, DIRECT};
 
 const TABLE: &str = "le_storetest";
@@ -22,10 +23,154 @@ fn store(var: &str) -> PostgresStore {
 
 mod direct {
     leaderelection::storetest_suite!(super::store(super::DIRECT));
+    mod operator {
+        leaderelection::storetest_suite!(operator: super::super::operated(super::super::DIRECT));
+    }
 }
 
 mod pgbouncer {
     leaderelection::storetest_suite!(super::store(super::BOUNCER));
+    mod operator {
+        leaderelection::storetest_suite!(operator: super::super::operated(super::super::BOUNCER));
+    }
+}
+
+/// Plain SQL on the store's table through a client of its own (by the same
+/// path as the store: direct or through PgBouncer), as an operator or a
+/// failover would change it. Each operator has a table of its own, dropped
+/// when the operator is, because it may drop and re-create it.
+struct PgOperator {
+    var: &'static str,
+    table: String,
+    /// A second store on the table, for `ensure_schema` after a re-creation.
+    ddl: PostgresStore,
+}
+
+/// A store on a fresh table, and an operator on that table.
+fn operated(var: &'static str) -> (PostgresStore, PgOperator) {
+    let table = format!("le_op_{}", random_tag());
+    let build = || PostgresStore::builder(&dsn(var)).table("public", table.clone()).build().expect("store");
+    let (s, ddl) = (build(), build());
+    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
+    (s, PgOperator { var, table: format!("public.\"{table}\""), ddl })
+}
+
+/// A string literal (standard_conforming_strings is on by default).
+fn lit(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A `timestamptz` from microseconds since the epoch, exactly.
+fn ts(l: leaderelection::DbTime) -> String {
+    format!("(timestamptz 'epoch' + interval '1 microsecond' * {})", l.as_unix_micros())
+}
+
+impl Operator for PgOperator {
+    fn delete_row(&self, name: &str) {
+        let sql = format!("DELETE FROM {} WHERE name = {}", self.table, lit(name));
+        client(self.var).batch_execute(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    fn restore_row(&self, row: &Lease) {
+        let hex: String = row.payload.iter().map(|b| format!("{b:02x}")).collect();
+        let sql = format!(
+            "INSERT INTO {t} (name, holder, fence, acquired_at, renewed_at, expires_at, payload) \
+             VALUES ({n}, {h}, {f}, {a}, {r}, {e}, decode('{hex}', 'hex')) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, fence = excluded.fence, \
+             acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, \
+             expires_at = excluded.expires_at, payload = excluded.payload",
+            t = self.table,
+            n = lit(&row.name),
+            h = lit(&row.holder),
+            f = row.fence,
+            a = ts(row.acquired_at),
+            r = ts(row.renewed_at),
+            e = ts(row.expires_at),
+        );
+        client(self.var).batch_execute(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    fn recreate_table(&self) {
+        let sql = format!("DROP TABLE {}", self.table);
+        client(self.var).batch_execute(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        self.ddl.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema after the drop: {e}"));
+    }
+}
+
+impl Drop for PgOperator {
+    fn drop(&mut self) {
+        let _ = client(DIRECT).batch_execute(&format!("DROP TABLE IF EXISTS {}", self.table));
+    }
+}
+
+/// The first column of the first row of `sql`, as text.
+fn one(c: &mut impl postgres::GenericClient, sql: &str) -> Option<String> {
+    let rows = c.simple_query(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.iter().find_map(|m| match m {
+        postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+        _ => None,
+    })
+}
+
+/// A renewal that waited behind a row lock commits after a newer renewal,
+/// with its older `now()`: the later expiry stands. The newer renewal is
+/// played by the session that holds the lock, writing
+/// `clock_timestamp() + 10 s` (later than the waiting renewal's `now()`).
+/// Against `SET expires_at = now() + ttl` this fails: the lease shrinks.
+fn a_delayed_renewal_does_not_shorten_the_lease(var: &str) {
+    let s = store(var);
+    let name = format!("delayed-{}", random_tag());
+    let ttl = Duration::from_secs(10);
+    let lease = s.acquire(&name, "a", ttl, b"", T).unwrap();
+    let mut locker = client(var);
+    let mut tx = locker.transaction().unwrap();
+    tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = {} FOR UPDATE", lit(&name))).unwrap();
+    let (older, newer) = std::thread::scope(|sc| {
+        let renewal = sc.spawn(|| s.renew(&name, "a", lease.fence, ttl, b"older", T));
+        // Wait until the renewal is queued behind the lock (its now() is taken).
+        let mut admin = client(DIRECT);
+        let waiting = wait_for(Duration::from_secs(3), || {
+            let q = format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE {}",
+                lit(&format!("%UPDATE%{name}%"))
+            );
+            one(&mut admin, &q).as_deref() != Some("0")
+        });
+        assert!(waiting, "the renewal never waited on the row lock");
+        let newer = one(
+            &mut tx,
+            &format!(
+                "UPDATE {TABLE} SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '10 s', \
+                 payload = 'newer' WHERE name = {} RETURNING (extract(epoch from expires_at) * 1000000)::int8::text",
+                lit(&name)
+            ),
+        )
+        .expect("the newer renewal's expiry");
+        tx.commit().unwrap();
+        (renewal.join().unwrap(), newer.parse::<i64>().unwrap())
+    });
+    let older = older.expect("the delayed renewal still applies (holder, fence and expiry match)");
+    let after = s.inspect(&name, T).unwrap();
+    eprintln!(
+        "delayed renewal via {var}: newer expiry {newer}, delayed renewal's now() + ttl {}, row now {}",
+        older.now.as_unix_micros() + ttl.as_micros() as i64,
+        after.expires_at.as_unix_micros()
+    );
+    assert_eq!(after.payload, b"older", "control: the delayed renewal committed after the newer one");
+    assert!(
+        after.expires_at.as_unix_micros() >= newer,
+        "the delayed renewal moved the expiry back by {} us",
+        newer - after.expires_at.as_unix_micros()
+    );
+    assert_eq!(older.expires_at, after.expires_at, "the delayed renewal reports the row it left");
+}
+
+#[test]
+fn a_delayed_renewal_does_not_shorten_the_lease_direct() {
+    a_delayed_renewal_does_not_shorten_the_lease(DIRECT);
+}
+
+#[test]
+fn a_delayed_renewal_does_not_shorten_the_lease_pgbouncer() {
+    a_delayed_renewal_does_not_shorten_the_lease(BOUNCER);
 }
 
 fn xmin(var: &str, name: &str) -> String {
@@ -44,14 +189,14 @@ fn xmin(var: &str, name: &str) -> String {
 fn reads_do_not_write(var: &str) {
     let s = store(var);
     let name = format!("xmin-{}", random_tag());
-    s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let fence = s.acquire(&name, "a", LONG, b"", T).unwrap().fence;
     let before = xmin(var, &name);
     for _ in 0..5 {
         s.inspect(&name, T).unwrap();
         assert!(!s.acquire(&name, "b", LONG, b"x", T).unwrap().held_by("b"));
     }
     assert_eq!(xmin(var, &name), before, "inspect or a losing acquire wrote a new row version");
-    s.renew(&name, "a", 1, LONG, b"", T).unwrap();
+    s.renew(&name, "a", fence, LONG, b"", T).unwrap();
     assert_ne!(xmin(var, &name), before, "control: a renewal does write");
 }
 
@@ -266,7 +411,7 @@ fn swallowing_path(var: &str) {
     let s =
         PostgresStore::builder(&d).table("public", TABLE).connect_timeout(Duration::from_millis(700)).build().unwrap();
     let name = format!("swallow-{}", random_tag());
-    s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let fence = s.acquire(&name, "a", LONG, b"", T).unwrap().fence;
     assert_eq!(proxy.open_connections(), 1);
     proxy.swallow(true);
     let timeout = Duration::from_millis(500);
@@ -286,7 +431,7 @@ fn swallowing_path(var: &str) {
     );
     // Connections abandoned at their deadline were closed, not kept.
     assert!(wait_for(Duration::from_secs(5), || proxy.open_connections() <= 2), "open: {}", proxy.open_connections());
-    assert!(s.renew(&name, "a", 1, LONG, b"", T).is_ok());
+    assert!(s.renew(&name, "a", fence, LONG, b"", T).is_ok());
 }
 
 #[test]
@@ -417,12 +562,10 @@ fn renewals_are_hot_updates() {
     let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
     s.ensure_schema().unwrap();
     let names: Vec<String> = (0..20).map(|i| format!("hot-{i}")).collect();
-    for n in &names {
-        s.acquire(n, "a", LONG, &[7u8; 200], T).unwrap();
-    }
+    let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, &[7u8; 200], T).unwrap().fence).collect();
     for _ in 0..15 {
-        for n in &names {
-            s.renew(n, "a", 1, LONG, &[9u8; 200], T).unwrap();
+        for (n, f) in names.iter().zip(&fences) {
+            s.renew(n, "a", *f, LONG, &[9u8; 200], T).unwrap();
         }
     }
     // Closing the store's sessions makes their backends flush statistics.
@@ -446,4 +589,40 @@ fn renewals_are_hot_updates() {
     let (upd, hot) = counts;
     assert!(hot * 10 >= upd * 9, "only {hot} of {upd} renewals were HOT updates");
     c.batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
+}
+
+/// The README's reset without `DELETE`: the lease goes to a placeholder
+/// holder until its current expiry, so the leader's next renewal fails, no
+/// one claims before the old expiry, and the next term has a higher fence.
+/// And the quick reset (`expires_at = now()`), which frees it at once.
+fn operator_reset_keeps_the_fence(var: &str) {
+    let s = store(var);
+    let name = format!("reset-{}", random_tag());
+    let a = s.acquire(&name, "a", Duration::from_millis(800), b"", T).unwrap();
+    client(var)
+        .batch_execute(&format!(
+            "UPDATE {TABLE} SET holder = 'operator-reset', expires_at = GREATEST(expires_at, now()) WHERE name = {}",
+            lit(&name)
+        ))
+        .unwrap();
+    let e = s.renew(&name, "a", a.fence, LONG, b"", T).expect_err("the leader's renewal must fail");
+    assert!(e.is_lease_lost(), "{e:?}");
+    let seen = s.acquire(&name, "b", LONG, b"", T).unwrap();
+    assert_eq!((seen.holder.as_str(), seen.fence, seen.expires_at), ("operator-reset", a.fence, a.expires_at));
+    assert!(wait_for(Duration::from_secs(10), || s.inspect(&name, T).unwrap().expired()), "the reset lease expires");
+    let b = s.acquire(&name, "b", LONG, b"", T).unwrap();
+    assert!(b.held_by("b") && b.fence > a.fence, "{a:?} then {b:?}");
+    client(var).batch_execute(&format!("UPDATE {TABLE} SET expires_at = now() WHERE name = {}", lit(&name))).unwrap();
+    let c = s.acquire(&name, "c", LONG, b"", T).unwrap();
+    assert!(c.held_by("c") && c.fence > b.fence, "{b:?} then {c:?}");
+}
+
+#[test]
+fn operator_reset_keeps_the_fence_direct() {
+    operator_reset_keeps_the_fence(DIRECT);
+}
+
+#[test]
+fn operator_reset_keeps_the_fence_pgbouncer() {
+    operator_reset_keeps_the_fence(BOUNCER);
 }

@@ -459,6 +459,8 @@ impl Model {
         }
         self.stats.acquires += 1;
         let now = self.now;
+        // A new term: above the previous fence and at least the clock in µs.
+        let clock = u64::try_from(now).unwrap_or(0).max(1);
         let fresh = |fence| ModelRow {
             holder: id.into(),
             fence,
@@ -469,16 +471,16 @@ impl Model {
         };
         match self.rows.get_mut(name) {
             None => {
-                self.rows.insert(name.into(), fresh(1));
+                self.rows.insert(name.into(), fresh(clock));
                 self.stats.writes += 1;
             }
             Some(r) if r.expires_at <= now => {
-                *r = fresh(r.fence + 1);
+                *r = fresh((r.fence + 1).max(clock));
                 self.stats.writes += 1;
             }
             Some(r) if r.holder == id => {
                 r.renewed_at = now;
-                r.expires_at = now.saturating_add(ttl);
+                r.expires_at = r.expires_at.max(now.saturating_add(ttl));
                 r.payload = payload.to_vec();
                 self.stats.writes += 1;
             }
@@ -496,7 +498,7 @@ impl Model {
         match self.rows.get_mut(name) {
             Some(r) if r.holder == id && r.fence == fence && r.expires_at > now => {
                 r.renewed_at = now;
-                r.expires_at = now.saturating_add(ttl);
+                r.expires_at = r.expires_at.max(now.saturating_add(ttl));
                 r.payload = payload.to_vec();
                 self.stats.writes += 1;
                 Ok(self.lease(name).expect("row exists"))

@@ -17,13 +17,31 @@ use crate::store::{ErrorKind, StoreError};
 /// Longest TTL written, so `now() + ttl` stays far inside PostgreSQL's range.
 const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);
 
+/// Microseconds since the epoch of a `timestamptz` expression, exactly:
+/// `extract` yields `numeric` from PostgreSQL 14 on (exact), `double` before
+/// (within a fraction of a microsecond at today's dates), and the cast to
+/// `int8` rounds to the nearest integer in both cases.
+macro_rules! micros {
+    ($e:literal) => {
+        concat!("(extract(epoch from ", $e, ") * 1000000)::int8")
+    };
+}
+
+/// The server's `now()` in microseconds: a fresh claim's fence candidate.
+const NOW_MICROS: &str = micros!("now()");
+
 /// The columns every lease-returning statement yields, in this order.
-const COLS: &str = "name, holder, fence::text, \
-    floor(extract(epoch from acquired_at) * 1000000)::int8::text, \
-    floor(extract(epoch from renewed_at) * 1000000)::int8::text, \
-    floor(extract(epoch from expires_at) * 1000000)::int8::text, \
-    floor(extract(epoch from now()) * 1000000)::int8::text, \
-    encode(payload, 'hex')";
+const COLS: &str = concat!(
+    "name, holder, fence::text, ",
+    micros!("acquired_at"),
+    "::text, ",
+    micros!("renewed_at"),
+    "::text, ",
+    micros!("expires_at"),
+    "::text, ",
+    micros!("now()"),
+    "::text, encode(payload, 'hex')"
+);
 
 pub(crate) fn create_table(table: &str) -> String {
     format!(
@@ -84,6 +102,13 @@ pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
 
 /// Claims an absent, expired or own lease; otherwise reads the row as it now
 /// stands (`FOR SHARE` follows a concurrent update to its newest version).
+///
+/// The fence of a new term is `max(previous + 1, now() in microseconds)`
+/// (at least 1 for an absent row), so it is higher than every fence this
+/// election handed out before even when the row was deleted or an older
+/// copy of it came back, as long as the server clock did not go back. The
+/// holder re-acquiring a valid lease keeps its fence, and its expiry never
+/// moves backwards: `GREATEST(expires_at, now() + ttl)`.
 pub(crate) fn acquire(
     table: &str,
     name: &str,
@@ -95,13 +120,13 @@ pub(crate) fn acquire(
     Ok(format!(
         "WITH up AS (\
            INSERT INTO {table} AS t (name, holder, fence, acquired_at, renewed_at, expires_at, payload) \
-           VALUES ({n}, {i}, 1, now(), now(), now() + {t}, {p}) \
+           VALUES ({n}, {i}, GREATEST(1, {NOW_MICROS}), now(), now(), now() + {t}, {p}) \
            ON CONFLICT (name) DO UPDATE SET \
              holder = excluded.holder, \
-             fence = CASE WHEN t.expires_at <= now() THEN t.fence + 1 ELSE t.fence END, \
+             fence = CASE WHEN t.expires_at <= now() THEN GREATEST(t.fence + 1, {NOW_MICROS}) ELSE t.fence END, \
              acquired_at = CASE WHEN t.expires_at <= now() THEN now() ELSE t.acquired_at END, \
              renewed_at = now(), \
-             expires_at = excluded.expires_at, \
+             expires_at = GREATEST(t.expires_at, excluded.expires_at), \
              payload = excluded.payload \
            WHERE t.expires_at <= now() OR t.holder = excluded.holder \
            RETURNING t.name, t.holder, t.fence, t.acquired_at, t.renewed_at, t.expires_at, t.payload\
@@ -113,6 +138,9 @@ pub(crate) fn acquire(
     ))
 }
 
+/// Extends the holder's lease; a renewal that commits after a newer one (it
+/// waited behind a lock, or the server froze under it) carries an older
+/// `now()` and must not shorten the lease: `GREATEST(expires_at, now() + ttl)`.
 pub(crate) fn renew(
     table: &str,
     name: &str,
@@ -123,7 +151,7 @@ pub(crate) fn renew(
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
     Ok(format!(
-        "UPDATE {table} SET renewed_at = now(), expires_at = now() + {t}, payload = {p} \
+        "UPDATE {table} SET renewed_at = now(), expires_at = GREATEST(expires_at, now() + {t}), payload = {p} \
          WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now() \
          RETURNING {COLS}"
     ))
