@@ -347,3 +347,19 @@ fn tls_required_never_falls_back_to_plaintext() {
     assert!(e.is_fatal(), "{e}");
     assert!(e.to_string().contains("does not support"), "{e}");
 }
+
+/// The table dropped and created again (an operator's reset): the next
+/// term's fence is still above every earlier one.
+#[test]
+fn fences_survive_a_recreated_table() {
+    let table = format!("le_recreate_{}", random_tag());
+    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    let a = s.acquire("e", "a", LONG, b"", T).unwrap();
+    let mut c = admin(SHARED);
+    exec(&mut c, &format!("DROP TABLE `{table}`"));
+    s.ensure_schema().unwrap();
+    let b = s.acquire("e", "b", LONG, b"", T).unwrap();
+    assert!(b.held_by("b") && b.fence > a.fence, "fence went back across a re-created table: {a:?} -> {b:?}");
+    exec(&mut c, &format!("DROP TABLE `{table}`"));
+}
