@@ -196,9 +196,11 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
         fe.as_ref().map(ToString::to_string)
     );
     assert!(le.is_some() && fe.is_some(), "no error reported with the server frozen");
-    // Each elector may add call threads up to its cap, each store keeps at
-    // most a pool's worth of abandoned calls running, the probes one each.
-    let bound = threads_before + 2 * (EXTRA_CALL_THREADS + DEFAULT_POOL_SIZE) + 2 * DEFAULT_POOL_SIZE;
+    // Each elector may add call threads up to its cap; each store keeps at
+    // most a pool's worth of abandoned calls running, and as many threads
+    // asking the server to end their sessions; the three probe calls add a
+    // call thread and a kill thread each.
+    let bound = threads_before + 2 * (EXTRA_CALL_THREADS + 2 * DEFAULT_POOL_SIZE) + 3 * 2;
     assert!(threads_max <= bound, "threads grew from {threads_before} to {threads_max} (bound {bound})");
 
     drop(frozen);

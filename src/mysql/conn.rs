@@ -15,9 +15,13 @@
 //! the earlier query's result). The socket's own read and write timeouts
 //! bound how long an abandoned thread can stay blocked; the number of
 //! abandoned calls still running is capped at the pool size, and a call
-//! past that cap fails at once instead of piling up threads.
+//! past that cap fails at once instead of piling up threads. When a call is
+//! abandoned, the server is also asked to end its session (`KILL
+//! CONNECTION`), so a statement still waiting on a lock is rolled back
+//! rather than landing after the caller was told it failed; an abandoned
+//! call is never retried on another connection.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -47,6 +51,8 @@ struct Inner {
     freed: Condvar,
     /// Calls whose caller gave up and whose thread has not finished.
     stuck: AtomicUsize,
+    /// Threads asking the server to end an abandoned call's session.
+    killers: AtomicUsize,
 }
 
 struct State {
@@ -64,6 +70,7 @@ impl Pool {
                 state: Mutex::new(State { idle: Vec::new(), open: 0 }),
                 freed: Condvar::new(),
                 stuck: AtomicUsize::new(0),
+                killers: AtomicUsize::new(0),
             }),
         }
     }
@@ -93,9 +100,10 @@ impl Pool {
         }
         let (tx, rx) = crossbeam_channel::bounded(1);
         let state = Arc::new(AtomicU8::new(WAITING));
-        let (inner, st) = (Arc::clone(&self.inner), Arc::clone(&state));
+        let session = Arc::new(AtomicU32::new(0));
+        let (inner, st, sess) = (Arc::clone(&self.inner), Arc::clone(&state), Arc::clone(&session));
         let spawned = thread::Builder::new().name("leaderelection-mysql".into()).spawn(move || {
-            let result = inner.call(op, &sql, deadline);
+            let result = inner.call(op, &sql, deadline, &sess, &st);
             if st.compare_exchange(WAITING, DONE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
                 let _ = tx.send(result.map(|(rows, conn)| {
                     inner.put_back(conn);
@@ -120,6 +128,7 @@ impl Pool {
                 // can only come after this increment.
                 self.inner.stuck.fetch_add(1, Ordering::SeqCst);
                 if state.compare_exchange(WAITING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    kill(&self.inner, session.load(Ordering::SeqCst));
                     Err(StoreError::retryable(format!(
                         "mysql {op}: no answer within {}; the connection is dropped",
                         human(remaining)
@@ -142,18 +151,31 @@ impl Inner {
     /// (deadlock), the call runs again on another, while time remains. Every
     /// operation is safe to repeat: the same holder and fence land on the
     /// same term.
-    fn call(&self, op: &'static str, sql: &str, deadline: Instant) -> Result<(Vec<Row>, Conn), StoreError> {
+    ///
+    /// `session` is set to the server's id of the connection in use, so a
+    /// caller that gives up can have the server end it.
+    fn call(
+        &self,
+        op: &'static str,
+        sql: &str,
+        deadline: Instant,
+        session: &AtomicU32,
+        state: &AtomicU8,
+    ) -> Result<(Vec<Row>, Conn), StoreError> {
         let mut last = None;
         for _ in 0..=self.max {
-            if Instant::now() >= deadline {
+            // A call its caller gave up on is never started again elsewhere.
+            if Instant::now() >= deadline || state.load(Ordering::SeqCst) == ABANDONED {
                 break;
             }
             let (mut conn, reused) = self.checkout(op, deadline)?;
+            session.store(conn.connection_id(), Ordering::SeqCst);
             match query(&mut conn, sql) {
                 Ok(rows) => return Ok((rows, conn)),
                 Err(e) => {
                     let err = sql::classify(op, &e);
                     let again = sql::retry_elsewhere(&e) && (reused || is_deadlock(&e));
+                    session.store(0, Ordering::SeqCst);
                     self.discard(conn);
                     if !again {
                         return Err(err);
@@ -224,6 +246,38 @@ impl Inner {
     fn free_slot(&self) {
         self.state.lock().open -= 1;
         self.freed.notify_one();
+    }
+}
+
+/// Asks the server, on a connection of its own, to end the session of a
+/// call the caller gave up on (`KILL CONNECTION`, which any user may do to
+/// its own sessions). A statement still waiting for a lock is then rolled
+/// back instead of landing later: the server's smallest lock-wait bound
+/// (1 s) can outlast a shorter operation timeout. Best effort, on a thread
+/// of its own, at most one per pool slot at a time; a server that does not
+/// answer (frozen, unreachable) only costs that thread its socket timeout.
+fn kill(inner: &Arc<Inner>, session: u32) {
+    if session == 0 {
+        return;
+    }
+    if inner.killers.fetch_add(1, Ordering::SeqCst) >= inner.max {
+        inner.killers.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    let worker = Arc::clone(inner);
+    let spawned = thread::Builder::new().name("leaderelection-mysql-kill".into()).spawn(move || {
+        match Conn::new(worker.opts.clone()) {
+            Ok(mut c) => {
+                if let Err(e) = c.query_drop(format!("KILL CONNECTION {session}")) {
+                    log::debug!("leaderelection: mysql: ending abandoned session {session}: {e}");
+                }
+            }
+            Err(e) => log::debug!("leaderelection: mysql: ending abandoned session {session}: {e}"),
+        }
+        worker.killers.fetch_sub(1, Ordering::SeqCst);
+    });
+    if spawned.is_err() {
+        inner.killers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
