@@ -362,3 +362,29 @@ fn fences_survive_a_recreated_table() {
     assert!(b.held_by("b") && b.fence > a.fence, "fence went back across a re-created table: {a:?} -> {b:?}");
     exec(&mut c, &format!("DROP TABLE `{table}`"));
 }
+
+/// A row read back that is not what the call wrote (here a trigger changes
+/// the payload on its way in) is an error, never a silent success.
+#[test]
+fn a_row_that_is_not_what_was_written_is_an_error() {
+    let table = format!("le_tamper_{}", random_tag());
+    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    let mut c = admin(SHARED);
+    // Control: without the triggers the same calls succeed.
+    let ok = s.acquire("control", "a", LONG, b"mine", T).unwrap();
+    assert!(ok.held_by("a"));
+    exec(
+        &mut c,
+        &format!("CREATE TRIGGER `{table}_i` BEFORE INSERT ON `{table}` FOR EACH ROW SET NEW.payload = X'00'"),
+    );
+    exec(
+        &mut c,
+        &format!("CREATE TRIGGER `{table}_u` BEFORE UPDATE ON `{table}` FOR EACH ROW SET NEW.payload = X'00'"),
+    );
+    let e = s.acquire("e", "a", LONG, b"mine", T).expect_err("an acquire whose row came back altered succeeded");
+    assert!(e.to_string().contains("not the one written"), "{e}");
+    let e = s.renew("control", "a", ok.fence, LONG, b"mine", T).expect_err("a renew whose row came back altered");
+    assert!(e.to_string().contains("not the one written"), "{e}");
+    exec(&mut c, &format!("DROP TABLE `{table}`"));
+}
