@@ -388,3 +388,45 @@ fn a_row_that_is_not_what_was_written_is_an_error() {
     assert!(e.to_string().contains("not the one written"), "{e}");
     exec(&mut c, &format!("DROP TABLE `{table}`"));
 }
+
+/// The connection breaks in the middle of the TLS handshake (a proxy passes
+/// the greeting and the client's TLS request, then cuts both ends when the
+/// handshake starts): an I/O failure, so retryable, not a certificate
+/// problem.
+#[test]
+fn tls_handshake_cut_short_is_retryable() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let ca = tls_ca();
+    let target = port(PRIVATE);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().take(4) {
+            let Ok(mut client) = client else { continue };
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
+            let mut buf = [0u8; 4096];
+            // The server's greeting, whole.
+            let n = server.read(&mut buf).unwrap_or(0);
+            let _ = client.write_all(&buf[..n]);
+            // The client's SSL request (a 32-byte packet), passed on.
+            let mut req = [0u8; 36];
+            if client.read_exact(&mut req).is_ok() {
+                let _ = server.write_all(&req);
+            }
+            // The TLS ClientHello: cut both ends instead.
+            let _ = client.read(&mut buf);
+            let _ = client.shutdown(std::net::Shutdown::Both);
+            let _ = server.shutdown(std::net::Shutdown::Both);
+        }
+    });
+    let s =
+        MySqlStore::builder(&format!("mysql://root@localhost:{proxy_port}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"))
+            .table(TABLE)
+            .build()
+            .unwrap();
+    let e = s.inspect("e", Duration::from_secs(3)).unwrap_err();
+    eprintln!("TLS handshake cut short: {e}");
+    assert!(e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("TLS"), "{e}");
+}

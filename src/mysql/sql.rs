@@ -349,7 +349,9 @@ pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
                 io
             };
             let verification = text.contains("certificate") || text.contains("verify");
-            if io && !verification {
+            let lower = text.to_ascii_lowercase();
+            let cut = lower.contains("eof") || lower.contains("reset") || lower.contains("broken pipe");
+            if (io || cut) && !verification {
                 StoreError::retryable(format!("mysql {op}: I/O error during the TLS handshake: {text}"))
             } else {
                 StoreError::fatal(format!("mysql {op}: TLS handshake failed: {text}"))
