@@ -16,5 +16,14 @@ cargo test --features postgres,storetest --lib postgres
 cargo test --features postgres,storetest --doc -- postgres storetest
 cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause
 
+echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)"
+# Installs/starts MariaDB on 127.0.0.1:3306 and a private mariadbd (port 3316,
+# TLS on) for the SIGSTOP and TLS tests; exports LE_MYSQL_URL,
+# LE_MYSQL_PAUSE_URL, LE_MYSQL_PAUSE_PID_FILE and LE_MYSQL_TLS_CA.
+source scripts/mysql.sh
+cargo test --features mysql,storetest --lib mysql
+cargo test --features mysql,storetest --doc -- mysql
+cargo test --features mysql,storetest --test storetest_mysql --test mysql_elector --test mysql_pause
+
 echo "== examples"
 cargo run --quiet --example quickstart

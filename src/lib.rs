@@ -63,6 +63,7 @@
 //! |---|---|---|
 //! | *(default)* | everything above | `crossbeam-channel`, `parking_lot`, `getrandom`, `log` |
 //! | `storetest` | `storetest`, the acceptance suite for any `Store` | nothing |
+//! | `mysql` | `mysql::MySqlStore` (also re-exported as `MySqlStore`) for MySQL 8 and MariaDB 10.5+, its own pool, TLS via `ssl-mode=REQUIRED`/`VERIFY_CA`/`VERIFY_IDENTITY` | the `mysql` crate without default features (pure-Rust `flate2` backend, its protocol crate `mysql_common`, `url`, `regex`, `serde_json`, `sha1`/`sha2`), `native-tls` (OpenSSL on Linux, shared with `postgres`) |
 //! | `postgres` | `postgres::PostgresStore` (also re-exported as `PostgresStore`), pooled, TLS via `sslmode=require` | `tokio-postgres` (and with it `tokio`, used internally on a current-thread runtime per connection; no async in the API), `r2d2`, `native-tls` + `postgres-native-tls` (OpenSSL on Linux) |
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -76,6 +77,8 @@ mod identity;
 mod lease;
 pub mod machine;
 mod memstore;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod store;
@@ -95,6 +98,8 @@ pub use guard::{LeaderGuard, WaitTimeoutResult};
 pub use identity::{generate_identity, IdentityError};
 pub use lease::{DbTime, Lease};
 pub use memstore::{MemStats, MemStore};
+#[cfg(feature = "mysql")]
+pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use store::{ErrorKind, Store, StoreError};

@@ -1,0 +1,297 @@
+//! The store's own pool of `mysql::Conn`s, and calls with a real deadline.
+//!
+//! Why not `mysql::Pool`: it opens new connections while holding its one
+//! mutex (so a connect that hangs blocks every other checkout, with no
+//! bound), and `PooledConn::unwrap`, the only way to keep a broken
+//! connection out of it, never gives the slot back (after `max` such drops
+//! the pool is full forever). Returning a connection runs a
+//! `COM_RESET_CONNECTION` round trip, too.
+//!
+//! Here each call runs on a short-lived thread of its own, and the caller
+//! waits for it only until the deadline. A call that is late is abandoned:
+//! its connection is dropped when the thread gets control back, never
+//! returned to the pool (the `mysql` crate does not mark a connection whose
+//! read timed out as broken, and one was seen answering a later query with
+//! the earlier query's result). The socket's own read and write timeouts
+//! bound how long an abandoned thread can stay blocked; the number of
+//! abandoned calls still running is capped at the pool size, and a call
+//! past that cap fails at once instead of piling up threads. When a call is
+//! abandoned, the server is also asked to end its session (`KILL
+//! CONNECTION`), so a statement still waiting on a lock is rolled back
+//! rather than landing after the caller was told it failed; an abandoned
+//! call is never retried on another connection.
+
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use mysql::{Conn, Opts, Row};
+use parking_lot::{Condvar, Mutex};
+
+use super::{human, sql};
+use crate::store::StoreError;
+
+/// Idle connections older than this are closed instead of reused.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+const WAITING: u8 = 0;
+const DONE: u8 = 1;
+const ABANDONED: u8 = 2;
+
+pub(crate) struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    opts: Opts,
+    max: usize,
+    state: Mutex<State>,
+    freed: Condvar,
+    /// Calls whose caller gave up and whose thread has not finished.
+    stuck: AtomicUsize,
+    /// Threads asking the server to end an abandoned call's session.
+    killers: AtomicUsize,
+}
+
+struct State {
+    idle: Vec<(Conn, Instant)>,
+    /// Connections idle, in use, or being opened.
+    open: usize,
+}
+
+impl Pool {
+    pub(crate) fn new(opts: Opts, max: usize) -> Pool {
+        Pool {
+            inner: Arc::new(Inner {
+                opts,
+                max: max.max(1),
+                state: Mutex::new(State { idle: Vec::new(), open: 0 }),
+                freed: Condvar::new(),
+                stuck: AtomicUsize::new(0),
+                killers: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    pub(crate) fn opts(&self) -> &Opts {
+        &self.inner.opts
+    }
+
+    /// `(open, idle, stuck)` right now.
+    pub(crate) fn counts(&self) -> (usize, usize, usize) {
+        let st = self.inner.state.lock();
+        (st.open, st.idle.len(), self.inner.stuck.load(Ordering::SeqCst))
+    }
+
+    /// Runs `sql` (one text-protocol query, possibly several statements) and
+    /// returns every row of every result set, giving up at `deadline`.
+    pub(crate) fn run(&self, op: &'static str, sql: String, deadline: Instant) -> Result<Vec<Row>, StoreError> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(StoreError::retryable(format!("mysql {op}: no time left for the call")));
+        }
+        let stuck = self.inner.stuck.load(Ordering::SeqCst);
+        if stuck >= self.inner.max {
+            return Err(StoreError::retryable(format!(
+                "mysql {op}: {stuck} earlier calls are still stuck on the server or the network; not starting another"
+            )));
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let state = Arc::new(AtomicU8::new(WAITING));
+        let session = Arc::new(AtomicU32::new(0));
+        let (inner, st, sess) = (Arc::clone(&self.inner), Arc::clone(&state), Arc::clone(&session));
+        let spawned = thread::Builder::new().name("leaderelection-mysql".into()).spawn(move || {
+            let result = inner.call(op, &sql, deadline, &sess, &st);
+            if st.compare_exchange(WAITING, DONE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                let _ = tx.send(result.map(|(rows, conn)| {
+                    inner.put_back(conn);
+                    rows
+                }));
+            } else {
+                // The caller gave up: whatever came back, the connection
+                // goes (its state is unknown to anyone now).
+                if let Ok((_, conn)) = result {
+                    inner.discard(conn);
+                }
+                inner.stuck.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
+        if let Err(e) = spawned {
+            return Err(StoreError::retryable(format!("mysql {op}: cannot start a call thread")).with_source(e));
+        }
+        match rx.recv_timeout(remaining) {
+            Ok(result) => result,
+            Err(_) => {
+                // Count it stuck before telling the thread, so its decrement
+                // can only come after this increment.
+                self.inner.stuck.fetch_add(1, Ordering::SeqCst);
+                if state.compare_exchange(WAITING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    kill(&self.inner, session.load(Ordering::SeqCst));
+                    Err(StoreError::retryable(format!(
+                        "mysql {op}: no answer within {}; the connection is dropped",
+                        human(remaining)
+                    )))
+                } else {
+                    // It finished just now: take its answer.
+                    self.inner.stuck.fetch_sub(1, Ordering::SeqCst);
+                    rx.recv()
+                        .unwrap_or_else(|_| Err(StoreError::retryable(format!("mysql {op}: the call thread ended"))))
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Runs `sql` on a pooled or new connection. A connection that failed is
+    /// dropped; when it had been idle in the pool (the server may have ended
+    /// that session meanwhile) or the server rolled the transaction back
+    /// (deadlock), the call runs again on another, while time remains. Every
+    /// operation is safe to repeat: the same holder and fence land on the
+    /// same term.
+    ///
+    /// `session` is set to the server's id of the connection in use, so a
+    /// caller that gives up can have the server end it.
+    fn call(
+        &self,
+        op: &'static str,
+        sql: &str,
+        deadline: Instant,
+        session: &AtomicU32,
+        state: &AtomicU8,
+    ) -> Result<(Vec<Row>, Conn), StoreError> {
+        let mut last = None;
+        for _ in 0..=self.max {
+            // A call its caller gave up on is never started again elsewhere.
+            if Instant::now() >= deadline || state.load(Ordering::SeqCst) == ABANDONED {
+                break;
+            }
+            let (mut conn, reused) = self.checkout(op, deadline)?;
+            session.store(conn.connection_id(), Ordering::SeqCst);
+            match query(&mut conn, sql) {
+                Ok(rows) => return Ok((rows, conn)),
+                Err(e) => {
+                    let err = sql::classify(op, &e);
+                    let again = sql::retry_elsewhere(&e) && (reused || is_deadlock(&e));
+                    session.store(0, Ordering::SeqCst);
+                    self.discard(conn);
+                    if !again {
+                        return Err(err);
+                    }
+                    last = Some(err);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::retryable(format!("mysql {op}: out of time"))))
+    }
+
+    /// An idle connection, or a new one when the pool has room; waits for
+    /// one to come back until `deadline` otherwise. Opening happens outside
+    /// the lock, so a slow connect holds up nobody else.
+    fn checkout(&self, op: &str, deadline: Instant) -> Result<(Conn, bool), StoreError> {
+        let mut stale = Vec::new();
+        let mut st = self.state.lock();
+        let found = loop {
+            if let Some((conn, since)) = st.idle.pop() {
+                if since.elapsed() < IDLE_TIMEOUT {
+                    break Some(conn);
+                }
+                st.open -= 1;
+                stale.push(conn);
+                continue;
+            }
+            if st.open < self.max {
+                st.open += 1;
+                break None;
+            }
+            if self.freed.wait_until(&mut st, deadline).timed_out() {
+                drop(st);
+                drop(stale);
+                return Err(StoreError::retryable(format!(
+                    "mysql {op}: all {} connections of the pool are busy",
+                    self.max
+                )));
+            }
+        };
+        drop(st);
+        drop(stale);
+        if let Some(conn) = found {
+            return Ok((conn, true));
+        }
+        match Conn::new(self.opts.clone()) {
+            Ok(conn) => Ok((conn, false)),
+            Err(e) => {
+                self.free_slot();
+                let err = sql::classify("connect", &e);
+                log::warn!("leaderelection: {err}");
+                Err(err)
+            }
+        }
+    }
+
+    fn put_back(&self, conn: Conn) {
+        self.state.lock().idle.push((conn, Instant::now()));
+        self.freed.notify_one();
+    }
+
+    /// Closes `conn` (it says goodbye if the socket still takes it) and
+    /// frees its slot.
+    fn discard(&self, conn: Conn) {
+        drop(conn);
+        self.free_slot();
+    }
+
+    fn free_slot(&self) {
+        self.state.lock().open -= 1;
+        self.freed.notify_one();
+    }
+}
+
+/// Asks the server, on a connection of its own, to end the session of a
+/// call the caller gave up on (`KILL CONNECTION`, which any user may do to
+/// its own sessions). A statement still waiting for a lock is then rolled
+/// back instead of landing later: the server's smallest lock-wait bound
+/// (1 s) can outlast a shorter operation timeout. Best effort, on a thread
+/// of its own, at most one per pool slot at a time; a server that does not
+/// answer (frozen, unreachable) only costs that thread its socket timeout.
+fn kill(inner: &Arc<Inner>, session: u32) {
+    if session == 0 {
+        return;
+    }
+    if inner.killers.fetch_add(1, Ordering::SeqCst) >= inner.max {
+        inner.killers.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    let worker = Arc::clone(inner);
+    let spawned = thread::Builder::new().name("leaderelection-mysql-kill".into()).spawn(move || {
+        match Conn::new(worker.opts.clone()) {
+            Ok(mut c) => {
+                if let Err(e) = c.query_drop(format!("KILL CONNECTION {session}")) {
+                    log::debug!("leaderelection: mysql: ending abandoned session {session}: {e}");
+                }
+            }
+            Err(e) => log::debug!("leaderelection: mysql: ending abandoned session {session}: {e}"),
+        }
+        worker.killers.fetch_sub(1, Ordering::SeqCst);
+    });
+    if spawned.is_err() {
+        inner.killers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn is_deadlock(e: &mysql::Error) -> bool {
+    matches!(e, mysql::Error::MySqlError(m) if m.code == 1213)
+}
+
+fn query(conn: &mut Conn, sql: &str) -> Result<Vec<Row>, mysql::Error> {
+    let mut result = conn.query_iter(sql)?;
+    let mut rows = Vec::new();
+    while let Some(set) = result.iter() {
+        for row in set {
+            rows.push(row?);
+        }
+    }
+    Ok(rows)
+}

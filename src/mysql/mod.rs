@@ -1,0 +1,529 @@
+//! The MySQL and MariaDB store (feature `mysql`).
+//!
+//! One row per election in a table you name, in the URL's database. MySQL 8
+//! has no `RETURNING`, so every operation that must read back what it wrote
+//! is a short transaction — the write, then a `SELECT … FOR UPDATE` of the
+//! row — sent with its lock-wait bounds as one text-protocol query, in one
+//! round trip. MariaDB runs exactly the same statements, so what the tests
+//! here run on MariaDB is what MySQL runs.
+//!
+//! Instants are `BIGINT` microseconds since the Unix epoch, computed by the
+//! server from `UTC_TIMESTAMP(6)`: no session time zone can change them.
+//!
+//! Each call has a real deadline (see the pool's notes in the source): it
+//! returns by then whatever the server or the network does, and a connection
+//! whose call was late, or that hit any I/O, protocol or server error, is
+//! closed, never reused. TCP URLs always use TCP (the `mysql` crate would
+//! otherwise switch a loopback URL to the server's unix socket).
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use leaderelection::mysql::MySqlStore;
+//! use leaderelection::{Config, Elector};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MySqlStore::connect("mysql://app:secret@db.internal:3306/app?ssl-mode=VERIFY_IDENTITY")?;
+//! store.ensure_schema()?;
+//! let elector = Elector::start(Config::new(store, "invoice-reconciler"))?;
+//! let guard = elector.wait_leader()?;
+//! # drop(guard);
+//! # Ok(())
+//! # }
+//! ```
+
+mod conn;
+mod sql;
+mod url;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::ident::{quote_mysql, IdentError};
+use crate::lease::Lease;
+use crate::store::{Store, StoreError};
+
+/// Default name of the election table.
+pub const DEFAULT_TABLE: &str = "leader_election";
+/// Default number of pooled connections.
+pub const DEFAULT_POOL_SIZE: usize = 4;
+/// Default bound on opening the TCP connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default socket read and write timeout: how long a call the store already
+/// gave up on may keep its thread and its connection.
+pub const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default bound on [`MySqlStore::ensure_schema`].
+pub const DEFAULT_DDL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest wait any call takes on, whatever it is given.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(86_400);
+
+/// A [`Store`] that keeps leases in a MySQL 8 or MariaDB 10.5+ table.
+///
+/// Build one with [`MySqlStore::connect`], [`MySqlStore::builder`], or
+/// [`MySqlStore::builder_from_opts`] around `mysql::Opts` you built. Clones
+/// share the pool.
+///
+/// Connections are opened lazily: a bad password or a missing database
+/// shows up in the first call (and so in
+/// [`Elector::status`](crate::Elector::status)), with the server's error
+/// code, at once. Only a URL that cannot be used fails `connect`.
+#[derive(Clone)]
+pub struct MySqlStore {
+    pool: Arc<conn::Pool>,
+    table: String,
+    quoted: String,
+    ddl_timeout: Duration,
+    tls: bool,
+}
+
+/// Settings for a [`MySqlStore`], from [`MySqlStore::builder`].
+pub struct MySqlBuilder {
+    source: Source,
+    table: String,
+    pool_size: usize,
+    connect_timeout: Option<Duration>,
+    socket_timeout: Duration,
+    ca_file: Option<PathBuf>,
+    ddl_timeout: Duration,
+}
+
+enum Source {
+    Url(String),
+    Opts(Box<mysql::Opts>),
+}
+
+impl fmt::Debug for MySqlBuilder {
+    // The URL or the options may hold a password: never show them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlBuilder")
+            .field("table", &self.table)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("socket_timeout", &self.socket_timeout)
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MySqlBuilder {
+    /// The table that holds the elections, in the connection's database.
+    /// Defaults to [`DEFAULT_TABLE`]. Always quoted, so any name MySQL
+    /// accepts works and none can inject SQL.
+    pub fn table(mut self, table: impl Into<String>) -> MySqlBuilder {
+        self.table = table.into();
+        self
+    }
+
+    /// How many connections the pool keeps at most. Defaults to
+    /// [`DEFAULT_POOL_SIZE`]. It also caps the calls the store gave up on
+    /// that may still be running; past that, calls fail at once.
+    pub fn pool_size(mut self, n: usize) -> MySqlBuilder {
+        self.pool_size = n.max(1);
+        self
+    }
+
+    /// Bound on opening the TCP connection. Defaults to the URL's
+    /// `tcp_connect_timeout_ms`, else [`DEFAULT_CONNECT_TIMEOUT`]. The call's
+    /// own timeout bounds the whole connect (TCP, TLS, login) regardless.
+    pub fn connect_timeout(mut self, d: Duration) -> MySqlBuilder {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// The sockets' read and write timeout. A call returns at its own
+    /// timeout regardless; this bounds how long a call it gave up on may
+    /// keep a thread and a connection. Defaults to [`DEFAULT_SOCKET_TIMEOUT`];
+    /// keep it above the elector's `operation_timeout`.
+    pub fn socket_timeout(mut self, d: Duration) -> MySqlBuilder {
+        self.socket_timeout = d;
+        self
+    }
+
+    /// A CA certificate file (PEM or DER) trusted in addition to the
+    /// system's. Setting it requires TLS, as `ssl-ca=PATH` in the URL does.
+    pub fn ca_file(mut self, path: impl AsRef<Path>) -> MySqlBuilder {
+        self.ca_file = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// Bound on [`MySqlStore::ensure_schema`]. Defaults to
+    /// [`DEFAULT_DDL_TIMEOUT`].
+    pub fn ddl_timeout(mut self, d: Duration) -> MySqlBuilder {
+        self.ddl_timeout = d;
+        self
+    }
+
+    /// Builds the store. Opens no connection.
+    ///
+    /// # Errors
+    ///
+    /// A fatal [`StoreError`] when the URL cannot be used (see
+    /// [`MySqlStore::connect`]) or the table name is invalid. The error
+    /// never repeats the URL, so it cannot leak a password.
+    pub fn build(self) -> Result<MySqlStore, StoreError> {
+        let quoted = quote_mysql("table", &self.table).map_err(invalid_table)?;
+        let (opts, wants_tls, ca, url_timeout) = match self.source {
+            Source::Url(u) => {
+                let p = url::parse(&u)?;
+                let opts = mysql::Opts::from_url(&p.crate_url).map_err(|e| {
+                    StoreError::fatal(format!("invalid MySQL connection URL: {}", url::redact(&e.to_string())))
+                })?;
+                (opts, p.tls == url::TlsMode::Verify, p.ca_file, p.connect_timeout)
+            }
+            Source::Opts(o) => {
+                if let Some(ssl) = o.get_ssl_opts() {
+                    if ssl.accept_invalid_certs() || ssl.skip_domain_validation() {
+                        return Err(StoreError::fatal(
+                            "mysql: options that turn certificate verification off are refused",
+                        ));
+                    }
+                }
+                let tls = o.get_ssl_opts().is_some();
+                let timeout = o.get_tcp_connect_timeout();
+                (*o, tls, None, timeout)
+            }
+        };
+        let ca = self.ca_file.or(ca);
+        let tls = wants_tls || ca.is_some();
+        let connect_timeout = self
+            .connect_timeout
+            .or(url_timeout)
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
+            .clamp(Duration::from_millis(1), MAX_WAIT);
+        let socket_timeout = self.socket_timeout.clamp(Duration::from_millis(1), MAX_WAIT);
+        if tls && opts.get_socket().is_some() {
+            return Err(StoreError::fatal(
+                "mysql: TLS was asked for on a unix socket, where the mysql crate does not use it",
+            ));
+        }
+        let mut b = mysql::OptsBuilder::from_opts(opts)
+            .prefer_socket(false)
+            .tcp_connect_timeout(Some(connect_timeout))
+            .read_timeout(Some(socket_timeout))
+            .write_timeout(Some(socket_timeout));
+        if tls {
+            let current = mysql::Opts::from(b.clone()).get_ssl_opts().cloned().unwrap_or_default();
+            let ssl = match ca {
+                Some(path) => {
+                    if let Err(e) = std::fs::metadata(&path) {
+                        return Err(StoreError::fatal(format!("cannot read CA file {}", path.display())).with_source(e));
+                    }
+                    current.with_root_cert_path(Some(path))
+                }
+                None => current,
+            };
+            // Certificate chain and host name are verified (the defaults).
+            b = b.ssl_opts(Some(ssl.with_danger_accept_invalid_certs(false).with_danger_skip_domain_validation(false)));
+        }
+        let opts = mysql::Opts::from(b);
+        Ok(MySqlStore {
+            pool: Arc::new(conn::Pool::new(opts, self.pool_size)),
+            table: self.table,
+            quoted,
+            ddl_timeout: self.ddl_timeout,
+            tls,
+        })
+    }
+}
+
+fn invalid_table(e: IdentError) -> StoreError {
+    StoreError::fatal("invalid election table").with_source(e)
+}
+
+impl MySqlStore {
+    /// A store for the database at `url`, with the default table
+    /// [`DEFAULT_TABLE`].
+    ///
+    /// The URL is the `mysql` crate's (`mysql://user:password@host:port/database?…`,
+    /// its parameters such as `tcp_connect_timeout_ms` included), plus:
+    ///
+    /// - `ssl-mode=REQUIRED`, `VERIFY_CA` or `VERIFY_IDENTITY` (also spelled
+    ///   `ssl_mode`): TLS, with the certificate chain **and** the host name
+    ///   verified in all three modes, against the system's CA store plus
+    ///   `ssl-ca=PATH` if given; never a fallback to plaintext.
+    ///   `ssl-mode=DISABLED` or no parameter: plaintext. `PREFERRED` is
+    ///   refused, since it would fall back to plaintext silently.
+    /// - `ssl-ca=PATH`, or the crate's own `root_cert_path=PATH`: a CA file;
+    ///   either turns TLS on.
+    ///
+    /// Refused: `danger_accept_invalid_certs` and
+    /// `danger_skip_domain_validation` (they turn verification off),
+    /// `prefer_socket` (a TCP URL always uses TCP here), and the crate's pool
+    /// parameters (`pool_min`, `pool_max`, …), which this store does not use.
+    ///
+    /// # Errors
+    ///
+    /// A fatal [`StoreError`] when the URL cannot be used, without repeating
+    /// it.
+    pub fn connect(url: &str) -> Result<MySqlStore, StoreError> {
+        MySqlStore::builder(url).build()
+    }
+
+    /// Settings beyond the URL: table name, pool size, timeouts, CA file.
+    pub fn builder(url: &str) -> MySqlBuilder {
+        MySqlBuilder::new(Source::Url(url.to_owned()))
+    }
+
+    /// Settings over `mysql::Opts` you built yourself (for example from an
+    /// option file). The store still forces TCP for TCP hosts
+    /// (`prefer_socket(false)`), sets the connect and socket timeouts from
+    /// the builder, and keeps its own pool: `mysql::Pool` cannot drop a
+    /// broken connection without losing a slot for good, and opens
+    /// connections under its lock, so a store cannot be built on one. Your
+    /// `ssl_opts`, if any, turn TLS on; options that turn verification off
+    /// are refused.
+    pub fn builder_from_opts(opts: mysql::Opts) -> MySqlBuilder {
+        MySqlBuilder::new(Source::Opts(Box::new(opts)))
+    }
+
+    /// The DDL that creates the election table, for migration tools.
+    /// [`MySqlStore::ensure_schema`] runs the same.
+    ///
+    /// ```
+    /// # #[cfg(feature = "mysql")] {
+    /// use leaderelection::mysql::MySqlStore;
+    /// let ddl = MySqlStore::schema("leader election").unwrap();
+    /// assert!(ddl.starts_with("CREATE TABLE IF NOT EXISTS `leader election`"));
+    /// assert!(ddl.contains("ENGINE = InnoDB"));
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The name is empty, longer than 64 characters, holds NUL or ends in a
+    /// space.
+    pub fn schema(table: &str) -> Result<String, IdentError> {
+        Ok(sql::create_table(&quote_mysql("table", table)?))
+    }
+
+    /// The table this store uses.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Whether connections use TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// Creates the election table if it does not exist. Idempotent, and safe
+    /// when every replica runs it at the same moment (the server serialises
+    /// `CREATE TABLE IF NOT EXISTS` on the table's metadata lock).
+    ///
+    /// Needs the `CREATE` privilege; a user with only `SELECT`, `INSERT` and
+    /// `UPDATE` on the table can run the store but not this (create the
+    /// table with [`MySqlStore::schema`] in a migration instead).
+    ///
+    /// # Errors
+    ///
+    /// The store's classified error; fatal when privileges are missing.
+    pub fn ensure_schema(&self) -> Result<(), StoreError> {
+        let ddl = sql::create_table(&self.quoted);
+        let deadline = deadline_after(self.ddl_timeout);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.run("ensure_schema", &ddl, deadline) {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if attempt < 5 && (e.message().contains("error 1050 ") || e.message().contains("error 1213 ")) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn run(&self, op: &'static str, body: &str, deadline: Instant) -> Result<Vec<mysql::Row>, StoreError> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        self.pool.run(op, sql::bounded(body, remaining), deadline)
+    }
+}
+
+fn deadline_after(timeout: Duration) -> Instant {
+    Instant::now() + timeout.min(MAX_WAIT)
+}
+
+/// A duration as a person writes it: `3s`, `1.5s`, `500ms`, `250µs`.
+pub(crate) fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms >= 1000 {
+        if ms % 1000 == 0 {
+            format!("{}s", ms / 1000)
+        } else {
+            format!("{}s", (ms as f64 / 1000.0 * 100.0).round() / 100.0)
+        }
+    } else if ms > 0 {
+        format!("{ms}ms")
+    } else {
+        format!("{}µs", d.as_micros())
+    }
+}
+
+impl Store for MySqlStore {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        let body = sql::acquire(&self.quoted, name, identity, ttl, payload)?;
+        let rows = self.run("acquire", &body, deadline_after(timeout))?;
+        let Some(rb) = sql::read_back("acquire", rows)? else {
+            return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));
+        };
+        // After the write, the row names this identity exactly when this
+        // statement claimed or extended it (a holder's acquire always writes).
+        if rb.lease.holder == identity {
+            return sql::check_written("acquire", rb.lease, name, identity, ttl, payload, None);
+        }
+        if rb.lease.name != name {
+            return Err(StoreError::retryable("mysql acquire: the row read back is another election's"));
+        }
+        Ok(rb.lease)
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        let body = sql::renew(&self.quoted, name, identity, fence, ttl, payload)?;
+        let rows = self.run("renew", &body, deadline_after(timeout))?;
+        match sql::read_back("renew", rows)? {
+            None => Err(StoreError::lease_lost()),
+            Some(rb) if rb.row_count == 0 => Err(StoreError::lease_lost()),
+            Some(rb) if rb.row_count == 1 => {
+                sql::check_written("renew", rb.lease, name, identity, ttl, payload, Some(fence))
+            }
+            Some(rb) => Err(StoreError::retryable(format!(
+                "mysql renew: the update reported {} rows for one election; outcome unknown",
+                rb.row_count
+            ))),
+        }
+    }
+
+    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+        let body = sql::release(&self.quoted, name, identity, fence)?;
+        self.run("release", &body, deadline_after(timeout)).map(|_| ())
+    }
+
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+        let body = sql::inspect(&self.quoted, name)?;
+        let rows = self.run("inspect", &body, deadline_after(timeout))?;
+        match sql::read_back("inspect", rows)? {
+            None => Err(StoreError::no_lease(name)),
+            Some(rb) if rb.lease.name == name => Ok(rb.lease),
+            Some(_) => Err(StoreError::fatal("mysql inspect: the row read back is another election's")),
+        }
+    }
+}
+
+impl fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = self.pool.opts();
+        let (open, idle, stuck) = self.pool.counts();
+        f.debug_struct("MySqlStore")
+            .field("table", &self.quoted)
+            .field("host", &format_args!("{}", o.get_ip_or_hostname()))
+            .field("port", &o.get_tcp_port())
+            .field("socket", &o.get_socket())
+            .field("database", &o.get_db_name())
+            .field("user", &o.get_user())
+            .field("tls", &self.tls)
+            .field("connections", &open)
+            .field("idle", &idle)
+            .field("abandoned_calls", &stuck)
+            .finish()
+    }
+}
+
+impl MySqlBuilder {
+    fn new(source: Source) -> MySqlBuilder {
+        MySqlBuilder {
+            source,
+            table: DEFAULT_TABLE.to_owned(),
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: None,
+            socket_timeout: DEFAULT_SOCKET_TIMEOUT,
+            ca_file: None,
+            ddl_timeout: DEFAULT_DDL_TIMEOUT,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_urls_are_typed_fatal_errors_without_the_password() {
+        for url in ["mysql://u:hunter2@host:notaport/db", "mysql://u:hunter2@h/db?bogus=1", "mysql://u:hunter2@/db"] {
+            let err = MySqlStore::connect(url).unwrap_err();
+            assert!(err.is_fatal(), "{err:?}");
+            assert!(!err.to_string().contains("hunter2") && !format!("{err:?}").contains("hunter2"), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn refused_server_fails_at_once_without_the_password() {
+        // Port 1 on loopback refuses at once; no server needed.
+        let store = MySqlStore::builder("mysql://app:hunter2@127.0.0.1:1/db").build().unwrap();
+        let dbg = format!("{store:?}");
+        assert!(!dbg.contains("hunter2") && dbg.contains("127.0.0.1"), "{dbg}");
+        let start = Instant::now();
+        let err = store.inspect("e", Duration::from_secs(3)).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(1), "took {:?}", start.elapsed());
+        assert!(err.is_retryable(), "{err:?}");
+        let chain = format!("{err} {err:?}");
+        assert!(!chain.contains("hunter2"), "{chain}");
+        assert!(chain.contains("refused") || chain.contains("connect"), "{chain}");
+    }
+
+    #[test]
+    fn extreme_settings_do_not_panic() {
+        assert!(deadline_after(Duration::MAX) > Instant::now());
+        let s = MySqlStore::builder("mysql://h/db")
+            .connect_timeout(Duration::ZERO)
+            .socket_timeout(Duration::MAX)
+            .pool_size(0)
+            .build()
+            .unwrap();
+        let e = s.inspect("e", Duration::ZERO).unwrap_err();
+        assert!(e.is_retryable(), "{e}");
+    }
+
+    #[test]
+    fn hostile_table_names_are_quoted() {
+        let ddl = MySqlStore::schema("x`; DROP TABLE y; --").unwrap();
+        assert!(ddl.contains("`x``; DROP TABLE y; --`"), "{ddl}");
+        assert!(MySqlStore::schema("").is_err());
+        assert!(MySqlStore::builder("mysql://h/db").table("").build().unwrap_err().is_fatal());
+    }
+
+    #[test]
+    fn tls_is_chosen_by_the_url_or_a_ca_file() {
+        assert!(MySqlStore::connect("mysql://h/db?ssl-mode=VERIFY_IDENTITY").unwrap().uses_tls());
+        assert!(!MySqlStore::connect("mysql://h/db").unwrap().uses_tls());
+        let e = MySqlStore::builder("mysql://h/db").ca_file("/nonexistent/ca.pem").build().unwrap_err();
+        assert!(e.is_fatal() && e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    }
+
+    #[test]
+    fn durations_read_as_a_person_writes_them() {
+        assert_eq!(human(Duration::from_secs(3)), "3s");
+        assert_eq!(human(Duration::from_millis(500)), "500ms");
+        assert_eq!(human(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(human(Duration::from_micros(250)), "250µs");
+    }
+}

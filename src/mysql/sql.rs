@@ -1,0 +1,473 @@
+//! The statements, their literals, reading rows back, and error
+//! classification.
+//!
+//! Every operation is one text-protocol query holding a few statements,
+//! sent in one round trip: bound the server's lock waits, run the short
+//! transaction, and put the session's lock-wait settings back. MySQL 8 has
+//! no `RETURNING`, so the write and the read of the row are two statements
+//! of one transaction, on MariaDB as on MySQL.
+//!
+//! Values are hex literals (`X'…'`), whose meaning no `sql_mode` or
+//! character set changes, and integers formatted from Rust integers.
+//! Identifiers come already quoted by `ident::quote_mysql`. Instants are
+//! `BIGINT` microseconds since the Unix epoch computed from
+//! `UTC_TIMESTAMP(6)`, so the session time zone (and its daylight-saving
+//! folds) can change none of them.
+
+use std::time::Duration;
+
+use mysql::{Row, Value};
+
+use crate::lease::{DbTime, Lease};
+use crate::store::{ErrorKind, StoreError};
+use crate::{MAX_IDENTITY_LEN, MAX_NAME_LEN};
+
+/// Longest TTL written, so `now + ttl` stays far inside `BIGINT`.
+const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The server's clock in microseconds since the epoch, UTC, with no time
+/// zone conversion anywhere. `UTC_TIMESTAMP(6)` is fixed for the duration
+/// of one statement, so every use in a statement reads the same instant.
+pub(crate) const NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// The columns every lease-reading statement yields, in this order, then
+/// the statement's own `now` and `ROW_COUNT()` of the statement before it.
+const COLS: &str = "name, holder, fence, acquired_at, renewed_at, expires_at, payload";
+
+pub(crate) fn create_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\n\
+         \x20   name        VARBINARY({MAX_NAME_LEN}) NOT NULL,\n\
+         \x20   holder      VARBINARY({MAX_IDENTITY_LEN}) NOT NULL,\n\
+         \x20   fence       BIGINT      NOT NULL CHECK (fence > 0),\n\
+         \x20   acquired_at BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
+         \x20   renewed_at  BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
+         \x20   expires_at  BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
+         \x20   payload     MEDIUMBLOB  NOT NULL,\n\
+         \x20   PRIMARY KEY (name)\n\
+         ) ENGINE = InnoDB;\n"
+    )
+}
+
+/// Whole seconds the server may wait for a row or metadata lock: a little
+/// inside `remaining`, at least 1 (the smallest either server accepts).
+pub(crate) fn lock_wait_secs(remaining: Duration) -> u64 {
+    (remaining.min(super::MAX_WAIT).as_millis() as u64 * 3 / 4 / 1000).max(1)
+}
+
+/// Wraps `body` (statements ending in `;`) with the server-side bound on
+/// lock waits, set for this query only: the settings go back to the
+/// server's defaults in the same round trip. When a statement fails, the
+/// rest do not run, and the store drops that connection (which also rolls
+/// back an open transaction), so a changed setting never outlives the call.
+pub(crate) fn bounded(body: &str, remaining: Duration) -> String {
+    let s = lock_wait_secs(remaining);
+    format!(
+        "SET SESSION innodb_lock_wait_timeout = {s}, lock_wait_timeout = {s}; {body} \
+         SET SESSION innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT"
+    )
+}
+
+pub(crate) fn hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2 + 3);
+    s.push_str("X'");
+    for &x in b {
+        s.push(DIGITS[usize::from(x >> 4)] as char);
+        s.push(DIGITS[usize::from(x & 15)] as char);
+    }
+    s.push('\'');
+    s
+}
+
+/// A name or identity as a literal, refused when the column cannot hold it
+/// (the server might otherwise cut it short in a lax `sql_mode`).
+fn text(what: &'static str, s: &str, max: usize) -> Result<String, StoreError> {
+    if s.len() > max {
+        return Err(StoreError::fatal(format!(
+            "mysql: {what} is {} bytes long, more than the limit of {max}",
+            s.len()
+        )));
+    }
+    Ok(hex(s.as_bytes()))
+}
+
+fn ttl_micros(ttl: Duration) -> u128 {
+    ttl.min(MAX_TTL).as_micros()
+}
+
+/// Claims an absent, expired or own lease; otherwise leaves the row alone.
+/// Then reads the row back in the same transaction.
+///
+/// `ON DUPLICATE KEY UPDATE` assignments run left to right and each sees
+/// the values assigned before it. So `holder` goes first: after it,
+/// `holder = identity` means "this call claims or keeps the lease", and the
+/// later assignments test exactly that; `expires_at` goes last, so the
+/// assignments before it still see the old expiry (whether the lease had
+/// expired). With `holder` anywhere else, a losing contender would extend
+/// the holder's lease.
+///
+/// Fences: an absent row starts at the server's clock in microseconds; a
+/// claim of an expired row takes `GREATEST(fence + 1, now)`, so a fence is
+/// higher than any this election handed out before even after the row was
+/// deleted or an older copy restored (unless the server clock went back);
+/// the holder re-acquiring a valid lease keeps its fence. Expiry never moves
+/// backwards: `GREATEST(expires_at, now + ttl)`.
+pub(crate) fn acquire(
+    table: &str,
+    name: &str,
+    identity: &str,
+    ttl: Duration,
+    payload: &[u8],
+) -> Result<String, StoreError> {
+    let (n, i, p, t) = (
+        text("election name", name, MAX_NAME_LEN)?,
+        text("identity", identity, MAX_IDENTITY_LEN)?,
+        hex(payload),
+        ttl_micros(ttl),
+    );
+    Ok(format!(
+        "START TRANSACTION; \
+         INSERT INTO {table} (name, holder, fence, acquired_at, renewed_at, expires_at, payload) \
+         VALUES ({n}, {i}, GREATEST(1, {NOW}), {NOW}, {NOW}, {NOW} + {t}, {p}) \
+         ON DUPLICATE KEY UPDATE \
+           holder = IF(expires_at <= {NOW}, {i}, holder), \
+           fence = IF(holder = {i} AND expires_at <= {NOW}, GREATEST(fence + 1, {NOW}), fence), \
+           acquired_at = IF(holder = {i} AND expires_at <= {NOW}, {NOW}, acquired_at), \
+           renewed_at = IF(holder = {i}, {NOW}, renewed_at), \
+           payload = IF(holder = {i}, {p}, payload), \
+           expires_at = IF(holder = {i}, GREATEST(expires_at, {NOW} + {t}), expires_at); \
+         SELECT {COLS}, {NOW}, ROW_COUNT() FROM {table} WHERE name = {n} FOR UPDATE; \
+         COMMIT;"
+    ))
+}
+
+/// Extends the holder's valid lease, never moving its expiry backwards (a
+/// renewal delayed behind a lock or a frozen server that commits after a
+/// newer one must not shorten it), then reads the row back.
+pub(crate) fn renew(
+    table: &str,
+    name: &str,
+    identity: &str,
+    fence: u64,
+    ttl: Duration,
+    payload: &[u8],
+) -> Result<String, StoreError> {
+    let (n, i, p, t) = (
+        text("election name", name, MAX_NAME_LEN)?,
+        text("identity", identity, MAX_IDENTITY_LEN)?,
+        hex(payload),
+        ttl_micros(ttl),
+    );
+    Ok(format!(
+        "START TRANSACTION; \
+         UPDATE {table} SET renewed_at = {NOW}, payload = {p}, expires_at = GREATEST(expires_at, {NOW} + {t}) \
+         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > {NOW}; \
+         SELECT {COLS}, {NOW}, ROW_COUNT() FROM {table} WHERE name = {n} FOR UPDATE; \
+         COMMIT;"
+    ))
+}
+
+/// Ends the term at the server's now; the row and its fence stay.
+pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Result<String, StoreError> {
+    let (n, i) = (text("election name", name, MAX_NAME_LEN)?, text("identity", identity, MAX_IDENTITY_LEN)?);
+    Ok(format!(
+        "UPDATE {table} SET expires_at = {NOW} \
+         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > {NOW};"
+    ))
+}
+
+/// Reads the row; a plain consistent read, which takes no row lock.
+pub(crate) fn inspect(table: &str, name: &str) -> Result<String, StoreError> {
+    let n = text("election name", name, MAX_NAME_LEN)?;
+    Ok(format!("SELECT {COLS}, {NOW}, 0 FROM {table} WHERE name = {n};"))
+}
+
+/// One lease row as read back, with the reading statement's `now` and the
+/// row count of the write before it.
+#[derive(Debug)]
+pub(crate) struct ReadBack {
+    pub lease: Lease,
+    pub row_count: i64,
+}
+
+/// The one lease row among `rows`, if any.
+pub(crate) fn read_back(op: &str, rows: Vec<Row>) -> Result<Option<ReadBack>, StoreError> {
+    let mut rows = rows.into_iter().filter(|r| r.len() == 9);
+    let Some(row) = rows.next() else { return Ok(None) };
+    if rows.next().is_some() {
+        return Err(StoreError::fatal(format!("mysql {op}: more than one row for one election name")));
+    }
+    let bad = |what: &str| StoreError::fatal(format!("mysql {op}: cannot read the lease row ({what})"));
+    let values = row.unwrap();
+    let bytes = |i: usize| match &values[i] {
+        Value::Bytes(b) => Ok(b.clone()),
+        _ => Err(bad("not a byte string")),
+    };
+    let int = |i: usize| -> Result<i64, StoreError> {
+        match &values[i] {
+            Value::Int(v) => Ok(*v),
+            Value::UInt(v) => i64::try_from(*v).map_err(|_| bad("integer out of range")),
+            Value::Bytes(b) => {
+                std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).ok_or_else(|| bad("not an integer"))
+            }
+            _ => Err(bad("not an integer")),
+        }
+    };
+    let string = |i: usize| String::from_utf8(bytes(i)?).map_err(|_| bad("text that is not UTF-8"));
+    let fence = int(2)?;
+    let lease = Lease {
+        name: string(0)?,
+        holder: string(1)?,
+        fence: u64::try_from(fence).ok().filter(|&f| f > 0).ok_or_else(|| bad("fence not positive"))?,
+        acquired_at: DbTime::from_unix_micros(int(3)?),
+        renewed_at: DbTime::from_unix_micros(int(4)?),
+        expires_at: DbTime::from_unix_micros(int(5)?),
+        now: DbTime::from_unix_micros(int(7)?),
+        payload: bytes(6)?,
+    };
+    Ok(Some(ReadBack { lease, row_count: int(8)? }))
+}
+
+/// Checks a row this call wrote (acquire won, or renew matched) against
+/// what it asked for, and returns it with `now` set to the instant of the
+/// write: the writing statement set `renewed_at` to its own `now`, and
+/// `expires_at - renewed_at` is the TTL that statement granted. That `now`
+/// was read after the request was sent, so a deadline the elector anchors
+/// at the send time is never later than the server's expiry.
+///
+/// A row that is not what this call wrote is an error, never a success.
+pub(crate) fn check_written(
+    op: &str,
+    mut lease: Lease,
+    name: &str,
+    identity: &str,
+    ttl: Duration,
+    payload: &[u8],
+    fence: Option<u64>,
+) -> Result<Lease, StoreError> {
+    let wrong = |what: &str| {
+        StoreError::retryable(format!("mysql {op}: the row read back is not the one written ({what}); outcome unknown"))
+    };
+    if lease.name != name {
+        return Err(wrong("another election name"));
+    }
+    if lease.holder != identity {
+        return Err(wrong("another holder"));
+    }
+    if let Some(f) = fence {
+        if lease.fence != f {
+            return Err(wrong("another fence"));
+        }
+    }
+    if lease.payload != payload {
+        return Err(wrong("another payload"));
+    }
+    let granted = Duration::from_micros(ttl_micros(ttl) as u64);
+    if lease.expires_at.saturating_duration_since(lease.renewed_at) < granted {
+        return Err(wrong("an expiry short of the TTL asked for"));
+    }
+    if lease.renewed_at > lease.now || lease.acquired_at > lease.renewed_at {
+        return Err(wrong("instants out of order"));
+    }
+    lease.now = lease.renewed_at;
+    Ok(lease)
+}
+
+/// Whether a server error code needs a person rather than fixing itself.
+/// `state` is the SQLSTATE the server sent with it.
+pub(crate) fn code_kind(code: u16, state: &str) -> ErrorKind {
+    match code {
+        // Access denied (database, login, table, column, needs a privilege),
+        // unknown database, no such table, unknown column, syntax, an
+        // account that must change its password or is locked, a client that
+        // cannot do the account's authentication, a packet larger than the
+        // server accepts, data the column cannot hold, host blocked.
+        1044 | 1045 | 1049 | 1146 | 1142 | 1143 | 1227 | 1054 | 1064 | 1149 | 1251 | 1698 | 1820 | 1862 | 3118
+        | 4151 | 1153 | 1406 | 1366 | 1129 | 1370 | 1356 => ErrorKind::Fatal,
+        // Too many connections, server shutting down, lock wait timeout,
+        // deadlock, read-only server or transaction, server gone away, lost
+        // connection, connection killed, query interrupted or over its time
+        // limit, network read/write errors, aborted or idle-disconnected
+        // connections, user connection limits, offline mode.
+        1040 | 1053 | 1205 | 1213 | 1290 | 1792 | 1836 | 2006 | 2013 | 1927 | 1317 | 1969 | 3024 | 1158 | 1159
+        | 1160 | 1161 | 1152 | 1184 | 4031 | 1203 | 1226 | 3032 | 1637 | 1180 | 1181 | 1043 => ErrorKind::Retryable,
+        _ => match state.get(..2).unwrap_or("") {
+            // Syntax or access rule, authorization, invalid catalog name.
+            "42" | "28" | "3D" => ErrorKind::Fatal,
+            _ => ErrorKind::Retryable,
+        },
+    }
+}
+
+/// The server errors after which retrying on another connection is safe
+/// and useful: the session was gone, or the transaction was rolled back.
+pub(crate) fn code_retries(code: u16) -> bool {
+    matches!(code, 2006 | 2013 | 1927 | 1053 | 4031 | 1213 | 1152 | 1184)
+}
+
+/// A store error from a driver error, keeping the server's code, SQLSTATE
+/// and message. Never includes connection options (so no password).
+pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
+    use mysql::{DriverError, Error};
+    match e {
+        Error::MySqlError(m) => {
+            let message = format!("mysql {op}: server error {} ({}): {}", m.code, m.state, m.message);
+            match code_kind(m.code, &m.state) {
+                ErrorKind::Fatal => StoreError::fatal(message),
+                _ => StoreError::retryable(message),
+            }
+        }
+        Error::DriverError(d) => {
+            let message = format!("mysql {op}: {d}");
+            match d {
+                DriverError::TlsNotSupported => {
+                    StoreError::fatal(format!("mysql {op}: TLS was asked for and the server does not support it"))
+                }
+                DriverError::UnknownAuthPlugin(_)
+                | DriverError::OldMysqlPasswordDisabled
+                | DriverError::CleartextPluginDisabled
+                | DriverError::Protocol41NotSet
+                | DriverError::UnsupportedProtocol(_) => StoreError::fatal(message),
+                _ => StoreError::retryable(message),
+            }
+        }
+        Error::TlsError(t) => {
+            let text = chain(t);
+            // By cause: I/O during the handshake (reset, timeout) may fix
+            // itself; a certificate that does not verify, or no common
+            // protocol, needs a person.
+            let io = {
+                let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(t);
+                let mut io = false;
+                while let Some(c) = cause {
+                    if c.downcast_ref::<std::io::Error>().is_some() {
+                        io = true;
+                    }
+                    cause = c.source();
+                }
+                io
+            };
+            let verification = text.contains("certificate") || text.contains("verify");
+            let lower = text.to_ascii_lowercase();
+            let cut = lower.contains("eof") || lower.contains("reset") || lower.contains("broken pipe");
+            if (io || cut) && !verification {
+                StoreError::retryable(format!("mysql {op}: I/O error during the TLS handshake: {text}"))
+            } else {
+                StoreError::fatal(format!("mysql {op}: TLS handshake failed: {text}"))
+            }
+        }
+        Error::IoError(io) => StoreError::retryable(format!("mysql {op}: connection error: {io}")),
+        Error::CodecError(c) => StoreError::retryable(format!("mysql {op}: connection error: {c}")),
+        Error::UrlError(u) => {
+            StoreError::fatal(format!("mysql {op}: invalid connection URL: {}", super::url::redact(&u.to_string())))
+        }
+        Error::FromValueError(_) | Error::FromRowError(_) => {
+            StoreError::fatal(format!("mysql {op}: cannot read the lease row"))
+        }
+    }
+}
+
+/// An error's text followed by its causes' that say something new.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// A socket read or write that ran out of time: the server or the path is
+/// slow, and another connection would only add load.
+fn timed_out(io: &std::io::Error) -> bool {
+    matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+}
+
+/// Whether the connection is surely unusable after `e`, and another
+/// connection may well succeed.
+pub(crate) fn retry_elsewhere(e: &mysql::Error) -> bool {
+    match e {
+        mysql::Error::MySqlError(m) => code_retries(m.code),
+        mysql::Error::IoError(io) => !timed_out(io),
+        mysql::Error::CodecError(c) => match std::error::Error::source(c).and_then(|s| s.downcast_ref()) {
+            Some(io) => !timed_out(io),
+            None => true,
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_classified() {
+        for fatal in
+            [(1146, "42S02"), (1045, "28000"), (1049, "42000"), (1142, "42000"), (1044, "42000"), (1054, "42S22")]
+        {
+            assert_eq!(code_kind(fatal.0, fatal.1), ErrorKind::Fatal, "{fatal:?}");
+        }
+        for retry in [
+            (1040, "08004"),
+            (1053, "08S01"),
+            (1205, "HY000"),
+            (1213, "40001"),
+            (1290, "HY000"),
+            (1792, "25006"),
+            (1836, "HY000"),
+            (2006, "HY000"),
+            (2013, "HY000"),
+            (1927, "70100"),
+            (9999, "HY000"),
+        ] {
+            assert_eq!(code_kind(retry.0, retry.1), ErrorKind::Retryable, "{retry:?}");
+        }
+        assert_eq!(code_kind(9999, "42000"), ErrorKind::Fatal, "an unknown code in the access-rule class");
+    }
+
+    #[test]
+    fn hex_literals_hold_any_bytes() {
+        assert_eq!(hex(b""), "X''");
+        assert_eq!(hex(b"'\\\0`"), "X'275c0060'");
+        let all: Vec<u8> = (0..=255).collect();
+        let h = hex(&all);
+        assert!(h.len() == 512 + 3 && h[2..514].bytes().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn names_longer_than_the_column_are_refused() {
+        let long = "n".repeat(MAX_NAME_LEN + 1);
+        let e = acquire("`t`", &long, "a", Duration::from_secs(1), b"").unwrap_err();
+        assert!(e.is_fatal() && e.to_string().contains("election name"), "{e}");
+        assert!(renew("`t`", "n", &"i".repeat(MAX_IDENTITY_LEN + 1), 1, Duration::from_secs(1), b"").is_err());
+        assert!(acquire("`t`", &"n".repeat(MAX_NAME_LEN), "a", Duration::from_secs(1), b"").is_ok());
+    }
+
+    #[test]
+    fn lock_waits_stay_inside_the_deadline_and_are_reset() {
+        assert_eq!(lock_wait_secs(Duration::from_millis(500)), 1);
+        assert_eq!(lock_wait_secs(Duration::from_secs(4)), 3);
+        assert_eq!(lock_wait_secs(Duration::MAX), 64_800);
+        let q = bounded("SELECT 1;", Duration::from_secs(8));
+        assert!(q.starts_with("SET SESSION innodb_lock_wait_timeout = 6, lock_wait_timeout = 6; SELECT 1;"), "{q}");
+        assert!(q.ends_with("innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT"), "{q}");
+    }
+
+    #[test]
+    fn holder_is_assigned_first_and_expiry_last() {
+        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"").unwrap();
+        let update = &q[q.find("ON DUPLICATE KEY UPDATE").unwrap()..q.find("; SELECT").unwrap()];
+        let order: Vec<usize> = ["holder =", "fence =", "acquired_at =", "renewed_at =", "payload =", "expires_at ="]
+            .iter()
+            .map(|c| update.find(c).unwrap_or_else(|| panic!("{c} missing")))
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{update}");
+    }
+}

@@ -1,0 +1,240 @@
+//! The MariaDB server freezes (SIGSTOP) under a live elector: the operation
+//! timeout is real.
+//!
+//! Never the shared server: this freezes the private `mariadbd` that
+//! `scripts/mysql.sh` starts (its own data directory, port and socket) and
+//! names in `LE_MYSQL_PAUSE_URL` and `LE_MYSQL_PAUSE_PID_FILE`. Run with
+//! `bash scripts/test.sh`. One test only, so this binary's thread count is
+//! the electors' and the stores' alone.
+
+mod mysql_support;
+
+use std::fs;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leaderelection::mysql::{MySqlStore, DEFAULT_POOL_SIZE};
+use leaderelection::{ElectionError, Elector, Store};
+use mysql::prelude::Queryable;
+use mysql_support::{admin, config, exec, port, random_tag, url_via, wait_for, PRIVATE, TIMING};
+
+const PID_FILE: &str = "LE_MYSQL_PAUSE_PID_FILE";
+const TABLE: &str = "le_pause";
+const LEASE: Duration = TIMING.lease_duration;
+const RENEW: Duration = TIMING.renew_interval;
+const OP_TIMEOUT: Duration = TIMING.operation_timeout;
+const MARGIN: Duration = TIMING.safety_margin;
+/// How late the watchdog may wake a guard's holders after its deadline.
+const SLACK: Duration = Duration::from_millis(150);
+/// How long the server stays frozen: many operation timeouts.
+const HOLD: Duration = Duration::from_secs(4);
+/// Store-call threads an elector may add while its calls hang
+/// (`MAX_CALL_THREADS` = 4 in src/elector.rs, one there already).
+const EXTRA_CALL_THREADS: usize = 3;
+
+fn server_pid() -> u32 {
+    let file = std::env::var(PID_FILE).unwrap_or_else(|_| {
+        panic!(
+            "{PID_FILE} is not set. This suite freezes a private mariadbd: run `bash scripts/test.sh` \
+             (or `source scripts/mysql.sh` first), which starts it and exports LE_MYSQL_PAUSE_URL and {PID_FILE}."
+        )
+    });
+    let text = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}; is the private mariadbd up?"));
+    text.trim().parse().unwrap_or_else(|_| panic!("{file} does not hold a pid"))
+}
+
+fn state(pid: u32) -> Option<char> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+}
+
+fn threads() -> usize {
+    fs::read_dir("/proc/self/task").expect("/proc/self/task").count()
+}
+
+/// The private server stopped with SIGSTOP; dropping it (also when an
+/// assertion fails) sends SIGCONT, so the server never stays frozen.
+struct Frozen(u32);
+
+impl Frozen {
+    fn freeze(pid: u32) -> Frozen {
+        assert!(state(pid).is_some(), "mariadbd {pid} is not running");
+        let _ = Command::new("kill").args(["-STOP", &pid.to_string()]).status();
+        let frozen = Frozen(pid);
+        assert!(wait_for(Duration::from_secs(2), || state(pid) == Some('T')), "mariadbd {pid} did not stop");
+        frozen
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
+    }
+}
+
+fn user_url(user: &str) -> String {
+    url_via(PRIVATE, user, "127.0.0.1", port(PRIVATE), "")
+}
+
+fn fails_in_time<T: std::fmt::Debug>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, leaderelection::StoreError>,
+) -> Duration {
+    let start = Instant::now();
+    let r = f();
+    let took = start.elapsed();
+    eprintln!("pause: {what} on the frozen server returned after {took:?}: {r:?}");
+    let err = r.expect_err("a call on a frozen server succeeded");
+    assert!(err.is_retryable(), "{what}: a frozen server is a retryable fault: {err:?}");
+    assert!(took >= OP_TIMEOUT - Duration::from_millis(50), "{what} gave up before its timeout: {took:?}");
+    assert!(took < OP_TIMEOUT + Duration::from_millis(200), "{what} did not return within its timeout: {took:?}");
+    took
+}
+
+/// Sessions per user on the private server.
+fn sessions(c: &mut mysql::Conn, user: &str) -> usize {
+    let n: Option<u64> = c
+        .exec_first("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ?", (user,))
+        .expect("processlist");
+    n.unwrap_or(0) as usize
+}
+
+#[test]
+fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
+    let pid = server_pid();
+    let tag = random_tag();
+    let name = format!("pause-{tag}");
+    let users = ["le_p_leader", "le_p_follower", "le_p_warm", "le_p_cold"];
+    let mut c = admin(PRIVATE);
+    for u in users {
+        exec(&mut c, &format!("CREATE USER IF NOT EXISTS '{u}'@'127.0.0.1'"));
+        exec(&mut c, &format!("GRANT ALL ON test.* TO '{u}'@'127.0.0.1'"));
+    }
+    let leader_store = MySqlStore::builder(&user_url(users[0])).table(TABLE).build().unwrap();
+    leader_store.ensure_schema().expect("ensure_schema on the private server");
+    let leader = Elector::start(config(leader_store.clone(), &name, "leader")).expect("start");
+    let g = leader.wait_leader_timeout(Duration::from_secs(10)).expect("the first elector leads");
+    let fence = g.fence();
+    let follower_store = MySqlStore::builder(&user_url(users[1]))
+        .table(TABLE)
+        .connect_timeout(Duration::from_secs(1))
+        .socket_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let follower = Elector::start(config(follower_store.clone(), &name, "follower")).expect("start");
+    let sees = wait_for(Duration::from_secs(5), || {
+        follower.status().leader.is_some_and(|l| l.identity == "leader" && l.valid)
+    });
+    assert!(sees, "the follower does not see the leader: {:?}", follower.status());
+    // A store with a pooled connection and one that must open one.
+    let warm = MySqlStore::builder(&user_url(users[2])).table(TABLE).build().unwrap();
+    warm.inspect(&name, Duration::from_secs(2)).expect("inspect before the freeze");
+    let cold = MySqlStore::builder(&user_url(users[3])).table(TABLE).build().unwrap();
+
+    assert!(g.wait_lost_timeout(RENEW * 3).timed_out(), "lost the lease before any fault: {:?}", leader.status());
+    // Follow the guard from another thread, every millisecond: the last
+    // deadline seen while it was valid, and when it turned invalid.
+    let watcher = {
+        let g = g.clone();
+        thread::spawn(move || {
+            let until = Instant::now() + LEASE + Duration::from_secs(2);
+            let mut deadline = g.valid_until();
+            while Instant::now() < until {
+                let d = g.valid_until();
+                if !g.is_valid() {
+                    return (deadline, Some(Instant::now()));
+                }
+                deadline = d;
+                thread::sleep(Duration::from_millis(1));
+            }
+            (deadline, None)
+        })
+    };
+    let threads_before = threads() - 1;
+
+    let frozen = Frozen::freeze(pid);
+    let frozen_at = Instant::now();
+    let warm_took = fails_in_time("inspect on a pooled connection", || warm.inspect(&name, OP_TIMEOUT));
+    let cold_took = fails_in_time("inspect needing a new connection", || cold.inspect(&name, OP_TIMEOUT));
+    // On an election of its own: an abandoned claim may still land after the
+    // thaw (its outcome is unknown), and must not hold up the electors.
+    let probe = format!("pause-probe-{tag}");
+    let acquire_took = fails_in_time("acquire", || warm.acquire(&probe, "prober", LEASE, b"", OP_TIMEOUT));
+
+    // The leader steps down by its deadline: a hung server never delays it.
+    let (deadline, invalid_at) = watcher.join().expect("watcher");
+    let invalid_at = invalid_at.expect("the guard stayed valid with the server frozen");
+    let step_down = invalid_at - frozen_at;
+    let late = invalid_at.saturating_duration_since(deadline);
+    eprintln!("pause: leader stepped down {step_down:?} after the freeze, {late:?} after its deadline");
+    assert!(!g.is_valid() && !leader.is_leader());
+    assert!(late <= SLACK, "is_valid() stayed true {late:?} after the deadline");
+    assert!(step_down <= LEASE - MARGIN + SLACK, "stepped down {step_down:?} after the freeze");
+    drop(g);
+
+    let mut threads_max = threads();
+    while frozen_at.elapsed() < HOLD {
+        threads_max = threads_max.max(threads());
+        for e in [&leader, &follower] {
+            let st = e.status();
+            assert!(!st.is_leader, "{} leads with the server frozen", st.identity);
+            assert!(
+                !matches!(st.last_error, Some(ElectionError::TooManyHungCalls { .. })),
+                "{}: store calls piled up: {:?}",
+                st.identity,
+                st.last_error
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let (le, fe) = (leader.status().last_error, follower.status().last_error);
+    eprintln!(
+        "pause: threads {threads_before} before, at most {threads_max} during {HOLD:?} frozen; last errors: \
+         leader {:?}, follower {:?}; stores {leader_store:?} {follower_store:?}",
+        le.as_ref().map(ToString::to_string),
+        fe.as_ref().map(ToString::to_string)
+    );
+    assert!(le.is_some() && fe.is_some(), "no error reported with the server frozen");
+    // Each elector may add call threads up to its cap; each store keeps at
+    // most a pool's worth of abandoned calls running, and as many threads
+    // asking the server to end their sessions; the three probe calls add a
+    // call thread and a kill thread each.
+    let bound = threads_before + 2 * (EXTRA_CALL_THREADS + 2 * DEFAULT_POOL_SIZE) + 3 * 2;
+    assert!(threads_max <= bound, "threads grew from {threads_before} to {threads_max} (bound {bound})");
+
+    drop(frozen);
+    let thawed_at = Instant::now();
+    let mut new_leader = None;
+    let back = wait_for(LEASE + Duration::from_secs(2), || {
+        let l: Vec<&Elector> = [&leader, &follower].into_iter().filter(|e| e.is_leader()).collect();
+        assert!(l.len() <= 1, "two leaders at once after the thaw");
+        new_leader = l.first().map(|e| (e.identity().to_owned(), e.fence()));
+        new_leader.is_some()
+    });
+    let recovery = thawed_at.elapsed();
+    assert!(back, "nobody leads {recovery:?} after the thaw: {:?} {:?}", leader.status(), follower.status());
+    let (who, new_fence) = new_leader.unwrap();
+    let new_fence = new_fence.expect("a leader has a fence");
+    eprintln!("pause: {who} leads again {recovery:?} after the thaw, fence {fence} -> {new_fence}");
+    assert!(new_fence > fence);
+    warm.inspect(&name, Duration::from_secs(2)).expect("inspect after the thaw (warm)");
+    cold.inspect(&name, Duration::from_secs(2)).expect("inspect after the thaw (cold)");
+
+    // Server side: abandoned sessions are closed; each store holds at most
+    // its pool, and dropped stores hold none.
+    let mut c = admin(PRIVATE);
+    let bounded = wait_for(Duration::from_secs(8), || users.iter().all(|u| sessions(&mut c, u) <= DEFAULT_POOL_SIZE));
+    let seen: Vec<usize> = users.iter().map(|u| sessions(&mut c, u)).collect();
+    eprintln!("pause: sessions per store after recovery (leader, follower, warm, cold): {seen:?}");
+    assert!(bounded, "a store holds more sessions than its pool: {seen:?}");
+    drop((warm, cold));
+    let gone = wait_for(Duration::from_secs(8), || sessions(&mut c, users[2]) == 0 && sessions(&mut c, users[3]) == 0);
+    assert!(gone, "dropped stores' sessions are still open");
+    eprintln!(
+        "pause: calls on the frozen server returned after {warm_took:?} (pooled), {cold_took:?} (new connection), \
+         {acquire_took:?} (acquire)"
+    );
+    leader.shutdown().expect("shutdown");
+    follower.shutdown().expect("shutdown");
+}

@@ -1,0 +1,432 @@
+//! The store acceptance suite and MySQL-specific checks, against MariaDB
+//! (the shared server on 127.0.0.1:3306, and for TLS the private instance).
+//! Run with `bash scripts/test.sh` (it exports the URLs).
+
+mod mysql_support;
+
+use std::time::{Duration, Instant};
+
+use leaderelection::mysql::MySqlStore;
+use leaderelection::Store;
+use mysql::prelude::Queryable;
+use mysql_support::{admin, exec, port, random_tag, url, url_via, wait_for, Proxy, PRIVATE, SHARED};
+
+const TABLE: &str = "le_storetest";
+const T: Duration = Duration::from_secs(5);
+const LONG: Duration = Duration::from_secs(60);
+
+fn store() -> MySqlStore {
+    let s = MySqlStore::builder(&url(SHARED)).table(TABLE).build().expect("store");
+    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+    s
+}
+
+leaderelection::storetest_suite!(store());
+
+fn micros(l: &leaderelection::Lease) -> u64 {
+    l.acquired_at.as_unix_micros() as u64
+}
+
+/// Fences (hardening rules): a claim of an absent row takes the server's
+/// clock in microseconds; a claim of an expired row `max(fence + 1, now)`;
+/// the valid holder keeps its fence.
+#[test]
+fn fences_follow_the_server_clock_and_survive_deletion() {
+    let s = store();
+    let name = format!("fence-{}", random_tag());
+    let a = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    assert_eq!(a.fence, micros(&a), "an absent row's claim takes now() in microseconds: {a:?}");
+    let again = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    assert_eq!(again.fence, a.fence, "the valid holder keeps its fence");
+    s.release(&name, "a", a.fence, T).unwrap();
+    let b = s.acquire(&name, "b", LONG, b"", T).unwrap();
+    assert!(b.fence > a.fence && b.fence == micros(&b).max(a.fence + 1), "{a:?} -> {b:?}");
+    // The row deleted between terms: the next fence is still higher.
+    let mut c = admin(SHARED);
+    let key = leaderelection_hex(&name);
+    exec(&mut c, &format!("DELETE FROM {TABLE} WHERE name = {key}"));
+    let d = s.acquire(&name, "d", LONG, b"", T).unwrap();
+    assert!(d.fence > b.fence, "fence went back after a deletion: {} -> {}", b.fence, d.fence);
+    // An older copy of the row restored (expired, with an old fence): the
+    // next claim is still above every fence handed out.
+    s.release(&name, "d", d.fence, T).unwrap();
+    exec(&mut c, &format!("UPDATE {TABLE} SET fence = {}, holder = X'61' WHERE name = {key}", a.fence));
+    let e = s.acquire(&name, "e", LONG, b"", T).unwrap();
+    assert!(e.fence > d.fence, "fence went back after an older row came back: {} -> {}", d.fence, e.fence);
+}
+
+fn leaderelection_hex(s: &str) -> String {
+    format!("X'{}'", s.bytes().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// No write moves expiry backwards: a shorter renewal after a longer one
+/// (an older renewal landing late) leaves the longer expiry.
+#[test]
+fn an_older_renewal_landing_late_does_not_shorten_the_lease() {
+    let s = store();
+    let name = format!("late-{}", random_tag());
+    let a = s.acquire(&name, "a", Duration::from_millis(300), b"", T).unwrap();
+    let long = s.renew(&name, "a", a.fence, LONG, b"new", T).unwrap();
+    let short = s.renew(&name, "a", a.fence, Duration::from_millis(300), b"old", T).unwrap();
+    assert!(short.expires_at >= long.expires_at, "renew moved expiry back: {long:?} -> {short:?}");
+    let by_holder = s.acquire(&name, "a", Duration::from_millis(300), b"", T).unwrap();
+    assert!(by_holder.expires_at >= long.expires_at, "acquire by the holder moved expiry back");
+    assert_eq!(by_holder.fence, a.fence);
+}
+
+/// Sessions in very different time zones read the same instants.
+#[test]
+fn the_session_time_zone_changes_nothing() {
+    store();
+    let in_zone = |tz: &str| {
+        let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
+            .init(vec![format!("SET time_zone = '{tz}'")]);
+        MySqlStore::builder_from_opts(opts.into()).table(TABLE).build().unwrap()
+    };
+    let (east, west) = (in_zone("+13:00"), in_zone("-11:00"));
+    let name = format!("tz-{}", random_tag());
+    let a = east.acquire(&name, "a", LONG, b"", T).unwrap();
+    let b = west.inspect(&name, T).unwrap();
+    assert_eq!((a.expires_at, a.acquired_at), (b.expires_at, b.acquired_at));
+    let gap = b.now.saturating_duration_since(a.now);
+    assert!(gap < Duration::from_secs(2) && b.now >= a.now, "clocks 24 h apart? {a:?} {b:?}");
+    let mut c = admin(SHARED);
+    let unix: i64 = c.query_first("SELECT UNIX_TIMESTAMP()").unwrap().unwrap();
+    let diff = (a.now.as_unix_micros() / 1_000_000 - unix).abs();
+    assert!(diff < 5, "the store's now is {diff} s away from UNIX_TIMESTAMP()");
+}
+
+#[test]
+fn ensure_schema_is_idempotent_and_safe_concurrently() {
+    let table = format!("le_schema_{}", random_tag());
+    let results: Vec<_> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..6)
+            .map(|_| {
+                let table = table.clone();
+                sc.spawn(move || MySqlStore::builder(&url(SHARED)).table(table).build().unwrap().ensure_schema())
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in &results {
+        assert!(r.is_ok(), "concurrent ensure_schema failed: {r:?}");
+    }
+    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+    s.ensure_schema().expect("idempotent");
+    assert!(s.acquire("e", "a", LONG, b"", T).unwrap().held_by("a"));
+    exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`"));
+}
+
+/// A missing table is fatal, reported at once with the server's code.
+#[test]
+fn missing_table_is_fatal() {
+    let s = MySqlStore::builder(&url(SHARED)).table(format!("le_missing_{}", random_tag())).build().unwrap();
+    for e in [s.inspect("e", T).unwrap_err(), s.acquire("e", "a", LONG, b"", T).unwrap_err()] {
+        assert!(e.is_fatal(), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("1146") && text.contains("doesn't exist"), "{text}");
+    }
+}
+
+/// First mistakes come back from the first call, at once, with the code.
+#[test]
+fn unknown_database_and_bad_password_are_fatal_at_once_without_the_password() {
+    let p = port(SHARED);
+    let cases = [
+        (format!("mysql://root@127.0.0.1:{p}/le_no_such_db_{}", random_tag()), "1049"),
+        (format!("mysql://le_nobody:hunter2@127.0.0.1:{p}/test"), "1045"),
+    ];
+    for (u, code) in cases {
+        let s = MySqlStore::builder(&u).table(TABLE).build().unwrap();
+        assert!(!format!("{s:?}").contains("hunter2"));
+        let start = Instant::now();
+        let e = s.inspect("e", Duration::from_secs(3)).unwrap_err();
+        let took = start.elapsed();
+        let text = format!("{e} {e:?}");
+        assert!(e.is_fatal(), "{text}");
+        assert!(text.contains(code), "{text}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(took < Duration::from_secs(1), "reported after {took:?}");
+    }
+}
+
+/// A loopback TCP URL stays on TCP (the crate would switch to the socket).
+#[test]
+fn tcp_urls_use_tcp() {
+    let s = store();
+    let name = format!("tcp-{}", random_tag());
+    s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let mut c = admin(SHARED);
+    // The store's idle connection shows in the process list with its TCP
+    // peer; a socket connection would show "localhost".
+    let hosts: Vec<String> =
+        c.query("SELECT HOST FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND DB = 'test'").unwrap();
+    assert!(!hosts.is_empty());
+    assert!(hosts.iter().all(|h| h.starts_with("127.0.0.1:")), "a session not on TCP: {hosts:?}");
+}
+
+/// Another session holds the election row (`SELECT … FOR UPDATE`): renew,
+/// acquire and release give up in time with a retryable error, reads do not
+/// wait, and once the lock goes all works again.
+///
+/// With a timeout above the server's smallest lock wait (1 s) the server
+/// gives up first (error 1205); with a shorter one the store gives up at its
+/// own deadline and has the server end the abandoned session, so the
+/// statement does not land once the lock goes.
+#[test]
+fn locked_row_gives_up_in_time() {
+    let s = store();
+    let name = format!("locked-{}", random_tag());
+    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", leaderelection_hex(&name)));
+    for timeout in [Duration::from_millis(1600), Duration::from_millis(600)] {
+        for op in ["renew", "acquire", "release"] {
+            let start = Instant::now();
+            let r = match op {
+                "renew" => s.renew(&name, "a", lease.fence, LONG, b"", timeout).map(|_| ()),
+                "acquire" => s.acquire(&name, "b", LONG, b"", timeout).map(|_| ()),
+                _ => s.release(&name, "a", lease.fence, timeout),
+            };
+            let took = start.elapsed();
+            let e = r.expect_err("a call on a locked row must not succeed while the lock is held");
+            eprintln!("locked row: {op} with a {timeout:?} timeout returned after {took:?}: {e}");
+            assert!(e.is_retryable(), "{op}: {e:?}");
+            assert!(took < timeout + Duration::from_millis(250), "{op} took {took:?} with a {timeout:?} timeout");
+            if timeout > Duration::from_secs(1) {
+                assert!(e.to_string().contains("1205"), "the server's lock wait bound did not fire: {e}");
+            }
+        }
+    }
+    assert!(s.inspect(&name, Duration::from_millis(600)).is_ok(), "a plain read waited on a row lock");
+    exec(&mut locker, "ROLLBACK");
+    // The abandoned calls finish, and none of them landed once the lock went:
+    // the store had the server end their sessions when it gave up on them.
+    assert!(wait_for(Duration::from_secs(5), || format!("{s:?}").contains("abandoned_calls: 0")), "{s:?}");
+    std::thread::sleep(Duration::from_millis(1200)); // past the server's 1 s lock-wait bound
+    let l = s.inspect(&name, T).unwrap();
+    assert_eq!(
+        (l.holder.as_str(), l.fence, l.renewed_at, l.expires_at),
+        (lease.holder.as_str(), lease.fence, lease.renewed_at, lease.expires_at),
+        "a call the store gave up on landed after the lock went"
+    );
+    let renewed = s.renew(&name, "a", lease.fence, LONG, b"", T).expect("renew after the lock went");
+    assert_eq!(renewed.fence, lease.fence);
+}
+
+/// Another session holds the table (`LOCK TABLES … WRITE`): reads give up
+/// in time too.
+#[test]
+fn locked_table_gives_up_in_time() {
+    let table = format!("le_locked_{}", random_tag());
+    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    s.acquire("e", "a", LONG, b"", T).unwrap();
+    let mut locker = admin(SHARED);
+    exec(&mut locker, &format!("LOCK TABLES `{table}` WRITE"));
+    let start = Instant::now();
+    let e = s.inspect("e", Duration::from_millis(500)).expect_err("inspect on a locked table");
+    let took = start.elapsed();
+    eprintln!("locked table: inspect returned after {took:?}: {e}");
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(took < Duration::from_millis(800), "took {took:?}");
+    exec(&mut locker, "UNLOCK TABLES");
+    assert!(s.inspect("e", T).unwrap().held_by("a"));
+    exec(&mut locker, &format!("DROP TABLE `{table}`"));
+}
+
+/// A path that swallows packets: calls return within the timeout, stuck
+/// connections are closed (not pooled), and once the path heals the store
+/// works again on fresh connections.
+#[test]
+fn swallowing_path() {
+    store();
+    let proxy = Proxy::start(port(SHARED));
+    let s = MySqlStore::builder(&url_via(SHARED, "root", "127.0.0.1", proxy.port, ""))
+        .table(TABLE)
+        .connect_timeout(Duration::from_millis(700))
+        .socket_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let name = format!("swallow-{}", random_tag());
+    s.acquire(&name, "a", LONG, b"", T).unwrap();
+    assert_eq!(proxy.open_connections(), 1);
+    proxy.swallow(true);
+    let timeout = Duration::from_millis(500);
+    for _ in 0..6 {
+        let start = Instant::now();
+        let e = s.inspect(&name, timeout).expect_err("no answer can come through a swallowing path");
+        let took = start.elapsed();
+        assert!(e.is_retryable(), "{e:?}");
+        assert!(took < timeout + Duration::from_millis(150), "call took {took:?}");
+    }
+    assert!(proxy.open_connections() <= 4, "open: {}", proxy.open_connections());
+    proxy.swallow(false);
+    assert!(
+        wait_for(Duration::from_secs(10), || s.inspect(&name, Duration::from_millis(800)).is_ok()),
+        "store did not recover once the path healed: {s:?}"
+    );
+    // Connections abandoned at their deadline were closed, not kept.
+    assert!(wait_for(Duration::from_secs(5), || proxy.open_connections() <= 1), "open: {}", proxy.open_connections());
+    assert!(s.renew(&name, "a", 0, LONG, b"", T).is_err_and(|e| e.is_lease_lost()));
+    let l = s.inspect(&name, T).unwrap();
+    assert!(s.renew(&name, "a", l.fence, LONG, b"", T).is_ok());
+}
+
+/// The server kills the store's sessions: the next call still succeeds, on
+/// a fresh connection.
+#[test]
+fn killed_sessions_are_replaced() {
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_kill'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_kill'@'127.0.0.1'"));
+    let s =
+        MySqlStore::builder(&url_via(SHARED, "le_kill", "127.0.0.1", port(SHARED), "")).table(TABLE).build().unwrap();
+    let name = format!("kill-{}", random_tag());
+    let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    for round in 0..3 {
+        let ids: Vec<u64> = c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_kill'").unwrap();
+        assert!(!ids.is_empty(), "round {round}: no session of the store to kill");
+        for id in ids {
+            let _ = c.query_drop(format!("KILL {id}"));
+        }
+        let r = s.renew(&name, "a", l.fence, LONG, b"", T);
+        assert!(r.is_ok(), "round {round}: renew after the session was killed: {r:?}");
+    }
+}
+
+// ---- TLS: the private instance has TLS on with the snakeoil certificate
+// for "localhost"; the shared server has no TLS.
+
+fn tls_ca() -> String {
+    std::env::var("LE_MYSQL_TLS_CA")
+        .unwrap_or_else(|_| panic!("LE_MYSQL_TLS_CA is not set: run `source scripts/mysql.sh`"))
+}
+
+#[test]
+fn tls_verifies_and_encrypts() {
+    let ca = tls_ca();
+    let p = port(PRIVATE);
+    let mut c = admin(PRIVATE);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_tls'@'127.0.0.1' REQUIRE SSL");
+    exec(&mut c, "GRANT ALL ON test.* TO 'le_tls'@'127.0.0.1'");
+    // Certificate for "localhost", reached as 127.0.0.1: refused, not downgraded.
+    let s = MySqlStore::builder(&format!("mysql://le_tls@127.0.0.1:{p}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"))
+        .table(TABLE)
+        .build()
+        .unwrap();
+    let e = s.inspect("e", Duration::from_secs(2)).unwrap_err();
+    assert!(e.is_fatal(), "{e}");
+    assert!(e.to_string().contains("TLS"), "{e}");
+    // Right name and CA: it works, as a user the server only lets in over TLS.
+    for mode in ["REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"] {
+        let s = MySqlStore::builder(&format!("mysql://le_tls@localhost:{p}/test?ssl-mode={mode}&ssl-ca={ca}"))
+            .table(TABLE)
+            .build()
+            .unwrap();
+        s.ensure_schema().unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let name = format!("tls-{}", random_tag());
+        assert!(s.acquire(&name, "a", LONG, b"", T).unwrap().held_by("a"), "{mode}");
+    }
+    // And that user cannot get in without TLS (the control).
+    let plain = MySqlStore::builder(&format!("mysql://le_tls@127.0.0.1:{p}/test")).table(TABLE).build().unwrap();
+    assert!(plain.inspect("e", Duration::from_secs(2)).unwrap_err().is_fatal());
+}
+
+#[test]
+fn tls_required_never_falls_back_to_plaintext() {
+    let p = port(SHARED);
+    let s = MySqlStore::builder(&format!("mysql://root@127.0.0.1:{p}/test?ssl-mode=REQUIRED"))
+        .table(TABLE)
+        .build()
+        .unwrap();
+    let e = s.inspect("e", Duration::from_secs(2)).unwrap_err();
+    assert!(e.is_fatal(), "{e}");
+    assert!(e.to_string().contains("does not support"), "{e}");
+}
+
+/// The table dropped and created again (an operator's reset): the next
+/// term's fence is still above every earlier one.
+#[test]
+fn fences_survive_a_recreated_table() {
+    let table = format!("le_recreate_{}", random_tag());
+    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    let a = s.acquire("e", "a", LONG, b"", T).unwrap();
+    let mut c = admin(SHARED);
+    exec(&mut c, &format!("DROP TABLE `{table}`"));
+    s.ensure_schema().unwrap();
+    let b = s.acquire("e", "b", LONG, b"", T).unwrap();
+    assert!(b.held_by("b") && b.fence > a.fence, "fence went back across a re-created table: {a:?} -> {b:?}");
+    exec(&mut c, &format!("DROP TABLE `{table}`"));
+}
+
+/// A row read back that is not what the call wrote (here a trigger changes
+/// the payload on its way in) is an error, never a silent success.
+#[test]
+fn a_row_that_is_not_what_was_written_is_an_error() {
+    let table = format!("le_tamper_{}", random_tag());
+    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    let mut c = admin(SHARED);
+    // Control: without the triggers the same calls succeed.
+    let ok = s.acquire("control", "a", LONG, b"mine", T).unwrap();
+    assert!(ok.held_by("a"));
+    exec(
+        &mut c,
+        &format!("CREATE TRIGGER `{table}_i` BEFORE INSERT ON `{table}` FOR EACH ROW SET NEW.payload = X'00'"),
+    );
+    exec(
+        &mut c,
+        &format!("CREATE TRIGGER `{table}_u` BEFORE UPDATE ON `{table}` FOR EACH ROW SET NEW.payload = X'00'"),
+    );
+    let e = s.acquire("e", "a", LONG, b"mine", T).expect_err("an acquire whose row came back altered succeeded");
+    assert!(e.to_string().contains("not the one written"), "{e}");
+    let e = s.renew("control", "a", ok.fence, LONG, b"mine", T).expect_err("a renew whose row came back altered");
+    assert!(e.to_string().contains("not the one written"), "{e}");
+    exec(&mut c, &format!("DROP TABLE `{table}`"));
+}
+
+/// The connection breaks in the middle of the TLS handshake (a proxy passes
+/// the greeting and the client's TLS request, then cuts both ends when the
+/// handshake starts): an I/O failure, so retryable, not a certificate
+/// problem.
+#[test]
+fn tls_handshake_cut_short_is_retryable() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let ca = tls_ca();
+    let target = port(PRIVATE);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().take(4) {
+            let Ok(mut client) = client else { continue };
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
+            let mut buf = [0u8; 4096];
+            // The server's greeting, whole.
+            let n = server.read(&mut buf).unwrap_or(0);
+            let _ = client.write_all(&buf[..n]);
+            // The client's SSL request (a 32-byte packet), passed on.
+            let mut req = [0u8; 36];
+            if client.read_exact(&mut req).is_ok() {
+                let _ = server.write_all(&req);
+            }
+            // The TLS ClientHello: cut both ends instead.
+            let _ = client.read(&mut buf);
+            let _ = client.shutdown(std::net::Shutdown::Both);
+            let _ = server.shutdown(std::net::Shutdown::Both);
+        }
+    });
+    let s =
+        MySqlStore::builder(&format!("mysql://root@localhost:{proxy_port}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"))
+            .table(TABLE)
+            .build()
+            .unwrap();
+    let e = s.inspect("e", Duration::from_secs(3)).unwrap_err();
+    eprintln!("TLS handshake cut short: {e}");
+    assert!(e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("TLS"), "{e}");
+}
