@@ -7,22 +7,28 @@
 //! the socket at once, and the connection is reported broken so r2d2 discards
 //! it instead of handing it out again.
 
+use std::error::Error as StdError;
 use std::fmt;
 use std::future::{poll_fn, Future};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
 use std::str::FromStr;
-use std::sync::Arc;
-use std::task::Poll;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::error::Severity;
-use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage, Socket};
 
 use super::sql;
 use super::DEFAULT_CONNECT_TIMEOUT;
+use crate::error::Human;
 use crate::store::StoreError;
 
 type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
@@ -35,14 +41,10 @@ type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + S
 /// password.
 pub struct PgManager {
     config: Config,
-    tls: Option<postgres_native_tls::MakeTlsConnector>,
+    tls: Option<native_tls::TlsConnector>,
     connect_timeout: Duration,
-    last_error: LastError,
+    log: Arc<ConnectLog>,
 }
-
-/// The most recent failure to open a connection, shared with the store so it
-/// can say why the pool had nothing to give (r2d2 keeps only a string).
-pub(crate) type LastError = Arc<Mutex<Option<StoreError>>>;
 
 impl PgManager {
     /// A manager for the database at `dsn`. See
@@ -94,8 +96,7 @@ impl PgManager {
                 })?;
                 builder.add_root_certificate(cert);
             }
-            let connector = builder.build().map_err(|e| StoreError::fatal("cannot set up TLS").with_source(e))?;
-            Some(postgres_native_tls::MakeTlsConnector::new(connector))
+            Some(builder.build().map_err(|e| StoreError::fatal("cannot set up TLS").with_source(e))?)
         } else {
             // `prefer` would try TLS and fall back; plaintext it is, said so.
             config.ssl_mode(SslMode::Disable);
@@ -108,7 +109,7 @@ impl PgManager {
             .or_else(|| config.get_connect_timeout().copied())
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
             .clamp(Duration::from_millis(1), super::MAX_WAIT);
-        Ok(PgManager { config, tls, connect_timeout, last_error: Arc::default() })
+        Ok(PgManager { config, tls, connect_timeout, log: Arc::default() })
     }
 
     /// The bound on opening one connection.
@@ -121,8 +122,8 @@ impl PgManager {
         self.tls.is_some()
     }
 
-    pub(crate) fn last_error(&self) -> LastError {
-        Arc::clone(&self.last_error)
+    pub(crate) fn connect_log(&self) -> Arc<ConnectLog> {
+        Arc::clone(&self.log)
     }
 
     fn open(&self) -> Result<PgConnection, StoreError> {
@@ -134,21 +135,26 @@ impl PgManager {
             .build()
             .map_err(|e| StoreError::retryable("cannot start a connection runtime").with_source(e))?;
         let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let trace = Arc::new(TlsTrace::default());
         let opened = rt.block_on(async {
             let connecting = async {
                 match &self.tls {
                     None => self.config.connect(NoTls).await.map(|(c, d)| (c, Box::pin(d) as Driver)),
-                    Some(tls) => self.config.connect(tls.clone()).await.map(|(c, d)| (c, Box::pin(d) as Driver)),
+                    Some(tls) => {
+                        let tls = MakeTls { connector: tls.clone(), trace: Arc::clone(&trace) };
+                        self.config.connect(tls).await.map(|(c, d)| (c, Box::pin(d) as Driver))
+                    }
                 }
             };
             tokio::time::timeout_at(deadline, connecting).await
         });
         match opened {
             Ok(Ok((client, driver))) => Ok(PgConnection { rt, client: Some(client), driver: Some(driver) }),
-            Ok(Err(e)) => Err(sql::classify("connect", &e)),
-            Err(_) => {
-                Err(StoreError::retryable(format!("postgres connect: no answer within {:?}", self.connect_timeout)))
-            }
+            Ok(Err(e)) => Err(classify_connect(&e, self.tls.is_some().then_some(&*trace))),
+            Err(_) => Err(StoreError::retryable(format!(
+                "cannot connect: no answer within {} (connect timeout)",
+                Human(self.connect_timeout)
+            ))),
         }
     }
 }
@@ -158,8 +164,9 @@ impl r2d2::ManageConnection for PgManager {
     type Error = StoreError;
 
     fn connect(&self) -> Result<PgConnection, StoreError> {
+        self.log.begin();
         let result = self.open();
-        *self.last_error.lock() = result.as_ref().err().cloned();
+        self.log.end(result.as_ref().err());
         result
     }
 
@@ -250,7 +257,57 @@ pub(crate) struct LogConnectErrors;
 
 impl r2d2::HandleError<StoreError> for LogConnectErrors {
     fn handle_error(&self, error: StoreError) {
-        log::warn!("leaderelection: {error}");
+        log::warn!("leaderelection: postgres {error}");
+    }
+}
+
+/// Every attempt to open a connection and how the latest one ended, shared
+/// between a [`PgManager`] (whose attempts run on r2d2's threads) and the
+/// store waiting for a connection, which r2d2 would otherwise leave waiting
+/// out its checkout time while the server keeps saying no.
+#[derive(Default)]
+pub(crate) struct ConnectLog {
+    state: Mutex<LogState>,
+    changed: Condvar,
+}
+
+/// What a [`ConnectLog`] knows at one moment.
+#[derive(Clone, Default)]
+pub(crate) struct LogState {
+    /// Attempts that have ended, successful or not.
+    pub(crate) ended: u64,
+    /// The failure of the latest attempt to end; `None` once one succeeded.
+    pub(crate) failure: Option<StoreError>,
+    /// Attempts under way.
+    pub(crate) in_flight: usize,
+}
+
+impl ConnectLog {
+    fn begin(&self) {
+        self.state.lock().in_flight += 1;
+    }
+
+    fn end(&self, failure: Option<&StoreError>) {
+        let mut st = self.state.lock();
+        st.in_flight = st.in_flight.saturating_sub(1);
+        st.ended += 1;
+        st.failure = failure.cloned();
+        self.changed.notify_all();
+    }
+
+    pub(crate) fn state(&self) -> LogState {
+        self.state.lock().clone()
+    }
+
+    /// Waits until an attempt ends after the `ended`-th, or until `until`.
+    pub(crate) fn wait_after(&self, ended: u64, until: Instant) -> LogState {
+        let mut st = self.state.lock();
+        while st.ended == ended {
+            if self.changed.wait_until(&mut st, until).timed_out() {
+                break;
+            }
+        }
+        st.clone()
     }
 }
 
@@ -346,6 +403,227 @@ impl PgConnection {
                 Err(CallError::TimedOut)
             }
         }
+    }
+}
+
+/// Classifies a failure to open a connection by its cause.
+///
+/// - The server refused the login (an SQLSTATE): by the code, so a missing
+///   database (3D000), role (28000) or bad password (28P01) is fatal and a
+///   server that is starting up (57P03) or full (53300) retryable.
+/// - The TLS handshake failed: retryable when the socket under it failed
+///   (reset, closed, broken pipe: a pooler or server restarting), fatal
+///   when the TLS library refused the peer with the socket intact
+///   (certificate or host name that does not verify, no common protocol).
+/// - The socket failed (refused, reset, unreachable, name lookup) or the
+///   server closed it during login: retryable.
+/// - TLS is required and the server answered the SSL request with "no":
+///   fatal; `sslmode=require` never falls back to plaintext.
+/// - Anything else is the login exchange itself going wrong with the
+///   connection intact (the server asks for a password the DSN does not
+///   have, an authentication method this client does not speak, replies
+///   that are not the PostgreSQL protocol): the same exchange would fail
+///   again, so fatal.
+///
+/// `tls` is the trace of the attempt's TLS steps when TLS was required.
+pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>) -> StoreError {
+    if let Some(err) = sql::classify_db("cannot connect", e) {
+        return err;
+    }
+    if let Some(h) = find_cause::<HandshakeFailed>(e) {
+        return match h.io {
+            Some(kind) => StoreError::retryable(format!(
+                "cannot connect: TLS handshake cut off ({}): {}",
+                io_phrase(kind),
+                sql::chain_text(&h.source)
+            )),
+            None => StoreError::fatal(format!("cannot connect: {TLS_REJECTED}: {}", sql::chain_text(&h.source))),
+        };
+    }
+    if let Some(io) = find_cause::<io::Error>(e) {
+        return StoreError::retryable(format!("cannot connect: {}: {}", io_phrase(io.kind()), sql::chain_text(e)));
+    }
+    if e.is_closed() {
+        return StoreError::retryable("cannot connect: the server closed the connection during login");
+    }
+    if let Some(t) = tls {
+        if t.asked.load(Ordering::SeqCst) && !t.handshake.load(Ordering::SeqCst) {
+            if t.no_host_name.load(Ordering::SeqCst) {
+                return StoreError::fatal(format!("cannot connect: {TLS_NO_HOST}"));
+            }
+            return StoreError::fatal(format!("cannot connect: {NO_TLS}"));
+        }
+    }
+    StoreError::fatal(format!("cannot connect: {LOGIN_FAILED}: {}", sql::chain_text(e)))
+}
+
+/// The phrases of fatal connection failures that carry no SQLSTATE. A pool
+/// built outside the store keeps only the text of the last failure, so the
+/// store reads the kind back from these (see `connect_text_is_fatal`).
+const TLS_REJECTED: &str = "TLS handshake rejected";
+const NO_TLS: &str = "the server does not support TLS (sslmode=require never falls back to plaintext)";
+const TLS_NO_HOST: &str = "TLS needs a host name to verify (a Unix socket cannot use sslmode=require)";
+const LOGIN_FAILED: &str = "login failed";
+
+/// Whether the text of a connection failure this module produced names a
+/// fatal one. Only for pools built elsewhere, which keep no error but its
+/// text; the store's own pools keep the typed error.
+pub(crate) fn connect_text_is_fatal(text: &str) -> bool {
+    if let Some(i) = text.find("SQLSTATE ") {
+        if let Some(code) = text.get(i + 9..i + 14) {
+            return sql::sqlstate_kind(code) == crate::store::ErrorKind::Fatal;
+        }
+    }
+    [TLS_REJECTED, NO_TLS, TLS_NO_HOST, LOGIN_FAILED].iter().any(|p| text.contains(&format!("cannot connect: {p}")))
+}
+
+fn find_cause<'a, T: StdError + 'static>(e: &'a (dyn StdError + 'static)) -> Option<&'a T> {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(t) = c.downcast_ref::<T>() {
+            return Some(t);
+        }
+        cur = c.source();
+    }
+    None
+}
+
+fn io_phrase(kind: io::ErrorKind) -> String {
+    match kind {
+        io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        io::ErrorKind::ConnectionReset => "connection reset".into(),
+        io::ErrorKind::UnexpectedEof => "connection closed by the other end".into(),
+        io::ErrorKind::BrokenPipe => "broken pipe".into(),
+        io::ErrorKind::TimedOut => "timed out".into(),
+        other => other.to_string(),
+    }
+}
+
+/// What one connection attempt's TLS got to, per address tried: whether the
+/// SSL request went out for it and whether the server agreed ('S') so the
+/// handshake began.
+#[derive(Debug, Default)]
+pub(crate) struct TlsTrace {
+    asked: AtomicBool,
+    handshake: AtomicBool,
+    no_host_name: AtomicBool,
+}
+
+/// native-tls behind a trace: tokio-postgres asks for a connector for each
+/// address once the TCP connection is up, right before the SSL request, and
+/// calls it only when the server agreed to TLS.
+struct MakeTls {
+    connector: native_tls::TlsConnector,
+    trace: Arc<TlsTrace>,
+}
+
+impl MakeTlsConnect<Socket> for MakeTls {
+    type Stream = postgres_native_tls::TlsStream<Watched<Socket>>;
+    type TlsConnect = Tls;
+    type Error = io::Error;
+
+    fn make_tls_connect(&mut self, domain: &str) -> Result<Tls, io::Error> {
+        self.trace.asked.store(true, Ordering::SeqCst);
+        self.trace.handshake.store(false, Ordering::SeqCst);
+        self.trace.no_host_name.store(domain.is_empty(), Ordering::SeqCst);
+        let inner = postgres_native_tls::TlsConnector::new(self.connector.clone(), domain);
+        Ok(Tls { inner, trace: Arc::clone(&self.trace) })
+    }
+}
+
+struct Tls {
+    inner: postgres_native_tls::TlsConnector,
+    trace: Arc<TlsTrace>,
+}
+
+type TlsFuture =
+    Pin<Box<dyn Future<Output = Result<postgres_native_tls::TlsStream<Watched<Socket>>, HandshakeFailed>> + Send>>;
+
+impl TlsConnect<Socket> for Tls {
+    type Stream = postgres_native_tls::TlsStream<Watched<Socket>>;
+    type Error = HandshakeFailed;
+    type Future = TlsFuture;
+
+    fn connect(self, stream: Socket) -> TlsFuture {
+        self.trace.handshake.store(true, Ordering::SeqCst);
+        let fault = Arc::new(OnceLock::new());
+        let watched = Watched { inner: stream, fault: Arc::clone(&fault) };
+        let handshake = TlsConnect::<Watched<Socket>>::connect(self.inner, watched);
+        Box::pin(async move { handshake.await.map_err(|source| HandshakeFailed { io: fault.get().copied(), source }) })
+    }
+}
+
+/// A TLS handshake that did not complete. `io` is the first failure of the
+/// socket under it (end of file counts), if any: with one, the path broke;
+/// without, the TLS library refused the peer.
+#[derive(Debug)]
+pub(crate) struct HandshakeFailed {
+    io: Option<io::ErrorKind>,
+    source: native_tls::Error,
+}
+
+impl fmt::Display for HandshakeFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.io {
+            Some(kind) => write!(f, "TLS handshake cut off ({})", io_phrase(kind)),
+            None => f.write_str(TLS_REJECTED),
+        }
+    }
+}
+
+impl StdError for HandshakeFailed {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// A socket that remembers its first failure: an I/O error, a read that hit
+/// end of file, or a write that wrote nothing.
+struct Watched<S> {
+    inner: S,
+    fault: Arc<OnceLock<io::ErrorKind>>,
+}
+
+impl<S> Watched<S> {
+    fn note<T>(&self, r: &Poll<io::Result<T>>) {
+        if let Poll::Ready(Err(e)) = r {
+            let _ = self.fault.set(e.kind());
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let (before, room) = (buf.filled().len(), buf.remaining() > 0);
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        self.note(&r);
+        if matches!(r, Poll::Ready(Ok(()))) && room && buf.filled().len() == before {
+            let _ = self.fault.set(io::ErrorKind::UnexpectedEof);
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.note(&r);
+        if matches!(r, Poll::Ready(Ok(0))) && !buf.is_empty() {
+            let _ = self.fault.set(io::ErrorKind::WriteZero);
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.note(&r);
+        r
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.note(&r);
+        r
     }
 }
 
@@ -453,6 +731,72 @@ mod tests {
         assert!(!m.uses_tls());
         let e = PgManager::from_dsn("postgres://u@h/db", None, Some(Path::new("/nonexistent/ca.pem"))).unwrap_err();
         assert!(e.is_fatal() && e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    }
+
+    /// A socket that reads `data` once, then end of file or `fail`.
+    struct Scripted {
+        data: Option<&'static [u8]>,
+        fail: Option<io::ErrorKind>,
+    }
+
+    impl AsyncRead for Scripted {
+        fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+            if let Some(d) = self.data.take() {
+                buf.put_slice(d);
+                return Poll::Ready(Ok(()));
+            }
+            match self.fail {
+                Some(k) => Poll::Ready(Err(k.into())),
+                None => Poll::Ready(Ok(())),
+            }
+        }
+    }
+
+    fn read_all(fail: Option<io::ErrorKind>) -> Option<io::ErrorKind> {
+        let fault = Arc::new(OnceLock::new());
+        let mut w = Watched { inner: Scripted { data: Some(b"hello"), fail }, fault: Arc::clone(&fault) };
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut space = [0u8; 16];
+        for _ in 0..3 {
+            let mut buf = ReadBuf::new(&mut space);
+            let _ = Pin::new(&mut w).poll_read(&mut cx, &mut buf);
+        }
+        fault.get().copied()
+    }
+
+    #[test]
+    fn watched_socket_remembers_its_first_failure() {
+        assert_eq!(read_all(None), Some(io::ErrorKind::UnexpectedEof));
+        assert_eq!(read_all(Some(io::ErrorKind::ConnectionReset)), Some(io::ErrorKind::ConnectionReset));
+        // A read with no room is not end of file.
+        let fault = Arc::new(OnceLock::new());
+        let mut w = Watched { inner: Scripted { data: None, fail: None }, fault: Arc::clone(&fault) };
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let _ = Pin::new(&mut w).poll_read(&mut cx, &mut ReadBuf::new(&mut []));
+        assert_eq!(fault.get(), None);
+    }
+
+    #[test]
+    fn fatal_connect_text_is_read_back_for_pools_built_elsewhere() {
+        let fatal = [
+            "timed out waiting for connection: cannot connect: SQLSTATE 3D000: FATAL: database \"x\" does not exist",
+            &format!("cannot connect: {TLS_REJECTED}: certificate verify failed"),
+            &format!("cannot connect: {NO_TLS}"),
+            &format!("cannot connect: {LOGIN_FAILED}: invalid configuration: password missing"),
+        ];
+        for t in fatal {
+            assert!(connect_text_is_fatal(t), "{t}");
+        }
+        let retryable = [
+            "timed out waiting for connection: cannot connect: SQLSTATE 57P03: FATAL: starting up",
+            "cannot connect: TLS handshake cut off (connection reset): unexpected EOF",
+            "cannot connect: connection refused: error connecting to server",
+            "timed out waiting for connection",
+            "cannot connect: SQLSTATE 3D",
+        ];
+        for t in retryable {
+            assert!(!connect_text_is_fatal(t), "{t}");
+        }
     }
 
     #[test]
