@@ -69,6 +69,21 @@ pub const DEFAULT_DDL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections are opened lazily: a bad password or a missing database shows
 /// up in the first call (and so in [`Elector::status`](crate::Elector::status)),
 /// not in `connect`. Only a DSN that cannot be parsed fails `connect`.
+///
+/// # Errors of the first call
+///
+/// The first call reports what the server said as soon as it says it: a
+/// missing database (3D000) or role (28000), a bad password (28P01), a
+/// certificate that does not verify (`TLS handshake rejected: …`) or a
+/// server without TLS under `sslmode=require` come back at once as fatal
+/// errors with the SQLSTATE or the TLS reason. A refused connection comes
+/// back at once as retryable; a server that accepts TCP but never answers,
+/// at the connect timeout. No call waits longer than the connect timeout for
+/// a connection, nor past its own timeout.
+///
+/// TLS failures are classified by cause: one the TLS library decided with
+/// the socket intact (certificate, host name) is fatal, one where the socket
+/// under the handshake failed (reset, closed) is retryable.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: r2d2::Pool<PgManager>,
