@@ -117,6 +117,19 @@ impl fmt::Display for ElectionError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Human(pub(crate) Duration);
 
+impl Human {
+    /// A wait measured or derived from a deadline (`deadline - now`), to the
+    /// millisecond from one millisecond up, so `499.98ms` left of a 500 ms
+    /// timeout reads `500ms`. Configured values keep [`Human`]'s precision.
+    pub(crate) fn about(d: Duration) -> Human {
+        if d < Duration::from_millis(1) {
+            return Human(d);
+        }
+        let ms = (d.as_nanos() + 500_000) / 1_000_000;
+        Human(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)))
+    }
+}
+
 impl fmt::Display for Human {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const US: u128 = 1_000;
@@ -229,6 +242,15 @@ mod tests {
         assert_eq!(h(Duration::from_nanos(59_999_600_000)), "1m");
         assert_eq!(h(Duration::from_nanos(499_999_900)), "500ms");
         assert_eq!(h(Duration::from_nanos(3_599_999_999_999)), "1h");
+    }
+
+    #[test]
+    fn waits_read_to_the_millisecond() {
+        assert_eq!(Human::about(Duration::from_micros(499_980)).to_string(), "500ms");
+        assert_eq!(Human::about(Duration::from_micros(312_456)).to_string(), "312ms");
+        assert_eq!(Human::about(Duration::from_micros(250)).to_string(), "250us");
+        assert_eq!(Human::about(Duration::from_nanos(5_249_999_000)).to_string(), "5.25s");
+        assert!(Human::about(Duration::MAX).to_string().contains('d'));
     }
 
     #[test]

@@ -173,7 +173,7 @@ fn silent_server_is_retryable_within_the_connect_timeout() {
     assert!(took >= DEFAULT_CONNECT_TIMEOUT, "gave up before the connect timeout: {took:?}");
     assert!(took < DEFAULT_CONNECT_TIMEOUT + SLACK, "silent server took {took:?}");
     // A call bounded by the elector's operation timeout.
-    bounded_call("silent server", &store_for(&d), false, "no connection within");
+    bounded_call("silent server", &store_for(&d), false, "no connection within 500ms: still connecting");
     // With a shorter connect timeout, that is the bound.
     let short = PostgresStore::builder(&d).connect_timeout(Duration::from_millis(800)).build().unwrap();
     let (err, took) = first_error("silent server, 800ms", &short);
@@ -270,8 +270,9 @@ fn leader_rides_out_tls_handshake_resets() {
     let guard = elector.wait_leader_timeout(Duration::from_secs(10)).expect("leads over TLS");
     // Let a renewal land so the deadline is fresh, then cut everything.
     let fence = guard.fence();
+    // Renewals every 400 ms keep the deadline 1.85-2.25 s ahead.
     let renewed = wait_for(Duration::from_secs(3), || {
-        elector.status().valid_until.is_some_and(|u| u > Instant::now() + TIMING.lease_duration / 2)
+        elector.status().valid_until.is_some_and(|u| u > Instant::now() + Duration::from_millis(1800))
     });
     assert!(renewed, "no fresh renewal");
     proxy.set(CUT_AFTER_S);

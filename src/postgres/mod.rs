@@ -370,7 +370,7 @@ impl PostgresStore {
                 Err(conn::CallError::TimedOut) => {
                     return Err(StoreError::retryable(format!(
                         "postgres {op}: no answer within {}; connection closed",
-                        Human(remaining)
+                        Human::about(remaining)
                     )))
                 }
             }
@@ -433,7 +433,7 @@ impl PostgresStore {
 
     /// The call's wait for a connection ran out with no attempt failing in it.
     fn waited_too_long(&self, op: &str, waited: Duration, st: &conn::LogState) -> StoreError {
-        let message = format!("postgres {op}: no connection within {}", Human(waited));
+        let message = format!("postgres {op}: no connection within {}", Human::about(waited));
         match &st.failure {
             Some(e) => StoreError::retryable(message).with_source(e.clone()),
             None if st.in_flight > 0 => {
@@ -451,7 +451,7 @@ impl PostgresStore {
     fn checkout_foreign(&self, op: &str, remaining: Duration) -> Result<r2d2::PooledConnection<PgManager>, StoreError> {
         let waited = remaining.min(self.connect_wait);
         self.pool.get_timeout(waited).map_err(|e| {
-            let message = format!("postgres {op}: no connection within {}", Human(waited));
+            let message = format!("postgres {op}: no connection within {}", Human::about(waited));
             let err = if conn::connect_text_is_fatal(&e.to_string()) {
                 StoreError::fatal(message)
             } else {
