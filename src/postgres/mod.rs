@@ -579,13 +579,14 @@ mod tests {
             .unwrap();
         let dbg = format!("{store:?}");
         assert!(!dbg.contains("hunter2") && dbg.contains("127.0.0.1"), "{dbg}");
+        // A refusal comes back at once, not at the call's timeout.
         let start = Instant::now();
-        let err = store.inspect("e", Duration::from_millis(700)).unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
+        let err = store.inspect("e", Duration::from_secs(5)).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(1), "took {:?}", start.elapsed());
         assert!(err.is_retryable(), "{err:?}");
         let chain = format!("{err} {err:?}");
         assert!(!chain.contains("hunter2"), "{chain}");
-        assert!(chain.contains("refused") || chain.contains("connect"), "{chain}");
+        assert!(chain.contains("connection refused"), "{chain}");
     }
 
     #[test]
