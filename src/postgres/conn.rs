@@ -14,19 +14,17 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::error::Severity;
-use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage, Socket};
+use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
 
 use super::sql;
+use super::tls::{HandshakeFailed, MakeTls, TlsTrace};
 use super::DEFAULT_CONNECT_TIMEOUT;
 use crate::error::Human;
 use crate::store::StoreError;
@@ -141,7 +139,7 @@ impl PgManager {
                 match &self.tls {
                     None => self.config.connect(NoTls).await.map(|(c, d)| (c, Box::pin(d) as Driver)),
                     Some(tls) => {
-                        let tls = MakeTls { connector: tls.clone(), trace: Arc::clone(&trace) };
+                        let tls = MakeTls::new(tls.clone(), Arc::clone(&trace));
                         self.config.connect(tls).await.map(|(c, d)| (c, Box::pin(d) as Driver))
                     }
                 }
@@ -431,13 +429,12 @@ pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>
         return err;
     }
     if let Some(h) = find_cause::<HandshakeFailed>(e) {
-        return match h.io {
-            Some(kind) => StoreError::retryable(format!(
-                "cannot connect: TLS handshake cut off ({}): {}",
-                io_phrase(kind),
-                sql::chain_text(&h.source)
-            )),
-            None => StoreError::fatal(format!("cannot connect: {TLS_REJECTED}: {}", sql::chain_text(&h.source))),
+        let why = sql::chain_text(h.tls_error());
+        return match h.io_fault() {
+            Some(kind) => {
+                StoreError::retryable(format!("cannot connect: TLS handshake cut off ({}): {why}", io_phrase(kind)))
+            }
+            None => StoreError::fatal(format!("cannot connect: {TLS_REJECTED}: {why}")),
         };
     }
     if let Some(io) = find_cause::<io::Error>(e) {
@@ -447,8 +444,8 @@ pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>
         return StoreError::retryable("cannot connect: the server closed the connection during login");
     }
     if let Some(t) = tls {
-        if t.asked.load(Ordering::SeqCst) && !t.handshake.load(Ordering::SeqCst) {
-            if t.no_host_name.load(Ordering::SeqCst) {
+        if t.declined() {
+            if t.no_host_name() {
                 return StoreError::fatal(format!("cannot connect: {TLS_NO_HOST}"));
             }
             return StoreError::fatal(format!("cannot connect: {NO_TLS}"));
@@ -460,7 +457,7 @@ pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>
 /// The phrases of fatal connection failures that carry no SQLSTATE. A pool
 /// built outside the store keeps only the text of the last failure, so the
 /// store reads the kind back from these (see `connect_text_is_fatal`).
-const TLS_REJECTED: &str = "TLS handshake rejected";
+pub(crate) const TLS_REJECTED: &str = "TLS handshake rejected";
 const NO_TLS: &str = "the server does not support TLS (sslmode=require never falls back to plaintext)";
 const TLS_NO_HOST: &str = "TLS needs a host name to verify (a Unix socket cannot use sslmode=require)";
 const LOGIN_FAILED: &str = "login failed";
@@ -488,7 +485,7 @@ fn find_cause<'a, T: StdError + 'static>(e: &'a (dyn StdError + 'static)) -> Opt
     None
 }
 
-fn io_phrase(kind: io::ErrorKind) -> String {
+pub(crate) fn io_phrase(kind: io::ErrorKind) -> String {
     match kind {
         io::ErrorKind::ConnectionRefused => "connection refused".into(),
         io::ErrorKind::ConnectionReset => "connection reset".into(),
@@ -496,134 +493,6 @@ fn io_phrase(kind: io::ErrorKind) -> String {
         io::ErrorKind::BrokenPipe => "broken pipe".into(),
         io::ErrorKind::TimedOut => "timed out".into(),
         other => other.to_string(),
-    }
-}
-
-/// What one connection attempt's TLS got to, per address tried: whether the
-/// SSL request went out for it and whether the server agreed ('S') so the
-/// handshake began.
-#[derive(Debug, Default)]
-pub(crate) struct TlsTrace {
-    asked: AtomicBool,
-    handshake: AtomicBool,
-    no_host_name: AtomicBool,
-}
-
-/// native-tls behind a trace: tokio-postgres asks for a connector for each
-/// address once the TCP connection is up, right before the SSL request, and
-/// calls it only when the server agreed to TLS.
-struct MakeTls {
-    connector: native_tls::TlsConnector,
-    trace: Arc<TlsTrace>,
-}
-
-impl MakeTlsConnect<Socket> for MakeTls {
-    type Stream = postgres_native_tls::TlsStream<Watched<Socket>>;
-    type TlsConnect = Tls;
-    type Error = io::Error;
-
-    fn make_tls_connect(&mut self, domain: &str) -> Result<Tls, io::Error> {
-        self.trace.asked.store(true, Ordering::SeqCst);
-        self.trace.handshake.store(false, Ordering::SeqCst);
-        self.trace.no_host_name.store(domain.is_empty(), Ordering::SeqCst);
-        let inner = postgres_native_tls::TlsConnector::new(self.connector.clone(), domain);
-        Ok(Tls { inner, trace: Arc::clone(&self.trace) })
-    }
-}
-
-struct Tls {
-    inner: postgres_native_tls::TlsConnector,
-    trace: Arc<TlsTrace>,
-}
-
-type TlsFuture =
-    Pin<Box<dyn Future<Output = Result<postgres_native_tls::TlsStream<Watched<Socket>>, HandshakeFailed>> + Send>>;
-
-impl TlsConnect<Socket> for Tls {
-    type Stream = postgres_native_tls::TlsStream<Watched<Socket>>;
-    type Error = HandshakeFailed;
-    type Future = TlsFuture;
-
-    fn connect(self, stream: Socket) -> TlsFuture {
-        self.trace.handshake.store(true, Ordering::SeqCst);
-        let fault = Arc::new(OnceLock::new());
-        let watched = Watched { inner: stream, fault: Arc::clone(&fault) };
-        let handshake = TlsConnect::<Watched<Socket>>::connect(self.inner, watched);
-        Box::pin(async move { handshake.await.map_err(|source| HandshakeFailed { io: fault.get().copied(), source }) })
-    }
-}
-
-/// A TLS handshake that did not complete. `io` is the first failure of the
-/// socket under it (end of file counts), if any: with one, the path broke;
-/// without, the TLS library refused the peer.
-#[derive(Debug)]
-pub(crate) struct HandshakeFailed {
-    io: Option<io::ErrorKind>,
-    source: native_tls::Error,
-}
-
-impl fmt::Display for HandshakeFailed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.io {
-            Some(kind) => write!(f, "TLS handshake cut off ({})", io_phrase(kind)),
-            None => f.write_str(TLS_REJECTED),
-        }
-    }
-}
-
-impl StdError for HandshakeFailed {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&self.source)
-    }
-}
-
-/// A socket that remembers its first failure: an I/O error, a read that hit
-/// end of file, or a write that wrote nothing.
-struct Watched<S> {
-    inner: S,
-    fault: Arc<OnceLock<io::ErrorKind>>,
-}
-
-impl<S> Watched<S> {
-    fn note<T>(&self, r: &Poll<io::Result<T>>) {
-        if let Poll::Ready(Err(e)) = r {
-            let _ = self.fault.set(e.kind());
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let (before, room) = (buf.filled().len(), buf.remaining() > 0);
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        self.note(&r);
-        if matches!(r, Poll::Ready(Ok(()))) && room && buf.filled().len() == before {
-            let _ = self.fault.set(io::ErrorKind::UnexpectedEof);
-        }
-        r
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.note(&r);
-        if matches!(r, Poll::Ready(Ok(0))) && !buf.is_empty() {
-            let _ = self.fault.set(io::ErrorKind::WriteZero);
-        }
-        r
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = Pin::new(&mut self.inner).poll_flush(cx);
-        self.note(&r);
-        r
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
-        self.note(&r);
-        r
     }
 }
 
@@ -731,49 +600,6 @@ mod tests {
         assert!(!m.uses_tls());
         let e = PgManager::from_dsn("postgres://u@h/db", None, Some(Path::new("/nonexistent/ca.pem"))).unwrap_err();
         assert!(e.is_fatal() && e.to_string().contains("/nonexistent/ca.pem"), "{e}");
-    }
-
-    /// A socket that reads `data` once, then end of file or `fail`.
-    struct Scripted {
-        data: Option<&'static [u8]>,
-        fail: Option<io::ErrorKind>,
-    }
-
-    impl AsyncRead for Scripted {
-        fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-            if let Some(d) = self.data.take() {
-                buf.put_slice(d);
-                return Poll::Ready(Ok(()));
-            }
-            match self.fail {
-                Some(k) => Poll::Ready(Err(k.into())),
-                None => Poll::Ready(Ok(())),
-            }
-        }
-    }
-
-    fn read_all(fail: Option<io::ErrorKind>) -> Option<io::ErrorKind> {
-        let fault = Arc::new(OnceLock::new());
-        let mut w = Watched { inner: Scripted { data: Some(b"hello"), fail }, fault: Arc::clone(&fault) };
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut space = [0u8; 16];
-        for _ in 0..3 {
-            let mut buf = ReadBuf::new(&mut space);
-            let _ = Pin::new(&mut w).poll_read(&mut cx, &mut buf);
-        }
-        fault.get().copied()
-    }
-
-    #[test]
-    fn watched_socket_remembers_its_first_failure() {
-        assert_eq!(read_all(None), Some(io::ErrorKind::UnexpectedEof));
-        assert_eq!(read_all(Some(io::ErrorKind::ConnectionReset)), Some(io::ErrorKind::ConnectionReset));
-        // A read with no room is not end of file.
-        let fault = Arc::new(OnceLock::new());
-        let mut w = Watched { inner: Scripted { data: None, fail: None }, fault: Arc::clone(&fault) };
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let _ = Pin::new(&mut w).poll_read(&mut cx, &mut ReadBuf::new(&mut []));
-        assert_eq!(fault.get(), None);
     }
 
     #[test]

@@ -32,6 +32,7 @@
 
 mod conn;
 mod sql;
+mod tls;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
