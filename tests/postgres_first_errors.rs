@@ -301,6 +301,27 @@ fn leader_rides_out_tls_handshake_resets() {
     elector.shutdown().expect("shutdown");
 }
 
+/// Watching the attempts must not open more: a first call on an empty pool
+/// opens exactly one connection (an early version looked for the new
+/// connection with `get_timeout`, which started a second attempt while the
+/// first still counted as pending).
+#[test]
+fn first_call_opens_one_connection() {
+    let proxy = pg_support::Proxy::start(host_port(DIRECT));
+    let d = dsn_via(DIRECT, "127.0.0.1", proxy.port, None, "");
+    let stores: Vec<PostgresStore> = (0..5).map(|_| store_for(&d)).collect();
+    for (i, s) in stores.iter().enumerate() {
+        s.ensure_schema().expect("ensure_schema through the proxy");
+        s.inspect("first-errors", OP).ok();
+        let opened = wait_for(Duration::from_secs(2), || proxy.open_connections() == i + 1);
+        assert!(opened, "store {i}: {} connections open, {} expected", proxy.open_connections(), i + 1);
+        // An absence cannot be waited for: give a stray second attempt
+        // (which would start within a millisecond) time to land.
+        thread::sleep(Duration::from_millis(50));
+        assert_eq!(proxy.open_connections(), i + 1, "store {i} opened more than one connection");
+    }
+}
+
 // ---- a fake server for the logins the test servers cannot refuse ----
 
 #[test]

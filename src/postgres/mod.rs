@@ -420,11 +420,16 @@ impl PostgresStore {
                 match st.failure {
                     Some(e) => return Err(no_connection(op, e)),
                     // A new connection: r2d2 adds it to the pool right
-                    // after, and wakes whoever waits for one.
+                    // after the manager returns it. Look for it without
+                    // `get_timeout`, which would start yet another attempt
+                    // while this one still counts as pending.
                     None => {
-                        let left = until.saturating_duration_since(Instant::now());
-                        if let Ok(c) = self.pool.get_timeout(left.min(POOL_POLL)) {
-                            return Ok(c);
+                        let soon = until.min(Instant::now() + POOL_POLL);
+                        while Instant::now() < soon {
+                            if let Some(c) = self.pool.try_get() {
+                                return Ok(c);
+                            }
+                            std::thread::sleep(Duration::from_micros(200));
                         }
                     }
                 }

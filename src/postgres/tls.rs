@@ -69,6 +69,7 @@ impl MakeTlsConnect<Socket> for MakeTls {
     }
 }
 
+/// One address's connector: marks the handshake begun and watches its socket.
 pub(crate) struct Tls {
     inner: postgres_native_tls::TlsConnector,
     trace: Arc<TlsTrace>,
