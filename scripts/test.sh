@@ -14,7 +14,7 @@ echo "== PostgreSQL store: unit, doc, acceptance suite (MemStore, direct, PgBoun
 source scripts/db.sh
 cargo test --features postgres,storetest --lib postgres
 cargo test --features postgres,storetest --doc -- postgres storetest
-cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause
+cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause --test postgres_first_errors
 
 echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)"
 # Installs/starts MariaDB on 127.0.0.1:3306 and a private mariadbd (port 3316,

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::Human;
 use crate::guard::LeaderGuard;
 use crate::store::Store;
 
@@ -420,21 +421,23 @@ impl fmt::Display for ConfigError {
             Problem::TooLong { len, max } => write!(f, "is {len} bytes, more than the limit of {max}"),
             Problem::ControlCharacter { at } => write!(f, "holds a control character at byte {at}"),
             Problem::Zero => write!(f, "must be greater than zero"),
-            Problem::TooLongDuration { value, max } => write!(f, "{value:?} is longer than the limit of {max:?}"),
+            Problem::TooLongDuration { value, max } => {
+                write!(f, "{} is longer than the limit of {}", Human(*value), Human(*max))
+            }
             Problem::MarginNotBelowLease { margin, lease } => {
-                write!(f, "safety_margin ({margin:?}) must be shorter than lease_duration ({lease:?})")
+                write!(f, "safety_margin ({}) must be shorter than lease_duration ({})", Human(*margin), Human(*lease))
             }
             Problem::TimingInvariant { timing, needed, available } => write!(
                 f,
-                "renew_interval + 2*operation_timeout + retry_delay ({:?} + 2*{:?} + {:?} = {:?}) \
-                 must not exceed lease_duration - safety_margin ({:?} - {:?} = {:?})",
-                timing.renew_interval,
-                timing.operation_timeout,
-                timing.retry_delay(),
-                needed,
-                timing.lease_duration,
-                timing.safety_margin,
-                available
+                "renew_interval + 2*operation_timeout + retry_delay ({} + 2*{} + {} = {}) \
+                 must not exceed lease_duration - safety_margin ({} - {} = {})",
+                Human(timing.renew_interval),
+                Human(timing.operation_timeout),
+                Human(timing.retry_delay()),
+                Human(*needed),
+                Human(timing.lease_duration),
+                Human(timing.safety_margin),
+                Human(*available)
             ),
         }
     }
@@ -517,7 +520,13 @@ mod tests {
         let t = Timing { lease_duration: Duration::from_millis(13_750), ..Timing::default() };
         assert!(t.validate().is_ok());
         let t = Timing { lease_duration: Duration::from_millis(13_749), ..t };
-        assert_eq!(t.validate().unwrap_err().field(), "renew_interval");
+        let err = t.validate().unwrap_err();
+        assert_eq!(err.field(), "renew_interval");
+        assert_eq!(
+            err.to_string(),
+            "invalid config: renew_interval: renew_interval + 2*operation_timeout + retry_delay \
+             (5s + 2*3s + 1.25s = 12.25s) must not exceed lease_duration - safety_margin (13.749s - 1.5s = 12.249s)"
+        );
     }
 
     #[test]
@@ -534,7 +543,7 @@ mod tests {
             *d = Duration::MAX;
             let err = t.validate().unwrap_err();
             assert_eq!(err.field(), field, "{err}");
-            assert!(err.to_string().contains("longer than the limit of 604800s"), "{err}");
+            assert!(err.to_string().contains("longer than the limit of 7d"), "{err}");
         }
         let t = Timing { lease_duration: MAX_DURATION, ..Timing::default() };
         assert!(t.validate().is_ok());

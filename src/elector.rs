@@ -687,13 +687,13 @@ impl Driver {
         }
         self.hold_warned = true;
         log::warn!(
-            "leaderelection: {:?}: {:?} does not campaign: a guard of its last term (fence {}) has been held for {}s \
+            "leaderelection: {:?}: {:?} does not campaign: a guard of its last term (fence {}) has been held for {} \
              after the term ended; drop it (a `guard = elector.wait_leader()` assignment keeps the old guard alive \
              while it waits)",
             self.shared.name,
             self.shared.identity,
             self.held_back.as_ref().map_or(0, |t| t.fence),
-            since.elapsed().as_secs(),
+            crate::error::Human::about(since.elapsed()),
         );
         None
     }

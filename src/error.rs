@@ -92,7 +92,7 @@ impl fmt::Display for ElectionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ElectionError::Store { op, error } => write!(f, "{op} failed: {error}"),
-            ElectionError::Timeout { op, after } => write!(f, "{op} gave no answer within {after:?}"),
+            ElectionError::Timeout { op, after } => write!(f, "{op} gave no answer within {}", Human(*after)),
             ElectionError::LeaseExpiredLocally { cause: None } => {
                 f.write_str("lease expired locally before a renewal confirmed it")
             }
@@ -107,6 +107,84 @@ impl fmt::Display for ElectionError {
     }
 }
 
+/// A duration as a person writes it in a message: `30s`, `500ms`, `1.5s`,
+/// `2m`, `1h30m`, `250us`.
+///
+/// Rounded to the millisecond from one second up, to the microsecond from
+/// one millisecond up, so a timer's `29.99999993s` reads `30s`; never more
+/// than three decimals. From a minute up the parts are days, hours, minutes
+/// and seconds, each shown only when not zero (`1m30s`, `7d`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Human(pub(crate) Duration);
+
+impl Human {
+    /// A wait measured or derived from a deadline (`deadline - now`), to the
+    /// millisecond from one millisecond up, so `499.98ms` left of a 500 ms
+    /// timeout reads `500ms`. Configured values keep [`Human`]'s precision.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // only the stores measure waits
+    pub(crate) fn about(d: Duration) -> Human {
+        if d < Duration::from_millis(1) {
+            return Human(d);
+        }
+        let ms = (d.as_nanos() + 500_000) / 1_000_000;
+        Human(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)))
+    }
+}
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const US: u128 = 1_000;
+        const MS: u128 = 1_000_000;
+        const S: u128 = 1_000_000_000;
+        let exact = self.0.as_nanos();
+        let round = |n: u128, unit: u128| (n + unit / 2) / unit * unit;
+        // Round to the precision of the magnitude; rounding can carry into
+        // the next magnitude (999.9996ms is 1s), so round again from there.
+        let mut n = exact;
+        if n >= MS {
+            n = round(exact, US);
+        }
+        if n >= S {
+            n = round(exact, MS);
+        }
+        // Whole units and up to three decimals of the next smaller one.
+        let decimal = |f: &mut fmt::Formatter<'_>, n: u128, unit: u128, name: &str| {
+            let whole = n / unit;
+            let frac = n % unit * 1000 / unit;
+            if frac == 0 {
+                write!(f, "{whole}{name}")
+            } else {
+                let digits = format!("{frac:03}");
+                write!(f, "{whole}.{}{name}", digits.trim_end_matches('0'))
+            }
+        };
+        if n == 0 {
+            return f.write_str("0s");
+        }
+        if n < US {
+            return write!(f, "{n}ns");
+        }
+        if n < MS {
+            return decimal(f, n, US, "us");
+        }
+        if n < S {
+            return decimal(f, n, MS, "ms");
+        }
+        let secs = n / S;
+        let (d, h, m) = (secs / 86_400, secs / 3_600 % 24, secs / 60 % 60);
+        for (v, unit) in [(d, "d"), (h, "h"), (m, "m")] {
+            if v > 0 {
+                write!(f, "{v}{unit}")?;
+            }
+        }
+        let rest = n % (60 * S);
+        if rest > 0 || secs < 60 {
+            decimal(f, rest, S, "s")?;
+        }
+        Ok(())
+    }
+}
+
 impl StdError for ElectionError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
@@ -114,5 +192,78 @@ impl StdError for ElectionError {
             ElectionError::LeaseExpiredLocally { cause: Some(cause) } => Some(&**cause),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(d: Duration) -> String {
+        Human(d).to_string()
+    }
+
+    #[test]
+    fn durations_read_as_a_person_writes_them() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(1), "1ns"),
+            (Duration::from_nanos(999), "999ns"),
+            (Duration::from_micros(250), "250us"),
+            (Duration::from_nanos(1_500), "1.5us"),
+            (Duration::from_nanos(999_999), "999.999us"),
+            (Duration::from_millis(500), "500ms"),
+            (Duration::from_micros(1_250), "1.25ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_millis(1_500), "1.5s"),
+            (Duration::from_millis(1_234), "1.234s"),
+            (Duration::from_secs(30), "30s"),
+            (Duration::from_secs(60), "1m"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_millis(100_500), "1m40.5s"),
+            (Duration::from_secs(120), "2m"),
+            (Duration::from_secs(3_600), "1h"),
+            (Duration::from_secs(5_400), "1h30m"),
+            (Duration::from_secs(3_605), "1h5s"),
+            (Duration::from_secs(7 * 86_400), "7d"),
+            (Duration::from_secs(86_400 + 7_200), "1d2h"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(h(d), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn timer_noise_is_rounded_away() {
+        assert_eq!(h(Duration::from_nanos(29_999_999_930)), "30s");
+        assert_eq!(h(Duration::from_nanos(30_000_000_070)), "30s");
+        assert_eq!(h(Duration::from_nanos(1_234_567_890)), "1.235s");
+        // Rounding that carries into the next magnitude.
+        assert_eq!(h(Duration::from_nanos(999_999_600)), "1s");
+        assert_eq!(h(Duration::from_nanos(59_999_600_000)), "1m");
+        assert_eq!(h(Duration::from_nanos(499_999_900)), "500ms");
+        assert_eq!(h(Duration::from_nanos(3_599_999_999_999)), "1h");
+    }
+
+    #[test]
+    fn waits_read_to_the_millisecond() {
+        assert_eq!(Human::about(Duration::from_micros(499_980)).to_string(), "500ms");
+        assert_eq!(Human::about(Duration::from_micros(312_456)).to_string(), "312ms");
+        assert_eq!(Human::about(Duration::from_micros(250)).to_string(), "250us");
+        assert_eq!(Human::about(Duration::from_nanos(5_249_999_000)).to_string(), "5.25s");
+        assert!(Human::about(Duration::MAX).to_string().contains('d'));
+    }
+
+    #[test]
+    fn extremes_do_not_overflow() {
+        let s = h(Duration::MAX);
+        assert!(s.ends_with('s') && s.contains('d'), "{s}");
+        assert_eq!(h(Duration::from_secs(u64::MAX)), format!("{}d7h15s", u64::MAX / 86_400));
+    }
+
+    #[test]
+    fn timeout_errors_print_human_durations() {
+        let e = ElectionError::Timeout { op: OpKind::Renew, after: Duration::from_nanos(2_999_999_990) };
+        assert_eq!(e.to_string(), "renew gave no answer within 3s");
     }
 }

@@ -7,8 +7,10 @@
 //! the socket at once, and the connection is reported broken so r2d2 discards
 //! it instead of handing it out again.
 
+use std::error::Error as StdError;
 use std::fmt;
 use std::future::{poll_fn, Future};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
 use std::str::FromStr;
@@ -16,13 +18,15 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::error::Severity;
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
 
 use super::sql;
+use super::tls::{HandshakeFailed, MakeTls, TlsTrace};
 use super::DEFAULT_CONNECT_TIMEOUT;
+use crate::error::Human;
 use crate::store::StoreError;
 
 type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
@@ -35,14 +39,10 @@ type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + S
 /// password.
 pub struct PgManager {
     config: Config,
-    tls: Option<postgres_native_tls::MakeTlsConnector>,
+    tls: Option<native_tls::TlsConnector>,
     connect_timeout: Duration,
-    last_error: LastError,
+    log: Arc<ConnectLog>,
 }
-
-/// The most recent failure to open a connection, shared with the store so it
-/// can say why the pool had nothing to give (r2d2 keeps only a string).
-pub(crate) type LastError = Arc<Mutex<Option<StoreError>>>;
 
 impl PgManager {
     /// A manager for the database at `dsn`. See
@@ -94,8 +94,7 @@ impl PgManager {
                 })?;
                 builder.add_root_certificate(cert);
             }
-            let connector = builder.build().map_err(|e| StoreError::fatal("cannot set up TLS").with_source(e))?;
-            Some(postgres_native_tls::MakeTlsConnector::new(connector))
+            Some(builder.build().map_err(|e| StoreError::fatal("cannot set up TLS").with_source(e))?)
         } else {
             // `prefer` would try TLS and fall back; plaintext it is, said so.
             config.ssl_mode(SslMode::Disable);
@@ -108,7 +107,7 @@ impl PgManager {
             .or_else(|| config.get_connect_timeout().copied())
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
             .clamp(Duration::from_millis(1), super::MAX_WAIT);
-        Ok(PgManager { config, tls, connect_timeout, last_error: Arc::default() })
+        Ok(PgManager { config, tls, connect_timeout, log: Arc::default() })
     }
 
     /// The bound on opening one connection.
@@ -121,8 +120,8 @@ impl PgManager {
         self.tls.is_some()
     }
 
-    pub(crate) fn last_error(&self) -> LastError {
-        Arc::clone(&self.last_error)
+    pub(crate) fn connect_log(&self) -> Arc<ConnectLog> {
+        Arc::clone(&self.log)
     }
 
     fn open(&self) -> Result<PgConnection, StoreError> {
@@ -134,21 +133,26 @@ impl PgManager {
             .build()
             .map_err(|e| StoreError::retryable("cannot start a connection runtime").with_source(e))?;
         let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let trace = Arc::new(TlsTrace::default());
         let opened = rt.block_on(async {
             let connecting = async {
                 match &self.tls {
                     None => self.config.connect(NoTls).await.map(|(c, d)| (c, Box::pin(d) as Driver)),
-                    Some(tls) => self.config.connect(tls.clone()).await.map(|(c, d)| (c, Box::pin(d) as Driver)),
+                    Some(tls) => {
+                        let tls = MakeTls::new(tls.clone(), Arc::clone(&trace));
+                        self.config.connect(tls).await.map(|(c, d)| (c, Box::pin(d) as Driver))
+                    }
                 }
             };
             tokio::time::timeout_at(deadline, connecting).await
         });
         match opened {
             Ok(Ok((client, driver))) => Ok(PgConnection { rt, client: Some(client), driver: Some(driver) }),
-            Ok(Err(e)) => Err(sql::classify("connect", &e)),
-            Err(_) => {
-                Err(StoreError::retryable(format!("postgres connect: no answer within {:?}", self.connect_timeout)))
-            }
+            Ok(Err(e)) => Err(classify_connect(&e, self.tls.is_some().then_some(&*trace))),
+            Err(_) => Err(StoreError::retryable(format!(
+                "cannot connect: no answer within {} (connect timeout)",
+                Human(self.connect_timeout)
+            ))),
         }
     }
 }
@@ -158,8 +162,9 @@ impl r2d2::ManageConnection for PgManager {
     type Error = StoreError;
 
     fn connect(&self) -> Result<PgConnection, StoreError> {
+        self.log.begin();
         let result = self.open();
-        *self.last_error.lock() = result.as_ref().err().cloned();
+        self.log.end(result.as_ref().err());
         result
     }
 
@@ -250,7 +255,57 @@ pub(crate) struct LogConnectErrors;
 
 impl r2d2::HandleError<StoreError> for LogConnectErrors {
     fn handle_error(&self, error: StoreError) {
-        log::warn!("leaderelection: {error}");
+        log::warn!("leaderelection: postgres {error}");
+    }
+}
+
+/// Every attempt to open a connection and how the latest one ended, shared
+/// between a [`PgManager`] (whose attempts run on r2d2's threads) and the
+/// store waiting for a connection, which r2d2 would otherwise leave waiting
+/// out its checkout time while the server keeps saying no.
+#[derive(Default)]
+pub(crate) struct ConnectLog {
+    state: Mutex<LogState>,
+    changed: Condvar,
+}
+
+/// What a [`ConnectLog`] knows at one moment.
+#[derive(Clone, Default)]
+pub(crate) struct LogState {
+    /// Attempts that have ended, successful or not.
+    pub(crate) ended: u64,
+    /// The failure of the latest attempt to end; `None` once one succeeded.
+    pub(crate) failure: Option<StoreError>,
+    /// Attempts under way.
+    pub(crate) in_flight: usize,
+}
+
+impl ConnectLog {
+    fn begin(&self) {
+        self.state.lock().in_flight += 1;
+    }
+
+    fn end(&self, failure: Option<&StoreError>) {
+        let mut st = self.state.lock();
+        st.in_flight = st.in_flight.saturating_sub(1);
+        st.ended += 1;
+        st.failure = failure.cloned();
+        self.changed.notify_all();
+    }
+
+    pub(crate) fn state(&self) -> LogState {
+        self.state.lock().clone()
+    }
+
+    /// Waits until an attempt ends after the `ended`-th, or until `until`.
+    pub(crate) fn wait_after(&self, ended: u64, until: Instant) -> LogState {
+        let mut st = self.state.lock();
+        while st.ended == ended {
+            if self.changed.wait_until(&mut st, until).timed_out() {
+                break;
+            }
+        }
+        st.clone()
     }
 }
 
@@ -346,6 +401,98 @@ impl PgConnection {
                 Err(CallError::TimedOut)
             }
         }
+    }
+}
+
+/// Classifies a failure to open a connection by its cause.
+///
+/// - The server refused the login (an SQLSTATE): by the code, so a missing
+///   database (3D000), role (28000) or bad password (28P01) is fatal and a
+///   server that is starting up (57P03) or full (53300) retryable.
+/// - The TLS handshake failed: retryable when the socket under it failed
+///   (reset, closed, broken pipe: a pooler or server restarting), fatal
+///   when the TLS library refused the peer with the socket intact
+///   (certificate or host name that does not verify, no common protocol).
+/// - The socket failed (refused, reset, unreachable, name lookup) or the
+///   server closed it during login: retryable.
+/// - TLS is required and the server answered the SSL request with "no":
+///   fatal; `sslmode=require` never falls back to plaintext.
+/// - Anything else is the login exchange itself going wrong with the
+///   connection intact (the server asks for a password the DSN does not
+///   have, an authentication method this client does not speak, replies
+///   that are not the PostgreSQL protocol): the same exchange would fail
+///   again, so fatal.
+///
+/// `tls` is the trace of the attempt's TLS steps when TLS was required.
+pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>) -> StoreError {
+    if let Some(err) = sql::classify_db("cannot connect", e) {
+        return err;
+    }
+    if let Some(h) = find_cause::<HandshakeFailed>(e) {
+        let why = sql::chain_text(h.tls_error());
+        return match h.io_fault() {
+            Some(kind) => {
+                StoreError::retryable(format!("cannot connect: TLS handshake cut off ({}): {why}", io_phrase(kind)))
+            }
+            None => StoreError::fatal(format!("cannot connect: {TLS_REJECTED}: {why}")),
+        };
+    }
+    if let Some(io) = find_cause::<io::Error>(e) {
+        return StoreError::retryable(format!("cannot connect: {}: {}", io_phrase(io.kind()), sql::chain_text(e)));
+    }
+    if e.is_closed() {
+        return StoreError::retryable("cannot connect: the server closed the connection during login");
+    }
+    if let Some(t) = tls {
+        if t.declined() {
+            if t.no_host_name() {
+                return StoreError::fatal(format!("cannot connect: {TLS_NO_HOST}"));
+            }
+            return StoreError::fatal(format!("cannot connect: {NO_TLS}"));
+        }
+    }
+    StoreError::fatal(format!("cannot connect: {LOGIN_FAILED}: {}", sql::chain_text(e)))
+}
+
+/// The phrases of fatal connection failures that carry no SQLSTATE. A pool
+/// built outside the store keeps only the text of the last failure, so the
+/// store reads the kind back from these (see `connect_text_is_fatal`).
+pub(crate) const TLS_REJECTED: &str = "TLS handshake rejected";
+const NO_TLS: &str = "the server does not support TLS (sslmode=require never falls back to plaintext)";
+const TLS_NO_HOST: &str = "TLS needs a host name to verify (a Unix socket cannot use sslmode=require)";
+const LOGIN_FAILED: &str = "login failed";
+
+/// Whether the text of a connection failure this module produced names a
+/// fatal one. Only for pools built elsewhere, which keep no error but its
+/// text; the store's own pools keep the typed error.
+pub(crate) fn connect_text_is_fatal(text: &str) -> bool {
+    if let Some(i) = text.find("SQLSTATE ") {
+        if let Some(code) = text.get(i + 9..i + 14) {
+            return sql::sqlstate_kind(code) == crate::store::ErrorKind::Fatal;
+        }
+    }
+    [TLS_REJECTED, NO_TLS, TLS_NO_HOST, LOGIN_FAILED].iter().any(|p| text.contains(&format!("cannot connect: {p}")))
+}
+
+fn find_cause<'a, T: StdError + 'static>(e: &'a (dyn StdError + 'static)) -> Option<&'a T> {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(t) = c.downcast_ref::<T>() {
+            return Some(t);
+        }
+        cur = c.source();
+    }
+    None
+}
+
+pub(crate) fn io_phrase(kind: io::ErrorKind) -> String {
+    match kind {
+        io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        io::ErrorKind::ConnectionReset => "connection reset".into(),
+        io::ErrorKind::UnexpectedEof => "connection closed by the other end".into(),
+        io::ErrorKind::BrokenPipe => "broken pipe".into(),
+        io::ErrorKind::TimedOut => "timed out".into(),
+        other => other.to_string(),
     }
 }
 
@@ -453,6 +600,29 @@ mod tests {
         assert!(!m.uses_tls());
         let e = PgManager::from_dsn("postgres://u@h/db", None, Some(Path::new("/nonexistent/ca.pem"))).unwrap_err();
         assert!(e.is_fatal() && e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    }
+
+    #[test]
+    fn fatal_connect_text_is_read_back_for_pools_built_elsewhere() {
+        let fatal = [
+            "timed out waiting for connection: cannot connect: SQLSTATE 3D000: FATAL: database \"x\" does not exist",
+            &format!("cannot connect: {TLS_REJECTED}: certificate verify failed"),
+            &format!("cannot connect: {NO_TLS}"),
+            &format!("cannot connect: {LOGIN_FAILED}: invalid configuration: password missing"),
+        ];
+        for t in fatal {
+            assert!(connect_text_is_fatal(t), "{t}");
+        }
+        let retryable = [
+            "timed out waiting for connection: cannot connect: SQLSTATE 57P03: FATAL: starting up",
+            "cannot connect: TLS handshake cut off (connection reset): unexpected EOF",
+            "cannot connect: connection refused: error connecting to server",
+            "timed out waiting for connection",
+            "cannot connect: SQLSTATE 3D",
+        ];
+        for t in retryable {
+            assert!(!connect_text_is_fatal(t), "{t}");
+        }
     }
 
     #[test]

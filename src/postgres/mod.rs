@@ -32,13 +32,16 @@
 
 mod conn;
 mod sql;
+mod tls;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::SimpleQueryMessage;
 
+use crate::error::Human;
 use crate::ident::{quote_postgres, IdentError};
 use crate::lease::Lease;
 use crate::store::{Store, StoreError};
@@ -67,6 +70,21 @@ pub const DEFAULT_DDL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections are opened lazily: a bad password or a missing database shows
 /// up in the first call (and so in [`Elector::status`](crate::Elector::status)),
 /// not in `connect`. Only a DSN that cannot be parsed fails `connect`.
+///
+/// # Errors of the first call
+///
+/// The first call reports what the server said as soon as it says it: a
+/// missing database (3D000) or role (28000), a bad password (28P01), a
+/// certificate that does not verify (`TLS handshake rejected: …`) or a
+/// server without TLS under `sslmode=require` come back at once as fatal
+/// errors with the SQLSTATE or the TLS reason. A refused connection comes
+/// back at once as retryable; a server that accepts TCP but never answers,
+/// at the connect timeout. No call waits longer than the connect timeout for
+/// a connection, nor past its own timeout.
+///
+/// TLS failures are classified by cause: one the TLS library decided with
+/// the socket intact (certificate, host name) is fatal, one where the socket
+/// under the handshake failed (reset, closed) is retryable.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: r2d2::Pool<PgManager>,
@@ -74,8 +92,12 @@ pub struct PostgresStore {
     table: String,
     qualified: String,
     ddl_timeout: Duration,
-    /// Shared with the manager when this store built it.
-    last_connect_error: Option<conn::LastError>,
+    /// How connection attempts went, shared with the manager when this
+    /// store built it.
+    connect_log: Option<Arc<conn::ConnectLog>>,
+    /// The longest a call waits for a connection (the connect timeout, or
+    /// the pool's connection timeout for a pool built elsewhere).
+    connect_wait: Duration,
     server: Option<String>,
 }
 
@@ -154,7 +176,7 @@ impl PostgresBuilder {
     pub fn build(self) -> Result<PostgresStore, StoreError> {
         let manager = PgManager::from_dsn(&self.dsn, self.connect_timeout, self.ca_file.as_deref())?;
         let timeout = manager.connect_timeout();
-        let last = manager.last_error();
+        let log = manager.connect_log();
         let server = format!("{manager:?}");
         let pool = r2d2::Pool::builder()
             .max_size(self.pool_size)
@@ -166,7 +188,10 @@ impl PostgresBuilder {
             .max_lifetime(Some(Duration::from_secs(1800)))
             .build_unchecked(manager);
         let mut store = PostgresStore::from_parts(pool, &self.schema, &self.table, self.ddl_timeout)?;
-        store.last_connect_error = Some(last);
+        store.connect_log = Some(log);
+        // The attempt's own failure at its timeout then arrives before the
+        // call stops waiting, so the call can say why.
+        store.connect_wait = timeout + CONNECT_SLACK;
         store.server = Some(server);
         Ok(store)
     }
@@ -242,12 +267,13 @@ impl PostgresStore {
         let qualified =
             qualified(schema, table).map_err(|e| StoreError::fatal("invalid election table").with_source(e))?;
         Ok(PostgresStore {
+            connect_wait: pool.connection_timeout(),
             pool,
             schema: schema.to_owned(),
             table: table.to_owned(),
             qualified,
             ddl_timeout,
-            last_connect_error: None,
+            connect_log: None,
             server: None,
         })
     }
@@ -332,10 +358,7 @@ impl PostgresStore {
             if remaining.is_zero() {
                 break;
             }
-            let mut conn = match self.pool.get_timeout(remaining) {
-                Ok(c) => c,
-                Err(e) => return Err(self.pool_error(op, remaining, e)),
-            };
+            let mut conn = self.checkout(op, remaining)?;
             let text = if bounded { sql::bounded(body, remaining) } else { body.to_owned() };
             match conn.simple_query(&text, deadline) {
                 Ok(rows) => return Ok(rows),
@@ -347,7 +370,8 @@ impl PostgresStore {
                 Err(conn::CallError::Misuse) => return Err(conn::runtime_error()),
                 Err(conn::CallError::TimedOut) => {
                     return Err(StoreError::retryable(format!(
-                        "postgres {op}: no answer within {remaining:?}; connection closed"
+                        "postgres {op}: no answer within {}; connection closed",
+                        Human::about(remaining)
                     )))
                 }
             }
@@ -355,23 +379,92 @@ impl PostgresStore {
         Err(last.unwrap_or_else(|| StoreError::retryable(format!("postgres {op}: out of time"))))
     }
 
-    /// Why the pool had no connection: the last connection error when there
-    /// was one (a bad password or a missing database is fatal).
-    fn pool_error(&self, op: &str, waited: Duration, e: r2d2::Error) -> StoreError {
-        let last = self.last_connect_error.as_ref().and_then(|l| l.lock().clone());
-        let message = format!("postgres {op}: no connection within {waited:?}");
-        if let Some(last) = last {
-            let err = if last.is_fatal() { StoreError::fatal(message) } else { StoreError::retryable(message) };
-            return err.with_source(last);
+    /// A pooled connection within `remaining`.
+    ///
+    /// r2d2 alone would wait out the whole time while its attempts fail in
+    /// the background, so a missing database looked like a slow server. The
+    /// store watches the attempts instead: an idle connection is taken at
+    /// once; otherwise one attempt is started (if the pool has room) and the
+    /// call returns as soon as an attempt fails — fatal or retryable, with
+    /// its SQLSTATE or TLS reason — or when the latest attempt already
+    /// failed fatally. It waits at most the connect timeout (plus a little,
+    /// so a silent server's timeout can be reported) and never past
+    /// `remaining`.
+    fn checkout(&self, op: &'static str, remaining: Duration) -> Result<r2d2::PooledConnection<PgManager>, StoreError> {
+        let Some(log) = &self.connect_log else { return self.checkout_foreign(op, remaining) };
+        let limit = remaining.min(self.connect_wait);
+        let until = Instant::now() + limit;
+        let mut seen = log.state().ended;
+        // Takes an idle connection, or asks r2d2 for a new one (it starts
+        // one at once when the pool has room) without waiting.
+        if let Ok(c) = self.pool.get_timeout(Duration::ZERO) {
+            return Ok(c);
         }
-        // A pool built elsewhere: r2d2 keeps the last error as text only.
-        let text = e.to_string();
-        let code = text.find("SQLSTATE ").and_then(|i| text.get(i + 9..i + 14));
-        let fatal = code.map(sql::sqlstate_kind) == Some(crate::store::ErrorKind::Fatal)
-            || text.contains("TLS")
-            || text.contains("certificate");
-        let err = if fatal { StoreError::fatal(message) } else { StoreError::retryable(message) };
-        err.with_source(e)
+        let now = log.state();
+        if let Some(e) = now.failure.filter(StoreError::is_fatal) {
+            // The server said no the last time; r2d2 keeps retrying in the
+            // background and a success clears this.
+            return Err(no_connection(op, e));
+        }
+        loop {
+            if let Some(c) = self.pool.try_get() {
+                return Ok(c);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Err(self.waited_too_long(op, limit, &log.state()));
+            }
+            let st = log.wait_after(seen, until.min(now + POOL_POLL));
+            if st.ended != seen {
+                seen = st.ended;
+                match st.failure {
+                    Some(e) => return Err(no_connection(op, e)),
+                    // A new connection: r2d2 adds it to the pool right
+                    // after the manager returns it. Look for it without
+                    // `get_timeout`, which would start yet another attempt
+                    // while this one still counts as pending.
+                    None => {
+                        let soon = until.min(Instant::now() + POOL_POLL);
+                        while Instant::now() < soon {
+                            if let Some(c) = self.pool.try_get() {
+                                return Ok(c);
+                            }
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The call's wait for a connection ran out with no attempt failing in it.
+    fn waited_too_long(&self, op: &str, waited: Duration, st: &conn::LogState) -> StoreError {
+        let message = format!("postgres {op}: no connection within {}", Human::about(waited));
+        match &st.failure {
+            Some(e) => StoreError::retryable(message).with_source(e.clone()),
+            None if st.in_flight > 0 => {
+                StoreError::retryable(format!("{message}: still connecting, no answer from the server yet"))
+            }
+            None => {
+                StoreError::retryable(format!("{message}: all {} pooled connections are in use", self.pool.max_size()))
+            }
+        }
+    }
+
+    /// A pool built elsewhere keeps its last connection error as text only:
+    /// wait as r2d2 does and read the kind back from that text (the SQLSTATE
+    /// or the phrase the manager wrote for a fatal TLS or login failure).
+    fn checkout_foreign(&self, op: &str, remaining: Duration) -> Result<r2d2::PooledConnection<PgManager>, StoreError> {
+        let waited = remaining.min(self.connect_wait);
+        self.pool.get_timeout(waited).map_err(|e| {
+            let message = format!("postgres {op}: no connection within {}", Human::about(waited));
+            let err = if conn::connect_text_is_fatal(&e.to_string()) {
+                StoreError::fatal(message)
+            } else {
+                StoreError::retryable(message)
+            };
+            err.with_source(e)
+        })
     }
 
     fn lease_query(&self, op: &'static str, body: &str, timeout: Duration) -> Result<Option<Lease>, StoreError> {
@@ -380,6 +473,22 @@ impl PostgresStore {
         sql::first_lease(op, &rows)
     }
 }
+
+/// How a call reports an attempt's failure: the call, then the attempt's
+/// error (`cannot connect: …`) as its cause, of the same kind.
+fn no_connection(op: &str, e: StoreError) -> StoreError {
+    let message = format!("postgres {op}");
+    let err = if e.is_fatal() { StoreError::fatal(message) } else { StoreError::retryable(message) };
+    err.with_source(e)
+}
+
+/// How long past the connect timeout a call waits, so that an attempt's own
+/// timeout is reported rather than the call's.
+const CONNECT_SLACK: Duration = Duration::from_millis(250);
+
+/// How often a call waiting for a connection looks whether another call
+/// returned one to the pool (r2d2 does not say).
+const POOL_POLL: Duration = Duration::from_millis(10);
 
 /// Longest wait any call takes on, whatever it is given, so deadlines stay
 /// representable and server settings in range.
@@ -476,13 +585,14 @@ mod tests {
             .unwrap();
         let dbg = format!("{store:?}");
         assert!(!dbg.contains("hunter2") && dbg.contains("127.0.0.1"), "{dbg}");
+        // A refusal comes back at once, not at the call's timeout.
         let start = Instant::now();
-        let err = store.inspect("e", Duration::from_millis(700)).unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
+        let err = store.inspect("e", Duration::from_secs(5)).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(1), "took {:?}", start.elapsed());
         assert!(err.is_retryable(), "{err:?}");
         let chain = format!("{err} {err:?}");
         assert!(!chain.contains("hunter2"), "{chain}");
-        assert!(chain.contains("refused") || chain.contains("connect"), "{chain}");
+        assert!(chain.contains("connection refused"), "{chain}");
     }
 
     #[test]

@@ -211,21 +211,39 @@ pub(crate) fn sqlstate_kind(code: &str) -> ErrorKind {
     }
 }
 
-/// A store error from a driver error, carrying the server's message.
+/// A store error from a driver error on an open session, carrying the
+/// server's message. The kind comes from the SQLSTATE when the server sent
+/// one; anything else on an open session is the connection failing (I/O, a
+/// closed socket, a reply that could not be read), which a fresh connection
+/// may not hit: retryable. Errors while opening a connection are classified
+/// by `conn::classify_connect`, which knows more about where they arose.
 pub(crate) fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
-    if let Some(db) = e.as_db_error() {
-        let code = db.code().code();
-        let message = format!("postgres {op}: SQLSTATE {code}");
-        let err = match sqlstate_kind(code) {
-            ErrorKind::Fatal => StoreError::fatal(message),
-            _ => StoreError::retryable(message),
-        };
-        return err.with_source(db.clone());
+    if let Some(err) = classify_db(&format!("postgres {op}"), e) {
+        return err;
     }
-    // The driver's own text is terse ("error performing TLS handshake"):
-    // append the causes, which say what the handshake or socket hit.
+    let what = if e.is_closed() { "connection closed" } else { "connection error" };
+    StoreError::retryable(format!("postgres {op}: {what}: {}", chain_text(e)))
+}
+
+/// The error the server sent, if it sent one: `"{prefix}: SQLSTATE {code}"`
+/// with the server's message as the source, its kind from the SQLSTATE.
+pub(crate) fn classify_db(prefix: &str, e: &tokio_postgres::Error) -> Option<StoreError> {
+    let db = e.as_db_error()?;
+    let code = db.code().code();
+    let message = format!("{prefix}: SQLSTATE {code}");
+    let err = match sqlstate_kind(code) {
+        ErrorKind::Fatal => StoreError::fatal(message),
+        _ => StoreError::retryable(message),
+    };
+    Some(err.with_source(db.clone()))
+}
+
+/// The driver's own text with its causes appended: its top-level phrases are
+/// terse ("error performing TLS handshake"), the causes say what the
+/// handshake or socket hit.
+pub(crate) fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
+    let mut cause = e.source();
     while let Some(c) = cause {
         let more = c.to_string();
         if !text.contains(&more) {
@@ -234,18 +252,26 @@ pub(crate) fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
         }
         cause = c.source();
     }
-    // TLS refused or unverifiable is a configuration problem.
-    if text.contains("TLS") || text.contains("certificate") {
-        return StoreError::fatal(format!("postgres {op}: {text}"));
-    }
-    let what = if e.is_closed() { "connection closed" } else { "connection error" };
-    StoreError::retryable(format!("postgres {op}: {what}: {text}"))
+    text
 }
 
-/// A concurrent `CREATE … IF NOT EXISTS` lost on a catalog unique index.
+/// The SQLSTATE the server sent, found anywhere in `e`'s source chain.
+pub(crate) fn sqlstate_of<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a str> {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(db) = c.downcast_ref::<tokio_postgres::error::DbError>() {
+            return Some(db.code().code());
+        }
+        cur = c.source();
+    }
+    None
+}
+
+/// A concurrent `CREATE … IF NOT EXISTS` lost on a catalog unique index
+/// (unique violation, duplicate table, duplicate object), read from the
+/// server's SQLSTATE.
 pub(crate) fn is_concurrent_ddl(e: &StoreError) -> bool {
-    let msg = e.to_string();
-    msg.contains("SQLSTATE 23505") || msg.contains("SQLSTATE 42P07") || msg.contains("SQLSTATE 42710")
+    matches!(sqlstate_of(e), Some("23505" | "42P07" | "42710"))
 }
 
 #[cfg(test)]
@@ -260,6 +286,36 @@ mod tests {
         for retry in ["08006", "08001", "57P01", "25006", "40001", "40P01", "53300", "55P03", "57014", "XX000", ""] {
             assert_eq!(sqlstate_kind(retry), ErrorKind::Retryable, "{retry}");
         }
+    }
+
+    #[test]
+    fn bad_password_and_other_login_refusals_are_fatal() {
+        // Password authentication failed (28P01) cannot be provoked on the
+        // trust-auth test servers; tests/postgres_first_errors.rs has a fake
+        // server that sends it through the whole connect path.
+        for code in ["28P01", "28000", "3D000", "42501", "0A000"] {
+            assert_eq!(sqlstate_kind(code), ErrorKind::Fatal, "{code}");
+        }
+        // Starting up, shutting down, too many connections: they pass.
+        for code in ["57P03", "57P01", "57P02", "53300", "08P01", "08006"] {
+            assert_eq!(sqlstate_kind(code), ErrorKind::Retryable, "{code}");
+        }
+    }
+
+    #[test]
+    fn concurrent_ddl_is_recognised_by_sqlstate_not_text() {
+        // The positive case needs a server's DbError (no public constructor):
+        // storetest_postgres runs ensure_schema from many threads at once.
+        // A message that merely mentions the code is not the code.
+        let text_only = StoreError::fatal("postgres ensure_schema: SQLSTATE 42P07");
+        assert!(!is_concurrent_ddl(&text_only));
+        let inner = StoreError::fatal("postgres ensure_schema: unrelated").with_source(io_error());
+        assert!(!is_concurrent_ddl(&inner));
+        assert!(sqlstate_of(&io_error()).is_none());
+    }
+
+    fn io_error() -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset")
     }
 
     #[test]
