@@ -269,6 +269,12 @@ impl Config {
     /// [`LeaderGuard::lost`] fires); returning while the term is still live
     /// drops the guard and so resigns the term. Shutdown waits for `f` to
     /// return. Callbacks must not shut down the elector that runs them.
+    ///
+    /// Do not keep the guard (or a clone) past the end of its term, for
+    /// instance by sending it to another thread: while a guard of an ended
+    /// term is alive the elector starts no new term, so the next
+    /// `on_started_leading` never comes ([`Status::held_back`](crate::Status)
+    /// shows it, and a warning is logged once it has lasted a lease).
     pub fn on_started_leading(mut self, f: impl Fn(LeaderGuard) + Send + Sync + 'static) -> Config {
         self.on_started_leading = Some(Arc::new(f));
         self

@@ -296,13 +296,42 @@ impl Elector {
     }
 
     /// A guard on the current term, without waiting; `None` when not leading.
-    /// Remember that dropping the last guard of a live term resigns it.
+    /// Remember that dropping the last guard of a live term resigns it, and
+    /// that while a guard of an ended term is alive this participant starts
+    /// no new term (see [`Elector::wait_leader`]).
     pub fn guard(&self) -> Option<LeaderGuard> {
         let st = self.shared.state.lock();
         st.term.as_ref().filter(|t| t.is_valid()).map(TermShared::guard)
     }
 
     /// Blocks until this participant leads and returns a guard on the term.
+    ///
+    /// **Drop the old guard before waiting again.** While any guard of an
+    /// ended term is alive, the elector does not campaign, so two terms of
+    /// one process never overlap in user code. An assignment such as
+    /// `guard = elector.wait_leader()?` evaluates the right side while the
+    /// old guard still lives, and so waits forever. [`Status::held_back`]
+    /// shows this state, and a warning is logged once it has lasted a lease
+    /// duration.
+    ///
+    /// ```
+    /// # use leaderelection::{Config, Elector, MemStore};
+    /// # use std::time::Duration;
+    /// # let config = Config::new(MemStore::new(), "jobs").retry_period(Duration::from_millis(50));
+    /// # let elector = Elector::start(config)?;
+    /// let mut guard = elector.wait_leader()?;
+    /// # let mut rounds = 0;
+    /// loop {
+    ///     while guard.is_valid() {
+    ///         // ... work, stamped with guard.fence() ...
+    /// #       break;
+    ///     }
+    /// #   rounds += 1; if rounds == 2 { break; }
+    ///     drop(guard); // first: an ended term's guard holds the next one back
+    ///     guard = elector.wait_leader()?;
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///

@@ -121,7 +121,6 @@ impl Human {
     /// A wait measured or derived from a deadline (`deadline - now`), to the
     /// millisecond from one millisecond up, so `499.98ms` left of a 500 ms
     /// timeout reads `500ms`. Configured values keep [`Human`]'s precision.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // only the stores measure waits
     pub(crate) fn about(d: Duration) -> Human {
         if d < Duration::from_millis(1) {
             return Human(d);
