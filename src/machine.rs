@@ -111,21 +111,21 @@ pub struct TermId(pub u64);
 /// A store operation the machine asks for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Op {
-    /// [`Store::inspect`](crate::Store::inspect).
+    /// [`Store::inspect`].
     Inspect,
-    /// [`Store::acquire`](crate::Store::acquire) with this TTL.
+    /// [`Store::acquire`] with this TTL.
     Acquire {
         /// The lease duration asked for.
         ttl: Duration,
     },
-    /// [`Store::renew`](crate::Store::renew) of this fence with this TTL.
+    /// [`Store::renew`] of this fence with this TTL.
     Renew {
         /// The term's fence.
         fence: u64,
         /// The lease duration asked for.
         ttl: Duration,
     },
-    /// [`Store::release`](crate::Store::release) of this fence.
+    /// [`Store::release`] of this fence.
     Release {
         /// The fence to release.
         fence: u64,
