@@ -98,9 +98,9 @@ mod tests {
             move |var: &str| vars.iter().find(|(k, _)| *k == var).map(|(_, v)| v.to_string())
         };
         let both = env(&[("HOSTNAME", "env-host"), ("COMPUTERNAME", "win-host")]);
-        assert_eq!(pick_hostname(Some("kernel-host\n".into()), &both), "kernel-host\n");
+        assert_eq!(pick_hostname(Some("kernel-host\n".into()), both), "kernel-host\n");
         // A blank kernel hostname (containers without a UTS name) is skipped.
-        assert_eq!(pick_hostname(Some(" \n".into()), &both), "env-host");
+        assert_eq!(pick_hostname(Some(" \n".into()), both), "env-host");
         assert_eq!(pick_hostname(None, env(&[("HOSTNAME", ""), ("COMPUTERNAME", "win-host")])), "win-host");
         assert_eq!(pick_hostname(None, env(&[("HOSTNAME", "  ")])), "host");
         assert_eq!(format_identity(&pick_hostname(None, env(&[])), 7, 1), "host-7-0000000000000001");
