@@ -63,3 +63,32 @@ fn resigning_after_shutdown_is_not_an_error_and_the_lease_is_already_released() 
     guard.resign().expect("nothing left to release is not an error");
     assert_eq!(store.stats().releases, releases, "no second release");
 }
+
+#[test]
+fn resigning_a_term_that_already_ran_out_is_ok_and_releases_nothing_again() {
+    let store = MemStore::new();
+    let timing = Timing {
+        lease_duration: ms(1500),
+        renew_interval: ms(300),
+        retry_period: ms(200),
+        operation_timeout: ms(300),
+        safety_margin: ms(200),
+    };
+    let e = Elector::start(Config::new(store.clone(), "jobs").identity("a").timing(timing)).unwrap();
+    let guard = e.wait_leader_timeout(Duration::from_secs(5)).expect("leads alone");
+    store.pause(); // renewals hang: the term runs out at its deadline
+    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term ran out");
+    store.resume();
+    // The elector gives back the fence it stepped down from (its lease may
+    // still be valid on the server); once that release landed, the elector
+    // has certainly finished with the term.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while store.stats().releases == 0 {
+        assert!(std::time::Instant::now() < deadline, "the expired term was never released");
+        thread::sleep(ms(2));
+    }
+    let releases = store.stats().releases;
+    guard.resign().expect("an ended term has nothing to resign");
+    assert_eq!(store.stats().releases, releases, "no second release for a term that already ended");
+    drop(e);
+}
