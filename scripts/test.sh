@@ -27,6 +27,7 @@ echo "== PostgreSQL store: unit, doc, acceptance suite (MemStore, direct, PgBoun
 # LE_PG_DSN and LE_PGBOUNCER_DSN.
 source scripts/db.sh
 cargo test --features postgres,storetest --lib postgres
+cargo test --features postgres,storetest --test postgres_api   # no server needed
 cargo test --features postgres,storetest --doc -- postgres storetest
 cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause
 
