@@ -61,3 +61,35 @@ fn the_log_names_the_leader_the_fence_and_the_end_of_the_term_but_not_the_payloa
     assert!(all.iter().any(|l| l.starts_with("INFO ") && l.contains("\"web-1\" stopped leading")), "{all:?}");
     assert!(all.iter().all(|l| !l.contains("secret")), "the payload leaked into the log: {all:?}");
 }
+
+#[test]
+fn a_step_down_at_the_local_deadline_is_a_warning_with_the_fence() {
+    let logs = capture();
+    let store = MemStore::new();
+    let timing = Timing {
+        lease_duration: ms(1500),
+        renew_interval: ms(300),
+        retry_period: ms(200),
+        operation_timeout: ms(300),
+        safety_margin: ms(200),
+    };
+    let e = Elector::start(Config::new(store.clone(), "reports").identity("web-2").timing(timing)).unwrap();
+    let guard = e.wait_leader_timeout(Duration::from_secs(5)).expect("leads alone");
+    store.pause(); // renewals hang: only the deadline ends the term
+    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
+    let wanted = format!("\"web-2\" stepped down at its local deadline (fence {})", guard.fence());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !logs
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.starts_with("WARN ") && l.contains("\"reports\"") && l.contains(&wanted))
+    {
+        assert!(Instant::now() < deadline, "no step-down warning: {:?}", logs.0.lock().unwrap());
+        std::thread::sleep(ms(2));
+    }
+    store.resume();
+    drop(guard);
+    e.shutdown_without_release();
+}

@@ -57,3 +57,26 @@ fn a_store_over_your_own_pool_checks_the_table_name() {
     let err = PostgresStore::from_pool(pool(), "ops", "").expect_err("an empty table name is refused");
     assert!(err.is_fatal(), "{err}");
 }
+
+#[test]
+fn a_malformed_connection_string_is_a_fatal_error_that_repeats_none_of_it() {
+    for dsn in [
+        "postgres://app:hunter2@db.invalid:notaport/app",
+        "host=db.invalid password='hunter2",
+        "postgres://app:hunter2@db.invalid/app?sslmode",
+    ] {
+        let err = PostgresStore::connect(dsn).expect_err(dsn);
+        assert!(err.is_fatal(), "{dsn}: {err}");
+        assert!(err.to_string().starts_with("invalid PostgreSQL connection string"), "{dsn}: {err}");
+        assert!(!format!("{err} {err:?}").contains("hunter2"), "{dsn}: {err:?}");
+    }
+}
+
+#[test]
+fn sslrootcert_in_a_key_value_string_is_the_ca_file_beside_quoted_values() {
+    let dsn = "host=db.invalid user=app password='hunter2' sslrootcert=/nonexistent/leaderelection-ca.pem";
+    let err = PgManager::from_dsn(dsn, None, None).expect_err("the CA file named in the DSN does not exist");
+    assert!(err.is_fatal(), "{err}");
+    assert!(err.to_string().contains("/nonexistent/leaderelection-ca.pem"), "{err}");
+    assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+}
