@@ -45,19 +45,17 @@ pub(crate) fn format_identity(host: &str, pid: u32, random: u64) -> String {
 }
 
 fn hostname() -> String {
-    if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-        if !h.trim().is_empty() {
-            return h;
-        }
-    }
-    for var in ["HOSTNAME", "COMPUTERNAME"] {
-        if let Ok(h) = std::env::var(var) {
-            if !h.trim().is_empty() {
-                return h;
-            }
-        }
-    }
-    String::from("host")
+    pick_hostname(std::fs::read_to_string("/proc/sys/kernel/hostname").ok(), |var| std::env::var(var).ok())
+}
+
+/// The first of the kernel's hostname, `$HOSTNAME` and `$COMPUTERNAME` that
+/// is not blank (`env` is only asked when the ones before are), else `host`.
+fn pick_hostname(kernel: Option<String>, env: impl Fn(&str) -> Option<String>) -> String {
+    kernel
+        .into_iter()
+        .chain(["HOSTNAME", "COMPUTERNAME"].into_iter().filter_map(env))
+        .find(|h| !h.trim().is_empty())
+        .unwrap_or_else(|| String::from("host"))
 }
 
 /// The system's randomness source failed, so no identity could be made.
@@ -92,6 +90,29 @@ mod tests {
         let id = format_identity(&long, u32::MAX, u64::MAX);
         assert!(id.len() <= 64 + 1 + 10 + 1 + 16, "{}", id.len());
         assert!(crate::config::check_text("identity", &id, crate::config::MAX_IDENTITY_LEN).is_ok());
+    }
+
+    #[test]
+    fn hostname_falls_back_to_the_environment_then_to_host() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |var: &str| vars.iter().find(|(k, _)| *k == var).map(|(_, v)| v.to_string())
+        };
+        let both = env(&[("HOSTNAME", "env-host"), ("COMPUTERNAME", "win-host")]);
+        assert_eq!(pick_hostname(Some("kernel-host\n".into()), both), "kernel-host\n");
+        // A blank kernel hostname (containers without a UTS name) is skipped.
+        assert_eq!(pick_hostname(Some(" \n".into()), both), "env-host");
+        assert_eq!(pick_hostname(None, env(&[("HOSTNAME", ""), ("COMPUTERNAME", "win-host")])), "win-host");
+        assert_eq!(pick_hostname(None, env(&[("HOSTNAME", "  ")])), "host");
+        assert_eq!(format_identity(&pick_hostname(None, env(&[])), 7, 1), "host-7-0000000000000001");
+    }
+
+    #[test]
+    fn randomness_failure_says_what_failed() {
+        let e = IdentityError::from_getrandom(getrandom::Error::UNSUPPORTED);
+        let text = e.to_string();
+        assert!(text.starts_with("cannot generate an identity: system randomness failed: "), "{text}");
+        assert!(text.ends_with(&getrandom::Error::UNSUPPORTED.to_string()), "{text}");
+        assert!(std::error::Error::source(&e).is_none());
     }
 
     #[test]

@@ -261,10 +261,74 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_store_is_the_store_it_shares() {
+        // `Arc<S>` forwards every call, so electors and the caller that keeps
+        // a handle (to inspect, or to break it in tests) see one election.
+        use crate::memstore::MemStore;
+        let inner = Arc::new(MemStore::with_manual_clock(crate::lease::DbTime::from_unix_micros(5_000_000)));
+        let shared: Arc<dyn Store> = inner.clone();
+        let (ttl, t) = (Duration::from_secs(10), Duration::from_secs(1));
+
+        assert!(shared.inspect("jobs", t).unwrap_err().is_no_lease());
+        let won = shared.acquire("jobs", "a", ttl, b"addr-a", t).unwrap();
+        assert!(won.held_by("a") && won.fence == 1);
+        assert_eq!(inner.peek("jobs").unwrap().payload, b"addr-a");
+
+        inner.advance(Duration::from_secs(4));
+        let renewed = shared.renew("jobs", "a", 1, ttl, b"addr-a2", t).unwrap();
+        assert_eq!(renewed.ttl(), ttl);
+        assert_eq!(shared.inspect("jobs", t).unwrap().payload, b"addr-a2");
+        assert!(shared.renew("jobs", "a", 2, ttl, b"", t).unwrap_err().is_lease_lost());
+
+        shared.release("jobs", "a", 1, t).unwrap();
+        let after = inner.peek("jobs").unwrap();
+        assert!(after.expired() && after.fence == 1);
+        assert_eq!(shared.acquire("jobs", "b", ttl, b"", t).unwrap().fence, 2);
+        assert_eq!(inner.stats().writes, 4, "acquire, renew, release, acquire: each reached the inner store once");
+    }
+
+    #[test]
+    fn message_is_the_store_text_without_the_cause() {
+        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out");
+        let e = StoreError::fatal("relation \"leases\" does not exist").with_source(io);
+        assert_eq!(e.message(), "relation \"leases\" does not exist");
+        assert_eq!(e.to_string(), "relation \"leases\" does not exist: timed out");
+        let plain = StoreError::retryable("too many connections");
+        assert_eq!(plain.to_string(), plain.message());
+        assert!(StdError::source(&plain).is_none());
+        assert_eq!(StoreError::no_lease("jobs").to_string(), "no lease for election \"jobs\"");
+        assert_eq!(StoreError::lease_lost().message(), "lease lost");
+    }
+
+    #[test]
+    fn debug_names_kind_message_and_cause() {
+        let e = StoreError::retryable("connect failed")
+            .with_source(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"));
+        let dbg = format!("{e:?}");
+        assert!(
+            dbg.contains("Retryable") && dbg.contains("connect failed") && dbg.contains("connection refused"),
+            "{dbg}"
+        );
+        // Clones share the cause: both still explain themselves.
+        assert_eq!(e.clone().to_string(), e.to_string());
+    }
+
+    #[test]
     fn kinds_have_their_predicates() {
         assert!(StoreError::lease_lost().is_lease_lost());
         assert!(StoreError::no_lease("x").is_no_lease());
         assert!(StoreError::fatal("relation missing").is_fatal());
         assert_eq!(StoreError::fatal("f").kind(), ErrorKind::Fatal);
+        // Exactly one predicate holds for each kind.
+        for (e, kind) in [
+            (StoreError::lease_lost(), ErrorKind::LeaseLost),
+            (StoreError::no_lease("x"), ErrorKind::NoLease),
+            (StoreError::retryable("r"), ErrorKind::Retryable),
+            (StoreError::fatal("f"), ErrorKind::Fatal),
+        ] {
+            assert_eq!(e.kind(), kind);
+            let hits = [e.is_lease_lost(), e.is_no_lease(), e.is_retryable(), e.is_fatal()];
+            assert_eq!(hits.iter().filter(|h| **h).count(), 1, "{kind:?}: {hits:?}");
+        }
     }
 }
