@@ -106,7 +106,8 @@ use std::time::{Duration, Instant};
 
 pub use rng::{Bytes, SimRng};
 pub use schedule::{
-    from_hex, safe_rate_range, to_hex, Fault, Host, Schedule, Target, TimedFault, Variant, MAX_FAULTS, MAX_HOSTS, PPM,
+    from_hex, safe_rate_range, to_hex, Fault, Host, Schedule, Target, TimedFault, Variant, MAX_FAULTS, MAX_HOSTS,
+    OPERATOR_CLOCK_WAIT, OPERATOR_KINDS, PPM,
 };
 pub use world::{run, Property, RunReport, Violation, DB_BASE_MICROS, ELECTION};
 
@@ -164,6 +165,25 @@ pub struct Exploration {
     pub total_virtual: Duration,
     /// The slowest recovery after the faults, and the bound it was held to.
     pub worst_recovery: (Duration, Duration),
+    /// Operator faults applied, summed: rows deleted, older rows restored,
+    /// tables cleared.
+    pub deletes: u64,
+    /// See [`Exploration::deletes`].
+    pub restores: u64,
+    /// See [`Exploration::deletes`].
+    pub clears: u64,
+    /// Operator faults applied under a live leader, summed.
+    pub operator_faults_under_leader: u64,
+    /// Operator faults deferred until the database clock passed the last
+    /// fence issued, summed.
+    pub operator_faults_deferred: u64,
+    /// Schedules with at least one operator fault.
+    pub operator_schedules: u64,
+    /// Overlaps of a guard granted before an operator fault with a newer
+    /// one, summed ([`RunReport::operator_overlaps`]).
+    pub operator_overlaps: u64,
+    /// The longest of them.
+    pub longest_operator_overlap: Duration,
     /// The seeds whose runs found a violation, with it.
     pub failures: Vec<(u64, Violation)>,
     /// Wall-clock time spent.
@@ -187,6 +207,14 @@ impl Exploration {
                 self.worst_recovery = (rec, r.liveness_bound);
             }
         }
+        self.deletes += r.deletes;
+        self.restores += r.restores;
+        self.clears += r.clears;
+        self.operator_faults_under_leader += r.operator_faults_under_leader;
+        self.operator_faults_deferred += r.operator_faults_deferred;
+        self.operator_schedules += u64::from(r.deletes + r.restores + r.clears > 0);
+        self.operator_overlaps += r.operator_overlaps;
+        self.longest_operator_overlap = self.longest_operator_overlap.max(r.longest_operator_overlap);
         if let Some(v) = &r.violation {
             self.failures.push((seed, v.clone()));
         }
@@ -206,6 +234,14 @@ impl Exploration {
         if ratio(o.worst_recovery) > ratio(self.worst_recovery) {
             self.worst_recovery = o.worst_recovery;
         }
+        self.deletes += o.deletes;
+        self.restores += o.restores;
+        self.clears += o.clears;
+        self.operator_faults_under_leader += o.operator_faults_under_leader;
+        self.operator_faults_deferred += o.operator_faults_deferred;
+        self.operator_schedules += o.operator_schedules;
+        self.operator_overlaps += o.operator_overlaps;
+        self.longest_operator_overlap = self.longest_operator_overlap.max(o.longest_operator_overlap);
         self.failures.extend(o.failures);
     }
 
@@ -215,7 +251,9 @@ impl Exploration {
         format!(
             "sim: explored {} schedules ({:.0}/s), {:.2} M events, {} terms, {} messages lost, {} late replies; \
              largest fleet {} hosts, up to {} processes in one run; longest virtual time {:.1} h, {:.0} h in all; \
-             slowest recovery {:?} of bound {:?}; {} failing",
+             slowest recovery {:?} of bound {:?}; operator faults in {} schedules: {} rows deleted, {} older rows \
+             restored, {} tables cleared ({} under a live leader, {} waited for the clock), {} overlaps allowed \
+             (longest {:?}); {} failing",
             self.schedules,
             self.schedules as f64 / secs,
             self.events as f64 / 1e6,
@@ -228,6 +266,14 @@ impl Exploration {
             self.total_virtual.as_secs_f64() / 3600.0,
             self.worst_recovery.0,
             self.worst_recovery.1,
+            self.operator_schedules,
+            self.deletes,
+            self.restores,
+            self.clears,
+            self.operator_faults_under_leader,
+            self.operator_faults_deferred,
+            self.operator_overlaps,
+            self.longest_operator_overlap,
             self.failures.len()
         )
     }
