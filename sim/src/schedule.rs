@@ -57,11 +57,17 @@ pub enum Variant {
     /// [`Fault::ClearTable`]): then a fence is issued again or goes backwards,
     /// which the oracle must catch.
     OldFenceRule,
+    /// **Broken on purpose.** Operator faults do not wait for the database
+    /// clock to pass the last fence issued ([`OPERATOR_CLOCK_WAIT`]): a row
+    /// deleted in the microsecond of a claim lets the next claim in that
+    /// microsecond repeat its fence. Shows that the wait is needed, and that
+    /// the fence rule's clock caveat is real.
+    NoOperatorClockWait,
 }
 
 impl Variant {
     /// Every variant, the production one first.
-    pub const ALL: [Variant; 8] = [
+    pub const ALL: [Variant; 9] = [
         Variant::Normal,
         Variant::NoMarginSkewed,
         Variant::SkewedPastMargin,
@@ -70,6 +76,7 @@ impl Variant {
         Variant::NoWatchdog,
         Variant::NeverCampaigns,
         Variant::OldFenceRule,
+        Variant::NoOperatorClockWait,
     ];
 
     /// The name used in replay commands (`SIM_VARIANT=...`).
@@ -83,6 +90,7 @@ impl Variant {
             Variant::NoWatchdog => "no-watchdog",
             Variant::NeverCampaigns => "never-campaigns",
             Variant::OldFenceRule => "old-fence-rule",
+            Variant::NoOperatorClockWait => "no-operator-clock-wait",
         }
     }
 
@@ -347,8 +355,11 @@ impl Schedule {
         for i in 0..n_hosts {
             let (rate_b, off_b, req_b, rep_b, start_b, flags) = (r.u8(), r.u8(), r.u8(), r.u8(), r.u8(), r.u8());
             let rate_ppm = match variant {
-                Variant::Normal | Variant::NoWatchdog | Variant::NeverCampaigns | Variant::OldFenceRule => match rate_b
-                {
+                Variant::Normal
+                | Variant::NoWatchdog
+                | Variant::NeverCampaigns
+                | Variant::OldFenceRule
+                | Variant::NoOperatorClockWait => match rate_b {
                     0..=15 => safe_lo,
                     16..=47 => PPM,
                     b => safe_lo + (safe_hi - safe_lo) * u64::from(b - 48) / 207,

@@ -818,7 +818,7 @@ impl World<'_> {
     /// is exempt from the one-guard rule from now on.
     fn operator_fault(&mut self, t: u64, i: usize) {
         self.advance_db(t);
-        if let Some(last) = self.last_issue_micros {
+        if let Some(last) = self.last_issue_micros.filter(|_| self.s.variant != Variant::NoOperatorClockWait) {
             let ready = last + OPERATOR_CLOCK_WAIT.as_micros() as u64;
             if self.db_micros < ready {
                 self.report.operator_faults_deferred += 1;

@@ -373,3 +373,29 @@ fn operator_faults_are_decoded_from_the_top_kinds_only() {
     let lag = Timing::default().lease_duration * 3;
     assert!(ops.iter().filter(|f| **f == Fault::RestoreRow { lag }).count() == 3, "{ops:?}");
 }
+
+#[test]
+fn operator_faults_wait_for_the_database_clock_to_pass_the_last_fence() {
+    // Links with no delay: host 0 claims in the first microsecond of the
+    // database clock (its fence is that microsecond), the row is deleted
+    // half a microsecond later and host 1 looks 100 ns after that. Its claim
+    // would get the same microsecond as its fence: the fence rule's clock
+    // caveat. The simulation applies the delete 2 ms of database clock after
+    // the claim instead (as the acceptance suite waits), and host 1 finds
+    // host 0 leading.
+    let mut s = two_hosts(vec![TimedFault { at: Duration::from_nanos(500), fault: Fault::DeleteRow }]);
+    for h in &mut s.hosts {
+        h.req_delay = (Duration::ZERO, Duration::ZERO);
+        h.rep_delay = (Duration::ZERO, Duration::ZERO);
+    }
+    s.hosts[1].start_at = Duration::from_nanos(600);
+    let r = run(&s, true);
+    assert!(r.violation.is_none(), "{}", describe_failure(None, &s));
+    assert_eq!((r.deletes, r.operator_faults_deferred), (1, 1), "{r:?}");
+    // Without the wait, the oracle sees the fence issued twice.
+    s.variant = Variant::NoOperatorClockWait;
+    let r = run(&s, false);
+    let v = r.violation.expect("a repeated fence");
+    assert_eq!(v.property, Property::FencesIncrease, "{v}");
+    report(&format!("control {}: {v}", s.variant.name()));
+}
