@@ -117,7 +117,10 @@
 //! margin allows; clocks only 0.5 to 2 % too slow; deadlines anchored at the
 //! reply; no watchdog while a call hangs; a driver that never campaigns; a
 //! store with the old fence rule, absent row → 1 and expired → fence + 1;
-//! operator faults that do not wait for the database clock);
+//! operator faults that do not wait for the database clock; a store that
+//! accepts renewals of a lost lease, so an old leader keeps its guard
+//! beside the new one after a delete, which the overlap allowance must not
+//! cover);
 //! the tests assert that the oracle finds a violation under each, and that
 //! the same bytes under the production rules pass. The old fence rule must
 //! be caught on schedules with operator faults and pass on all others.

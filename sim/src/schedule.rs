@@ -63,11 +63,16 @@ pub enum Variant {
     /// microsecond repeat its fence. Shows that the wait is needed, and that
     /// the fence rule's clock caveat is real.
     NoOperatorClockWait,
+    /// **Broken on purpose.** A store whose `renew` answers success when the
+    /// lease is gone or names somebody else (it writes nothing): an old
+    /// leader keeps renewing after its row was deleted or replaced. The
+    /// overlap an operator fault allows must not cover it.
+    RenewsLostLease,
 }
 
 impl Variant {
     /// Every variant, the production one first.
-    pub const ALL: [Variant; 9] = [
+    pub const ALL: [Variant; 10] = [
         Variant::Normal,
         Variant::NoMarginSkewed,
         Variant::SkewedPastMargin,
@@ -77,6 +82,7 @@ impl Variant {
         Variant::NeverCampaigns,
         Variant::OldFenceRule,
         Variant::NoOperatorClockWait,
+        Variant::RenewsLostLease,
     ];
 
     /// The name used in replay commands (`SIM_VARIANT=...`).
@@ -91,6 +97,7 @@ impl Variant {
             Variant::NeverCampaigns => "never-campaigns",
             Variant::OldFenceRule => "old-fence-rule",
             Variant::NoOperatorClockWait => "no-operator-clock-wait",
+            Variant::RenewsLostLease => "renews-lost-lease",
         }
     }
 
@@ -359,7 +366,8 @@ impl Schedule {
                 | Variant::NoWatchdog
                 | Variant::NeverCampaigns
                 | Variant::OldFenceRule
-                | Variant::NoOperatorClockWait => match rate_b {
+                | Variant::NoOperatorClockWait
+                | Variant::RenewsLostLease => match rate_b {
                     0..=15 => safe_lo,
                     16..=47 => PPM,
                     b => safe_lo + (safe_hi - safe_lo) * u64::from(b - 48) / 207,

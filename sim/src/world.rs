@@ -707,10 +707,10 @@ impl World<'_> {
         let id = self.nodes[node].identity.clone();
         let payload = [host as u8];
         let o = self.s.timing.operation_timeout;
-        let outcome = if self.s.variant == Variant::OldFenceRule {
-            call.op.run(&OldFenceRule(&self.store), ELECTION, &id, &payload, o)
-        } else {
-            call.op.run(&self.store, ELECTION, &id, &payload, o)
+        let outcome = match self.s.variant {
+            Variant::OldFenceRule => call.op.run(&OldFenceRule(&self.store), ELECTION, &id, &payload, o),
+            Variant::RenewsLostLease => call.op.run(&RenewsLostLease(&self.store), ELECTION, &id, &payload, o),
+            _ => call.op.run(&self.store, ELECTION, &id, &payload, o),
         };
         self.note(t, 20, node as u64, call.id.0, || {
             format!("db applies n{node} call {}: {}", call.id.0, show_outcome(&outcome))
@@ -1206,6 +1206,59 @@ impl Store for OldFenceRule<'_> {
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
         self.0.renew(name, identity, fence, ttl, payload, timeout)
+    }
+
+    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+        self.0.release(name, identity, fence, timeout)
+    }
+
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+        self.0.inspect(name, timeout)
+    }
+}
+
+/// The negative control's store ([`Variant::RenewsLostLease`]): a
+/// [`MemStore`] whose `renew` answers success, writing nothing, when the
+/// lease is gone or someone else's.
+struct RenewsLostLease<'a>(&'a MemStore);
+
+impl Store for RenewsLostLease<'_> {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        self.0.acquire(name, identity, ttl, payload, timeout)
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        match self.0.renew(name, identity, fence, ttl, payload, timeout) {
+            Err(e) if e.is_lease_lost() => {
+                let now = self.0.now();
+                Ok(Lease {
+                    name: name.to_owned(),
+                    holder: identity.to_owned(),
+                    fence,
+                    acquired_at: now,
+                    renewed_at: now,
+                    expires_at: now.saturating_add(ttl),
+                    now,
+                    payload: payload.to_vec(),
+                })
+            }
+            other => other,
+        }
     }
 
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
