@@ -26,6 +26,18 @@
 //!   (past the operation timeout), failing statements, crashes (the lease
 //!   stays; a process with a fresh identity starts later), clean shutdowns,
 //!   resignations. A fault may target "whoever leads when it starts".
+//! - **Operator and failover faults** (one fault record in 32): the
+//!   election's row deleted ([`Fault::DeleteRow`]), the row as it stood up
+//!   to three leases earlier written back over it, as when a lagging replica
+//!   is promoted ([`Fault::RestoreRow`]), the table re-created
+//!   ([`Fault::ClearTable`]); between terms or under a live lease, through
+//!   [`MemStore`](leaderelection::MemStore)'s `delete_row`, `restore_row` and
+//!   `clear`. The fence rule survives these only while the database clock
+//!   does not go back across them, and it issues fences a little ahead of
+//!   the clock when several terms start within one microsecond; so, as the
+//!   acceptance suite waits 2 ms of database clock before its operator
+//!   events, an operator fault is applied only once the database clock reads
+//!   [`OPERATOR_CLOCK_WAIT`] past the last fence issued.
 //!
 //! Time jumps from event to event; nothing sleeps. A schedule is decoded from
 //! a byte string ([`Schedule::from_bytes`]), so a fuzzer can drive it, and
@@ -40,11 +52,19 @@
 //!   term's deadline — what `LeaderGuard::is_valid` computes. Validity
 //!   changes only at events (a term starts, ends, is extended) and turns off
 //!   at deadlines, so checking at every event instant covers every instant.
-//! - *always: fences strictly increase* across the whole election, in the
-//!   order terms start (so none is issued twice), and the record's fence
-//!   never goes backwards.
+//!   In a schedule with no operator fault this holds for every guard, with
+//!   no exception (see below for the exception).
+//! - *always: fences strictly increase* across the whole election: every
+//!   fence the database issues is above all it issued before, through
+//!   deleted, restored and re-created rows; each term starts under a fence
+//!   issued to its participant that no other term used; and terms start in
+//!   fence order (except a term granted before an operator fault whose reply
+//!   came after it). The record's fence never goes backwards except where an
+//!   operator set it back.
 //! - *always: a valid guard is backed by the record*: the record names its
-//!   holder and fence and has not expired on the database clock.
+//!   holder and fence and has not expired on the database clock (for the
+//!   guard granted since the last operator fault).
+//! - *always: an operator fault's overlap ends within a lease*, below.
 //! - *always: an invalid guard stays invalid*, *outputs match the machine*,
 //!   *timers make progress*, *shutdown completes within two operation
 //!   timeouts*.
@@ -52,6 +72,36 @@
 //!   [`Schedule::faults_end`] plus [`Schedule::liveness_bound`] to the end of
 //!   the run (two leases later) one stretch of leadership lasts without a
 //!   gap. An election that stays safe by electing nobody fails this.
+//!
+//! ## What an operator fault does to "at most one valid guard"
+//!
+//! Deleting the row under a live leader, or restoring an older copy, breaks
+//! the database's state under the participants: a second participant can
+//! claim (with a higher fence) while the first still holds a guard that was
+//! valid when the row went, and nothing the first can do will tell it before
+//! its next renewal fails with `LeaseLost`. So the oracle cannot demand "at
+//! most one valid guard" across such a fault. What it asserts instead:
+//!
+//! - Every grant (the store call whose reply starts or extends a term) is
+//!   stamped with the operator epoch in which the database applied it; each
+//!   operator fault opens a new epoch. **At most one guard granted in the
+//!   current epoch is valid at any instant** — the full rule, for every term
+//!   the database granted since the last fault. A renewal that succeeds
+//!   after the fault makes its guard current again, so an old leader that
+//!   kept renewing beside a new one would be caught.
+//! - A guard granted before the last fault may be valid beside a current
+//!   one. Each such guard is **counted** ([`RunReport::operator_overlaps`],
+//!   summed in the exploration summary with the longest overlap), and held
+//!   to *an operator fault's overlap ends within a lease*: it stays valid no
+//!   longer than the deadline it was granted before the fault, which ends
+//!   within one lease of the fault. It ends there or earlier, when its next
+//!   renewal fails with `LeaseLost`.
+//! - Fences are not relaxed at all: the new leader's fence is above the old
+//!   one's, so a fenced resource refuses the old leader's writes once it has
+//!   seen the new fence.
+//!
+//! A schedule without operator faults never leaves epoch zero, so every
+//! guard is current and every check is the strict one.
 //!
 //! The liveness bound, with `r` the slowest clock rate, `D` the longest
 //! request delay and `R` the longest round trip when no fault is active:
@@ -65,9 +115,15 @@
 //! [`Variant`]s other than [`Variant::Normal`] break one rule on purpose
 //! (no safety margin with slow clocks; clocks 12 to 20 % slower than the
 //! margin allows; clocks only 0.5 to 2 % too slow; deadlines anchored at the
-//! reply; no watchdog while a call hangs; a driver that never campaigns);
+//! reply; no watchdog while a call hangs; a driver that never campaigns; a
+//! store with the old fence rule, absent row → 1 and expired → fence + 1;
+//! operator faults that do not wait for the database clock; a store that
+//! accepts renewals of a lost lease, so an old leader keeps its guard
+//! beside the new one after a delete, which the overlap allowance must not
+//! cover);
 //! the tests assert that the oracle finds a violation under each, and that
-//! the same bytes under the production rules pass.
+//! the same bytes under the production rules pass. The old fence rule must
+//! be caught on schedules with operator faults and pass on all others.
 //!
 //! # Running it
 //!
@@ -106,7 +162,8 @@ use std::time::{Duration, Instant};
 
 pub use rng::{Bytes, SimRng};
 pub use schedule::{
-    from_hex, safe_rate_range, to_hex, Fault, Host, Schedule, Target, TimedFault, Variant, MAX_FAULTS, MAX_HOSTS, PPM,
+    from_hex, safe_rate_range, to_hex, Fault, Host, Schedule, Target, TimedFault, Variant, MAX_FAULTS, MAX_HOSTS,
+    OPERATOR_CLOCK_WAIT, OPERATOR_KINDS, PPM,
 };
 pub use world::{run, Property, RunReport, Violation, DB_BASE_MICROS, ELECTION};
 
@@ -164,6 +221,25 @@ pub struct Exploration {
     pub total_virtual: Duration,
     /// The slowest recovery after the faults, and the bound it was held to.
     pub worst_recovery: (Duration, Duration),
+    /// Operator faults applied, summed: rows deleted, older rows restored,
+    /// tables cleared.
+    pub deletes: u64,
+    /// See [`Exploration::deletes`].
+    pub restores: u64,
+    /// See [`Exploration::deletes`].
+    pub clears: u64,
+    /// Operator faults applied under a live leader, summed.
+    pub operator_faults_under_leader: u64,
+    /// Operator faults deferred until the database clock passed the last
+    /// fence issued, summed.
+    pub operator_faults_deferred: u64,
+    /// Schedules with at least one operator fault.
+    pub operator_schedules: u64,
+    /// Overlaps of a guard granted before an operator fault with a newer
+    /// one, summed ([`RunReport::operator_overlaps`]).
+    pub operator_overlaps: u64,
+    /// The longest of them.
+    pub longest_operator_overlap: Duration,
     /// The seeds whose runs found a violation, with it.
     pub failures: Vec<(u64, Violation)>,
     /// Wall-clock time spent.
@@ -187,6 +263,14 @@ impl Exploration {
                 self.worst_recovery = (rec, r.liveness_bound);
             }
         }
+        self.deletes += r.deletes;
+        self.restores += r.restores;
+        self.clears += r.clears;
+        self.operator_faults_under_leader += r.operator_faults_under_leader;
+        self.operator_faults_deferred += r.operator_faults_deferred;
+        self.operator_schedules += u64::from(r.deletes + r.restores + r.clears > 0);
+        self.operator_overlaps += r.operator_overlaps;
+        self.longest_operator_overlap = self.longest_operator_overlap.max(r.longest_operator_overlap);
         if let Some(v) = &r.violation {
             self.failures.push((seed, v.clone()));
         }
@@ -206,6 +290,14 @@ impl Exploration {
         if ratio(o.worst_recovery) > ratio(self.worst_recovery) {
             self.worst_recovery = o.worst_recovery;
         }
+        self.deletes += o.deletes;
+        self.restores += o.restores;
+        self.clears += o.clears;
+        self.operator_faults_under_leader += o.operator_faults_under_leader;
+        self.operator_faults_deferred += o.operator_faults_deferred;
+        self.operator_schedules += o.operator_schedules;
+        self.operator_overlaps += o.operator_overlaps;
+        self.longest_operator_overlap = self.longest_operator_overlap.max(o.longest_operator_overlap);
         self.failures.extend(o.failures);
     }
 
@@ -215,7 +307,9 @@ impl Exploration {
         format!(
             "sim: explored {} schedules ({:.0}/s), {:.2} M events, {} terms, {} messages lost, {} late replies; \
              largest fleet {} hosts, up to {} processes in one run; longest virtual time {:.1} h, {:.0} h in all; \
-             slowest recovery {:?} of bound {:?}; {} failing",
+             slowest recovery {:?} of bound {:?}; operator faults in {} schedules: {} rows deleted, {} older rows \
+             restored, {} tables cleared ({} under a live leader, {} waited for the clock), {} overlaps allowed \
+             (longest {:?}); {} failing",
             self.schedules,
             self.schedules as f64 / secs,
             self.events as f64 / 1e6,
@@ -228,6 +322,14 @@ impl Exploration {
             self.total_virtual.as_secs_f64() / 3600.0,
             self.worst_recovery.0,
             self.worst_recovery.1,
+            self.operator_schedules,
+            self.deletes,
+            self.restores,
+            self.clears,
+            self.operator_faults_under_leader,
+            self.operator_faults_deferred,
+            self.operator_overlaps,
+            self.longest_operator_overlap,
             self.failures.len()
         )
     }

@@ -7,6 +7,10 @@ use std::time::Duration;
 use super::rng::{scale, Bytes, SimRng};
 use leaderelection::{default_safety_margin, Timing};
 
+/// Fault records whose kind byte is at least this decode to operator
+/// faults (one in 32 of random records).
+pub const OPERATOR_KINDS: u8 = 0xf8;
+
 /// One million: clock rates are in parts per million of the database clock.
 pub const PPM: u64 = 1_000_000;
 
@@ -46,11 +50,29 @@ pub enum Variant {
     /// of an old term are still alive, forever: nobody ever campaigns. Safe,
     /// and useless; the liveness property must catch it.
     NeverCampaigns,
+    /// **Broken on purpose.** The store assigns fences by the rule before
+    /// 2026-12: an absent row starts at 1 and an expired one goes to fence + 1.
+    /// Fine until an operator deletes the row, restores an older copy or
+    /// re-creates the table ([`Fault::DeleteRow`], [`Fault::RestoreRow`],
+    /// [`Fault::ClearTable`]): then a fence is issued again or goes backwards,
+    /// which the oracle must catch.
+    OldFenceRule,
+    /// **Broken on purpose.** Operator faults do not wait for the database
+    /// clock to pass the last fence issued ([`OPERATOR_CLOCK_WAIT`]): a row
+    /// deleted in the microsecond of a claim lets the next claim in that
+    /// microsecond repeat its fence. Shows that the wait is needed, and that
+    /// the fence rule's clock caveat is real.
+    NoOperatorClockWait,
+    /// **Broken on purpose.** A store whose `renew` answers success when the
+    /// lease is gone or names somebody else (it writes nothing): an old
+    /// leader keeps renewing after its row was deleted or replaced. The
+    /// overlap an operator fault allows must not cover it.
+    RenewsLostLease,
 }
 
 impl Variant {
     /// Every variant, the production one first.
-    pub const ALL: [Variant; 7] = [
+    pub const ALL: [Variant; 10] = [
         Variant::Normal,
         Variant::NoMarginSkewed,
         Variant::SkewedPastMargin,
@@ -58,6 +80,9 @@ impl Variant {
         Variant::AnchorAtReply,
         Variant::NoWatchdog,
         Variant::NeverCampaigns,
+        Variant::OldFenceRule,
+        Variant::NoOperatorClockWait,
+        Variant::RenewsLostLease,
     ];
 
     /// The name used in replay commands (`SIM_VARIANT=...`).
@@ -70,6 +95,9 @@ impl Variant {
             Variant::AnchorAtReply => "anchor-at-reply",
             Variant::NoWatchdog => "no-watchdog",
             Variant::NeverCampaigns => "never-campaigns",
+            Variant::OldFenceRule => "old-fence-rule",
+            Variant::NoOperatorClockWait => "no-operator-clock-wait",
+            Variant::RenewsLostLease => "renews-lost-lease",
         }
     }
 
@@ -177,7 +205,34 @@ pub enum Fault {
         /// Who.
         target: Target,
     },
+    /// **Operator.** Somebody deletes the election's row (`DELETE`), between
+    /// terms or under a live lease.
+    DeleteRow,
+    /// **Failover.** The row as it stood `lag` earlier comes back over the
+    /// current one, as when a replica that lags by `lag` is promoted (no row
+    /// at all if the election had none then).
+    RestoreRow {
+        /// How far behind the promoted copy is.
+        lag: Duration,
+    },
+    /// **Operator.** The table is dropped and re-created: every row goes.
+    ClearTable,
 }
+
+impl Fault {
+    /// Whether it is an operator's or a failover's change to the database's
+    /// state ([`Fault::DeleteRow`], [`Fault::RestoreRow`],
+    /// [`Fault::ClearTable`]), which the oracle judges by the relaxed rule
+    /// (see the crate docs).
+    pub fn is_operator(&self) -> bool {
+        matches!(self, Fault::DeleteRow | Fault::RestoreRow { .. } | Fault::ClearTable)
+    }
+}
+
+/// How long an operator fault waits for the database clock to move past the
+/// last fence issued (see [`Schedule::from_bytes`]): what the acceptance
+/// suite waits before its operator events.
+pub const OPERATOR_CLOCK_WAIT: Duration = Duration::from_millis(2);
 
 /// A fault and when it starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,6 +323,26 @@ fn timing_template(t: u8, aux: u8) -> Timing {
 impl Schedule {
     /// Decodes `bytes`. Every byte string decodes to a schedule: missing bytes
     /// read as zero and extra bytes are ignored.
+    ///
+    /// The layout: three header bytes (fleet size, timing template, its
+    /// parameter), six bytes per host, an eight-byte seed, then six-byte fault
+    /// records `kind, at (u16), who, p1, p2`. A record's `kind % 16` picks a
+    /// fault of the network, the database or a process; a `kind` of
+    /// [`OPERATOR_KINDS`] (`0xf8`) or more picks an operator fault instead:
+    /// `0xf8..=0xfa` [`Fault::DeleteRow`], `0xfb..=0xfd` [`Fault::RestoreRow`]
+    /// with a lag of `p1 / 255` of three leases, `0xfe..=0xff`
+    /// [`Fault::ClearTable`]. (Before operator faults existed those eight
+    /// kinds decoded as `kind % 16`, i.e. a slow link, a failing database,
+    /// crashes, a shutdown or resignations.)
+    ///
+    /// The database clock's caveat: the fence rule `max(previous + 1, now in
+    /// microseconds)` issues fences a little ahead of the clock when several
+    /// terms start within one microsecond, so a deleted or restored row right
+    /// after such a burst could see a fence again. As the acceptance suite
+    /// waits 2 ms of database clock before its operator events, the
+    /// simulation applies an operator fault only once the database clock
+    /// reads [`OPERATOR_CLOCK_WAIT`] past the last fence issued, deferring it
+    /// until then if need be.
     pub fn from_bytes(bytes: &[u8], variant: Variant) -> Schedule {
         let mut r = Bytes::new(bytes);
         let n_hosts = 2 + usize::from(r.u8()) % (MAX_HOSTS - 1);
@@ -287,7 +362,12 @@ impl Schedule {
         for i in 0..n_hosts {
             let (rate_b, off_b, req_b, rep_b, start_b, flags) = (r.u8(), r.u8(), r.u8(), r.u8(), r.u8(), r.u8());
             let rate_ppm = match variant {
-                Variant::Normal | Variant::NoWatchdog | Variant::NeverCampaigns => match rate_b {
+                Variant::Normal
+                | Variant::NoWatchdog
+                | Variant::NeverCampaigns
+                | Variant::OldFenceRule
+                | Variant::NoOperatorClockWait
+                | Variant::RenewsLostLease => match rate_b {
                     0..=15 => safe_lo,
                     16..=47 => PPM,
                     b => safe_lo + (safe_hi - safe_lo) * u64::from(b - 48) / 207,
@@ -343,15 +423,23 @@ impl Schedule {
             } else {
                 scale(lease * 2, u64::from(p1), 254)
             };
-            let fault = match kind % 16 {
-                0 | 1 => Fault::PauseDb { dur },
-                2..=4 => Fault::Partition { target, dur },
-                5..=7 => Fault::Lossy { target, dur, req_loss: 20 + p2 % 81, rep_loss: 20 + (p2 / 3) % 81 },
-                8 => Fault::SlowNet { target, dur, extra: scale(op * 3, u64::from(p2), 255) },
-                9 => Fault::DbFailing { dur, fatal: p2 & 1 == 1 },
-                10 | 11 => Fault::Crash { target, down: if long { dur } else { scale(lease * 2, u64::from(p2), 255) } },
-                12 => Fault::Shutdown { target, down: scale(lease * 2, u64::from(p2), 255) },
-                _ => Fault::Resign { target },
+            let fault = match kind {
+                // One record in 32: an operator's or a failover's hand.
+                OPERATOR_KINDS..=0xfa => Fault::DeleteRow,
+                0xfb..=0xfd => Fault::RestoreRow { lag: scale(lease * 3, u64::from(p1), 255) },
+                0xfe..=0xff => Fault::ClearTable,
+                _ => match kind % 16 {
+                    0 | 1 => Fault::PauseDb { dur },
+                    2..=4 => Fault::Partition { target, dur },
+                    5..=7 => Fault::Lossy { target, dur, req_loss: 20 + p2 % 81, rep_loss: 20 + (p2 / 3) % 81 },
+                    8 => Fault::SlowNet { target, dur, extra: scale(op * 3, u64::from(p2), 255) },
+                    9 => Fault::DbFailing { dur, fatal: p2 & 1 == 1 },
+                    10 | 11 => {
+                        Fault::Crash { target, down: if long { dur } else { scale(lease * 2, u64::from(p2), 255) } }
+                    }
+                    12 => Fault::Shutdown { target, down: scale(lease * 2, u64::from(p2), 255) },
+                    _ => Fault::Resign { target },
+                },
             };
             faults.push(TimedFault { at, fault });
         }
@@ -399,6 +487,9 @@ impl Schedule {
                 Fault::SlowNet { dur, extra, .. } => dur + extra * 2 + rtt,
                 Fault::Crash { down, .. } | Fault::Shutdown { down, .. } => down,
                 Fault::Resign { .. } => Duration::ZERO,
+                // Applied once the database clock has moved past the last
+                // fence issued, normally within this wait.
+                Fault::DeleteRow | Fault::RestoreRow { .. } | Fault::ClearTable => OPERATOR_CLOCK_WAIT,
             }
         });
         starts.chain(faults).max().unwrap_or_default()

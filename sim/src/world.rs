@@ -6,11 +6,11 @@ use std::fmt;
 use std::time::Duration;
 
 use super::rng::SimRng;
-use super::schedule::{Fault, Schedule, Target, Variant, PPM};
-use leaderelection::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Outcome, Output, TermId};
+use super::schedule::{Fault, Schedule, Target, Variant, OPERATOR_CLOCK_WAIT, PPM};
+use leaderelection::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome, Output, TermId};
 use leaderelection::DbTime;
-use leaderelection::ErrorKind;
 use leaderelection::MemStore;
+use leaderelection::{ErrorKind, Lease, Store, StoreError};
 
 /// The election every simulated participant runs.
 pub const ELECTION: &str = "sim";
@@ -27,10 +27,20 @@ const MAX_EVENTS: u64 = 20_000_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Property {
     /// always: at most one participant holds a valid guard at any instant of
-    /// real time.
+    /// real time. After an operator fault, guards granted before it are
+    /// exempt (they are counted as operator overlaps and held to
+    /// [`Property::OperatorOverlapBounded`]); with no operator fault in the
+    /// schedule, no guard is exempt.
     AtMostOneValidGuard,
-    /// always: each term's fence is above every fence issued before it, so
-    /// none is issued twice and none goes backwards.
+    /// always: a guard granted before an operator fault stays valid no longer
+    /// than the deadline it was granted before the fault, at most one lease
+    /// after the fault.
+    OperatorOverlapBounded,
+    /// always: every fence the database issues is above every fence it issued
+    /// before (across deleted, restored and re-created rows too), each term
+    /// starts under a fence issued to its participant and never used by
+    /// another term, and a term granted since the last operator fault has a
+    /// fence above every term started before it.
     FencesIncrease,
     /// always: the fence on the record never goes backwards.
     StoreFenceMonotonic,
@@ -64,6 +74,7 @@ impl Property {
     pub fn name(self) -> &'static str {
         match self {
             Property::AtMostOneValidGuard => "always: at most one valid guard",
+            Property::OperatorOverlapBounded => "always: an operator fault's overlap ends within a lease",
             Property::FencesIncrease => "always: fences strictly increase",
             Property::StoreFenceMonotonic => "always: the record's fence never goes backwards",
             Property::GuardBackedByRecord => "always: a valid guard is backed by the record",
@@ -131,15 +142,56 @@ pub struct RunReport {
     pub trace_hash: u64,
     /// The events as text, when asked for.
     pub trace: Vec<String>,
+    /// Operator faults applied: rows deleted, older rows restored, tables
+    /// cleared.
+    pub deletes: u64,
+    /// See [`RunReport::deletes`].
+    pub restores: u64,
+    /// See [`RunReport::deletes`].
+    pub clears: u64,
+    /// Operator faults applied while somebody held a valid guard.
+    pub operator_faults_under_leader: u64,
+    /// Operator faults that waited for the database clock to pass the last
+    /// fence issued.
+    pub operator_faults_deferred: u64,
+    /// Guards granted before an operator fault that were valid while another
+    /// guard was: each such overlap is allowed, counted here, and bounded.
+    pub operator_overlaps: u64,
+    /// The longest of those overlaps (real time).
+    pub longest_operator_overlap: Duration,
+    /// Terms that started under a grant made before an operator fault (the
+    /// reply arrived after it).
+    pub terms_granted_before_operator_fault: u64,
+    /// Fences issued by the database.
+    pub fences_issued: u64,
 }
 
 enum Ev {
-    Start { host: usize },
-    Restart { host: usize },
-    Wake { node: usize },
-    Request { node: usize, call: Call },
-    Reply { node: usize, id: CallId, outcome: Outcome },
-    GuardsDropped { node: usize },
+    Start {
+        host: usize,
+    },
+    Restart {
+        host: usize,
+    },
+    Wake {
+        node: usize,
+    },
+    Request {
+        node: usize,
+        call: Call,
+    },
+    /// `epoch`: the operator epoch in which the database applied the call.
+    Reply {
+        node: usize,
+        id: CallId,
+        outcome: Outcome,
+        epoch: u32,
+    },
+    /// Copies the record for a later [`Fault::RestoreRow`].
+    Snapshot(usize),
+    GuardsDropped {
+        node: usize,
+    },
     FaultStart(usize),
     FaultEnd(usize),
     End,
@@ -175,6 +227,12 @@ struct Guard {
     fence: u64,
     deadline: LocalTime,
     start: u64,
+    /// The operator epoch in which the database applied the call that granted
+    /// the current deadline: below the world's epoch, an operator fault came
+    /// after the grant, and the guard is exempt from the one-guard rule.
+    epoch: u32,
+    /// When it was first seen valid beside another valid guard.
+    overlap_from: Option<u64>,
 }
 
 struct Node {
@@ -221,6 +279,22 @@ struct World<'a> {
     intervals: Vec<Interval>,
     tracing: bool,
     report: RunReport,
+    /// Operator epoch: how many operator faults have been applied.
+    epoch: u32,
+    /// When each operator fault was applied (the end of epoch `i`).
+    epoch_ends: Vec<u64>,
+    /// The epoch of the reply being handled, while its outputs are drained.
+    reply_epoch: Option<u32>,
+    /// The record's fence after the last change (`None`: no row).
+    record_fence: Option<u64>,
+    /// The highest fence the database has issued, and the database clock (µs
+    /// since the run began) when it issued the last one.
+    max_issued: u64,
+    last_issue_micros: Option<u64>,
+    /// Fences issued: (fence, node it went to, whether a term started with it).
+    issued: Vec<(u64, usize, bool)>,
+    /// Copies of the record for restores, by fault index (`None`: no row).
+    snapshots: Vec<Option<Lease>>,
 }
 
 /// Runs `schedule` to its end, or to the first violation. With `trace`, the
@@ -244,6 +318,14 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         intervals: Vec::new(),
         tracing: trace,
         report: RunReport { trace_hash: 0xcbf2_9ce4_8422_2325, hosts: schedule.hosts.len(), ..RunReport::default() },
+        epoch: 0,
+        epoch_ends: Vec::new(),
+        reply_epoch: None,
+        record_fence: None,
+        max_issued: 0,
+        last_issue_micros: None,
+        issued: Vec::new(),
+        snapshots: vec![None; schedule.faults.len()],
     };
     w.report.faults_end = schedule.faults_end();
     w.report.liveness_bound = schedule.liveness_bound();
@@ -251,6 +333,11 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         w.push(nanos(h.start_at), Ev::Start { host });
     }
     for (i, f) in schedule.faults.iter().enumerate() {
+        if let Fault::RestoreRow { lag } = f.fault {
+            if lag <= f.at {
+                w.push(nanos(f.at - lag), Ev::Snapshot(i));
+            }
+        }
         w.push(nanos(f.at), Ev::FaultStart(i));
     }
     let end = nanos(w.report.faults_end + w.report.liveness_bound + schedule.timing.lease_duration * 2);
@@ -366,6 +453,33 @@ impl World<'_> {
             let end = t.min(self.guard_expiry(node, &g)).max(g.start);
             self.intervals.push(Interval { start: g.start, end });
             self.leading.retain(|&n| n != node);
+            if let Some(from) = g.overlap_from {
+                let overlap = dur(end.saturating_sub(from));
+                self.report.longest_operator_overlap = self.report.longest_operator_overlap.max(overlap);
+            }
+            self.check_orphan_bound(t, node, &g, end);
+        }
+    }
+
+    /// A guard granted before an operator fault is valid at most until the
+    /// deadline it already had, which ends within one lease of the fault
+    /// (its grant was applied before the fault, and a clock at the slowest
+    /// safe rate reads `lease - margin` within `lease`).
+    fn check_orphan_bound(&mut self, t: u64, node: usize, g: &Guard, valid_until: u64) {
+        let Some(at) = self.orphaned_at(g) else { return };
+        if !self.watchdog() {
+            return;
+        }
+        let bound = at.saturating_add(nanos(self.s.timing.lease_duration));
+        if valid_until > bound {
+            let detail = format!(
+                "{} (fence {}) was granted before the operator fault at {:?} and stayed valid until {:?}",
+                self.nodes[node].identity,
+                g.fence,
+                dur(at),
+                dur(valid_until)
+            );
+            self.violate(t, Property::OperatorOverlapBounded, detail);
         }
     }
 
@@ -406,7 +520,7 @@ impl World<'_> {
                     self.apply(t, node, call);
                 }
             }
-            Ev::Reply { node, id, outcome } => {
+            Ev::Reply { node, id, outcome, epoch } => {
                 let host = self.nodes[node].host;
                 if self.partitioned(host) {
                     self.report.lost_replies += 1;
@@ -418,7 +532,17 @@ impl World<'_> {
                     self.report.late_replies += 1;
                 }
                 self.note(t, 5, node as u64, id.0, || format!("n{node} reply {}: {}", id.0, show_outcome(&outcome)));
+                self.reply_epoch = Some(epoch);
                 self.with_node(t, node, |m, now| m.handle_reply(now, id, outcome));
+                self.reply_epoch = None;
+            }
+            Ev::Snapshot(i) => {
+                self.advance_db(t);
+                let row = self.store.peek(ELECTION);
+                self.note(t, 33, i as u64, row.as_ref().map_or(0, |r| r.fence), || {
+                    format!("a replica's copy for fault {i}: {}", row.as_ref().map_or("no row".into(), show_lease))
+                });
+                self.snapshots[i] = row;
             }
             Ev::GuardsDropped { node } => {
                 self.note(t, 6, node as u64, 0, || format!("n{node} drops the guards of its ended term"));
@@ -583,16 +707,24 @@ impl World<'_> {
         let id = self.nodes[node].identity.clone();
         let payload = [host as u8];
         let o = self.s.timing.operation_timeout;
-        let outcome = call.op.run(&self.store, ELECTION, &id, &payload, o);
+        let outcome = match self.s.variant {
+            Variant::OldFenceRule => call.op.run(&OldFenceRule(&self.store), ELECTION, &id, &payload, o),
+            Variant::RenewsLostLease => call.op.run(&RenewsLostLease(&self.store), ELECTION, &id, &payload, o),
+            _ => call.op.run(&self.store, ELECTION, &id, &payload, o),
+        };
         self.note(t, 20, node as u64, call.id.0, || {
             format!("db applies n{node} call {}: {}", call.id.0, show_outcome(&outcome))
         });
         if let Some(row) = self.store.peek(ELECTION) {
+            if matches!(call.op, Op::Acquire { .. }) && self.record_fence != Some(row.fence) {
+                self.fence_issued(t, node, row.fence);
+            }
             if row.fence < self.store_fence {
                 let detail = format!("record fence went from {} to {}", self.store_fence, row.fence);
                 self.violate(t, Property::StoreFenceMonotonic, detail);
             }
             self.store_fence = row.fence;
+            self.record_fence = Some(row.fence);
         }
         let (_, rep_loss) = self.loss(host);
         if self.partitioned(host) || self.rng.percent(rep_loss) {
@@ -602,7 +734,7 @@ impl World<'_> {
         }
         let (lo, hi) = self.s.hosts[host].rep_delay;
         let delay = self.rng.duration(lo, hi) + self.extra(host);
-        self.push(t + nanos(delay), Ev::Reply { node, id: call.id, outcome });
+        self.push(t + nanos(delay), Ev::Reply { node, id: call.id, outcome, epoch: self.epoch });
     }
 
     // ---- faults ----
@@ -634,6 +766,10 @@ impl World<'_> {
 
     fn fault_start(&mut self, t: u64, i: usize) {
         let fault = self.s.faults[i].fault;
+        if fault.is_operator() {
+            self.operator_fault(t, i);
+            return;
+        }
         let window = |target| (usize::MAX, target);
         let (host, dur) = match fault {
             Fault::PauseDb { dur } => {
@@ -656,6 +792,7 @@ impl World<'_> {
                 self.shutdown(t, host, down);
                 return;
             }
+            Fault::DeleteRow | Fault::RestoreRow { .. } | Fault::ClearTable => return,
             Fault::Resign { target } => {
                 let host = self.resolve(t, target);
                 self.note(t, 30, i as u64, host as u64, || format!("fault {i}: host {host} resigns"));
@@ -672,6 +809,66 @@ impl World<'_> {
         self.active.push((i, host));
         self.set_failing();
         self.push(t + nanos(dur), Ev::FaultEnd(i));
+    }
+
+    /// An operator's or a failover's change to the record. It waits until the
+    /// database clock reads [`OPERATOR_CLOCK_WAIT`] past the last fence
+    /// issued (the clock caveat of the fence rule, as the acceptance suite
+    /// waits), then opens a new operator epoch: every grant made before it
+    /// is exempt from the one-guard rule from now on.
+    fn operator_fault(&mut self, t: u64, i: usize) {
+        self.advance_db(t);
+        if let Some(last) = self.last_issue_micros.filter(|_| self.s.variant != Variant::NoOperatorClockWait) {
+            let ready = last + OPERATOR_CLOCK_WAIT.as_micros() as u64;
+            if self.db_micros < ready {
+                self.report.operator_faults_deferred += 1;
+                self.note(t, 34, i as u64, ready, || format!("fault {i} waits for the database clock"));
+                self.push(ready * 1000, Ev::FaultStart(i));
+                return;
+            }
+        }
+        let fault = self.s.faults[i].fault;
+        let before = self.store.peek(ELECTION);
+        match fault {
+            Fault::DeleteRow => {
+                self.report.deletes += 1;
+                self.store.delete_row(ELECTION);
+            }
+            Fault::ClearTable => {
+                self.report.clears += 1;
+                self.store.clear();
+            }
+            Fault::RestoreRow { .. } => {
+                self.report.restores += 1;
+                match &self.snapshots[i] {
+                    Some(row) => self.store.restore_row(row),
+                    None => {
+                        self.store.delete_row(ELECTION);
+                    }
+                }
+            }
+            _ => unreachable!("not an operator fault: {fault:?}"),
+        }
+        let after = self.store.peek(ELECTION);
+        let leader = self.leading.iter().any(|&n| self.valid(n, t));
+        self.report.operator_faults_under_leader += u64::from(leader);
+        self.note(t, 35, i as u64, after.as_ref().map_or(0, |r| r.fence), || {
+            format!(
+                "fault {i}: OPERATOR {fault:?}{}: record {} -> {}",
+                if leader { " under a live leader" } else { "" },
+                before.as_ref().map_or("no row".into(), show_lease),
+                after.as_ref().map_or("no row".into(), show_lease)
+            )
+        });
+        // The operator set the record's fence, maybe backwards: the check of
+        // the record's own fence starts again from here; the check of the
+        // fences issued does not.
+        self.record_fence = after.as_ref().map(|r| r.fence);
+        if let Some(f) = self.record_fence {
+            self.store_fence = f;
+        }
+        self.epoch += 1;
+        self.epoch_ends.push(t);
     }
 
     fn fault_end(&mut self, t: u64, i: usize) {
@@ -725,13 +922,56 @@ impl World<'_> {
 
     // ---- the oracle ----
 
+    /// The database issued `fence` for a new term, to `node`.
+    fn fence_issued(&mut self, t: u64, node: usize, fence: u64) {
+        self.report.fences_issued += 1;
+        if fence <= self.max_issued {
+            let detail = format!(
+                "the database issued fence {fence} to {}, but it had issued fence {} before{}",
+                self.nodes[node].identity,
+                self.max_issued,
+                if self.epoch > 0 { format!(" ({} operator faults so far)", self.epoch) } else { String::new() }
+            );
+            self.violate(t, Property::FencesIncrease, detail);
+        }
+        self.max_issued = self.max_issued.max(fence);
+        self.last_issue_micros = Some(self.db_micros);
+        self.issued.push((fence, node, false));
+    }
+
+    /// Whether `g` was granted before the last operator fault, and if so when
+    /// the first operator fault after its grant came.
+    fn orphaned_at(&self, g: &Guard) -> Option<u64> {
+        (g.epoch < self.epoch).then(|| self.epoch_ends[g.epoch as usize])
+    }
+
     fn term_started(&mut self, t: u64, node: usize, term: TermId, fence: u64, deadline: LocalTime) {
         let ident = self.nodes[node].identity.clone();
         if self.nodes[node].guard.is_some() {
             self.violate(t, Property::OutputsMatchMachine, format!("{ident} started {term:?} inside another term"));
             return;
         }
-        if fence <= self.max_fence {
+        let epoch = self.reply_epoch.unwrap_or(self.epoch);
+        match self.issued.iter_mut().rev().find(|(f, _, _)| *f == fence) {
+            Some((_, to, started)) if *to == node && !*started => *started = true,
+            Some((_, to, _)) => {
+                let detail = format!(
+                    "{ident} started a term with fence {fence}, issued to {} and {}",
+                    self.nodes[*to].identity,
+                    if *to == node { "already led under" } else { "not to it" }
+                );
+                self.violate(t, Property::FencesIncrease, detail);
+            }
+            None => {
+                let detail = format!("{ident} started a term with fence {fence}, which the database never issued");
+                self.violate(t, Property::FencesIncrease, detail);
+            }
+        }
+        if epoch < self.epoch {
+            // Granted before an operator fault, started after it: a later
+            // fence may already be in use, as the operator made possible.
+            self.report.terms_granted_before_operator_fault += 1;
+        } else if fence <= self.max_fence {
             let detail =
                 format!("{ident} started a term with fence {fence}, but fence {} was issued before", self.max_fence);
             self.violate(t, Property::FencesIncrease, detail);
@@ -745,7 +985,7 @@ impl World<'_> {
                 format!("{ident} started {term:?} already past its deadline"),
             );
         }
-        self.nodes[node].guard = Some(Guard { term, fence, deadline, start: t });
+        self.nodes[node].guard = Some(Guard { term, fence, deadline, start: t, epoch, overlap_from: None });
         self.leading.push(node);
     }
 
@@ -765,7 +1005,8 @@ impl World<'_> {
             self.violate(t, Property::GuardNeverRevives, detail);
             return;
         }
-        self.nodes[node].guard = Some(Guard { deadline, ..g });
+        let epoch = self.reply_epoch.unwrap_or(self.epoch);
+        self.nodes[node].guard = Some(Guard { deadline, epoch, ..g });
     }
 
     fn check_outputs(&mut self, t: u64, node: usize) {
@@ -784,20 +1025,37 @@ impl World<'_> {
     /// each event instant covers every instant of real time.
     fn check_instant(&mut self, t: u64) {
         let valid: Vec<usize> = self.leading.iter().copied().filter(|&n| self.valid(n, t)).collect();
-        if valid.len() > 1 {
-            let who: Vec<String> = valid
+        // Guards granted since the last operator fault: at most one may be
+        // valid. With no operator fault in the run that is every guard.
+        let current: Vec<usize> = valid
+            .iter()
+            .copied()
+            .filter(|&n| self.nodes[n].guard.is_some_and(|g| self.orphaned_at(&g).is_none()))
+            .collect();
+        if valid.len() > 1 && current.len() <= 1 {
+            // The overlap an operator fault made possible: count it, bound it.
+            for &n in &valid {
+                let Some(mut g) = self.nodes[n].guard else { continue };
+                if self.orphaned_at(&g).is_none() {
+                    continue;
+                }
+                if g.overlap_from.is_none() {
+                    g.overlap_from = Some(t);
+                    self.nodes[n].guard = Some(g);
+                    self.report.operator_overlaps += 1;
+                    let ident = self.nodes[n].identity.clone();
+                    self.note(t, 36, n as u64, g.fence, || {
+                        format!("n{n} {ident} (fence {}) overlaps a newer guard after an operator fault", g.fence)
+                    });
+                }
+                self.check_orphan_bound(t, n, &g, t);
+            }
+        } else if valid.len() > 1 {
+            let who: Vec<String> = current
                 .iter()
-                .map(|&n| {
-                    let (node, g) = (
-                        &self.nodes[n],
-                        self.nodes[n].guard.unwrap_or(Guard {
-                            term: TermId(0),
-                            fence: 0,
-                            deadline: LocalTime::ZERO,
-                            start: 0,
-                        }),
-                    );
-                    format!(
+                .filter_map(|&n| {
+                    let (node, g) = (&self.nodes[n], self.nodes[n].guard?);
+                    Some(format!(
                         "{} (fence {}, valid since {:?}, deadline {:?}, local now {:?}, rate {})",
                         node.identity,
                         g.fence,
@@ -805,17 +1063,20 @@ impl World<'_> {
                         g.deadline,
                         self.local(node.host, t),
                         self.s.hosts[node.host].rate_ppm
-                    )
+                    ))
                 })
                 .collect();
-            self.violate(t, Property::AtMostOneValidGuard, who.join(" and "));
+            let since = if self.epoch > 0 { ", both granted since the last operator fault" } else { "" };
+            self.violate(t, Property::AtMostOneValidGuard, format!("{}{since}", who.join(" and ")));
             return;
         }
         if self.s.variant != Variant::Normal {
             // The broken drivers are judged on the headline properties only.
             return;
         }
-        if let Some(&n) = valid.first() {
+        // A guard granted before an operator fault is not backed by the
+        // record any more, by the operator's doing; the current one must be.
+        if let Some(&n) = current.first() {
             self.advance_db(t);
             let g = self.nodes[n].guard.expect("valid implies a guard");
             let row = self.store.peek(ELECTION);
@@ -904,5 +1165,107 @@ fn show_outcome(o: &Outcome) -> String {
         }
         Outcome::Lease(Err(e)) => format!("error {:?}: {e}", e.kind()),
         Outcome::Released(r) => format!("release {r:?}"),
+    }
+}
+
+fn show_lease(l: &Lease) -> String {
+    format!("{} fence {} ttl {:?}{}", l.holder, l.fence, l.ttl(), if l.expired() { " (expired)" } else { "" })
+}
+
+/// The negative control's store ([`Variant::OldFenceRule`]): a [`MemStore`]
+/// whose new terms get their fences by the old rule, absent row → 1 and
+/// expired row → fence + 1, rewritten over what the store assigned.
+struct OldFenceRule<'a>(&'a MemStore);
+
+impl Store for OldFenceRule<'_> {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        let before = self.0.peek(name);
+        let mut lease = self.0.acquire(name, identity, ttl, payload, timeout)?;
+        let new_term = lease.holder == identity && before.as_ref().is_none_or(|b| b.fence != lease.fence);
+        if new_term {
+            lease.fence = before.map_or(1, |b| b.fence + 1);
+            self.0.restore_row(&lease);
+        }
+        Ok(lease)
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        self.0.renew(name, identity, fence, ttl, payload, timeout)
+    }
+
+    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+        self.0.release(name, identity, fence, timeout)
+    }
+
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+        self.0.inspect(name, timeout)
+    }
+}
+
+/// The negative control's store ([`Variant::RenewsLostLease`]): a
+/// [`MemStore`] whose `renew` answers success, writing nothing, when the
+/// lease is gone or someone else's.
+struct RenewsLostLease<'a>(&'a MemStore);
+
+impl Store for RenewsLostLease<'_> {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        self.0.acquire(name, identity, ttl, payload, timeout)
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        match self.0.renew(name, identity, fence, ttl, payload, timeout) {
+            Err(e) if e.is_lease_lost() => {
+                let now = self.0.now();
+                Ok(Lease {
+                    name: name.to_owned(),
+                    holder: identity.to_owned(),
+                    fence,
+                    acquired_at: now,
+                    renewed_at: now,
+                    expires_at: now.saturating_add(ttl),
+                    now,
+                    payload: payload.to_vec(),
+                })
+            }
+            other => other,
+        }
+    }
+
+    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+        self.0.release(name, identity, fence, timeout)
+    }
+
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+        self.0.inspect(name, timeout)
     }
 }
