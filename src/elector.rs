@@ -536,8 +536,9 @@ impl Driver {
         st.term = None;
         self.shared.changed.notify_all();
         drop(st);
+        // Their release was abandoned by the shutdown: not confirmed.
         for (_, reply) in self.resigners.drain(..) {
-            let _ = reply.send(Ok(()));
+            let _ = reply.send(Err(ElectionError::Stopped));
         }
         self.shutdown_result
     }
@@ -920,4 +921,18 @@ fn run_call(job: &Job) -> Outcome {
     result.unwrap_or_else(|_| {
         failed(job.call.op, ElectionError::store(job.call.op.kind(), StoreError::fatal("store call panicked")))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_failed_identity_says_why_and_keeps_its_cause() {
+        let e = StartError::Identity(IdentityError::from_getrandom(getrandom::Error::UNSUPPORTED));
+        let text = e.to_string();
+        assert!(text.starts_with("cannot start elector: cannot generate an identity"), "{text}");
+        assert!(e.source().is_some_and(|s| s.to_string().contains("system randomness failed")));
+    }
 }

@@ -128,6 +128,31 @@ fn resign_reports_the_release_and_waits_before_campaigning_again() {
 }
 
 #[test]
+fn a_resign_whose_release_is_cut_short_by_shutdown_is_not_reported_as_released() {
+    let store = MemStore::new();
+    let a = Arc::new(start(&store, "a"));
+    let guard = lead(&a);
+    store.pause(); // the release will hang
+    let resigning = thread::spawn(move || guard.resign());
+    assert!(eventually(ms(2000), || !a.is_leader()), "resign ends the term before its release is sent");
+    a.shutdown_without_release();
+    let result = resigning.join().unwrap();
+    assert!(matches!(result, Err(ElectionError::Stopped)), "{result:?}");
+    store.resume();
+}
+
+#[test]
+fn resigning_a_term_that_already_ended_reports_nothing_to_release() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let guard = lead(&a);
+    store.set_failing(Some(ErrorKind::Fatal));
+    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
+    store.set_failing(None);
+    assert!(guard.resign().is_ok(), "an ended term has nothing of ours to hand over");
+}
+
+#[test]
 fn a_process_never_overlaps_two_terms_in_user_code() {
     let store = MemStore::new();
     let a = start(&store, "a");
