@@ -72,7 +72,7 @@ fn leading_machine() -> Machine {
 fn ended(outs: &[Output]) -> Vec<EndReason> {
     outs.iter()
         .filter_map(|o| match o {
-            Output::TermEnded { reason, .. } => Some(reason.clone()),
+            Output::TermEnded { reason, .. } => Some(*reason),
             _ => None,
         })
         .collect()
