@@ -667,11 +667,12 @@ impl Driver {
     /// Tells the machine how term `id` ended, as its shared state decided:
     /// once, whoever got there first.
     fn settle(&mut self, now: LocalTime, id: TermId, reason: EndReason) {
+        // Only the program resigns and only a deadline expires a term behind
+        // the machine's back; the other reasons come from the machine itself,
+        // which has then ended the term already, so `expire` finds nothing.
         match reason {
             EndReason::Resigned => self.machine.resign(now, id),
-            EndReason::ExpiredLocally => self.machine.expire(now, id),
-            // Only the machine ends terms for these, and the driver follows.
-            EndReason::LeaseLost | EndReason::Fatal | EndReason::Shutdown => {}
+            _ => self.machine.expire(now, id),
         }
     }
 

@@ -153,6 +153,30 @@ fn resigning_a_term_that_already_ended_reports_nothing_to_release() {
 }
 
 #[test]
+fn a_resign_with_every_call_thread_hung_fails_at_once_and_says_why() {
+    // Calls abandoned at a 100 ms timeout pile up on a frozen store until all
+    // four call threads are stuck (about 1 s), well before the 2.8 s deadline.
+    let timing = Timing { operation_timeout: ms(100), lease_duration: ms(3000), ..timing() };
+    let store = MemStore::new();
+    let a = Elector::start(Config::new(store.clone(), NAME).identity("a").timing(timing)).unwrap();
+    let guard = lead(&a);
+    store.pause();
+    let all_hung = eventually(ms(2000), || {
+        a.status().last_error.is_some_and(|e| e.to_string().contains("still hung")) && guard.is_valid()
+    });
+    assert!(all_hung, "{:?}", a.status());
+    let started = Instant::now();
+    let result = guard.resign();
+    assert!(started.elapsed() < ms(100), "no thread to wait on: {:?}", started.elapsed());
+    let err = result.expect_err("the release could not even start");
+    assert!(err.to_string().contains("hung"), "{err}");
+    store.resume();
+    let back = a.wait_leader_timeout(Duration::from_secs(5)).expect("leads again once the store answers");
+    drop(back);
+    a.shutdown().unwrap();
+}
+
+#[test]
 fn a_process_never_overlaps_two_terms_in_user_code() {
     let store = MemStore::new();
     let a = start(&store, "a");

@@ -108,3 +108,28 @@ fn a_guard_dropped_while_a_renewal_answer_is_handled_still_resigns() {
     }
     elector.shutdown().unwrap();
 }
+
+/// The same window for `resign()`: it used to answer `Ok(())` without
+/// releasing, reporting or backing off when the renewal answer won the race.
+#[test]
+fn resign_while_a_renewal_answer_is_handled_still_releases_and_backs_off() {
+    let store = SignalledRenewal { inner: MemStore::new(), armed: Arc::default() };
+    let elector = Elector::start(Config::new(store.clone(), NAME).identity("a").timing(timing())).unwrap();
+    let backoff = timing().retry_period * 2;
+    for trial in 0..TRIALS {
+        let guard = elector.wait_leader_timeout(Duration::from_secs(5)).expect("leads");
+        let fence = guard.fence();
+        let answering = store.arm();
+        answering.recv_timeout(Duration::from_secs(5)).expect("a renewal within the renew interval");
+        let resigned_at = Instant::now();
+        guard.resign().unwrap_or_else(|e| panic!("trial {trial}: the release worked: {e}"));
+        let lease = store.inner.inspect(NAME, ms(100)).unwrap();
+        assert!(lease.expired() && lease.fence == fence, "trial {trial}: released before resign() returned: {lease:?}");
+        let next = elector.wait_leader_timeout(Duration::from_secs(5)).expect("leads again");
+        let gap = resigned_at.elapsed();
+        assert!(gap >= backoff, "trial {trial}: led again {gap:?} after resign(); it waits {backoff:?}");
+        assert!(next.fence() > fence);
+        next.resign().unwrap();
+    }
+    elector.shutdown().unwrap();
+}
