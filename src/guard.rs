@@ -596,26 +596,33 @@ mod loom_tests {
     }
 
     #[test]
-    fn loom_a_new_guard_taken_as_the_last_one_drops() {
-        loom::model(|| {
-            let (term, commands) = term();
-            let guard = term.guard();
-            let user = thread::spawn(move || drop(guard));
-            // `Elector::guard` / `wait_leader`: a guard of a term that looks
-            // valid, under the elector's state lock (one taker here).
-            let taken = if term.is_valid_at(BEFORE) { Some(term.guard()) } else { None };
-            user.join().unwrap();
-            match &taken {
-                // Taken before the drop: the term lives on in the new guard.
-                Some(g) if !term.is_ended() => assert!(g.is_valid_at_for_test(BEFORE)),
-                // Taken as the drop ended it: invalid from the start.
-                Some(g) => assert!(!g.is_valid_at_for_test(BEFORE)),
-                None => assert!(term.was_resigned()),
-            }
-            drop(taken);
-            assert_eq!(term.guards(), 0);
-            assert!(term.was_resigned(), "the last guard to go resigns");
-            check(&term, None, &commands, true);
-        });
+    fn loom_a_new_guard_taken_as_the_last_one_drops_and_an_extension_lands() {
+        for answer_first in [true, false] {
+            loom::model(move || {
+                let (term, commands) = term();
+                let guard = term.guard();
+                let user = thread::spawn(move || drop(guard));
+                let renewal = {
+                    let term = Arc::clone(&term);
+                    thread::spawn(move || term.extend(EXTENDED))
+                };
+                // `Elector::guard` / `wait_leader`: a guard of a term that
+                // looks valid, under the elector's state lock (one taker here).
+                let taken = if term.is_valid_at(BEFORE) { Some(term.guard()) } else { None };
+                user.join().unwrap();
+                match &taken {
+                    // Taken before the drop: the term lives on in the new guard.
+                    Some(g) if !term.is_ended() => assert!(g.is_valid_at_for_test(BEFORE)),
+                    // Taken as the drop ended it: invalid from the start.
+                    Some(g) => assert!(!g.is_valid_at_for_test(BEFORE)),
+                    None => assert!(term.was_resigned()),
+                }
+                let extension = renewal.join().unwrap();
+                drop(taken);
+                assert_eq!(term.guards(), 0);
+                assert!(term.was_resigned(), "the last guard to go resigns");
+                check(&term, extension, &commands, answer_first);
+            });
+        }
     }
 }
