@@ -147,7 +147,7 @@ impl PgManager {
             tokio::time::timeout_at(deadline, connecting).await
         });
         match opened {
-            Ok(Ok((client, driver))) => Ok(PgConnection { rt, client: Some(client), driver: Some(driver) }),
+            Ok(Ok((client, driver))) => Ok(PgConnection { rt: Some(rt), client: Some(client), driver: Some(driver) }),
             Ok(Err(e)) => Err(classify_connect(&e, self.tls.is_some().then_some(&*trace))),
             Err(_) => Err(StoreError::retryable(format!(
                 "cannot connect: no answer within {} (connect timeout)",
@@ -212,7 +212,8 @@ impl fmt::Debug for PgManager {
 /// One pooled connection. Only [`PostgresStore`](super::PostgresStore) uses
 /// it; it is public because it appears in the pool's type.
 pub struct PgConnection {
-    rt: tokio::runtime::Runtime,
+    /// `None` only while being dropped.
+    rt: Option<tokio::runtime::Runtime>,
     /// `None` only while being dropped.
     client: Option<Client>,
     /// `None` once the connection ended or was abandoned at a deadline.
@@ -228,14 +229,19 @@ impl fmt::Debug for PgConnection {
 impl Drop for PgConnection {
     /// A healthy connection says goodbye (Terminate) so neither the server
     /// nor a pooler logs an unexpected EOF; briefly, never blocking for long.
+    /// Inside another tokio runtime, where blocking on this one or dropping
+    /// it would panic, the socket is just closed.
     fn drop(&mut self) {
         drop(self.client.take());
-        if let Some(driver) = self.driver.take() {
-            if !inside_a_runtime() {
-                self.rt.block_on(async {
-                    let _ = tokio::time::timeout(Duration::from_millis(100), driver).await;
-                });
-            }
+        let driver = self.driver.take();
+        let Some(rt) = self.rt.take() else { return };
+        if inside_a_runtime() {
+            drop(driver);
+            rt.shutdown_background();
+        } else if let Some(driver) = driver {
+            rt.block_on(async {
+                let _ = tokio::time::timeout(Duration::from_millis(100), driver).await;
+            });
         }
     }
 }
@@ -347,7 +353,8 @@ impl PgConnection {
         if inside_a_runtime() {
             return Err(CallError::Misuse);
         }
-        let (Some(driver), Some(client)) = (self.driver.as_mut(), self.client.as_ref()) else {
+        let (Some(rt), Some(driver), Some(client)) = (self.rt.as_ref(), self.driver.as_mut(), self.client.as_ref())
+        else {
             return Err(CallError::Closed(None));
         };
         enum Out {
@@ -355,7 +362,7 @@ impl PgConnection {
             Ended(Option<tokio_postgres::Error>),
             Late,
         }
-        let out = self.rt.block_on(async {
+        let out = rt.block_on(async {
             let mut query = pin!(client.simple_query(sql));
             let mut timer = pin!(tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)));
             poll_fn(|cx| {
