@@ -900,3 +900,29 @@ fn an_acquire_that_never_sees_its_row_gives_up_in_time() {
         .batch_execute(&format!("DROP TABLE public.\"{table}\"; DROP FUNCTION public.\"{table}_f\"()"))
         .unwrap();
 }
+
+/// A row an operator broke (the fence check dropped and a negative fence
+/// written, or the holder emptied to NULL) is a fatal error naming what is
+/// wrong: never a lease, never a panic.
+#[test]
+fn a_row_an_operator_broke_is_a_fatal_error() {
+    let table = format!("le_broken_{}", random_tag());
+    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    s.acquire("neg", "a", LONG, b"", T).unwrap();
+    s.acquire("null", "a", LONG, b"", T).unwrap();
+    client(DIRECT)
+        .batch_execute(&format!(
+            "ALTER TABLE public.\"{table}\" DROP CONSTRAINT \"{table}_fence_check\", ALTER COLUMN holder DROP NOT NULL; \
+             UPDATE public.\"{table}\" SET fence = -1 WHERE name = 'neg'; \
+             UPDATE public.\"{table}\" SET holder = NULL WHERE name = 'null'"
+        ))
+        .unwrap();
+    for (name, what) in [("neg", "negative fence"), ("null", "missing column")] {
+        let e = s.inspect(name, T).expect_err(name);
+        assert!(e.is_fatal() && e.to_string().contains(what), "{name}: {e}");
+        let e = s.renew(name, "a", 1, LONG, b"", T).expect_err(name);
+        assert!(e.is_lease_lost(), "{name}: the broken row was renewed as ours: {e}");
+    }
+    client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
+}

@@ -171,8 +171,8 @@ impl r2d2::ManageConnection for PgManager {
     fn is_valid(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
         match conn.simple_query("", super::deadline_after(self.connect_timeout)) {
             Ok(_) => Ok(()),
-            Err(CallError::Db(e)) => Err(sql::classify("check", &e)),
-            Err(CallError::Closed(e)) => Err(closed_error("check", e.as_ref())),
+            Err(CallError::Db(e) | CallError::Closed(Some(e))) => Err(sql::classify("check", &e)),
+            Err(CallError::Closed(None)) => Err(closed_error("check", None)),
             Err(CallError::TimedOut) => Err(StoreError::retryable(format!(
                 "postgres check: no answer within {}; connection closed",
                 Human::about(self.connect_timeout)
