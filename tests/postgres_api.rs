@@ -80,3 +80,13 @@ fn sslrootcert_in_a_key_value_string_is_the_ca_file_beside_quoted_values() {
     assert!(err.to_string().contains("/nonexistent/leaderelection-ca.pem"), "{err}");
     assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
 }
+
+#[test]
+fn a_unix_socket_host_shows_its_path_and_not_the_password() {
+    let m = PgManager::from_dsn("host=/var/run/postgresql port=5433 user=app password=hunter2 dbname=app", None, None)
+        .expect("a valid key=value DSN");
+    let dbg = format!("{m:?}");
+    assert!(dbg.contains("/var/run/postgresql") && dbg.contains("5433"), "{dbg}");
+    assert!(!dbg.contains("hunter2"), "{dbg}");
+    assert!(!m.uses_tls());
+}

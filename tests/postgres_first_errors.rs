@@ -98,10 +98,16 @@ fn store_for(d: &str) -> PostgresStore {
 #[test]
 fn missing_database_is_fatal_at_once() {
     let d = missing_database(DIRECT);
-    let (err, took) = first_error("missing database", &store_for(&d));
+    let store = store_for(&d);
+    let (err, took) = first_error("missing database", &store);
     check("missing database", &err, true, "3D000");
     assert!(err.to_string().contains("does not exist"), "{err}");
     assert!(took < AT_ONCE, "missing database took {took:?}");
+    // The same store asked again (r2d2 retries in the background): the
+    // refusal it already knows comes back at once, not after a wait.
+    let (again, took) = timed(|| store.inspect("first-errors", Duration::from_secs(5)));
+    check("missing database, asked again", &again.expect_err("still missing"), true, "3D000");
+    assert!(took < AT_ONCE, "the second call took {took:?}");
     bounded_call("missing database", &store_for(&d), true, "3D000");
     elector_reports_fatal("missing database", store_for(&d), "3D000");
 }
@@ -373,6 +379,49 @@ fn pool_built_elsewhere_still_reports_the_kind() {
     assert!(took < Duration::from_millis(500) + SLACK, "took {took:?}");
 }
 
+/// A pool built outside the store that cannot reach its server: retryable,
+/// after the pool's own connection timeout.
+#[test]
+fn pool_built_elsewhere_reports_a_refused_port_as_retryable() {
+    use leaderelection::postgres::PgManager;
+    let d = format!("postgres://app:hunter2@127.0.0.1:{}/app", unused_port());
+    let manager = PgManager::from_dsn(&d, None, None).unwrap();
+    let wait = Duration::from_millis(300);
+    let pool = r2d2::Pool::builder().max_size(1).connection_timeout(wait).build_unchecked(manager);
+    let store = PostgresStore::from_pool(pool, "public", "le_first_errors").unwrap();
+    let (r, took) = timed(|| store.inspect("first-errors", Duration::from_secs(5)));
+    check("pool built elsewhere, refused", &r.expect_err("nothing listens"), false, "no connection within");
+    assert!(took >= wait && took < wait + SLACK, "took {took:?}");
+}
+
+/// A server that closes the connection after the startup packet, with no
+/// word (a pooler or server going down mid-login): retryable, at once.
+#[test]
+fn server_hanging_up_during_login_is_retryable_at_once() {
+    let fake = FakeServer::start(Login::HangUp);
+    let d = format!("postgres://app:hunter2@127.0.0.1:{}/app", fake.port);
+    let (err, took) = first_error("hang-up during login", &store_for(&d));
+    check("hang-up during login", &err, false, "closed the connection during login");
+    assert!(took < AT_ONCE, "hang-up took {took:?}");
+}
+
+/// `sslmode=require` over a Unix socket has no host name to verify a
+/// certificate against (and the server offers no TLS there): fatal, at
+/// once, saying so.
+#[test]
+fn tls_over_a_unix_socket_is_fatal_at_once() {
+    let dir = "/var/run/postgresql";
+    let (_, port) = host_port(DIRECT);
+    assert!(
+        Path::new(&format!("{dir}/.s.PGSQL.{port}")).exists(),
+        "no PostgreSQL socket in {dir} for port {port}: run `source scripts/db.sh`"
+    );
+    let d = format!("host={dir} port={port} user=root dbname=test sslmode=require");
+    let (err, took) = first_error("unix socket with sslmode=require", &store_for(&d));
+    check("unix socket with sslmode=require", &err, true, "TLS needs a host name");
+    assert!(took < AT_ONCE, "took {took:?}");
+}
+
 // ---- helpers ----
 
 /// `var`'s server and user, and a database that does not exist.
@@ -612,6 +661,8 @@ enum Login {
     AskPassword { then: Option<(&'static str, &'static str)> },
     /// Refuse the login with this SQLSTATE and message.
     Refuse(&'static str, &'static str),
+    /// Close the connection without a word.
+    HangUp,
 }
 
 /// Speaks just enough of the PostgreSQL protocol to refuse a login.
@@ -642,6 +693,10 @@ fn fake_login(mut c: TcpStream, login: Login) -> std::io::Result<()> {
     let mut rest = vec![0u8; (u32::from_be_bytes(len) as usize).saturating_sub(4)];
     c.read_exact(&mut rest)?;
     let error = match login {
+        Login::HangUp => {
+            let _ = c.shutdown(Shutdown::Both);
+            return Ok(());
+        }
         Login::Refuse(code, msg) => (code, msg),
         Login::AskPassword { then } => {
             c.write_all(&[b'R', 0, 0, 0, 8, 0, 0, 0, 3])?; // AuthenticationCleartextPassword

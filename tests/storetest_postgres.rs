@@ -6,7 +6,7 @@ mod pg_support;
 
 use std::time::{Duration, Instant};
 
-use leaderelection::postgres::PostgresStore;
+use leaderelection::postgres::{PgManager, PostgresStore};
 use leaderelection::storetest::Operator;
 use leaderelection::{Lease, Store};
 use pg_support::{client, dsn, dsn_via, host_port, random_tag, wait_for, Proxy, BOUNCER, DIRECT};
@@ -625,4 +625,304 @@ fn operator_reset_keeps_the_fence_direct() {
 #[test]
 fn operator_reset_keeps_the_fence_pgbouncer() {
     operator_reset_keeps_the_fence(BOUNCER);
+}
+
+// ---- one connection as r2d2 sees it, and calls at the edges ----
+
+/// `var`'s DSN with an application name, so the server's view of the
+/// store's sessions can be read from `pg_stat_activity`.
+fn app_dsn(var: &str, app: &str) -> String {
+    let (host, port) = host_port(var);
+    dsn_via(var, &host, port, None, &format!("?application_name={app}"))
+}
+
+/// The number of server sessions named `app`, with `cond` on
+/// `pg_stat_activity` (`true` for all).
+fn sessions(app: &str, cond: &str) -> usize {
+    let sql = format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = {} AND {cond}", lit(app));
+    one(&mut client(DIRECT), &sql).unwrap().parse().unwrap()
+}
+
+/// Terminates the sessions named `app` and waits until they are gone;
+/// returns how many there were.
+fn terminate(app: &str) -> usize {
+    let sql = format!(
+        "WITH t AS MATERIALIZED (SELECT pid FROM pg_stat_activity \
+         WHERE application_name = {} AND pid <> pg_backend_pid()) \
+         SELECT string_agg(pid::text, ',') FROM t WHERE pg_terminate_backend(pid)",
+        lit(app)
+    );
+    let Some(pids) = one(&mut client(DIRECT), &sql) else { return 0 };
+    let alive = format!("SELECT count(*) FROM pg_stat_activity WHERE pid IN ({pids})");
+    assert!(
+        wait_for(Duration::from_secs(5), || one(&mut client(DIRECT), &alive).as_deref() == Some("0")),
+        "sessions {pids} of {app} outlived termination"
+    );
+    pids.split(',').count()
+}
+
+/// The check r2d2 runs with `test_on_check_out(true)`: passes on a live
+/// session, fails (retryable) once the server terminated it, and the
+/// connection then counts as broken; asked again it says the connection is
+/// closed. `Debug` shows only whether it is broken.
+#[test]
+fn manager_check_passes_live_and_fails_once_terminated() {
+    use r2d2::ManageConnection;
+    let app = format!("le_check_{}", random_tag());
+    let m = PgManager::from_dsn(&app_dsn(DIRECT, &app), None, None).unwrap();
+    let mut c = m.connect().expect("connect");
+    m.is_valid(&mut c).expect("a live session passes the check");
+    assert!(!m.has_broken(&mut c));
+    assert_eq!(format!("{c:?}"), "PgConnection { broken: false }");
+    assert_eq!(terminate(&app), 1);
+    let e = m.is_valid(&mut c).expect_err("a terminated session fails the check");
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(m.has_broken(&mut c));
+    assert_eq!(format!("{c:?}"), "PgConnection { broken: true }");
+    let e = m.is_valid(&mut c).expect_err("still closed");
+    assert!(e.is_retryable() && e.to_string().contains("connection closed"), "{e}");
+}
+
+/// A pool that checks each connection on checkout replaces a session the
+/// server terminated, within the call.
+#[test]
+fn a_pool_checking_on_checkout_replaces_a_terminated_session() {
+    store(DIRECT);
+    let app = format!("le_checkout_{}", random_tag());
+    let m = PgManager::from_dsn(&app_dsn(DIRECT, &app), None, None).unwrap();
+    let pool = r2d2::Pool::builder()
+        .max_size(2)
+        .min_idle(Some(0))
+        .test_on_check_out(true)
+        .connection_timeout(T)
+        .build_unchecked(m);
+    let s = PostgresStore::from_pool(pool, "public", TABLE).unwrap();
+    let name = format!("checkout-{}", random_tag());
+    let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    assert_eq!(terminate(&app), 1);
+    let r = s.renew(&name, "a", l.fence, LONG, b"", T).expect("renew on a replaced session");
+    assert_eq!(r.fence, l.fence);
+    assert_eq!(sessions(&app, "true"), 1, "one fresh session, the dead one gone");
+}
+
+/// The check on a path that swallows packets gives up at the connect
+/// timeout, and the connection's socket is closed, not left open.
+#[test]
+fn manager_check_on_a_silent_path_gives_up_at_the_connect_timeout() {
+    use r2d2::ManageConnection;
+    let proxy = Proxy::start(host_port(DIRECT));
+    let bound = Duration::from_millis(300);
+    let m = PgManager::from_dsn(&dsn_via(DIRECT, "127.0.0.1", proxy.port, None, ""), Some(bound), None).unwrap();
+    let mut c = m.connect().expect("connect");
+    proxy.swallow(true);
+    let start = Instant::now();
+    let e = m.is_valid(&mut c).expect_err("no answer can come");
+    let took = start.elapsed();
+    assert!(e.is_retryable() && e.to_string().contains("no answer within 300ms"), "{e}");
+    assert!(took >= bound && took < bound + Duration::from_millis(250), "took {took:?}");
+    assert!(m.has_broken(&mut c));
+    assert!(wait_for(Duration::from_secs(5), || proxy.open_connections() == 0), "the socket was left open");
+}
+
+/// Called from inside a tokio runtime, where blocking would panic, a store
+/// with a live pooled connection and a connection's check both refuse with
+/// a fatal error naming the cause; a connection dropped there goes without
+/// a panic and its session ends.
+#[test]
+fn inside_a_tokio_runtime_calls_refuse_and_drops_do_not_panic() {
+    use r2d2::ManageConnection;
+    store(DIRECT);
+    let app = format!("le_rt_{}", random_tag());
+    let s = PostgresStore::builder(&app_dsn(DIRECT, &app)).table("public", TABLE).build().unwrap();
+    let name = format!("rt-{}", random_tag());
+    s.acquire(&name, "a", LONG, b"", T).expect("from a plain thread it works");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let e = rt.block_on(async { s.inspect(&name, T) }).expect_err("inside a runtime");
+    assert!(e.is_fatal() && e.to_string().contains("inside a tokio runtime"), "{e}");
+    assert!(s.inspect(&name, T).unwrap().held_by("a"), "the pooled connection is still good");
+    drop(s);
+    assert!(wait_for(Duration::from_secs(5), || sessions(&app, "true") == 0));
+
+    let m = PgManager::from_dsn(&app_dsn(DIRECT, &app), None, None).unwrap();
+    let mut c = m.connect().expect("connect");
+    let e = rt.block_on(async { m.is_valid(&mut c) }).expect_err("inside a runtime");
+    assert!(e.is_fatal() && e.to_string().contains("inside a tokio runtime"), "{e}");
+    assert_eq!(sessions(&app, "true"), 1);
+    let start = Instant::now();
+    rt.block_on(async move { drop(c) });
+    assert!(start.elapsed() < Duration::from_secs(1), "drop took {:?}", start.elapsed());
+    assert!(wait_for(Duration::from_secs(5), || sessions(&app, "true") == 0), "the dropped session lives on");
+}
+
+/// A call given no time fails at once, retryable, without a round trip.
+#[test]
+fn a_call_with_no_time_left_fails_at_once() {
+    let s = store(DIRECT);
+    let name = format!("zero-{}", random_tag());
+    let start = Instant::now();
+    let results = [
+        s.acquire(&name, "a", LONG, b"", Duration::ZERO).map(|_| ()),
+        s.renew(&name, "a", 1, LONG, b"", Duration::ZERO).map(|_| ()),
+        s.release(&name, "a", 1, Duration::ZERO),
+        s.inspect(&name, Duration::ZERO).map(|_| ()),
+    ];
+    assert!(start.elapsed() < Duration::from_millis(200), "took {:?}", start.elapsed());
+    for r in results {
+        let e = r.expect_err("no time");
+        assert!(e.is_retryable() && e.to_string().contains("out of time"), "{e}");
+    }
+    assert!(s.inspect(&name, T).unwrap_err().is_no_lease(), "nothing was written");
+}
+
+/// A percent-encoded DSN parameter reaches the server decoded.
+#[test]
+fn percent_encoded_dsn_parameters_reach_the_server_decoded() {
+    store(DIRECT);
+    let tag = random_tag();
+    let (host, port) = host_port(DIRECT);
+    let d = dsn_via(DIRECT, &host, port, None, &format!("?application_name=le%20pct%2F{tag}%21"));
+    let s = PostgresStore::builder(&d).table("public", TABLE).build().unwrap();
+    s.acquire(&format!("pct-{tag}"), "a", LONG, b"", T).unwrap();
+    assert_eq!(sessions(&format!("le pct/{tag}!"), "true"), 1);
+}
+
+/// `ddl_timeout` bounds `ensure_schema` while another session's creation
+/// of the same table is uncommitted; once that rolls back it succeeds.
+#[test]
+fn ddl_timeout_bounds_ensure_schema_behind_an_uncommitted_creation() {
+    let table = format!("le_ddl_{}", random_tag());
+    let mut creator = client(DIRECT);
+    let mut tx = creator.transaction().unwrap();
+    tx.batch_execute(&format!("CREATE TABLE public.\"{table}\" (x int)")).unwrap();
+    let bound = Duration::from_millis(500);
+    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).ddl_timeout(bound).build().unwrap();
+    let start = Instant::now();
+    let e = s.ensure_schema().expect_err("the creation waits on the other session");
+    let took = start.elapsed();
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(took >= bound && took < bound + Duration::from_millis(400), "took {took:?}");
+    tx.rollback().unwrap();
+    s.ensure_schema().expect("once the other creation rolled back");
+    assert!(s.acquire("e", "a", LONG, b"", T).unwrap().held_by("a"));
+    client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
+}
+
+/// The server terminates the store's session while a renewal waits on a row
+/// lock: the renewal runs again on a fresh session and succeeds within its
+/// own timeout, on the same term.
+#[test]
+fn a_session_terminated_during_a_call_is_replaced_within_the_call() {
+    store(DIRECT);
+    let app = format!("le_midcall_{}", random_tag());
+    let s = PostgresStore::builder(&app_dsn(DIRECT, &app)).table("public", TABLE).build().unwrap();
+    let name = format!("midcall-{}", random_tag());
+    let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let mut locker = client(DIRECT);
+    let mut tx = locker.transaction().unwrap();
+    tx.batch_execute(&format!("SELECT 1 FROM public.{TABLE} WHERE name = {} FOR UPDATE", lit(&name))).unwrap();
+    let timeout = Duration::from_secs(3);
+    let renewal = {
+        let (s, name) = (s.clone(), name.clone());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            (s.renew(&name, "a", l.fence, LONG, b"", timeout), start.elapsed())
+        })
+    };
+    assert!(wait_for(T, || sessions(&app, "wait_event_type = 'Lock'") == 1), "the renewal never waited on the lock");
+    assert_eq!(terminate(&app), 1);
+    tx.rollback().unwrap();
+    let (r, took) = renewal.join().unwrap();
+    let r = r.expect("the renewal ran again on a fresh session");
+    assert_eq!(r.fence, l.fence);
+    assert!(took < timeout, "took {took:?}");
+}
+
+/// With the only pooled connection busy in a long call, another call waits
+/// no longer than the connect timeout (plus its slack) and says why.
+#[test]
+fn a_call_waiting_for_the_only_connection_says_it_is_in_use() {
+    store(DIRECT);
+    let connect = Duration::from_millis(300);
+    let s = PostgresStore::builder(&dsn(DIRECT))
+        .table("public", TABLE)
+        .pool_size(1)
+        .connect_timeout(connect)
+        .build()
+        .unwrap();
+    let name = format!("busy-{}", random_tag());
+    let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let mut locker = client(DIRECT);
+    let mut tx = locker.transaction().unwrap();
+    tx.batch_execute(&format!("SELECT 1 FROM public.{TABLE} WHERE name = {} FOR UPDATE", lit(&name))).unwrap();
+    let busy = {
+        let (s, name) = (s.clone(), name.clone());
+        std::thread::spawn(move || s.renew(&name, "a", l.fence, LONG, b"", Duration::from_secs(3)))
+    };
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%{name}%' \
+         AND pid <> pg_backend_pid()"
+    );
+    assert!(
+        wait_for(T, || one(&mut client(DIRECT), &waiting).as_deref() == Some("1")),
+        "the busy call never waited on the lock"
+    );
+    let start = Instant::now();
+    let e = s.inspect(&name, Duration::from_secs(2)).expect_err("the only connection is busy");
+    let took = start.elapsed();
+    assert!(e.is_retryable() && e.to_string().contains("all 1 pooled connections are in use"), "{e}");
+    assert!(took >= connect && took < connect + Duration::from_millis(600), "took {took:?}");
+    tx.rollback().unwrap();
+    busy.join().unwrap().expect("the busy call goes through once the lock is gone");
+}
+
+/// An acquire whose statement comes back without a row every time (in
+/// production: the row was inserted by a transaction that committed after
+/// each statement's snapshot; here a trigger swallows every insert) runs
+/// again until its time runs out, then fails retryable, in time, saying so.
+#[test]
+fn an_acquire_that_never_sees_its_row_gives_up_in_time() {
+    let table = format!("le_vanish_{}", random_tag());
+    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    client(DIRECT)
+        .batch_execute(&format!(
+            "CREATE FUNCTION public.\"{table}_f\"() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$; \
+             CREATE TRIGGER vanish BEFORE INSERT ON public.\"{table}\" FOR EACH ROW EXECUTE FUNCTION public.\"{table}_f\"()"
+        ))
+        .unwrap();
+    let timeout = Duration::from_millis(300);
+    let start = Instant::now();
+    let e = s.acquire("e", "a", LONG, b"", timeout).expect_err("no row ever comes back");
+    let took = start.elapsed();
+    assert!(e.is_retryable() && e.to_string().contains("the row kept changing"), "{e}");
+    assert!(took >= timeout && took < timeout + Duration::from_millis(250), "took {took:?}");
+    client(DIRECT)
+        .batch_execute(&format!("DROP TABLE public.\"{table}\"; DROP FUNCTION public.\"{table}_f\"()"))
+        .unwrap();
+}
+
+/// A row an operator broke (the fence check dropped and a negative fence
+/// written, or the holder emptied to NULL) is a fatal error naming what is
+/// wrong: never a lease, never a panic.
+#[test]
+fn a_row_an_operator_broke_is_a_fatal_error() {
+    let table = format!("le_broken_{}", random_tag());
+    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    s.acquire("neg", "a", LONG, b"", T).unwrap();
+    s.acquire("null", "a", LONG, b"", T).unwrap();
+    client(DIRECT)
+        .batch_execute(&format!(
+            "ALTER TABLE public.\"{table}\" DROP CONSTRAINT \"{table}_fence_check\", ALTER COLUMN holder DROP NOT NULL; \
+             UPDATE public.\"{table}\" SET fence = -1 WHERE name = 'neg'; \
+             UPDATE public.\"{table}\" SET holder = NULL WHERE name = 'null'"
+        ))
+        .unwrap();
+    for (name, what) in [("neg", "negative fence"), ("null", "missing column")] {
+        let e = s.inspect(name, T).expect_err(name);
+        assert!(e.is_fatal() && e.to_string().contains(what), "{name}: {e}");
+        let e = s.renew(name, "a", 1, LONG, b"", T).expect_err(name);
+        assert!(e.is_lease_lost(), "{name}: the broken row was renewed as ours: {e}");
+    }
+    client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
 }

@@ -147,7 +147,7 @@ impl PgManager {
             tokio::time::timeout_at(deadline, connecting).await
         });
         match opened {
-            Ok(Ok((client, driver))) => Ok(PgConnection { rt, client: Some(client), driver: Some(driver) }),
+            Ok(Ok((client, driver))) => Ok(PgConnection { rt: Some(rt), client: Some(client), driver: Some(driver) }),
             Ok(Err(e)) => Err(classify_connect(&e, self.tls.is_some().then_some(&*trace))),
             Err(_) => Err(StoreError::retryable(format!(
                 "cannot connect: no answer within {} (connect timeout)",
@@ -172,8 +172,11 @@ impl r2d2::ManageConnection for PgManager {
         match conn.simple_query("", super::deadline_after(self.connect_timeout)) {
             Ok(_) => Ok(()),
             Err(CallError::Db(e) | CallError::Closed(Some(e))) => Err(sql::classify("check", &e)),
-            Err(CallError::Closed(None)) => Err(StoreError::retryable("check failed: connection closed")),
-            Err(CallError::TimedOut) => Err(StoreError::retryable("check failed: no answer")),
+            Err(CallError::Closed(None)) => Err(closed_error("check", None)),
+            Err(CallError::TimedOut) => Err(StoreError::retryable(format!(
+                "postgres check: no answer within {}; connection closed",
+                Human::about(self.connect_timeout)
+            ))),
             Err(CallError::Misuse) => Err(runtime_error()),
         }
     }
@@ -209,7 +212,8 @@ impl fmt::Debug for PgManager {
 /// One pooled connection. Only [`PostgresStore`](super::PostgresStore) uses
 /// it; it is public because it appears in the pool's type.
 pub struct PgConnection {
-    rt: tokio::runtime::Runtime,
+    /// `None` only while being dropped.
+    rt: Option<tokio::runtime::Runtime>,
     /// `None` only while being dropped.
     client: Option<Client>,
     /// `None` once the connection ended or was abandoned at a deadline.
@@ -225,14 +229,19 @@ impl fmt::Debug for PgConnection {
 impl Drop for PgConnection {
     /// A healthy connection says goodbye (Terminate) so neither the server
     /// nor a pooler logs an unexpected EOF; briefly, never blocking for long.
+    /// Inside another tokio runtime, where blocking on this one or dropping
+    /// it would panic, the socket is just closed.
     fn drop(&mut self) {
         drop(self.client.take());
-        if let Some(driver) = self.driver.take() {
-            if !inside_a_runtime() {
-                self.rt.block_on(async {
-                    let _ = tokio::time::timeout(Duration::from_millis(100), driver).await;
-                });
-            }
+        let driver = self.driver.take();
+        let Some(rt) = self.rt.take() else { return };
+        if inside_a_runtime() {
+            drop(driver);
+            rt.shutdown_background();
+        } else if let Some(driver) = driver {
+            rt.block_on(async {
+                let _ = tokio::time::timeout(Duration::from_millis(100), driver).await;
+            });
         }
     }
 }
@@ -309,6 +318,16 @@ impl ConnectLog {
     }
 }
 
+/// What a call `op` reports when its connection ended under it: the
+/// server's last word if it said one (classified by its SQLSTATE), else a
+/// retryable "connection closed".
+pub(crate) fn closed_error(op: &str, e: Option<&tokio_postgres::Error>) -> StoreError {
+    match e {
+        Some(e) => sql::classify(op, e),
+        None => StoreError::retryable(format!("postgres {op}: connection closed")),
+    }
+}
+
 /// How a call on one connection failed.
 #[derive(Debug)]
 pub(crate) enum CallError {
@@ -334,7 +353,8 @@ impl PgConnection {
         if inside_a_runtime() {
             return Err(CallError::Misuse);
         }
-        let (Some(driver), Some(client)) = (self.driver.as_mut(), self.client.as_ref()) else {
+        let (Some(rt), Some(driver), Some(client)) = (self.rt.as_ref(), self.driver.as_mut(), self.client.as_ref())
+        else {
             return Err(CallError::Closed(None));
         };
         enum Out {
@@ -342,20 +362,20 @@ impl PgConnection {
             Ended(Option<tokio_postgres::Error>),
             Late,
         }
-        let out = self.rt.block_on(async {
+        let out = rt.block_on(async {
             let mut query = pin!(client.simple_query(sql));
             let mut timer = pin!(tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)));
-            let mut ended: Option<Result<(), tokio_postgres::Error>> = None;
             poll_fn(|cx| {
-                if ended.is_none() {
-                    if let Poll::Ready(r) = driver.as_mut().poll(cx) {
-                        ended = Some(r);
-                    }
-                }
+                // Every poll that sees the driver end also returns, so the
+                // driver is never polled again after it ended.
+                let ended = match driver.as_mut().poll(cx) {
+                    Poll::Ready(r) => Some(r),
+                    Poll::Pending => None,
+                };
                 if let Poll::Ready(r) = query.as_mut().poll(cx) {
                     return Poll::Ready(Out::Done(r, ended.is_some()));
                 }
-                if let Some(r) = ended.take() {
+                if let Some(r) = ended {
                     return Poll::Ready(Out::Ended(r.err()));
                 }
                 if timer.as_mut().poll(cx).is_ready() {
@@ -371,18 +391,16 @@ impl PgConnection {
                     self.driver = None;
                 }
                 r.map_err(|e| {
-                    // A FATAL ends the session, though the driver may only
-                    // notice on its next poll.
-                    let fatal = e.as_db_error().is_some_and(|d| {
-                        matches!(d.parsed_severity(), Some(Severity::Fatal | Severity::Panic))
-                            || matches!(d.severity(), "FATAL" | "PANIC")
+                    // Only an ERROR from the server leaves the session going
+                    // on. A FATAL ends it (such as 57P01 from an idle
+                    // connection the server terminated), though the driver
+                    // may only notice on its next poll; any other failure is
+                    // the connection's (I/O, protocol).
+                    let session_goes_on = e.as_db_error().is_some_and(|d| {
+                        !matches!(d.parsed_severity(), Some(Severity::Fatal | Severity::Panic))
+                            && !matches!(d.severity(), "FATAL" | "PANIC")
                     });
-                    if fatal || self.is_broken() {
-                        // The session is gone (a FATAL such as 57P01 from an
-                        // idle connection the server terminated, or I/O).
-                        self.driver = None;
-                        CallError::Closed(Some(e))
-                    } else if e.as_db_error().is_some() {
+                    if session_goes_on && !self.is_broken() {
                         CallError::Db(e)
                     } else {
                         self.driver = None;
@@ -443,13 +461,9 @@ pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>
     if e.is_closed() {
         return StoreError::retryable("cannot connect: the server closed the connection during login");
     }
-    if let Some(t) = tls {
-        if t.declined() {
-            if t.no_host_name() {
-                return StoreError::fatal(format!("cannot connect: {TLS_NO_HOST}"));
-            }
-            return StoreError::fatal(format!("cannot connect: {NO_TLS}"));
-        }
+    if let Some(t) = tls.filter(|t| t.declined()) {
+        let why = if t.no_host_name() { TLS_NO_HOST } else { NO_TLS };
+        return StoreError::fatal(format!("cannot connect: {why}"));
     }
     StoreError::fatal(format!("cannot connect: {LOGIN_FAILED}: {}", sql::chain_text(e)))
 }
@@ -623,6 +637,36 @@ mod tests {
         for t in retryable {
             assert!(!connect_text_is_fatal(t), "{t}");
         }
+    }
+
+    #[test]
+    fn socket_failures_read_as_a_person_says_them() {
+        use io::ErrorKind as K;
+        let phrases = [
+            (K::ConnectionRefused, "connection refused"),
+            (K::ConnectionReset, "connection reset"),
+            (K::UnexpectedEof, "connection closed by the other end"),
+            (K::BrokenPipe, "broken pipe"),
+            (K::TimedOut, "timed out"),
+            (K::AddrNotAvailable, &K::AddrNotAvailable.to_string()),
+        ];
+        for (kind, phrase) in phrases {
+            assert_eq!(io_phrase(kind), phrase, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn parse_error_text_is_cut_at_a_password_mention() {
+        assert_eq!(redact("invalid value for option `password`: hunter2"), "invalid value for option `password …");
+        assert_eq!(redact("unknown option `bogus`"), "unknown option `bogus`");
+    }
+
+    #[test]
+    fn dsn_values_are_percent_encoded_again_after_decoding() {
+        let (d, _) = preprocess_dsn("postgres://u@h/db?application_name=le%20app%2Fone%3F&sslmode=verify-ca");
+        assert_eq!(d, "postgres://u@h/db?application_name=le%20app/one%3F&sslmode=require");
+        let cfg = Config::from_str(&d).unwrap();
+        assert_eq!(cfg.get_application_name(), Some("le app/one?"));
     }
 
     #[test]

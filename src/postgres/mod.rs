@@ -362,10 +362,7 @@ impl PostgresStore {
             let text = if bounded { sql::bounded(body, remaining) } else { body.to_owned() };
             match conn.simple_query(&text, deadline) {
                 Ok(rows) => return Ok(rows),
-                Err(conn::CallError::Closed(Some(e))) => last = Some(sql::classify(op, &e)),
-                Err(conn::CallError::Closed(None)) => {
-                    last = Some(StoreError::retryable(format!("postgres {op}: connection closed")))
-                }
+                Err(conn::CallError::Closed(e)) => last = Some(conn::closed_error(op, e.as_ref())),
                 Err(conn::CallError::Db(e)) => return Err(sql::classify(op, &e)),
                 Err(conn::CallError::Misuse) => return Err(conn::runtime_error()),
                 Err(conn::CallError::TimedOut) => {
@@ -513,16 +510,23 @@ impl Store for PostgresStore {
     ) -> Result<Lease, StoreError> {
         let body = sql::acquire(&self.qualified, name, identity, ttl, payload)?;
         let deadline = deadline_after(timeout);
+        let mut ran_again = false;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            if let Some(lease) = self.lease_query("acquire", &body, remaining)? {
-                return Ok(lease);
-            }
-            // The row was inserted by a transaction that committed after this
-            // statement's snapshot was taken, and it is not ours to claim: run
-            // again with a fresh snapshot to read it.
-            if Instant::now() >= deadline {
-                return Err(StoreError::retryable("postgres acquire: the row kept changing; out of time"));
+            match self.lease_query("acquire", &body, remaining) {
+                Ok(Some(lease)) => return Ok(lease),
+                // The row was inserted by a transaction that committed after
+                // this statement's snapshot was taken, and it is not ours to
+                // claim: run again with a fresh snapshot to read it.
+                Ok(None) => ran_again = true,
+                // The time ran out in a run again (no answer, or none left
+                // to start one): say why there was a run again.
+                Err(e) if ran_again && e.is_retryable() => {
+                    return Err(
+                        StoreError::retryable("postgres acquire: the row kept changing; out of time").with_source(e)
+                    )
+                }
+                Err(e) => return Err(e),
             }
         }
     }

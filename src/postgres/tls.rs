@@ -213,6 +213,54 @@ mod tests {
         fault.get().copied()
     }
 
+    /// A socket whose writes write nothing and whose shutdown fails.
+    struct Stuck;
+
+    impl AsyncWrite for Stuck {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, _: &[u8]) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(0))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(io::ErrorKind::NotConnected.into()))
+        }
+    }
+
+    fn watched_stuck() -> (Watched<Stuck>, Arc<OnceLock<io::ErrorKind>>) {
+        let fault = Arc::new(OnceLock::new());
+        (Watched { inner: Stuck, fault: Arc::clone(&fault) }, fault)
+    }
+
+    #[test]
+    fn watched_socket_counts_a_write_of_nothing_and_a_failed_shutdown() {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let (mut w, fault) = watched_stuck();
+        assert!(Pin::new(&mut w).poll_write(&mut cx, b"").is_ready());
+        assert!(Pin::new(&mut w).poll_flush(&mut cx).is_ready());
+        assert_eq!(fault.get(), None, "an empty write or a flush is no failure");
+        let _ = Pin::new(&mut w).poll_write(&mut cx, b"x");
+        assert_eq!(fault.get(), Some(&io::ErrorKind::WriteZero));
+
+        let (mut w, fault) = watched_stuck();
+        let _ = Pin::new(&mut w).poll_shutdown(&mut cx);
+        assert_eq!(fault.get(), Some(&io::ErrorKind::NotConnected));
+    }
+
+    #[test]
+    fn a_failed_handshake_says_whether_the_path_broke_and_keeps_the_tls_cause() {
+        let tls_error = || native_tls::Certificate::from_pem(b"not a certificate").err().expect("not PEM");
+        let cut = HandshakeFailed { io: Some(io::ErrorKind::ConnectionReset), source: tls_error() };
+        assert_eq!(cut.to_string(), "TLS handshake cut off (connection reset)");
+        let refused = HandshakeFailed { io: None, source: tls_error() };
+        assert_eq!(refused.to_string(), crate::postgres::conn::TLS_REJECTED);
+        for e in [&cut, &refused] {
+            let source = e.source().expect("the TLS library's error is kept");
+            assert_eq!(source.to_string(), tls_error().to_string());
+        }
+    }
+
     #[test]
     fn watched_socket_remembers_its_first_failure() {
         assert_eq!(read_all(None), Some(io::ErrorKind::UnexpectedEof));
