@@ -380,6 +380,52 @@ fn tls_required_never_falls_back_to_plaintext() {
     assert!(e.to_string().contains("does not support"), "{e}");
 }
 
+/// Sessions that start with autocommit off (a server's `autocommit = 0`,
+/// or an `init` statement as here) still commit every call: a release hands
+/// over at once, and reads see the latest row, not a snapshot left open.
+#[test]
+fn sessions_with_autocommit_off_still_commit_every_call() {
+    store();
+    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
+        .init(vec!["SET autocommit = 0".to_owned()]);
+    let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
+    let other = store();
+    let name = format!("autocommit-{}", random_tag());
+    let a = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    assert!(s.inspect(&name, T).unwrap().held_by("a"));
+    s.release(&name, "a", a.fence, T).unwrap();
+    let seen = other.inspect(&name, T).unwrap();
+    assert!(seen.expired(), "the release did not commit: another session still sees {seen:?}");
+    let b = other.acquire(&name, "b", LONG, b"", Duration::from_secs(2)).expect("a claim after the release");
+    assert!(b.held_by("b"), "{b:?}");
+    let from_a = s.inspect(&name, T).unwrap();
+    assert_eq!(from_a.holder, "b", "a read kept seeing an old snapshot: {from_a:?}");
+}
+
+/// A call given up on while its connection was still being opened (a slow
+/// path, a server slow to greet) never runs once the connection is up: its
+/// caller was told it failed, so it must not land later. The control: with
+/// time enough, the same path works.
+#[test]
+fn a_call_given_up_on_while_connecting_never_runs() {
+    store();
+    let proxy = Proxy::start(port(SHARED));
+    proxy.delay_connections(Duration::from_millis(800));
+    let s = MySqlStore::builder(&url_via(SHARED, "root", "127.0.0.1", proxy.port, "")).table(TABLE).build().unwrap();
+    let name = format!("late-connect-{}", random_tag());
+    let start = Instant::now();
+    let e = s.acquire(&name, "late", LONG, b"", Duration::from_millis(300)).expect_err("no connection within 300 ms");
+    let took = start.elapsed();
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(took < Duration::from_millis(450), "took {took:?}");
+    // The connection comes up 800 ms in, and the abandoned call ends.
+    assert!(wait_for(Duration::from_secs(5), || format!("{s:?}").contains("abandoned_calls: 0")), "{s:?}");
+    let r = store().inspect(&name, T);
+    assert!(r.as_ref().is_err_and(|e| e.is_no_lease()), "the abandoned acquire landed after its caller gave up: {r:?}");
+    let ok = s.acquire(&name, "on-time", LONG, b"", Duration::from_secs(3)).expect("the slow path works with time");
+    assert!(ok.held_by("on-time"), "{ok:?}");
+}
+
 /// A row read back that is not what the call wrote (here a trigger changes
 /// the payload on its way in) is an error, never a silent success.
 #[test]

@@ -19,7 +19,8 @@
 //! abandoned, the server is also asked to end its session (`KILL
 //! CONNECTION`), so a statement still waiting on a lock is rolled back
 //! rather than landing after the caller was told it failed; an abandoned
-//! call is never retried on another connection.
+//! call is never retried on another connection, and one abandoned while its
+//! connection was still being opened is never sent.
 
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -170,6 +171,15 @@ impl Inner {
             }
             let (mut conn, reused) = self.checkout(op, deadline)?;
             session.store(conn.connection_id(), Ordering::SeqCst);
+            // The caller may have given up while the connection was being
+            // opened (or while waiting for a free one), before there was a
+            // session to end: then the call must not start at all. The
+            // session id is published first, so a caller giving up from here
+            // on sees it and has the server end it.
+            if state.load(Ordering::SeqCst) == ABANDONED {
+                self.discard(conn);
+                return Err(StoreError::retryable(format!("mysql {op}: given up before it was sent")));
+            }
             match query(&mut conn, sql) {
                 Ok(rows) => return Ok((rows, conn)),
                 Err(e) => {

@@ -4,8 +4,10 @@
 //! has no `RETURNING`, so every operation that must read back what it wrote
 //! is a short transaction — the write, then a `SELECT … FOR UPDATE` of the
 //! row — sent with its lock-wait bounds as one text-protocol query, in one
-//! round trip. MariaDB runs exactly the same statements, so what the tests
-//! here run on MariaDB is what MySQL runs.
+//! round trip. Release and inspect are explicit transactions too, so a
+//! session that starts with `autocommit = 0` commits every call all the
+//! same. MariaDB runs exactly the same statements, so what the tests here
+//! run on MariaDB is what MySQL runs.
 //!
 //! Instants are `BIGINT` microseconds since the Unix epoch, computed by the
 //! server from `UTC_TIMESTAMP(6)`: no session time zone can change them.

@@ -169,18 +169,27 @@ pub(crate) fn renew(
 }
 
 /// Ends the term at the server's now; the row and its fence stay.
+///
+/// Like every statement here, an explicit transaction: a session that
+/// starts with `autocommit = 0` (a server default some operators set, or an
+/// `init` statement) would otherwise leave the update uncommitted, holding
+/// the row lock, and lose it when the connection closed.
 pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Result<String, StoreError> {
     let (n, i) = (text("election name", name, MAX_NAME_LEN)?, text("identity", identity, MAX_IDENTITY_LEN)?);
     Ok(format!(
-        "UPDATE {table} SET expires_at = {NOW} \
-         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > {NOW};"
+        "START TRANSACTION; \
+         UPDATE {table} SET expires_at = {NOW} \
+         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > {NOW}; \
+         COMMIT;"
     ))
 }
 
-/// Reads the row; a plain consistent read, which takes no row lock.
+/// Reads the row; a plain consistent read, which takes no row lock, in a
+/// read-only transaction of its own, so that with `autocommit = 0` it does
+/// not keep reading one old snapshot.
 pub(crate) fn inspect(table: &str, name: &str) -> Result<String, StoreError> {
     let n = text("election name", name, MAX_NAME_LEN)?;
-    Ok(format!("SELECT {COLS}, {NOW}, 0 FROM {table} WHERE name = {n};"))
+    Ok(format!("START TRANSACTION READ ONLY; SELECT {COLS}, {NOW}, 0 FROM {table} WHERE name = {n}; COMMIT;"))
 }
 
 /// One lease row as read back, with the reading statement's `now` and the
