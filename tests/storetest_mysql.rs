@@ -161,6 +161,23 @@ fn missing_table_is_fatal() {
     }
 }
 
+/// A table made by hand whose fence column is too narrow for this store's
+/// fences (microseconds since 1970 need a BIGINT): the server refuses the
+/// value (1264, SQLSTATE 22003) on every try, so it is fatal, with the code.
+#[test]
+fn a_fence_column_too_narrow_is_fatal() {
+    let table = format!("le_narrow_{}", random_tag());
+    let ddl = MySqlStore::schema(&table).unwrap().replace("fence       BIGINT", "fence       INT");
+    assert!(ddl.contains("fence       INT "), "{ddl}");
+    let mut c = admin(SHARED);
+    exec(&mut c, &ddl);
+    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+    let e = s.acquire("e", "a", LONG, b"", T).expect_err("a fence that does not fit was written");
+    exec(&mut c, &format!("DROP TABLE `{table}`"));
+    assert!(e.is_fatal(), "{e}");
+    assert!(e.to_string().contains("1264"), "{e}");
+}
+
 /// First mistakes come back from the first call, at once, with the code.
 #[test]
 fn unknown_database_and_bad_password_are_fatal_at_once_without_the_password() {
@@ -424,6 +441,52 @@ fn a_call_given_up_on_while_connecting_never_runs() {
     assert!(r.as_ref().is_err_and(|e| e.is_no_lease()), "the abandoned acquire landed after its caller gave up: {r:?}");
     let ok = s.acquire(&name, "on-time", LONG, b"", Duration::from_secs(3)).expect("the slow path works with time");
     assert!(ok.held_by("on-time"), "{ok:?}");
+}
+
+/// A connection whose call failed on the server (here a lock wait, 1205,
+/// which leaves the transaction open and the session's lock-wait bound
+/// changed) or that its caller gave up on is closed, never pooled: the next
+/// call runs on a new session. A healthy connection is reused (the control).
+#[test]
+fn a_connection_that_failed_or_timed_out_is_never_reused() {
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_reuse'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_reuse'@'127.0.0.1'"));
+    let s = MySqlStore::builder(&url_via(SHARED, "le_reuse", "127.0.0.1", port(SHARED), ""))
+        .table(TABLE)
+        .pool_size(1)
+        .build()
+        .unwrap();
+    let mut sessions = || -> Vec<u64> {
+        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_reuse' ORDER BY ID").unwrap()
+    };
+    let name = format!("reuse-{}", random_tag());
+    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let first = sessions();
+    s.inspect(&name, T).unwrap();
+    assert!(first.len() == 1 && sessions() == first, "a healthy connection is reused: {first:?}");
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut seen = first.clone();
+    for (timeout, what) in [(Duration::from_millis(1600), "1205"), (Duration::from_millis(600), "no answer")] {
+        let e = s.renew(&name, "a", lease.fence, LONG, b"", timeout).expect_err("renew of a locked row");
+        assert!(e.to_string().contains(what), "{e}");
+        let before = seen.clone();
+        assert!(
+            wait_for(Duration::from_secs(3), || sessions().iter().all(|id| !before.contains(id))),
+            "after '{e}' the session stayed open: {:?} (earlier {before:?})",
+            sessions()
+        );
+        assert!(wait_for(Duration::from_secs(3), || format!("{s:?}").contains("abandoned_calls: 0")), "{s:?}");
+        s.inspect(&name, T).unwrap();
+        let now = sessions();
+        assert!(now.len() == 1 && !before.contains(&now[0]), "after '{e}' the next call reused {now:?}");
+        seen.extend(now);
+    }
+    exec(&mut locker, "ROLLBACK");
+    assert!(s.renew(&name, "a", lease.fence, LONG, b"", T).is_ok());
 }
 
 /// A row read back that is not what the call wrote (here a trigger changes

@@ -291,9 +291,10 @@ pub(crate) fn code_kind(code: u16, state: &str) -> ErrorKind {
         // unknown database, no such table, unknown column, syntax, an
         // account that must change its password or is locked, a client that
         // cannot do the account's authentication, a packet larger than the
-        // server accepts, data the column cannot hold, host blocked.
+        // server accepts, data the column cannot hold, host blocked, a
+        // CHECK constraint someone added (MySQL 3819, MariaDB 4025).
         1044 | 1045 | 1049 | 1146 | 1142 | 1143 | 1227 | 1054 | 1064 | 1149 | 1251 | 1698 | 1820 | 1862 | 3118
-        | 4151 | 1153 | 1406 | 1366 | 1129 | 1370 | 1356 => ErrorKind::Fatal,
+        | 4151 | 1153 | 1406 | 1366 | 1129 | 1370 | 1356 | 3819 | 4025 => ErrorKind::Fatal,
         // Too many connections, server shutting down, lock wait timeout,
         // deadlock, read-only server or transaction, server gone away, lost
         // connection, connection killed, query interrupted or over its time
@@ -302,8 +303,11 @@ pub(crate) fn code_kind(code: u16, state: &str) -> ErrorKind {
         1040 | 1053 | 1205 | 1213 | 1290 | 1792 | 1836 | 2006 | 2013 | 1927 | 1317 | 1969 | 3024 | 1158 | 1159
         | 1160 | 1161 | 1152 | 1184 | 4031 | 1203 | 1226 | 3032 | 1637 | 1180 | 1181 | 1043 => ErrorKind::Retryable,
         _ => match state.get(..2).unwrap_or("") {
-            // Syntax or access rule, authorization, invalid catalog name.
-            "42" | "28" | "3D" => ErrorKind::Fatal,
+            // Syntax or access rule, authorization, invalid catalog name,
+            // data exception (a value the column cannot take), integrity
+            // constraint, feature not supported: the same call fails the
+            // same way every time.
+            "42" | "28" | "3D" | "22" | "23" | "0A" => ErrorKind::Fatal,
             _ => ErrorKind::Retryable,
         },
     }
@@ -334,6 +338,7 @@ pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
                     StoreError::fatal(format!("mysql {op}: TLS was asked for and the server does not support it"))
                 }
                 DriverError::UnknownAuthPlugin(_)
+                | DriverError::PacketTooLarge
                 | DriverError::OldMysqlPasswordDisabled
                 | DriverError::CleartextPluginDisabled
                 | DriverError::Protocol41NotSet
@@ -439,6 +444,12 @@ mod tests {
             assert_eq!(code_kind(retry.0, retry.1), ErrorKind::Retryable, "{retry:?}");
         }
         assert_eq!(code_kind(9999, "42000"), ErrorKind::Fatal, "an unknown code in the access-rule class");
+        // Data the table cannot take (a column narrower than this store's
+        // schema, a constraint someone added): the same call fails the same
+        // way every time, so a person must look.
+        for data in [(1264, "22003"), (1292, "22007"), (4025, "23000"), (3819, "HY000"), (1048, "23000")] {
+            assert_eq!(code_kind(data.0, data.1), ErrorKind::Fatal, "{data:?}");
+        }
     }
 
     #[test]
