@@ -103,7 +103,7 @@ impl Pool {
         let state = Arc::new(AtomicU8::new(WAITING));
         let session = Arc::new(AtomicU32::new(0));
         let (inner, st, sess) = (Arc::clone(&self.inner), Arc::clone(&state), Arc::clone(&session));
-        let spawned = thread::Builder::new().name("leaderelection-mysql".into()).spawn(move || {
+        let spawned = thread::Builder::new().name("le-mysql-call".into()).spawn(move || {
             let result = inner.call(op, &sql, deadline, &sess, &st);
             if st.compare_exchange(WAITING, DONE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
                 let _ = tx.send(result.map(|(rows, conn)| {
@@ -275,7 +275,7 @@ fn kill(inner: &Arc<Inner>, session: u32) {
         return;
     }
     let worker = Arc::clone(inner);
-    let spawned = thread::Builder::new().name("leaderelection-mysql-kill".into()).spawn(move || {
+    let spawned = thread::Builder::new().name("le-mysql-kill".into()).spawn(move || {
         match Conn::new(worker.opts.clone()) {
             Ok(mut c) => {
                 if let Err(e) = c.query_drop(format!("KILL CONNECTION {session}")) {
