@@ -129,25 +129,37 @@ fn the_session_time_zone_changes_nothing() {
     assert!(diff < 5, "the store's now is {diff} s away from UNIX_TIMESTAMP()");
 }
 
+/// Every replica runs `ensure_schema` at start, so six at the same instant
+/// (a barrier) on a table that does not exist yet, three times over: all
+/// succeed, each can use the table at once, and running it again is a no-op.
 #[test]
 fn ensure_schema_is_idempotent_and_safe_concurrently() {
-    let table = format!("le_schema_{}", random_tag());
-    let results: Vec<_> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..6)
-            .map(|_| {
-                let table = table.clone();
-                sc.spawn(move || MySqlStore::builder(&url(SHARED)).table(table).build().unwrap().ensure_schema())
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for r in &results {
-        assert!(r.is_ok(), "concurrent ensure_schema failed: {r:?}");
+    const REPLICAS: usize = 6;
+    for round in 0..3 {
+        let table = format!("le_schema_{}", random_tag());
+        let barrier = std::sync::Barrier::new(REPLICAS);
+        let results: Vec<_> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..REPLICAS)
+                .map(|i| {
+                    let (table, barrier) = (table.clone(), &barrier);
+                    sc.spawn(move || {
+                        let s = MySqlStore::builder(&url(SHARED)).table(table).build().unwrap();
+                        barrier.wait();
+                        s.ensure_schema()?;
+                        s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in &results {
+            assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
+        }
+        let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+        s.ensure_schema().expect("idempotent");
+        assert!(s.inspect("e0", T).unwrap().held_by("a"), "a second ensure_schema changed the table");
+        exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`"));
     }
-    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
-    s.ensure_schema().expect("idempotent");
-    assert!(s.acquire("e", "a", LONG, b"", T).unwrap().held_by("a"));
-    exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`"));
 }
 
 /// A missing table is fatal, reported at once with the server's code.
