@@ -298,6 +298,54 @@ fn locked_table_gives_up_in_time() {
     exec(&mut locker, &format!("DROP TABLE `{table}`"));
 }
 
+/// `ensure_schema` is bounded too (by the builder's `ddl_timeout`): with the
+/// table held by `LOCK TABLES … WRITE` elsewhere it gives up in time, and
+/// works once the lock goes.
+#[test]
+fn ensure_schema_gives_up_at_its_timeout() {
+    let table = format!("le_ddl_{}", random_tag());
+    let build = |d| MySqlStore::builder(&url(SHARED)).table(table.clone()).ddl_timeout(d).build().unwrap();
+    build(T).ensure_schema().unwrap();
+    let s = build(Duration::from_millis(500));
+    let mut locker = admin(SHARED);
+    exec(&mut locker, &format!("LOCK TABLES `{table}` WRITE"));
+    let start = Instant::now();
+    let e = s.ensure_schema().expect_err("ensure_schema on a table locked elsewhere");
+    let took = start.elapsed();
+    eprintln!("locked table: ensure_schema returned after {took:?}: {e}");
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(took < Duration::from_millis(800), "took {took:?} with a 500 ms ddl_timeout");
+    exec(&mut locker, "UNLOCK TABLES");
+    s.ensure_schema().expect("ensure_schema once the lock went");
+    exec(&mut locker, &format!("DROP TABLE `{table}`"));
+}
+
+/// Calls waiting for one of the pool's connections give up at their own
+/// deadline: with the only connection held by a call stuck on a row lock,
+/// another call fails in time, saying the pool is busy.
+#[test]
+fn a_call_waiting_for_a_busy_pool_gives_up_in_time() {
+    let s = MySqlStore::builder(&url(SHARED)).table(TABLE).pool_size(1).build().unwrap();
+    s.ensure_schema().unwrap();
+    let name = format!("busy-{}", random_tag());
+    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    std::thread::scope(|sc| {
+        let stuck = sc.spawn(|| s.renew(&name, "a", lease.fence, LONG, b"", Duration::from_millis(1600)));
+        assert!(wait_for(T, || format!("{s:?}").contains("idle: 0")), "{s:?}");
+        let start = Instant::now();
+        let e = s.inspect(&name, Duration::from_millis(300)).expect_err("a call with no connection to run on");
+        let took = start.elapsed();
+        assert!(e.is_retryable() && e.to_string().contains("busy"), "{e}");
+        assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(450), "took {took:?}");
+        assert!(stuck.join().unwrap().is_err(), "the renew of a locked row succeeded");
+    });
+    exec(&mut locker, "ROLLBACK");
+    assert!(s.inspect(&name, T).unwrap().held_by("a"));
+}
+
 /// A path that swallows packets: calls return within the timeout, stuck
 /// connections are closed (not pooled), and once the path heals the store
 /// works again on fresh connections.
@@ -445,7 +493,7 @@ fn a_call_given_up_on_while_connecting_never_runs() {
     let start = Instant::now();
     let e = s.acquire(&name, "late", LONG, b"", Duration::from_millis(300)).expect_err("no connection within 300 ms");
     let took = start.elapsed();
-    assert!(e.is_retryable(), "{e:?}");
+    assert!(e.is_retryable() && e.to_string().contains("no connection within 300ms"), "{e:?}");
     assert!(took < Duration::from_millis(450), "took {took:?}");
     // The connection comes up 800 ms in, and the abandoned call ends.
     assert!(wait_for(Duration::from_secs(5), || format!("{s:?}").contains("abandoned_calls: 0")), "{s:?}");
@@ -524,6 +572,17 @@ fn a_row_that_is_not_what_was_written_is_an_error() {
     assert!(e.to_string().contains("not the one written"), "{e}");
     let e = s.renew("control", "a", ok.fence, LONG, b"mine", T).expect_err("a renew whose row came back altered");
     assert!(e.to_string().contains("not the one written"), "{e}");
+    // A trigger that renames the row on its way in: the write leaves no row
+    // under the name asked for, and that is no success either.
+    exec(&mut c, &format!("DROP TRIGGER `{table}_i`"));
+    exec(
+        &mut c,
+        &format!(
+            "CREATE TRIGGER `{table}_i` BEFORE INSERT ON `{table}` FOR EACH ROW SET NEW.name = CONCAT(NEW.name, X'21')"
+        ),
+    );
+    let e = s.acquire("f", "a", LONG, b"mine", T).expect_err("an acquire that left no row succeeded");
+    assert!(e.is_retryable() && e.to_string().contains("no row after the write"), "{e}");
     exec(&mut c, &format!("DROP TABLE `{table}`"));
 }
 

@@ -340,7 +340,7 @@ impl MySqlStore {
         }
     }
 
-    fn run(&self, op: &'static str, body: &str, deadline: Instant) -> Result<Vec<mysql::Row>, StoreError> {
+    fn run(&self, op: &'static str, body: &str, deadline: Instant) -> Result<Vec<Vec<mysql::Value>>, StoreError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         self.pool.run(op, sql::bounded(body, remaining), deadline)
     }
@@ -348,22 +348,6 @@ impl MySqlStore {
 
 fn deadline_after(timeout: Duration) -> Instant {
     Instant::now() + timeout.min(MAX_WAIT)
-}
-
-/// A duration as a person writes it: `3s`, `1.5s`, `500ms`, `250µs`.
-pub(crate) fn human(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms >= 1000 {
-        if ms % 1000 == 0 {
-            format!("{}s", ms / 1000)
-        } else {
-            format!("{}s", (ms as f64 / 1000.0 * 100.0).round() / 100.0)
-        }
-    } else if ms > 0 {
-        format!("{ms}ms")
-    } else {
-        format!("{}µs", d.as_micros())
-    }
 }
 
 impl Store for MySqlStore {
@@ -377,16 +361,13 @@ impl Store for MySqlStore {
     ) -> Result<Lease, StoreError> {
         let body = sql::acquire(&self.quoted, name, identity, ttl, payload)?;
         let rows = self.run("acquire", &body, deadline_after(timeout))?;
-        let Some(rb) = sql::read_back("acquire", rows)? else {
+        let Some(rb) = sql::read_back("acquire", name, rows)? else {
             return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));
         };
         // After the write, the row names this identity exactly when this
         // statement claimed or extended it (a holder's acquire always writes).
         if rb.lease.holder == identity {
-            return sql::check_written("acquire", rb.lease, name, identity, ttl, payload, None);
-        }
-        if rb.lease.name != name {
-            return Err(StoreError::retryable("mysql acquire: the row read back is another election's"));
+            return sql::check_written("acquire", rb, identity, ttl, payload, None);
         }
         Ok(rb.lease)
     }
@@ -402,16 +383,9 @@ impl Store for MySqlStore {
     ) -> Result<Lease, StoreError> {
         let body = sql::renew(&self.quoted, name, identity, fence, ttl, payload)?;
         let rows = self.run("renew", &body, deadline_after(timeout))?;
-        match sql::read_back("renew", rows)? {
-            None => Err(StoreError::lease_lost()),
-            Some(rb) if rb.row_count == 0 => Err(StoreError::lease_lost()),
-            Some(rb) if rb.row_count == 1 => {
-                sql::check_written("renew", rb.lease, name, identity, ttl, payload, Some(fence))
-            }
-            Some(rb) => Err(StoreError::retryable(format!(
-                "mysql renew: the update reported {} rows for one election; outcome unknown",
-                rb.row_count
-            ))),
+        match sql::read_back("renew", name, rows)? {
+            Some(rb) if rb.row_count != 0 => sql::check_written("renew", rb, identity, ttl, payload, Some(fence)),
+            _ => Err(StoreError::lease_lost()),
         }
     }
 
@@ -423,10 +397,9 @@ impl Store for MySqlStore {
     fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
         let body = sql::inspect(&self.quoted, name)?;
         let rows = self.run("inspect", &body, deadline_after(timeout))?;
-        match sql::read_back("inspect", rows)? {
+        match sql::read_back("inspect", name, rows)? {
+            Some(rb) => Ok(rb.lease),
             None => Err(StoreError::no_lease(name)),
-            Some(rb) if rb.lease.name == name => Ok(rb.lease),
-            Some(_) => Err(StoreError::fatal("mysql inspect: the row read back is another election's")),
         }
     }
 }
@@ -522,10 +495,25 @@ mod tests {
     }
 
     #[test]
-    fn durations_read_as_a_person_writes_them() {
-        assert_eq!(human(Duration::from_secs(3)), "3s");
-        assert_eq!(human(Duration::from_millis(500)), "500ms");
-        assert_eq!(human(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(human(Duration::from_micros(250)), "250µs");
+    fn options_built_by_hand_cannot_turn_verification_off() {
+        let base = || mysql::OptsBuilder::new().ip_or_hostname(Some("db.internal")).db_name(Some("app"));
+        for ssl in [
+            mysql::SslOpts::default().with_danger_accept_invalid_certs(true),
+            mysql::SslOpts::default().with_danger_skip_domain_validation(true),
+        ] {
+            let e = MySqlStore::builder_from_opts(base().ssl_opts(Some(ssl)).into()).build().unwrap_err();
+            assert!(e.is_fatal() && e.to_string().contains("verification off"), "{e}");
+        }
+        let socket = base().socket(Some("/run/mysqld/mysqld.sock")).ssl_opts(Some(mysql::SslOpts::default()));
+        let e = MySqlStore::builder_from_opts(socket.into()).build().unwrap_err();
+        assert!(e.is_fatal() && e.to_string().contains("unix socket"), "{e}");
+        let s = MySqlStore::builder_from_opts(base().ssl_opts(Some(mysql::SslOpts::default())).into())
+            .table("elections")
+            .build()
+            .unwrap();
+        assert!(s.uses_tls());
+        assert_eq!(s.table(), "elections");
+        let dbg = format!("{s:?}");
+        assert!(dbg.contains("db.internal") && dbg.contains("`elections`"), "{dbg}");
     }
 }

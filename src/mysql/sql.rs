@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use mysql::{Row, Value};
+use mysql::Value;
 
 use crate::lease::{DbTime, Lease};
 use crate::store::{ErrorKind, StoreError};
@@ -200,15 +200,17 @@ pub(crate) struct ReadBack {
     pub row_count: i64,
 }
 
-/// The one lease row among `rows`, if any.
-pub(crate) fn read_back(op: &str, rows: Vec<Row>) -> Result<Option<ReadBack>, StoreError> {
+/// The one lease row among `rows` (every row of every statement's result;
+/// only the lease-reading statement's have nine columns), if any. A row of
+/// another election, or a value of the wrong type, is an error: the table
+/// is not what this store made.
+pub(crate) fn read_back(op: &str, name: &str, rows: Vec<Vec<Value>>) -> Result<Option<ReadBack>, StoreError> {
     let mut rows = rows.into_iter().filter(|r| r.len() == 9);
-    let Some(row) = rows.next() else { return Ok(None) };
+    let Some(values) = rows.next() else { return Ok(None) };
     if rows.next().is_some() {
         return Err(StoreError::fatal(format!("mysql {op}: more than one row for one election name")));
     }
     let bad = |what: &str| StoreError::fatal(format!("mysql {op}: cannot read the lease row ({what})"));
-    let values = row.unwrap();
     let bytes = |i: usize| match &values[i] {
         Value::Bytes(b) => Ok(b.clone()),
         _ => Err(bad("not a byte string")),
@@ -235,6 +237,9 @@ pub(crate) fn read_back(op: &str, rows: Vec<Row>) -> Result<Option<ReadBack>, St
         now: DbTime::from_unix_micros(int(7)?),
         payload: bytes(6)?,
     };
+    if lease.name != name {
+        return Err(StoreError::fatal(format!("mysql {op}: the row read back is another election's")));
+    }
     Ok(Some(ReadBack { lease, row_count: int(8)? }))
 }
 
@@ -243,13 +248,13 @@ pub(crate) fn read_back(op: &str, rows: Vec<Row>) -> Result<Option<ReadBack>, St
 /// write: the writing statement set `renewed_at` to its own `now`, and
 /// `expires_at - renewed_at` is the TTL that statement granted. That `now`
 /// was read after the request was sent, so a deadline the elector anchors
-/// at the send time is never later than the server's expiry.
+/// at the send time is never later than the server's expiry. A renewal
+/// (`fence` given) must also have updated exactly one row.
 ///
 /// A row that is not what this call wrote is an error, never a success.
 pub(crate) fn check_written(
     op: &str,
-    mut lease: Lease,
-    name: &str,
+    rb: ReadBack,
     identity: &str,
     ttl: Duration,
     payload: &[u8],
@@ -258,15 +263,16 @@ pub(crate) fn check_written(
     let wrong = |what: &str| {
         StoreError::retryable(format!("mysql {op}: the row read back is not the one written ({what}); outcome unknown"))
     };
-    if lease.name != name {
-        return Err(wrong("another election name"));
-    }
+    let mut lease = rb.lease;
     if lease.holder != identity {
         return Err(wrong("another holder"));
     }
     if let Some(f) = fence {
         if lease.fence != f {
             return Err(wrong("another fence"));
+        }
+        if rb.row_count != 1 {
+            return Err(wrong(&format!("the update reported {} rows", rb.row_count)));
         }
     }
     if lease.payload != payload {
@@ -489,5 +495,142 @@ mod tests {
             .map(|c| update.find(c).unwrap_or_else(|| panic!("{c} missing")))
             .collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{update}");
+    }
+
+    /// A lease row as the server sends it: text protocol, so every value is
+    /// bytes; then the statement's now and the row count.
+    fn row(name: &str, holder: &str, fence: i64, times: [i64; 4], payload: &[u8], count: i64) -> Vec<Value> {
+        let n = |v: i64| Value::Bytes(v.to_string().into_bytes());
+        vec![
+            Value::Bytes(name.into()),
+            Value::Bytes(holder.into()),
+            n(fence),
+            n(times[0]),
+            n(times[1]),
+            n(times[2]),
+            Value::Bytes(payload.to_vec()),
+            n(times[3]),
+            n(count),
+        ]
+    }
+
+    const T0: i64 = 1_700_000_000_000_000;
+    const TIMES: [i64; 4] = [T0, T0 + 10, T0 + 10 + 5_000_000, T0 + 20];
+
+    #[test]
+    fn rows_are_read_back_from_any_integer_form_and_checked() {
+        assert!(read_back("inspect", "e", vec![vec![Value::Int(1)], vec![]]).unwrap().is_none(), "no lease row");
+        let rb = read_back("inspect", "e", vec![vec![], row("e", "a", 7, TIMES, b"p", 1)]).unwrap().unwrap();
+        assert_eq!((rb.lease.holder.as_str(), rb.lease.fence, rb.row_count), ("a", 7, 1));
+        assert_eq!(rb.lease.now.as_unix_micros(), TIMES[3]);
+        let mut typed = row("e", "a", 7, TIMES, b"", 0);
+        typed[2] = Value::Int(7);
+        typed[3] = Value::UInt(T0 as u64);
+        assert_eq!(read_back("x", "e", vec![typed]).unwrap().unwrap().lease.acquired_at.as_unix_micros(), T0);
+        let broken = |i: usize, v: Value| {
+            let mut r = row("e", "a", 7, TIMES, b"", 0);
+            r[i] = v;
+            read_back("acquire", "e", vec![r]).unwrap_err()
+        };
+        for (i, v, what) in [
+            (0, Value::NULL, "not a byte string"),
+            (1, Value::Bytes(vec![0xff]), "not UTF-8"),
+            (2, Value::Bytes(b"0".to_vec()), "fence not positive"),
+            (2, Value::Bytes(b"-3".to_vec()), "fence not positive"),
+            (3, Value::Bytes(b"soon".to_vec()), "not an integer"),
+            (4, Value::UInt(u64::MAX), "out of range"),
+            (5, Value::Double(1.0), "not an integer"),
+        ] {
+            let e = broken(i, v);
+            assert!(e.is_fatal() && e.to_string().contains(what), "column {i}: {e}");
+        }
+        let two = read_back("x", "e", vec![row("e", "a", 1, TIMES, b"", 0), row("e", "b", 2, TIMES, b"", 0)]);
+        assert!(two.unwrap_err().to_string().contains("more than one row"));
+        let other = read_back("inspect", "e", vec![row("f", "a", 1, TIMES, b"", 0)]).unwrap_err();
+        assert!(other.is_fatal() && other.to_string().contains("another election"), "{other}");
+    }
+
+    #[test]
+    fn a_written_row_must_be_what_was_asked_for() {
+        let ttl = Duration::from_secs(5);
+        let rb = |r: Vec<Value>| read_back("renew", "e", vec![r]).unwrap().unwrap();
+        let ok = check_written("renew", rb(row("e", "a", 7, TIMES, b"p", 1)), "a", ttl, b"p", Some(7)).unwrap();
+        assert_eq!(ok.now, ok.renewed_at, "now is the writing statement's");
+        assert!(check_written("acquire", rb(row("e", "a", 7, TIMES, b"p", 0)), "a", ttl, b"p", None).is_ok());
+        // (row read back, identity, payload, fence asked for, what is wrong)
+        type Case = (Vec<Value>, &'static str, &'static [u8], Option<u64>, &'static str);
+        let cases: [Case; 7] = [
+            (row("e", "b", 7, TIMES, b"p", 1), "a", b"p", Some(7), "another holder"),
+            (row("e", "a", 8, TIMES, b"p", 1), "a", b"p", Some(7), "another fence"),
+            (row("e", "a", 7, TIMES, b"p", 2), "a", b"p", Some(7), "reported 2 rows"),
+            (row("e", "a", 7, TIMES, b"q", 1), "a", b"p", Some(7), "another payload"),
+            (row("e", "a", 7, [T0, T0, T0 + 4_999_999, T0], b"p", 1), "a", b"p", Some(7), "short of the TTL"),
+            (row("e", "a", 7, [T0, T0 + 30, T0 + 5_000_030, T0 + 20], b"p", 1), "a", b"p", Some(7), "out of order"),
+            (row("e", "a", 7, [T0 + 11, T0 + 10, T0 + 5_000_010, T0 + 20], b"p", 1), "a", b"p", None, "out of order"),
+        ];
+        for (r, id, p, fence, what) in cases {
+            let e = check_written("renew", rb(r), id, ttl, p, fence).unwrap_err();
+            assert!(e.is_retryable() && e.to_string().contains(what), "{what}: {e}");
+            assert!(e.to_string().contains("not the one written"), "{e}");
+        }
+    }
+
+    #[test]
+    fn driver_errors_are_classified_by_cause() {
+        use mysql::{DriverError, Error, MySqlError};
+        let server =
+            |code, state: &str| Error::MySqlError(MySqlError { state: state.into(), message: "m".into(), code });
+        let io = |kind| Error::IoError(std::io::Error::new(kind, "x"));
+        let codec = |kind| Error::CodecError(std::io::Error::new(kind, "x").into());
+        let fatal = [
+            Error::DriverError(DriverError::UnknownAuthPlugin("x".into())),
+            Error::DriverError(DriverError::TlsNotSupported),
+            Error::DriverError(DriverError::PacketTooLarge),
+            Error::UrlError(mysql::UrlError::UnknownParameter("x".into())),
+            Error::FromValueError(Value::NULL),
+            server(1146, "42S02"),
+        ];
+        for e in &fatal {
+            assert!(classify("op", e).is_fatal(), "{e:?}");
+            assert!(!retry_elsewhere(e) || matches!(e, Error::MySqlError(_)), "{e:?}");
+        }
+        assert!(classify("op", &Error::DriverError(DriverError::TlsNotSupported))
+            .to_string()
+            .contains("does not support"));
+        let retryable = [
+            Error::DriverError(DriverError::ConnectTimeout),
+            io(std::io::ErrorKind::ConnectionReset),
+            codec(std::io::ErrorKind::WouldBlock),
+            server(1205, "HY000"),
+        ];
+        for e in &retryable {
+            assert!(classify("op", e).is_retryable(), "{e:?}");
+        }
+        // Another connection helps when this one surely broke, not when the
+        // server or the path is only slow (a read that timed out).
+        assert!(retry_elsewhere(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(retry_elsewhere(&codec(std::io::ErrorKind::UnexpectedEof)));
+        assert!(!retry_elsewhere(&io(std::io::ErrorKind::TimedOut)));
+        assert!(!retry_elsewhere(&codec(std::io::ErrorKind::WouldBlock)));
+        assert!(retry_elsewhere(&server(1213, "40001")) && !retry_elsewhere(&server(1205, "HY000")));
+        assert!(!retry_elsewhere(&Error::DriverError(DriverError::ConnectTimeout)));
+    }
+
+    #[test]
+    fn error_chains_name_each_new_cause_once() {
+        #[derive(Debug)]
+        struct E(&'static str, Option<Box<E>>);
+        impl std::fmt::Display for E {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for E {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|e| e as _)
+            }
+        }
+        let e = E("handshake: bad cert", Some(Box::new(E("bad cert", Some(Box::new(E("expired", None)))))));
+        assert_eq!(chain(&e), "handshake: bad cert: expired");
     }
 }
