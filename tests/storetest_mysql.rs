@@ -549,6 +549,36 @@ fn a_connection_that_failed_or_timed_out_is_never_reused() {
     assert!(s.renew(&name, "a", lease.fence, LONG, b"", T).is_ok());
 }
 
+/// A connection idle in the pool for longer than `idle_timeout` is closed
+/// when next found, and the call runs on a new one; a younger one is reused.
+#[test]
+fn idle_connections_past_their_timeout_are_closed() {
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_idle'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_idle'@'127.0.0.1'"));
+    let s = MySqlStore::builder(&url_via(SHARED, "le_idle", "127.0.0.1", port(SHARED), ""))
+        .table(TABLE)
+        .idle_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let mut sessions = || -> Vec<u64> {
+        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_idle' ORDER BY ID").unwrap()
+    };
+    let name = format!("idle-{}", random_tag());
+    s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let first = sessions();
+    s.inspect(&name, T).unwrap();
+    assert!(first.len() == 1 && sessions() == first, "a young idle connection is reused: {first:?}");
+    std::thread::sleep(Duration::from_millis(400)); // past the idle timeout
+    s.inspect(&name, T).unwrap();
+    let replaced = wait_for(Duration::from_secs(2), || {
+        let now = sessions();
+        now.len() == 1 && now != first
+    });
+    assert!(replaced, "an old idle connection was reused or left open: {first:?} -> {:?}", sessions());
+}
+
 /// A row read back that is not what the call wrote (here a trigger changes
 /// the payload on its way in) is an error, never a silent success.
 #[test]

@@ -35,9 +35,6 @@ use super::sql;
 use crate::error::Human;
 use crate::store::StoreError;
 
-/// Idle connections older than this are closed instead of reused.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// What a call's `session` holds before it has a server session: waiting
 /// for a free slot of the pool, or opening a connection.
 const NO_SESSION: u32 = 0;
@@ -54,6 +51,8 @@ pub(crate) struct Pool {
 struct Inner {
     opts: Opts,
     max: usize,
+    /// Idle connections older than this are closed instead of reused.
+    idle_timeout: Duration,
     state: Mutex<State>,
     freed: Condvar,
     /// Calls whose caller gave up and whose thread has not finished.
@@ -69,11 +68,12 @@ struct State {
 }
 
 impl Pool {
-    pub(crate) fn new(opts: Opts, max: usize) -> Pool {
+    pub(crate) fn new(opts: Opts, max: usize, idle_timeout: Duration) -> Pool {
         Pool {
             inner: Arc::new(Inner {
                 opts,
                 max: max.max(1),
+                idle_timeout,
                 state: Mutex::new(State { idle: Vec::new(), open: 0 }),
                 freed: Condvar::new(),
                 stuck: AtomicUsize::new(0),
@@ -216,7 +216,7 @@ impl Inner {
         let mut st = self.state.lock();
         let found = loop {
             if let Some((conn, since)) = st.idle.pop() {
-                if since.elapsed() < IDLE_TIMEOUT {
+                if since.elapsed() < self.idle_timeout {
                     break Some(conn);
                 }
                 st.open -= 1;

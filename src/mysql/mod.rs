@@ -58,6 +58,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default bound on [`MySqlStore::ensure_schema`].
 pub const DEFAULT_DDL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default age at which an idle pooled connection is closed, not reused.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Longest wait any call takes on, whatever it is given.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(86_400);
@@ -90,6 +92,7 @@ pub struct MySqlBuilder {
     socket_timeout: Duration,
     ca_file: Option<PathBuf>,
     ddl_timeout: Duration,
+    idle_timeout: Duration,
 }
 
 enum Source {
@@ -106,6 +109,8 @@ impl fmt::Debug for MySqlBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("socket_timeout", &self.socket_timeout)
             .field("ca_file", &self.ca_file)
+            .field("ddl_timeout", &self.ddl_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -155,6 +160,17 @@ impl MySqlBuilder {
     /// [`DEFAULT_DDL_TIMEOUT`].
     pub fn ddl_timeout(mut self, d: Duration) -> MySqlBuilder {
         self.ddl_timeout = d;
+        self
+    }
+
+    /// How long a connection may sit idle in the pool and still be reused;
+    /// older ones are closed when next found. Defaults to
+    /// [`DEFAULT_IDLE_TIMEOUT`]. Keep it below the server's `wait_timeout`
+    /// (8 hours by default, often a minute or less on hosted servers), or
+    /// the next call finds its connection closed by the server and has to
+    /// open another.
+    pub fn idle_timeout(mut self, d: Duration) -> MySqlBuilder {
+        self.idle_timeout = d;
         self
     }
 
@@ -222,7 +238,7 @@ impl MySqlBuilder {
         }
         let opts = mysql::Opts::from(b);
         Ok(MySqlStore {
-            pool: Arc::new(conn::Pool::new(opts, self.pool_size)),
+            pool: Arc::new(conn::Pool::new(opts, self.pool_size, self.idle_timeout)),
             table: self.table,
             quoted,
             ddl_timeout: self.ddl_timeout,
@@ -433,6 +449,7 @@ impl MySqlBuilder {
             socket_timeout: DEFAULT_SOCKET_TIMEOUT,
             ca_file: None,
             ddl_timeout: DEFAULT_DDL_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 }
