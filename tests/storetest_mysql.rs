@@ -277,6 +277,46 @@ fn locked_row_gives_up_in_time() {
     assert_eq!(renewed.fence, lease.fence);
 }
 
+/// A socket timeout shorter than the call's (the builder allows it): the
+/// read gives up first and the call fails, while the statement is still
+/// waiting on the server for a row lock. Its session is ended too, as for
+/// a call given up on, so the release does not land once the lock goes.
+#[test]
+fn a_read_that_timed_out_does_not_land_later() {
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_readtimeout'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_readtimeout'@'127.0.0.1'"));
+    let s = MySqlStore::builder(&url_via(SHARED, "le_readtimeout", "127.0.0.1", port(SHARED), ""))
+        .table(TABLE)
+        .socket_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let name = format!("read-timeout-{}", random_tag());
+    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let start = Instant::now();
+    let e = s.release(&name, "a", lease.fence, Duration::from_secs(3)).expect_err("a release of a locked row");
+    let took = start.elapsed();
+    eprintln!("read timeout: release returned after {took:?}: {e}");
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(took < Duration::from_millis(900), "the socket timeout did not fire: {took:?}");
+    // Its session ends while the lock is still held (the server would keep
+    // it waiting for 2 s).
+    let ended = wait_for(Duration::from_secs(1), || {
+        let n: Option<u64> =
+            c.query_first("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'le_readtimeout'").unwrap();
+        n == Some(0)
+    });
+    assert!(ended, "the statement whose read timed out is still running on the server");
+    exec(&mut locker, "ROLLBACK");
+    std::thread::sleep(Duration::from_millis(1500)); // past the statement's 2 s lock-wait bound
+    let l = s.inspect(&name, T).unwrap();
+    assert!(!l.expired() && l.expires_at == lease.expires_at, "the timed-out release landed later: {l:?}");
+}
+
 /// Another session holds the table (`LOCK TABLES … WRITE`): reads give up
 /// in time too.
 #[test]

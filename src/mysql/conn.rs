@@ -167,7 +167,7 @@ impl Inner {
     /// `session` is set to the server's id of the connection in use, so a
     /// caller that gives up can have the server end it.
     fn call(
-        &self,
+        self: &Arc<Self>,
         op: &'static str,
         sql: &str,
         deadline: Instant,
@@ -196,7 +196,14 @@ impl Inner {
                 Err(e) => {
                     let err = sql::classify(op, &e);
                     let again = sql::retry_elsewhere(&e) && (reused || is_deadlock(&e));
-                    session.store(NO_SESSION, Ordering::SeqCst);
+                    let id = session.swap(NO_SESSION, Ordering::SeqCst);
+                    if sql::is_timeout(&e) {
+                        // The socket gave up (its timeout was shorter than
+                        // the call's); the statement may still be waiting on
+                        // the server. End it there too, as for a call given up
+                        // on, so that it cannot land after this error.
+                        kill(self, id);
+                    }
                     self.discard(conn);
                     if !again {
                         return Err(err);
@@ -272,8 +279,8 @@ impl Inner {
 }
 
 /// Asks the server, on a connection of its own, to end the session of a
-/// call the caller gave up on (`KILL CONNECTION`, which any user may do to
-/// its own sessions). A statement still waiting for a lock is then rolled
+/// call the caller gave up on, or whose socket timed out (`KILL
+/// CONNECTION`, which any user may do to its own sessions). A statement still waiting for a lock is then rolled
 /// back instead of landing later: the server's smallest lock-wait bound
 /// (1 s) can outlast a shorter operation timeout. Best effort, on a thread
 /// of its own, at most one per pool slot at a time; a server that does not

@@ -143,7 +143,9 @@ impl MySqlBuilder {
     /// The sockets' read and write timeout. A call returns at its own
     /// timeout regardless; this bounds how long a call it gave up on may
     /// keep a thread and a connection. Defaults to [`DEFAULT_SOCKET_TIMEOUT`];
-    /// keep it above the elector's `operation_timeout`.
+    /// keep it above the elector's `operation_timeout`. A call whose socket
+    /// times out first fails then, and its server session is ended as for a
+    /// call given up on, so its statement does not land later.
     pub fn socket_timeout(mut self, d: Duration) -> MySqlBuilder {
         self.socket_timeout = d;
         self

@@ -377,6 +377,9 @@ pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
                 StoreError::fatal(format!("mysql {op}: TLS handshake failed: {text}"))
             }
         }
+        _ if is_timeout(e) => StoreError::retryable(format!(
+            "mysql {op}: no answer within the socket timeout; the connection is dropped and its session ended"
+        )),
         Error::IoError(io) => StoreError::retryable(format!("mysql {op}: connection error: {io}")),
         Error::CodecError(c) => StoreError::retryable(format!("mysql {op}: connection error: {c}")),
         Error::UrlError(u) => {
@@ -407,6 +410,18 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// slow, and another connection would only add load.
 fn timed_out(io: &std::io::Error) -> bool {
     matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+}
+
+/// Whether `e` is a socket read or write that ran out of time, after which
+/// the statement may still be running on the server.
+pub(crate) fn is_timeout(e: &mysql::Error) -> bool {
+    match e {
+        mysql::Error::IoError(io) => timed_out(io),
+        mysql::Error::CodecError(c) => {
+            std::error::Error::source(c).and_then(|s| s.downcast_ref()).is_some_and(timed_out)
+        }
+        _ => false,
+    }
 }
 
 /// Whether the connection is surely unusable after `e`, and another
@@ -614,6 +629,10 @@ mod tests {
         assert!(!retry_elsewhere(&codec(std::io::ErrorKind::WouldBlock)));
         assert!(retry_elsewhere(&server(1213, "40001")) && !retry_elsewhere(&server(1205, "HY000")));
         assert!(!retry_elsewhere(&Error::DriverError(DriverError::ConnectTimeout)));
+        // A socket timeout: the statement may still run on the server.
+        assert!(is_timeout(&io(std::io::ErrorKind::TimedOut)) && is_timeout(&codec(std::io::ErrorKind::WouldBlock)));
+        assert!(!is_timeout(&io(std::io::ErrorKind::ConnectionReset)) && !is_timeout(&server(1205, "HY000")));
+        assert!(classify("renew", &codec(std::io::ErrorKind::WouldBlock)).to_string().contains("socket timeout"));
     }
 
     #[test]
