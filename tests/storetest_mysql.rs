@@ -234,10 +234,18 @@ fn tcp_urls_use_tcp() {
 /// With a timeout above the server's smallest lock wait (1 s) the server
 /// gives up first (error 1205); with a shorter one the store gives up at its
 /// own deadline and has the server end the abandoned session, so the
-/// statement does not land once the lock goes.
+/// statement does not land once the lock goes. Ending it takes a connection
+/// and a round trip of its own (milliseconds), so the test waits for those
+/// sessions to be gone, with the lock still held, before letting it go: a
+/// lock that goes sooner than that may still let a statement land.
 #[test]
 fn locked_row_gives_up_in_time() {
-    let s = store();
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_locked'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_locked'@'127.0.0.1'"));
+    let s =
+        MySqlStore::builder(&url_via(SHARED, "le_locked", "127.0.0.1", port(SHARED), "")).table(TABLE).build().unwrap();
     let name = format!("locked-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
     let mut locker = admin(SHARED);
@@ -262,9 +270,20 @@ fn locked_row_gives_up_in_time() {
         }
     }
     assert!(s.inspect(&name, Duration::from_millis(600)).is_ok(), "a plain read waited on a row lock");
+    // The sessions of the calls given up on end while the lock is held, and
+    // well before the server's own bound would end the last one (1 s after
+    // it was sent, 600 ms ago).
+    let ended = wait_for(Duration::from_millis(250), || {
+        let running: Option<u64> = c
+            .query_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'le_locked' AND COMMAND <> 'Sleep'",
+            )
+            .unwrap();
+        running == Some(0)
+    });
+    assert!(ended, "a statement the store gave up on is still running on the server");
     exec(&mut locker, "ROLLBACK");
-    // The abandoned calls finish, and none of them landed once the lock went:
-    // the store had the server end their sessions when it gave up on them.
+    // The abandoned calls finish, and none of them landed once the lock went.
     assert!(wait_for(Duration::from_secs(5), || format!("{s:?}").contains("abandoned_calls: 0")), "{s:?}");
     std::thread::sleep(Duration::from_millis(1200)); // past the server's 1 s lock-wait bound
     let l = s.inspect(&name, T).unwrap();
