@@ -633,6 +633,8 @@ mod tests {
         assert!(is_timeout(&io(std::io::ErrorKind::TimedOut)) && is_timeout(&codec(std::io::ErrorKind::WouldBlock)));
         assert!(!is_timeout(&io(std::io::ErrorKind::ConnectionReset)) && !is_timeout(&server(1205, "HY000")));
         assert!(classify("renew", &codec(std::io::ErrorKind::WouldBlock)).to_string().contains("socket timeout"));
+        let eof = classify("renew", &codec(std::io::ErrorKind::UnexpectedEof));
+        assert!(eof.is_retryable() && eof.to_string().contains("connection error"), "{eof}");
     }
 
     #[test]
