@@ -237,3 +237,103 @@ fn swallowing_path_steps_down_and_recovers() {
     drop(g);
     e.shutdown().unwrap();
 }
+
+/// Every log record, as text, from the moment [`capture`] is first called.
+struct Capture(parking_lot::Mutex<Vec<String>>);
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        self.0.lock().push(format!("{} {}: {}", record.level(), record.target(), record.args()));
+    }
+    fn flush(&self) {}
+}
+
+static CAPTURE: Capture = Capture(parking_lot::Mutex::new(Vec::new()));
+
+fn capture() -> &'static Capture {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        log::set_logger(&CAPTURE).expect("no other logger in this binary");
+        log::set_max_level(log::LevelFilter::Trace);
+    });
+    &CAPTURE
+}
+
+/// A password appears in no error, no `Debug` output and no log line (at
+/// any level): a wrong password (1045), calls given up on behind a
+/// swallowing path and the sessions the store then asks the server to end,
+/// and URLs the store refuses. The logs are shown to hold those events, so
+/// the check has something to look at.
+#[test]
+fn no_password_in_errors_debug_or_logs() {
+    const SECRET: &str = "hunter2-Secret";
+    let logs = capture();
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, &format!("CREATE USER IF NOT EXISTS 'le_secret'@'127.0.0.1' IDENTIFIED BY '{SECRET}'"));
+    exec(&mut c, &format!("ALTER USER 'le_secret'@'127.0.0.1' IDENTIFIED BY '{SECRET}'"));
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_secret'@'127.0.0.1'"));
+    let p = port(SHARED);
+    let mut texts = Vec::new();
+
+    // A wrong password: fatal, reported in status() and logged.
+    let wrong = store_on(&format!("mysql://le_secret:{SECRET}-wrong@127.0.0.1:{p}/test"), TABLE);
+    texts.push(format!("{wrong:?} {:?}", MySqlStore::builder(&format!("mysql://u:{SECRET}@h/db"))));
+    let e = Elector::start(config(wrong, &format!("secret-{}", random_tag()), "wrong")).unwrap();
+    let fatal =
+        wait_for(Duration::from_secs(5), || e.status().last_error.as_ref().is_some_and(ElectionError::is_fatal));
+    let st = e.status();
+    assert!(fatal, "no fatal error for a wrong password: {st:?}");
+    let err = st.last_error.clone().unwrap();
+    texts.push(format!("{err} {err:?} {st:?}"));
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        texts.push(format!("{s} {s:?}"));
+        source = s.source();
+    }
+    assert!(err.to_string().contains("1045"), "{err}");
+    drop(e);
+
+    // The right password behind a path that swallows: calls are given up
+    // on and their sessions ended (or tried), all logged.
+    let proxy = Proxy::start(p);
+    let s = MySqlStore::builder(&url_via(SHARED, &format!("le_secret:{SECRET}"), "127.0.0.1", proxy.port, ""))
+        .table(TABLE)
+        .connect_timeout(Duration::from_millis(500))
+        .socket_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    texts.push(format!("{s:?}"));
+    let e = Elector::start(config(s.clone(), &format!("secret-{}", random_tag()), "right")).unwrap();
+    let g = e.wait_leader_timeout(Duration::from_secs(10)).expect("leads with the right password");
+    proxy.swallow(true);
+    assert!(!g.wait_lost_timeout(LEASE + Duration::from_secs(1)).timed_out(), "still leading with no path");
+    drop(g);
+    let st = e.status();
+    texts.push(format!("{st:?} {s:?}"));
+    proxy.swallow(false);
+    e.shutdown().unwrap();
+
+    // URLs refused before any connection.
+    for u in [
+        format!("mysql://u:{SECRET}@h/db?ssl-mode=PREFERRED"),
+        format!("mysql://u:{SECRET}@h:port/db"),
+        format!("mysql://u@h/db?password={SECRET}&stmt_cache_size=many"),
+        format!("mysql://u:{SECRET}@h/db?danger_accept_invalid_certs=true"),
+    ] {
+        let err = MySqlStore::connect(&u).expect_err(&u);
+        texts.push(format!("{err} {err:?}"));
+    }
+
+    let logged = logs.0.lock().clone();
+    let all = logged.join("\n");
+    assert!(all.contains("1045"), "the wrong password was not logged: {all}");
+    assert!(all.contains("abandoned") || all.contains("no answer"), "no call given up on was logged: {all}");
+    for t in texts.iter().chain(&logged) {
+        assert!(!t.contains("hunter2"), "a password in: {t}");
+    }
+    eprintln!("mysql: {} log lines and {} errors and Debug outputs checked", logged.len(), texts.len());
+}

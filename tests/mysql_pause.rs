@@ -53,6 +53,16 @@ fn threads() -> usize {
     fs::read_dir("/proc/self/task").expect("/proc/self/task").count()
 }
 
+/// The MySQL store's own threads (`le-mysql-call`, `le-mysql-kill`): a call
+/// in flight or given up on, and a request to end an abandoned session.
+fn store_threads() -> usize {
+    let tasks = fs::read_dir("/proc/self/task").expect("/proc/self/task");
+    tasks
+        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("le-mysql-"))
+        .count()
+}
+
 /// The private server stopped with SIGSTOP; dropping it (also when an
 /// assertion fails) sends SIGCONT, so the server never stays frozen.
 struct Frozen(u32);
@@ -152,6 +162,7 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
         })
     };
     let threads_before = threads() - 1;
+    let store_threads_before = store_threads();
 
     let frozen = Frozen::freeze(pid);
     let frozen_at = Instant::now();
@@ -174,8 +185,10 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
     drop(g);
 
     let mut threads_max = threads();
+    let mut store_threads_max = store_threads();
     while frozen_at.elapsed() < HOLD {
         threads_max = threads_max.max(threads());
+        store_threads_max = store_threads_max.max(store_threads());
         for e in [&leader, &follower] {
             let st = e.status();
             assert!(!st.is_leader, "{} leads with the server frozen", st.identity);
@@ -202,6 +215,11 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
     // call thread and a kill thread each.
     let bound = threads_before + 2 * (EXTRA_CALL_THREADS + 2 * DEFAULT_POOL_SIZE) + 3 * 2;
     assert!(threads_max <= bound, "threads grew from {threads_before} to {threads_max} (bound {bound})");
+    // The stores' own share of that: a call thread per elector call thread
+    // and per probe, plus a kill thread per pool slot of each store.
+    let store_bound = 2 * (EXTRA_CALL_THREADS + 1) + 3 + 4 * DEFAULT_POOL_SIZE;
+    eprintln!("pause: store threads {store_threads_before} before, at most {store_threads_max} during");
+    assert!(store_threads_max <= store_bound, "store threads reached {store_threads_max} (bound {store_bound})");
 
     drop(frozen);
     let thawed_at = Instant::now();
@@ -231,6 +249,18 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
     drop((warm, cold));
     let gone = wait_for(Duration::from_secs(8), || sessions(&mut c, users[2]) == 0 && sessions(&mut c, users[3]) == 0);
     assert!(gone, "dropped stores' sessions are still open");
+    // And the threads come back: every call given up on, and every request
+    // to end its session, has finished. What may remain is a call in flight
+    // per elector, and the electors' own idle call threads.
+    let settled = wait_for(Duration::from_secs(10), || {
+        store_threads() <= 2 && threads() <= threads_before - 1 + 2 * EXTRA_CALL_THREADS + 2
+    });
+    let (threads_after, store_threads_after) = (threads(), store_threads());
+    eprintln!(
+        "pause: threads {threads_before} before, at most {threads_max} during, {threads_after} after \
+         (store threads {store_threads_before}, {store_threads_max}, {store_threads_after})"
+    );
+    assert!(settled, "threads did not come back after the thaw: {threads_after} (store threads {store_threads_after})");
     eprintln!(
         "pause: calls on the frozen server returned after {warm_took:?} (pooled), {cold_took:?} (new connection), \
          {acquire_took:?} (acquire)"

@@ -7,7 +7,8 @@ mod mysql_support;
 use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
-use leaderelection::Store;
+use leaderelection::storetest::Operator;
+use leaderelection::{Lease, Store};
 use mysql::prelude::Queryable;
 use mysql_support::{admin, exec, port, random_tag, url, url_via, wait_for, Proxy, PRIVATE, SHARED};
 
@@ -23,15 +24,78 @@ fn store() -> MySqlStore {
 
 leaderelection::storetest_suite!(store());
 
-fn micros(l: &leaderelection::Lease) -> u64 {
+mod operator {
+    leaderelection::storetest_suite!(operator: super::operated());
+}
+
+/// Plain SQL on the store's table through a client of its own, as an
+/// operator or a failover would change it. Each operator has a table of its
+/// own, dropped when the operator is, because it may drop and re-create it.
+struct MySqlOperator {
+    /// The table, quoted.
+    table: String,
+    /// A second store on the table, for `ensure_schema` after a re-creation.
+    ddl: MySqlStore,
+}
+
+/// A store on a fresh table, and an operator on that table.
+fn operated() -> (MySqlStore, MySqlOperator) {
+    let table = format!("le_op_{}", random_tag());
+    let build = || MySqlStore::builder(&url(SHARED)).table(table.clone()).build().expect("store");
+    let (s, ddl) = (build(), build());
+    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+    (s, MySqlOperator { table: format!("`{table}`"), ddl })
+}
+
+impl Operator for MySqlOperator {
+    fn delete_row(&self, name: &str) {
+        exec(&mut admin(SHARED), &format!("DELETE FROM {} WHERE name = {}", self.table, hex(name.as_bytes())));
+    }
+    fn restore_row(&self, row: &Lease) {
+        // REPLACE deletes the row there and inserts this one: the older copy
+        // wins whatever the current row holds.
+        let sql = format!(
+            "REPLACE INTO {t} (name, holder, fence, acquired_at, renewed_at, expires_at, payload) \
+             VALUES ({n}, {h}, {f}, {a}, {r}, {e}, {p})",
+            t = self.table,
+            n = hex(row.name.as_bytes()),
+            h = hex(row.holder.as_bytes()),
+            f = row.fence,
+            a = row.acquired_at.as_unix_micros(),
+            r = row.renewed_at.as_unix_micros(),
+            e = row.expires_at.as_unix_micros(),
+            p = hex(&row.payload),
+        );
+        exec(&mut admin(SHARED), &sql);
+    }
+    fn recreate_table(&self) {
+        exec(&mut admin(SHARED), &format!("DROP TABLE {}", self.table));
+        self.ddl.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema after the drop: {e}"));
+    }
+}
+
+impl Drop for MySqlOperator {
+    fn drop(&mut self) {
+        let _ = admin(SHARED).query_drop(format!("DROP TABLE IF EXISTS {}", self.table));
+    }
+}
+
+/// Bytes as a hex literal, which no `sql_mode` or character set changes.
+fn hex(b: &[u8]) -> String {
+    format!("X'{}'", b.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+fn micros(l: &Lease) -> u64 {
     l.acquired_at.as_unix_micros() as u64
 }
 
-/// Fences (hardening rules): a claim of an absent row takes the server's
-/// clock in microseconds; a claim of an expired row `max(fence + 1, now)`;
-/// the valid holder keeps its fence.
+/// The fence rule itself (hardening issue): a claim of an absent row takes
+/// the server's clock in microseconds; a claim of an expired row
+/// `max(fence + 1, now)`; the valid holder keeps its fence. (That fences
+/// then grow across a deleted row, an older row and a re-created table is
+/// the suite's operator cases, above.)
 #[test]
-fn fences_follow_the_server_clock_and_survive_deletion() {
+fn fences_follow_the_server_clock() {
     let s = store();
     let name = format!("fence-{}", random_tag());
     let a = s.acquire(&name, "a", LONG, b"", T).unwrap();
@@ -41,37 +105,6 @@ fn fences_follow_the_server_clock_and_survive_deletion() {
     s.release(&name, "a", a.fence, T).unwrap();
     let b = s.acquire(&name, "b", LONG, b"", T).unwrap();
     assert!(b.fence > a.fence && b.fence == micros(&b).max(a.fence + 1), "{a:?} -> {b:?}");
-    // The row deleted between terms: the next fence is still higher.
-    let mut c = admin(SHARED);
-    let key = leaderelection_hex(&name);
-    exec(&mut c, &format!("DELETE FROM {TABLE} WHERE name = {key}"));
-    let d = s.acquire(&name, "d", LONG, b"", T).unwrap();
-    assert!(d.fence > b.fence, "fence went back after a deletion: {} -> {}", b.fence, d.fence);
-    // An older copy of the row restored (expired, with an old fence): the
-    // next claim is still above every fence handed out.
-    s.release(&name, "d", d.fence, T).unwrap();
-    exec(&mut c, &format!("UPDATE {TABLE} SET fence = {}, holder = X'61' WHERE name = {key}", a.fence));
-    let e = s.acquire(&name, "e", LONG, b"", T).unwrap();
-    assert!(e.fence > d.fence, "fence went back after an older row came back: {} -> {}", d.fence, e.fence);
-}
-
-fn leaderelection_hex(s: &str) -> String {
-    format!("X'{}'", s.bytes().map(|b| format!("{b:02x}")).collect::<String>())
-}
-
-/// No write moves expiry backwards: a shorter renewal after a longer one
-/// (an older renewal landing late) leaves the longer expiry.
-#[test]
-fn an_older_renewal_landing_late_does_not_shorten_the_lease() {
-    let s = store();
-    let name = format!("late-{}", random_tag());
-    let a = s.acquire(&name, "a", Duration::from_millis(300), b"", T).unwrap();
-    let long = s.renew(&name, "a", a.fence, LONG, b"new", T).unwrap();
-    let short = s.renew(&name, "a", a.fence, Duration::from_millis(300), b"old", T).unwrap();
-    assert!(short.expires_at >= long.expires_at, "renew moved expiry back: {long:?} -> {short:?}");
-    let by_holder = s.acquire(&name, "a", Duration::from_millis(300), b"", T).unwrap();
-    assert!(by_holder.expires_at >= long.expires_at, "acquire by the holder moved expiry back");
-    assert_eq!(by_holder.fence, a.fence);
 }
 
 /// Sessions in very different time zones read the same instants.
@@ -96,25 +129,37 @@ fn the_session_time_zone_changes_nothing() {
     assert!(diff < 5, "the store's now is {diff} s away from UNIX_TIMESTAMP()");
 }
 
+/// Every replica runs `ensure_schema` at start, so six at the same instant
+/// (a barrier) on a table that does not exist yet, three times over: all
+/// succeed, each can use the table at once, and running it again is a no-op.
 #[test]
 fn ensure_schema_is_idempotent_and_safe_concurrently() {
-    let table = format!("le_schema_{}", random_tag());
-    let results: Vec<_> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..6)
-            .map(|_| {
-                let table = table.clone();
-                sc.spawn(move || MySqlStore::builder(&url(SHARED)).table(table).build().unwrap().ensure_schema())
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for r in &results {
-        assert!(r.is_ok(), "concurrent ensure_schema failed: {r:?}");
+    const REPLICAS: usize = 6;
+    for round in 0..3 {
+        let table = format!("le_schema_{}", random_tag());
+        let barrier = std::sync::Barrier::new(REPLICAS);
+        let results: Vec<_> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..REPLICAS)
+                .map(|i| {
+                    let (table, barrier) = (table.clone(), &barrier);
+                    sc.spawn(move || {
+                        let s = MySqlStore::builder(&url(SHARED)).table(table).build().unwrap();
+                        barrier.wait();
+                        s.ensure_schema()?;
+                        s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in &results {
+            assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
+        }
+        let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+        s.ensure_schema().expect("idempotent");
+        assert!(s.inspect("e0", T).unwrap().held_by("a"), "a second ensure_schema changed the table");
+        exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`"));
     }
-    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
-    s.ensure_schema().expect("idempotent");
-    assert!(s.acquire("e", "a", LONG, b"", T).unwrap().held_by("a"));
-    exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`"));
 }
 
 /// A missing table is fatal, reported at once with the server's code.
@@ -126,6 +171,23 @@ fn missing_table_is_fatal() {
         let text = e.to_string();
         assert!(text.contains("1146") && text.contains("doesn't exist"), "{text}");
     }
+}
+
+/// A table made by hand whose fence column is too narrow for this store's
+/// fences (microseconds since 1970 need a BIGINT): the server refuses the
+/// value (1264, SQLSTATE 22003) on every try, so it is fatal, with the code.
+#[test]
+fn a_fence_column_too_narrow_is_fatal() {
+    let table = format!("le_narrow_{}", random_tag());
+    let ddl = MySqlStore::schema(&table).unwrap().replace("fence       BIGINT", "fence       INT");
+    assert!(ddl.contains("fence       INT "), "{ddl}");
+    let mut c = admin(SHARED);
+    exec(&mut c, &ddl);
+    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
+    let e = s.acquire("e", "a", LONG, b"", T).expect_err("a fence that does not fit was written");
+    exec(&mut c, &format!("DROP TABLE `{table}`"));
+    assert!(e.is_fatal(), "{e}");
+    assert!(e.to_string().contains("1264"), "{e}");
 }
 
 /// First mistakes come back from the first call, at once, with the code.
@@ -172,15 +234,23 @@ fn tcp_urls_use_tcp() {
 /// With a timeout above the server's smallest lock wait (1 s) the server
 /// gives up first (error 1205); with a shorter one the store gives up at its
 /// own deadline and has the server end the abandoned session, so the
-/// statement does not land once the lock goes.
+/// statement does not land once the lock goes. Ending it takes a connection
+/// and a round trip of its own (milliseconds), so the test waits for those
+/// sessions to be gone, with the lock still held, before letting it go: a
+/// lock that goes sooner than that may still let a statement land.
 #[test]
 fn locked_row_gives_up_in_time() {
-    let s = store();
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_locked'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_locked'@'127.0.0.1'"));
+    let s =
+        MySqlStore::builder(&url_via(SHARED, "le_locked", "127.0.0.1", port(SHARED), "")).table(TABLE).build().unwrap();
     let name = format!("locked-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
     let mut locker = admin(SHARED);
     exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", leaderelection_hex(&name)));
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
     for timeout in [Duration::from_millis(1600), Duration::from_millis(600)] {
         for op in ["renew", "acquire", "release"] {
             let start = Instant::now();
@@ -200,9 +270,20 @@ fn locked_row_gives_up_in_time() {
         }
     }
     assert!(s.inspect(&name, Duration::from_millis(600)).is_ok(), "a plain read waited on a row lock");
+    // The sessions of the calls given up on end while the lock is held, and
+    // well before the server's own bound would end the last one (1 s after
+    // it was sent, 600 ms ago).
+    let ended = wait_for(Duration::from_millis(250), || {
+        let running: Option<u64> = c
+            .query_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'le_locked' AND COMMAND <> 'Sleep'",
+            )
+            .unwrap();
+        running == Some(0)
+    });
+    assert!(ended, "a statement the store gave up on is still running on the server");
     exec(&mut locker, "ROLLBACK");
-    // The abandoned calls finish, and none of them landed once the lock went:
-    // the store had the server end their sessions when it gave up on them.
+    // The abandoned calls finish, and none of them landed once the lock went.
     assert!(wait_for(Duration::from_secs(5), || format!("{s:?}").contains("abandoned_calls: 0")), "{s:?}");
     std::thread::sleep(Duration::from_millis(1200)); // past the server's 1 s lock-wait bound
     let l = s.inspect(&name, T).unwrap();
@@ -213,6 +294,46 @@ fn locked_row_gives_up_in_time() {
     );
     let renewed = s.renew(&name, "a", lease.fence, LONG, b"", T).expect("renew after the lock went");
     assert_eq!(renewed.fence, lease.fence);
+}
+
+/// A socket timeout shorter than the call's (the builder allows it): the
+/// read gives up first and the call fails, while the statement is still
+/// waiting on the server for a row lock. Its session is ended too, as for
+/// a call given up on, so the release does not land once the lock goes.
+#[test]
+fn a_read_that_timed_out_does_not_land_later() {
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_readtimeout'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_readtimeout'@'127.0.0.1'"));
+    let s = MySqlStore::builder(&url_via(SHARED, "le_readtimeout", "127.0.0.1", port(SHARED), ""))
+        .table(TABLE)
+        .socket_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let name = format!("read-timeout-{}", random_tag());
+    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let start = Instant::now();
+    let e = s.release(&name, "a", lease.fence, Duration::from_secs(3)).expect_err("a release of a locked row");
+    let took = start.elapsed();
+    eprintln!("read timeout: release returned after {took:?}: {e}");
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(took < Duration::from_millis(900), "the socket timeout did not fire: {took:?}");
+    // Its session ends while the lock is still held (the server would keep
+    // it waiting for 2 s).
+    let ended = wait_for(Duration::from_secs(1), || {
+        let n: Option<u64> =
+            c.query_first("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'le_readtimeout'").unwrap();
+        n == Some(0)
+    });
+    assert!(ended, "the statement whose read timed out is still running on the server");
+    exec(&mut locker, "ROLLBACK");
+    std::thread::sleep(Duration::from_millis(1500)); // past the statement's 2 s lock-wait bound
+    let l = s.inspect(&name, T).unwrap();
+    assert!(!l.expired() && l.expires_at == lease.expires_at, "the timed-out release landed later: {l:?}");
 }
 
 /// Another session holds the table (`LOCK TABLES … WRITE`): reads give up
@@ -234,6 +355,54 @@ fn locked_table_gives_up_in_time() {
     exec(&mut locker, "UNLOCK TABLES");
     assert!(s.inspect("e", T).unwrap().held_by("a"));
     exec(&mut locker, &format!("DROP TABLE `{table}`"));
+}
+
+/// `ensure_schema` is bounded too (by the builder's `ddl_timeout`): with the
+/// table held by `LOCK TABLES … WRITE` elsewhere it gives up in time, and
+/// works once the lock goes.
+#[test]
+fn ensure_schema_gives_up_at_its_timeout() {
+    let table = format!("le_ddl_{}", random_tag());
+    let build = |d| MySqlStore::builder(&url(SHARED)).table(table.clone()).ddl_timeout(d).build().unwrap();
+    build(T).ensure_schema().unwrap();
+    let s = build(Duration::from_millis(500));
+    let mut locker = admin(SHARED);
+    exec(&mut locker, &format!("LOCK TABLES `{table}` WRITE"));
+    let start = Instant::now();
+    let e = s.ensure_schema().expect_err("ensure_schema on a table locked elsewhere");
+    let took = start.elapsed();
+    eprintln!("locked table: ensure_schema returned after {took:?}: {e}");
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(took < Duration::from_millis(800), "took {took:?} with a 500 ms ddl_timeout");
+    exec(&mut locker, "UNLOCK TABLES");
+    s.ensure_schema().expect("ensure_schema once the lock went");
+    exec(&mut locker, &format!("DROP TABLE `{table}`"));
+}
+
+/// Calls waiting for one of the pool's connections give up at their own
+/// deadline: with the only connection held by a call stuck on a row lock,
+/// another call fails in time, saying the pool is busy.
+#[test]
+fn a_call_waiting_for_a_busy_pool_gives_up_in_time() {
+    let s = MySqlStore::builder(&url(SHARED)).table(TABLE).pool_size(1).build().unwrap();
+    s.ensure_schema().unwrap();
+    let name = format!("busy-{}", random_tag());
+    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    std::thread::scope(|sc| {
+        let stuck = sc.spawn(|| s.renew(&name, "a", lease.fence, LONG, b"", Duration::from_millis(1600)));
+        assert!(wait_for(T, || format!("{s:?}").contains("idle: 0")), "{s:?}");
+        let start = Instant::now();
+        let e = s.inspect(&name, Duration::from_millis(300)).expect_err("a call with no connection to run on");
+        let took = start.elapsed();
+        assert!(e.is_retryable() && e.to_string().contains("busy"), "{e}");
+        assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(450), "took {took:?}");
+        assert!(stuck.join().unwrap().is_err(), "the renew of a locked row succeeded");
+    });
+    exec(&mut locker, "ROLLBACK");
+    assert!(s.inspect(&name, T).unwrap().held_by("a"));
 }
 
 /// A path that swallows packets: calls return within the timeout, stuck
@@ -347,20 +516,126 @@ fn tls_required_never_falls_back_to_plaintext() {
     assert!(e.to_string().contains("does not support"), "{e}");
 }
 
-/// The table dropped and created again (an operator's reset): the next
-/// term's fence is still above every earlier one.
+/// Sessions that start with autocommit off (a server's `autocommit = 0`,
+/// or an `init` statement as here) still commit every call: a release hands
+/// over at once, and reads see the latest row, not a snapshot left open.
 #[test]
-fn fences_survive_a_recreated_table() {
-    let table = format!("le_recreate_{}", random_tag());
-    let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
-    s.ensure_schema().unwrap();
-    let a = s.acquire("e", "a", LONG, b"", T).unwrap();
+fn sessions_with_autocommit_off_still_commit_every_call() {
+    store();
+    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
+        .init(vec!["SET autocommit = 0".to_owned()]);
+    let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
+    let other = store();
+    let name = format!("autocommit-{}", random_tag());
+    let a = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    assert!(s.inspect(&name, T).unwrap().held_by("a"));
+    s.release(&name, "a", a.fence, T).unwrap();
+    let seen = other.inspect(&name, T).unwrap();
+    assert!(seen.expired(), "the release did not commit: another session still sees {seen:?}");
+    let b = other.acquire(&name, "b", LONG, b"", Duration::from_secs(2)).expect("a claim after the release");
+    assert!(b.held_by("b"), "{b:?}");
+    let from_a = s.inspect(&name, T).unwrap();
+    assert_eq!(from_a.holder, "b", "a read kept seeing an old snapshot: {from_a:?}");
+}
+
+/// A call given up on while its connection was still being opened (a slow
+/// path, a server slow to greet) never runs once the connection is up: its
+/// caller was told it failed, so it must not land later. The control: with
+/// time enough, the same path works.
+#[test]
+fn a_call_given_up_on_while_connecting_never_runs() {
+    store();
+    let proxy = Proxy::start(port(SHARED));
+    proxy.delay_connections(Duration::from_millis(800));
+    let s = MySqlStore::builder(&url_via(SHARED, "root", "127.0.0.1", proxy.port, "")).table(TABLE).build().unwrap();
+    let name = format!("late-connect-{}", random_tag());
+    let start = Instant::now();
+    let e = s.acquire(&name, "late", LONG, b"", Duration::from_millis(300)).expect_err("no connection within 300 ms");
+    let took = start.elapsed();
+    assert!(e.is_retryable() && e.to_string().contains("no connection within 300ms"), "{e:?}");
+    assert!(took < Duration::from_millis(450), "took {took:?}");
+    // The connection comes up 800 ms in, and the abandoned call ends.
+    assert!(wait_for(Duration::from_secs(5), || format!("{s:?}").contains("abandoned_calls: 0")), "{s:?}");
+    let r = store().inspect(&name, T);
+    assert!(r.as_ref().is_err_and(|e| e.is_no_lease()), "the abandoned acquire landed after its caller gave up: {r:?}");
+    let ok = s.acquire(&name, "on-time", LONG, b"", Duration::from_secs(3)).expect("the slow path works with time");
+    assert!(ok.held_by("on-time"), "{ok:?}");
+}
+
+/// A connection whose call failed on the server (here a lock wait, 1205,
+/// which leaves the transaction open and the session's lock-wait bound
+/// changed) or that its caller gave up on is closed, never pooled: the next
+/// call runs on a new session. A healthy connection is reused (the control).
+#[test]
+fn a_connection_that_failed_or_timed_out_is_never_reused() {
+    store();
     let mut c = admin(SHARED);
-    exec(&mut c, &format!("DROP TABLE `{table}`"));
-    s.ensure_schema().unwrap();
-    let b = s.acquire("e", "b", LONG, b"", T).unwrap();
-    assert!(b.held_by("b") && b.fence > a.fence, "fence went back across a re-created table: {a:?} -> {b:?}");
-    exec(&mut c, &format!("DROP TABLE `{table}`"));
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_reuse'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_reuse'@'127.0.0.1'"));
+    let s = MySqlStore::builder(&url_via(SHARED, "le_reuse", "127.0.0.1", port(SHARED), ""))
+        .table(TABLE)
+        .pool_size(1)
+        .build()
+        .unwrap();
+    let mut sessions = || -> Vec<u64> {
+        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_reuse' ORDER BY ID").unwrap()
+    };
+    let name = format!("reuse-{}", random_tag());
+    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let first = sessions();
+    s.inspect(&name, T).unwrap();
+    assert!(first.len() == 1 && sessions() == first, "a healthy connection is reused: {first:?}");
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut seen = first.clone();
+    for (timeout, what) in [(Duration::from_millis(1600), "1205"), (Duration::from_millis(600), "no answer")] {
+        let e = s.renew(&name, "a", lease.fence, LONG, b"", timeout).expect_err("renew of a locked row");
+        assert!(e.to_string().contains(what), "{e}");
+        let before = seen.clone();
+        assert!(
+            wait_for(Duration::from_secs(3), || sessions().iter().all(|id| !before.contains(id))),
+            "after '{e}' the session stayed open: {:?} (earlier {before:?})",
+            sessions()
+        );
+        assert!(wait_for(Duration::from_secs(3), || format!("{s:?}").contains("abandoned_calls: 0")), "{s:?}");
+        s.inspect(&name, T).unwrap();
+        let now = sessions();
+        assert!(now.len() == 1 && !before.contains(&now[0]), "after '{e}' the next call reused {now:?}");
+        seen.extend(now);
+    }
+    exec(&mut locker, "ROLLBACK");
+    assert!(s.renew(&name, "a", lease.fence, LONG, b"", T).is_ok());
+}
+
+/// A connection idle in the pool for longer than `idle_timeout` is closed
+/// when next found, and the call runs on a new one; a younger one is reused.
+#[test]
+fn idle_connections_past_their_timeout_are_closed() {
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_idle'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_idle'@'127.0.0.1'"));
+    let s = MySqlStore::builder(&url_via(SHARED, "le_idle", "127.0.0.1", port(SHARED), ""))
+        .table(TABLE)
+        .idle_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let mut sessions = || -> Vec<u64> {
+        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_idle' ORDER BY ID").unwrap()
+    };
+    let name = format!("idle-{}", random_tag());
+    s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let first = sessions();
+    s.inspect(&name, T).unwrap();
+    assert!(first.len() == 1 && sessions() == first, "a young idle connection is reused: {first:?}");
+    std::thread::sleep(Duration::from_millis(400)); // past the idle timeout
+    s.inspect(&name, T).unwrap();
+    let replaced = wait_for(Duration::from_secs(2), || {
+        let now = sessions();
+        now.len() == 1 && now != first
+    });
+    assert!(replaced, "an old idle connection was reused or left open: {first:?} -> {:?}", sessions());
 }
 
 /// A row read back that is not what the call wrote (here a trigger changes
@@ -386,6 +661,17 @@ fn a_row_that_is_not_what_was_written_is_an_error() {
     assert!(e.to_string().contains("not the one written"), "{e}");
     let e = s.renew("control", "a", ok.fence, LONG, b"mine", T).expect_err("a renew whose row came back altered");
     assert!(e.to_string().contains("not the one written"), "{e}");
+    // A trigger that renames the row on its way in: the write leaves no row
+    // under the name asked for, and that is no success either.
+    exec(&mut c, &format!("DROP TRIGGER `{table}_i`"));
+    exec(
+        &mut c,
+        &format!(
+            "CREATE TRIGGER `{table}_i` BEFORE INSERT ON `{table}` FOR EACH ROW SET NEW.name = CONCAT(NEW.name, X'21')"
+        ),
+    );
+    let e = s.acquire("f", "a", LONG, b"mine", T).expect_err("an acquire that left no row succeeded");
+    assert!(e.is_retryable() && e.to_string().contains("no row after the write"), "{e}");
     exec(&mut c, &format!("DROP TABLE `{table}`"));
 }
 

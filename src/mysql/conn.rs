@@ -19,7 +19,8 @@
 //! abandoned, the server is also asked to end its session (`KILL
 //! CONNECTION`), so a statement still waiting on a lock is rolled back
 //! rather than landing after the caller was told it failed; an abandoned
-//! call is never retried on another connection.
+//! call is never retried on another connection, and one abandoned while its
+//! connection was still being opened is never sent.
 
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,14 +28,17 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
-use mysql::{Conn, Opts, Row};
+use mysql::{Conn, Opts, Value};
 use parking_lot::{Condvar, Mutex};
 
-use super::{human, sql};
+use super::sql;
+use crate::error::Human;
 use crate::store::StoreError;
 
-/// Idle connections older than this are closed instead of reused.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// What a call's `session` holds before it has a server session: waiting
+/// for a free slot of the pool, or opening a connection.
+const NO_SESSION: u32 = 0;
+const CONNECTING: u32 = u32::MAX;
 
 const WAITING: u8 = 0;
 const DONE: u8 = 1;
@@ -47,6 +51,8 @@ pub(crate) struct Pool {
 struct Inner {
     opts: Opts,
     max: usize,
+    /// Idle connections older than this are closed instead of reused.
+    idle_timeout: Duration,
     state: Mutex<State>,
     freed: Condvar,
     /// Calls whose caller gave up and whose thread has not finished.
@@ -62,11 +68,12 @@ struct State {
 }
 
 impl Pool {
-    pub(crate) fn new(opts: Opts, max: usize) -> Pool {
+    pub(crate) fn new(opts: Opts, max: usize, idle_timeout: Duration) -> Pool {
         Pool {
             inner: Arc::new(Inner {
                 opts,
                 max: max.max(1),
+                idle_timeout,
                 state: Mutex::new(State { idle: Vec::new(), open: 0 }),
                 freed: Condvar::new(),
                 stuck: AtomicUsize::new(0),
@@ -87,7 +94,7 @@ impl Pool {
 
     /// Runs `sql` (one text-protocol query, possibly several statements) and
     /// returns every row of every result set, giving up at `deadline`.
-    pub(crate) fn run(&self, op: &'static str, sql: String, deadline: Instant) -> Result<Vec<Row>, StoreError> {
+    pub(crate) fn run(&self, op: &'static str, sql: String, deadline: Instant) -> Result<Vec<Vec<Value>>, StoreError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(StoreError::retryable(format!("mysql {op}: no time left for the call")));
@@ -100,9 +107,9 @@ impl Pool {
         }
         let (tx, rx) = crossbeam_channel::bounded(1);
         let state = Arc::new(AtomicU8::new(WAITING));
-        let session = Arc::new(AtomicU32::new(0));
+        let session = Arc::new(AtomicU32::new(NO_SESSION));
         let (inner, st, sess) = (Arc::clone(&self.inner), Arc::clone(&state), Arc::clone(&session));
-        let spawned = thread::Builder::new().name("leaderelection-mysql".into()).spawn(move || {
+        let spawned = thread::Builder::new().name("le-mysql-call".into()).spawn(move || {
             let result = inner.call(op, &sql, deadline, &sess, &st);
             if st.compare_exchange(WAITING, DONE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
                 let _ = tx.send(result.map(|(rows, conn)| {
@@ -128,11 +135,16 @@ impl Pool {
                 // can only come after this increment.
                 self.inner.stuck.fetch_add(1, Ordering::SeqCst);
                 if state.compare_exchange(WAITING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-                    kill(&self.inner, session.load(Ordering::SeqCst));
-                    Err(StoreError::retryable(format!(
-                        "mysql {op}: no answer within {}; the connection is dropped",
-                        human(remaining)
-                    )))
+                    let id = session.load(Ordering::SeqCst);
+                    kill(&self.inner, id);
+                    Err(StoreError::retryable(match id {
+                        NO_SESSION => format!("mysql {op}: all {} connections of the pool are busy", self.inner.max),
+                        CONNECTING => format!("mysql {op}: no connection within {}", Human::about(remaining)),
+                        _ => format!(
+                            "mysql {op}: no answer within {}; the connection is dropped",
+                            Human::about(remaining)
+                        ),
+                    }))
                 } else {
                     // It finished just now: take its answer.
                     self.inner.stuck.fetch_sub(1, Ordering::SeqCst);
@@ -155,27 +167,43 @@ impl Inner {
     /// `session` is set to the server's id of the connection in use, so a
     /// caller that gives up can have the server end it.
     fn call(
-        &self,
+        self: &Arc<Self>,
         op: &'static str,
         sql: &str,
         deadline: Instant,
         session: &AtomicU32,
         state: &AtomicU8,
-    ) -> Result<(Vec<Row>, Conn), StoreError> {
+    ) -> Result<(Vec<Vec<Value>>, Conn), StoreError> {
         let mut last = None;
         for _ in 0..=self.max {
             // A call its caller gave up on is never started again elsewhere.
             if Instant::now() >= deadline || state.load(Ordering::SeqCst) == ABANDONED {
                 break;
             }
-            let (mut conn, reused) = self.checkout(op, deadline)?;
+            let (mut conn, reused) = self.checkout(op, deadline, session)?;
             session.store(conn.connection_id(), Ordering::SeqCst);
+            // The caller may have given up while the connection was being
+            // opened (or while waiting for a free one), before there was a
+            // session to end: then the call must not start at all. The
+            // session id is published first, so a caller giving up from here
+            // on sees it and has the server end it.
+            if state.load(Ordering::SeqCst) == ABANDONED {
+                self.discard(conn);
+                return Err(StoreError::retryable(format!("mysql {op}: given up before it was sent")));
+            }
             match query(&mut conn, sql) {
                 Ok(rows) => return Ok((rows, conn)),
                 Err(e) => {
                     let err = sql::classify(op, &e);
                     let again = sql::retry_elsewhere(&e) && (reused || is_deadlock(&e));
-                    session.store(0, Ordering::SeqCst);
+                    let id = session.swap(NO_SESSION, Ordering::SeqCst);
+                    if sql::is_timeout(&e) {
+                        // The socket gave up (its timeout was shorter than
+                        // the call's); the statement may still be waiting on
+                        // the server. End it there too, as for a call given up
+                        // on, so that it cannot land after this error.
+                        kill(self, id);
+                    }
                     self.discard(conn);
                     if !again {
                         return Err(err);
@@ -190,12 +218,12 @@ impl Inner {
     /// An idle connection, or a new one when the pool has room; waits for
     /// one to come back until `deadline` otherwise. Opening happens outside
     /// the lock, so a slow connect holds up nobody else.
-    fn checkout(&self, op: &str, deadline: Instant) -> Result<(Conn, bool), StoreError> {
+    fn checkout(&self, op: &str, deadline: Instant, session: &AtomicU32) -> Result<(Conn, bool), StoreError> {
         let mut stale = Vec::new();
         let mut st = self.state.lock();
         let found = loop {
             if let Some((conn, since)) = st.idle.pop() {
-                if since.elapsed() < IDLE_TIMEOUT {
+                if since.elapsed() < self.idle_timeout {
                     break Some(conn);
                 }
                 st.open -= 1;
@@ -220,6 +248,7 @@ impl Inner {
         if let Some(conn) = found {
             return Ok((conn, true));
         }
+        session.store(CONNECTING, Ordering::SeqCst);
         match Conn::new(self.opts.clone()) {
             Ok(conn) => Ok((conn, false)),
             Err(e) => {
@@ -250,14 +279,14 @@ impl Inner {
 }
 
 /// Asks the server, on a connection of its own, to end the session of a
-/// call the caller gave up on (`KILL CONNECTION`, which any user may do to
-/// its own sessions). A statement still waiting for a lock is then rolled
+/// call the caller gave up on, or whose socket timed out (`KILL
+/// CONNECTION`, which any user may do to its own sessions). A statement still waiting for a lock is then rolled
 /// back instead of landing later: the server's smallest lock-wait bound
 /// (1 s) can outlast a shorter operation timeout. Best effort, on a thread
 /// of its own, at most one per pool slot at a time; a server that does not
 /// answer (frozen, unreachable) only costs that thread its socket timeout.
 fn kill(inner: &Arc<Inner>, session: u32) {
-    if session == 0 {
+    if session == NO_SESSION || session == CONNECTING {
         return;
     }
     if inner.killers.fetch_add(1, Ordering::SeqCst) >= inner.max {
@@ -265,7 +294,7 @@ fn kill(inner: &Arc<Inner>, session: u32) {
         return;
     }
     let worker = Arc::clone(inner);
-    let spawned = thread::Builder::new().name("leaderelection-mysql-kill".into()).spawn(move || {
+    let spawned = thread::Builder::new().name("le-mysql-kill".into()).spawn(move || {
         match Conn::new(worker.opts.clone()) {
             Ok(mut c) => {
                 if let Err(e) = c.query_drop(format!("KILL CONNECTION {session}")) {
@@ -285,12 +314,15 @@ fn is_deadlock(e: &mysql::Error) -> bool {
     matches!(e, mysql::Error::MySqlError(m) if m.code == 1213)
 }
 
-fn query(conn: &mut Conn, sql: &str) -> Result<Vec<Row>, mysql::Error> {
+/// Every row of every result set, as values. An error in any statement
+/// comes back here (the crate yields it from that statement's result set),
+/// and the statements after it do not run.
+fn query(conn: &mut Conn, sql: &str) -> Result<Vec<Vec<Value>>, mysql::Error> {
     let mut result = conn.query_iter(sql)?;
     let mut rows = Vec::new();
     while let Some(set) = result.iter() {
         for row in set {
-            rows.push(row?);
+            rows.push(row?.unwrap());
         }
     }
     Ok(rows)

@@ -4,8 +4,10 @@
 //! has no `RETURNING`, so every operation that must read back what it wrote
 //! is a short transaction — the write, then a `SELECT … FOR UPDATE` of the
 //! row — sent with its lock-wait bounds as one text-protocol query, in one
-//! round trip. MariaDB runs exactly the same statements, so what the tests
-//! here run on MariaDB is what MySQL runs.
+//! round trip. Release and inspect are explicit transactions too, so a
+//! session that starts with `autocommit = 0` commits every call all the
+//! same. MariaDB runs exactly the same statements, so what the tests here
+//! run on MariaDB is what MySQL runs.
 //!
 //! Instants are `BIGINT` microseconds since the Unix epoch, computed by the
 //! server from `UTC_TIMESTAMP(6)`: no session time zone can change them.
@@ -56,6 +58,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default bound on [`MySqlStore::ensure_schema`].
 pub const DEFAULT_DDL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default age at which an idle pooled connection is closed, not reused.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Longest wait any call takes on, whatever it is given.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(86_400);
@@ -88,6 +92,7 @@ pub struct MySqlBuilder {
     socket_timeout: Duration,
     ca_file: Option<PathBuf>,
     ddl_timeout: Duration,
+    idle_timeout: Duration,
 }
 
 enum Source {
@@ -104,6 +109,8 @@ impl fmt::Debug for MySqlBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("socket_timeout", &self.socket_timeout)
             .field("ca_file", &self.ca_file)
+            .field("ddl_timeout", &self.ddl_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -136,7 +143,9 @@ impl MySqlBuilder {
     /// The sockets' read and write timeout. A call returns at its own
     /// timeout regardless; this bounds how long a call it gave up on may
     /// keep a thread and a connection. Defaults to [`DEFAULT_SOCKET_TIMEOUT`];
-    /// keep it above the elector's `operation_timeout`.
+    /// keep it above the elector's `operation_timeout`. A call whose socket
+    /// times out first fails then, and its server session is ended as for a
+    /// call given up on, so its statement does not land later.
     pub fn socket_timeout(mut self, d: Duration) -> MySqlBuilder {
         self.socket_timeout = d;
         self
@@ -153,6 +162,17 @@ impl MySqlBuilder {
     /// [`DEFAULT_DDL_TIMEOUT`].
     pub fn ddl_timeout(mut self, d: Duration) -> MySqlBuilder {
         self.ddl_timeout = d;
+        self
+    }
+
+    /// How long a connection may sit idle in the pool and still be reused;
+    /// older ones are closed when next found. Defaults to
+    /// [`DEFAULT_IDLE_TIMEOUT`]. Keep it below the server's `wait_timeout`
+    /// (8 hours by default, often a minute or less on hosted servers), or
+    /// the next call finds its connection closed by the server and has to
+    /// open another.
+    pub fn idle_timeout(mut self, d: Duration) -> MySqlBuilder {
+        self.idle_timeout = d;
         self
     }
 
@@ -220,7 +240,7 @@ impl MySqlBuilder {
         }
         let opts = mysql::Opts::from(b);
         Ok(MySqlStore {
-            pool: Arc::new(conn::Pool::new(opts, self.pool_size)),
+            pool: Arc::new(conn::Pool::new(opts, self.pool_size, self.idle_timeout)),
             table: self.table,
             quoted,
             ddl_timeout: self.ddl_timeout,
@@ -338,7 +358,7 @@ impl MySqlStore {
         }
     }
 
-    fn run(&self, op: &'static str, body: &str, deadline: Instant) -> Result<Vec<mysql::Row>, StoreError> {
+    fn run(&self, op: &'static str, body: &str, deadline: Instant) -> Result<Vec<Vec<mysql::Value>>, StoreError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         self.pool.run(op, sql::bounded(body, remaining), deadline)
     }
@@ -346,22 +366,6 @@ impl MySqlStore {
 
 fn deadline_after(timeout: Duration) -> Instant {
     Instant::now() + timeout.min(MAX_WAIT)
-}
-
-/// A duration as a person writes it: `3s`, `1.5s`, `500ms`, `250µs`.
-pub(crate) fn human(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms >= 1000 {
-        if ms % 1000 == 0 {
-            format!("{}s", ms / 1000)
-        } else {
-            format!("{}s", (ms as f64 / 1000.0 * 100.0).round() / 100.0)
-        }
-    } else if ms > 0 {
-        format!("{ms}ms")
-    } else {
-        format!("{}µs", d.as_micros())
-    }
 }
 
 impl Store for MySqlStore {
@@ -375,16 +379,13 @@ impl Store for MySqlStore {
     ) -> Result<Lease, StoreError> {
         let body = sql::acquire(&self.quoted, name, identity, ttl, payload)?;
         let rows = self.run("acquire", &body, deadline_after(timeout))?;
-        let Some(rb) = sql::read_back("acquire", rows)? else {
+        let Some(rb) = sql::read_back("acquire", name, rows)? else {
             return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));
         };
         // After the write, the row names this identity exactly when this
         // statement claimed or extended it (a holder's acquire always writes).
         if rb.lease.holder == identity {
-            return sql::check_written("acquire", rb.lease, name, identity, ttl, payload, None);
-        }
-        if rb.lease.name != name {
-            return Err(StoreError::retryable("mysql acquire: the row read back is another election's"));
+            return sql::check_written("acquire", rb, identity, ttl, payload, None);
         }
         Ok(rb.lease)
     }
@@ -400,16 +401,9 @@ impl Store for MySqlStore {
     ) -> Result<Lease, StoreError> {
         let body = sql::renew(&self.quoted, name, identity, fence, ttl, payload)?;
         let rows = self.run("renew", &body, deadline_after(timeout))?;
-        match sql::read_back("renew", rows)? {
-            None => Err(StoreError::lease_lost()),
-            Some(rb) if rb.row_count == 0 => Err(StoreError::lease_lost()),
-            Some(rb) if rb.row_count == 1 => {
-                sql::check_written("renew", rb.lease, name, identity, ttl, payload, Some(fence))
-            }
-            Some(rb) => Err(StoreError::retryable(format!(
-                "mysql renew: the update reported {} rows for one election; outcome unknown",
-                rb.row_count
-            ))),
+        match sql::read_back("renew", name, rows)? {
+            Some(rb) if rb.row_count != 0 => sql::check_written("renew", rb, identity, ttl, payload, Some(fence)),
+            _ => Err(StoreError::lease_lost()),
         }
     }
 
@@ -421,10 +415,9 @@ impl Store for MySqlStore {
     fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
         let body = sql::inspect(&self.quoted, name)?;
         let rows = self.run("inspect", &body, deadline_after(timeout))?;
-        match sql::read_back("inspect", rows)? {
+        match sql::read_back("inspect", name, rows)? {
+            Some(rb) => Ok(rb.lease),
             None => Err(StoreError::no_lease(name)),
-            Some(rb) if rb.lease.name == name => Ok(rb.lease),
-            Some(_) => Err(StoreError::fatal("mysql inspect: the row read back is another election's")),
         }
     }
 }
@@ -458,6 +451,7 @@ impl MySqlBuilder {
             socket_timeout: DEFAULT_SOCKET_TIMEOUT,
             ca_file: None,
             ddl_timeout: DEFAULT_DDL_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 }
@@ -520,10 +514,25 @@ mod tests {
     }
 
     #[test]
-    fn durations_read_as_a_person_writes_them() {
-        assert_eq!(human(Duration::from_secs(3)), "3s");
-        assert_eq!(human(Duration::from_millis(500)), "500ms");
-        assert_eq!(human(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(human(Duration::from_micros(250)), "250µs");
+    fn options_built_by_hand_cannot_turn_verification_off() {
+        let base = || mysql::OptsBuilder::new().ip_or_hostname(Some("db.internal")).db_name(Some("app"));
+        for ssl in [
+            mysql::SslOpts::default().with_danger_accept_invalid_certs(true),
+            mysql::SslOpts::default().with_danger_skip_domain_validation(true),
+        ] {
+            let e = MySqlStore::builder_from_opts(base().ssl_opts(Some(ssl)).into()).build().unwrap_err();
+            assert!(e.is_fatal() && e.to_string().contains("verification off"), "{e}");
+        }
+        let socket = base().socket(Some("/run/mysqld/mysqld.sock")).ssl_opts(Some(mysql::SslOpts::default()));
+        let e = MySqlStore::builder_from_opts(socket.into()).build().unwrap_err();
+        assert!(e.is_fatal() && e.to_string().contains("unix socket"), "{e}");
+        let s = MySqlStore::builder_from_opts(base().ssl_opts(Some(mysql::SslOpts::default())).into())
+            .table("elections")
+            .build()
+            .unwrap();
+        assert!(s.uses_tls());
+        assert_eq!(s.table(), "elections");
+        let dbg = format!("{s:?}");
+        assert!(dbg.contains("db.internal") && dbg.contains("`elections`"), "{dbg}");
     }
 }

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use mysql::{Row, Value};
+use mysql::Value;
 
 use crate::lease::{DbTime, Lease};
 use crate::store::{ErrorKind, StoreError};
@@ -169,18 +169,27 @@ pub(crate) fn renew(
 }
 
 /// Ends the term at the server's now; the row and its fence stay.
+///
+/// Like every statement here, an explicit transaction: a session that
+/// starts with `autocommit = 0` (a server default some operators set, or an
+/// `init` statement) would otherwise leave the update uncommitted, holding
+/// the row lock, and lose it when the connection closed.
 pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Result<String, StoreError> {
     let (n, i) = (text("election name", name, MAX_NAME_LEN)?, text("identity", identity, MAX_IDENTITY_LEN)?);
     Ok(format!(
-        "UPDATE {table} SET expires_at = {NOW} \
-         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > {NOW};"
+        "START TRANSACTION; \
+         UPDATE {table} SET expires_at = {NOW} \
+         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > {NOW}; \
+         COMMIT;"
     ))
 }
 
-/// Reads the row; a plain consistent read, which takes no row lock.
+/// Reads the row; a plain consistent read, which takes no row lock, in a
+/// read-only transaction of its own, so that with `autocommit = 0` it does
+/// not keep reading one old snapshot.
 pub(crate) fn inspect(table: &str, name: &str) -> Result<String, StoreError> {
     let n = text("election name", name, MAX_NAME_LEN)?;
-    Ok(format!("SELECT {COLS}, {NOW}, 0 FROM {table} WHERE name = {n};"))
+    Ok(format!("START TRANSACTION READ ONLY; SELECT {COLS}, {NOW}, 0 FROM {table} WHERE name = {n}; COMMIT;"))
 }
 
 /// One lease row as read back, with the reading statement's `now` and the
@@ -191,15 +200,17 @@ pub(crate) struct ReadBack {
     pub row_count: i64,
 }
 
-/// The one lease row among `rows`, if any.
-pub(crate) fn read_back(op: &str, rows: Vec<Row>) -> Result<Option<ReadBack>, StoreError> {
+/// The one lease row among `rows` (every row of every statement's result;
+/// only the lease-reading statement's have nine columns), if any. A row of
+/// another election, or a value of the wrong type, is an error: the table
+/// is not what this store made.
+pub(crate) fn read_back(op: &str, name: &str, rows: Vec<Vec<Value>>) -> Result<Option<ReadBack>, StoreError> {
     let mut rows = rows.into_iter().filter(|r| r.len() == 9);
-    let Some(row) = rows.next() else { return Ok(None) };
+    let Some(values) = rows.next() else { return Ok(None) };
     if rows.next().is_some() {
         return Err(StoreError::fatal(format!("mysql {op}: more than one row for one election name")));
     }
     let bad = |what: &str| StoreError::fatal(format!("mysql {op}: cannot read the lease row ({what})"));
-    let values = row.unwrap();
     let bytes = |i: usize| match &values[i] {
         Value::Bytes(b) => Ok(b.clone()),
         _ => Err(bad("not a byte string")),
@@ -226,6 +237,9 @@ pub(crate) fn read_back(op: &str, rows: Vec<Row>) -> Result<Option<ReadBack>, St
         now: DbTime::from_unix_micros(int(7)?),
         payload: bytes(6)?,
     };
+    if lease.name != name {
+        return Err(StoreError::fatal(format!("mysql {op}: the row read back is another election's")));
+    }
     Ok(Some(ReadBack { lease, row_count: int(8)? }))
 }
 
@@ -234,13 +248,13 @@ pub(crate) fn read_back(op: &str, rows: Vec<Row>) -> Result<Option<ReadBack>, St
 /// write: the writing statement set `renewed_at` to its own `now`, and
 /// `expires_at - renewed_at` is the TTL that statement granted. That `now`
 /// was read after the request was sent, so a deadline the elector anchors
-/// at the send time is never later than the server's expiry.
+/// at the send time is never later than the server's expiry. A renewal
+/// (`fence` given) must also have updated exactly one row.
 ///
 /// A row that is not what this call wrote is an error, never a success.
 pub(crate) fn check_written(
     op: &str,
-    mut lease: Lease,
-    name: &str,
+    rb: ReadBack,
     identity: &str,
     ttl: Duration,
     payload: &[u8],
@@ -249,15 +263,16 @@ pub(crate) fn check_written(
     let wrong = |what: &str| {
         StoreError::retryable(format!("mysql {op}: the row read back is not the one written ({what}); outcome unknown"))
     };
-    if lease.name != name {
-        return Err(wrong("another election name"));
-    }
+    let mut lease = rb.lease;
     if lease.holder != identity {
         return Err(wrong("another holder"));
     }
     if let Some(f) = fence {
         if lease.fence != f {
             return Err(wrong("another fence"));
+        }
+        if rb.row_count != 1 {
+            return Err(wrong(&format!("the update reported {} rows", rb.row_count)));
         }
     }
     if lease.payload != payload {
@@ -282,9 +297,10 @@ pub(crate) fn code_kind(code: u16, state: &str) -> ErrorKind {
         // unknown database, no such table, unknown column, syntax, an
         // account that must change its password or is locked, a client that
         // cannot do the account's authentication, a packet larger than the
-        // server accepts, data the column cannot hold, host blocked.
+        // server accepts, data the column cannot hold, host blocked, a
+        // CHECK constraint someone added (MySQL 3819, MariaDB 4025).
         1044 | 1045 | 1049 | 1146 | 1142 | 1143 | 1227 | 1054 | 1064 | 1149 | 1251 | 1698 | 1820 | 1862 | 3118
-        | 4151 | 1153 | 1406 | 1366 | 1129 | 1370 | 1356 => ErrorKind::Fatal,
+        | 4151 | 1153 | 1406 | 1366 | 1129 | 1370 | 1356 | 3819 | 4025 => ErrorKind::Fatal,
         // Too many connections, server shutting down, lock wait timeout,
         // deadlock, read-only server or transaction, server gone away, lost
         // connection, connection killed, query interrupted or over its time
@@ -293,8 +309,11 @@ pub(crate) fn code_kind(code: u16, state: &str) -> ErrorKind {
         1040 | 1053 | 1205 | 1213 | 1290 | 1792 | 1836 | 2006 | 2013 | 1927 | 1317 | 1969 | 3024 | 1158 | 1159
         | 1160 | 1161 | 1152 | 1184 | 4031 | 1203 | 1226 | 3032 | 1637 | 1180 | 1181 | 1043 => ErrorKind::Retryable,
         _ => match state.get(..2).unwrap_or("") {
-            // Syntax or access rule, authorization, invalid catalog name.
-            "42" | "28" | "3D" => ErrorKind::Fatal,
+            // Syntax or access rule, authorization, invalid catalog name,
+            // data exception (a value the column cannot take), integrity
+            // constraint, feature not supported: the same call fails the
+            // same way every time.
+            "42" | "28" | "3D" | "22" | "23" | "0A" => ErrorKind::Fatal,
             _ => ErrorKind::Retryable,
         },
     }
@@ -325,6 +344,7 @@ pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
                     StoreError::fatal(format!("mysql {op}: TLS was asked for and the server does not support it"))
                 }
                 DriverError::UnknownAuthPlugin(_)
+                | DriverError::PacketTooLarge
                 | DriverError::OldMysqlPasswordDisabled
                 | DriverError::CleartextPluginDisabled
                 | DriverError::Protocol41NotSet
@@ -357,6 +377,9 @@ pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
                 StoreError::fatal(format!("mysql {op}: TLS handshake failed: {text}"))
             }
         }
+        _ if is_timeout(e) => StoreError::retryable(format!(
+            "mysql {op}: no answer within the socket timeout; the connection is dropped and its session ended"
+        )),
         Error::IoError(io) => StoreError::retryable(format!("mysql {op}: connection error: {io}")),
         Error::CodecError(c) => StoreError::retryable(format!("mysql {op}: connection error: {c}")),
         Error::UrlError(u) => {
@@ -387,6 +410,18 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// slow, and another connection would only add load.
 fn timed_out(io: &std::io::Error) -> bool {
     matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+}
+
+/// Whether `e` is a socket read or write that ran out of time, after which
+/// the statement may still be running on the server.
+pub(crate) fn is_timeout(e: &mysql::Error) -> bool {
+    match e {
+        mysql::Error::IoError(io) => timed_out(io),
+        mysql::Error::CodecError(c) => {
+            std::error::Error::source(c).and_then(|s| s.downcast_ref()).is_some_and(timed_out)
+        }
+        _ => false,
+    }
 }
 
 /// Whether the connection is surely unusable after `e`, and another
@@ -430,6 +465,12 @@ mod tests {
             assert_eq!(code_kind(retry.0, retry.1), ErrorKind::Retryable, "{retry:?}");
         }
         assert_eq!(code_kind(9999, "42000"), ErrorKind::Fatal, "an unknown code in the access-rule class");
+        // Data the table cannot take (a column narrower than this store's
+        // schema, a constraint someone added): the same call fails the same
+        // way every time, so a person must look.
+        for data in [(1264, "22003"), (1292, "22007"), (4025, "23000"), (3819, "HY000"), (1048, "23000")] {
+            assert_eq!(code_kind(data.0, data.1), ErrorKind::Fatal, "{data:?}");
+        }
     }
 
     #[test]
@@ -469,5 +510,148 @@ mod tests {
             .map(|c| update.find(c).unwrap_or_else(|| panic!("{c} missing")))
             .collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{update}");
+    }
+
+    /// A lease row as the server sends it: text protocol, so every value is
+    /// bytes; then the statement's now and the row count.
+    fn row(name: &str, holder: &str, fence: i64, times: [i64; 4], payload: &[u8], count: i64) -> Vec<Value> {
+        let n = |v: i64| Value::Bytes(v.to_string().into_bytes());
+        vec![
+            Value::Bytes(name.into()),
+            Value::Bytes(holder.into()),
+            n(fence),
+            n(times[0]),
+            n(times[1]),
+            n(times[2]),
+            Value::Bytes(payload.to_vec()),
+            n(times[3]),
+            n(count),
+        ]
+    }
+
+    const T0: i64 = 1_700_000_000_000_000;
+    const TIMES: [i64; 4] = [T0, T0 + 10, T0 + 10 + 5_000_000, T0 + 20];
+
+    #[test]
+    fn rows_are_read_back_from_any_integer_form_and_checked() {
+        assert!(read_back("inspect", "e", vec![vec![Value::Int(1)], vec![]]).unwrap().is_none(), "no lease row");
+        let rb = read_back("inspect", "e", vec![vec![], row("e", "a", 7, TIMES, b"p", 1)]).unwrap().unwrap();
+        assert_eq!((rb.lease.holder.as_str(), rb.lease.fence, rb.row_count), ("a", 7, 1));
+        assert_eq!(rb.lease.now.as_unix_micros(), TIMES[3]);
+        let mut typed = row("e", "a", 7, TIMES, b"", 0);
+        typed[2] = Value::Int(7);
+        typed[3] = Value::UInt(T0 as u64);
+        assert_eq!(read_back("x", "e", vec![typed]).unwrap().unwrap().lease.acquired_at.as_unix_micros(), T0);
+        let broken = |i: usize, v: Value| {
+            let mut r = row("e", "a", 7, TIMES, b"", 0);
+            r[i] = v;
+            read_back("acquire", "e", vec![r]).unwrap_err()
+        };
+        for (i, v, what) in [
+            (0, Value::NULL, "not a byte string"),
+            (1, Value::Bytes(vec![0xff]), "not UTF-8"),
+            (2, Value::Bytes(b"0".to_vec()), "fence not positive"),
+            (2, Value::Bytes(b"-3".to_vec()), "fence not positive"),
+            (3, Value::Bytes(b"soon".to_vec()), "not an integer"),
+            (4, Value::UInt(u64::MAX), "out of range"),
+            (5, Value::Double(1.0), "not an integer"),
+        ] {
+            let e = broken(i, v);
+            assert!(e.is_fatal() && e.to_string().contains(what), "column {i}: {e}");
+        }
+        let two = read_back("x", "e", vec![row("e", "a", 1, TIMES, b"", 0), row("e", "b", 2, TIMES, b"", 0)]);
+        assert!(two.unwrap_err().to_string().contains("more than one row"));
+        let other = read_back("inspect", "e", vec![row("f", "a", 1, TIMES, b"", 0)]).unwrap_err();
+        assert!(other.is_fatal() && other.to_string().contains("another election"), "{other}");
+    }
+
+    #[test]
+    fn a_written_row_must_be_what_was_asked_for() {
+        let ttl = Duration::from_secs(5);
+        let rb = |r: Vec<Value>| read_back("renew", "e", vec![r]).unwrap().unwrap();
+        let ok = check_written("renew", rb(row("e", "a", 7, TIMES, b"p", 1)), "a", ttl, b"p", Some(7)).unwrap();
+        assert_eq!(ok.now, ok.renewed_at, "now is the writing statement's");
+        assert!(check_written("acquire", rb(row("e", "a", 7, TIMES, b"p", 0)), "a", ttl, b"p", None).is_ok());
+        // (row read back, identity, payload, fence asked for, what is wrong)
+        type Case = (Vec<Value>, &'static str, &'static [u8], Option<u64>, &'static str);
+        let cases: [Case; 7] = [
+            (row("e", "b", 7, TIMES, b"p", 1), "a", b"p", Some(7), "another holder"),
+            (row("e", "a", 8, TIMES, b"p", 1), "a", b"p", Some(7), "another fence"),
+            (row("e", "a", 7, TIMES, b"p", 2), "a", b"p", Some(7), "reported 2 rows"),
+            (row("e", "a", 7, TIMES, b"q", 1), "a", b"p", Some(7), "another payload"),
+            (row("e", "a", 7, [T0, T0, T0 + 4_999_999, T0], b"p", 1), "a", b"p", Some(7), "short of the TTL"),
+            (row("e", "a", 7, [T0, T0 + 30, T0 + 5_000_030, T0 + 20], b"p", 1), "a", b"p", Some(7), "out of order"),
+            (row("e", "a", 7, [T0 + 11, T0 + 10, T0 + 5_000_010, T0 + 20], b"p", 1), "a", b"p", None, "out of order"),
+        ];
+        for (r, id, p, fence, what) in cases {
+            let e = check_written("renew", rb(r), id, ttl, p, fence).unwrap_err();
+            assert!(e.is_retryable() && e.to_string().contains(what), "{what}: {e}");
+            assert!(e.to_string().contains("not the one written"), "{e}");
+        }
+    }
+
+    #[test]
+    fn driver_errors_are_classified_by_cause() {
+        use mysql::{DriverError, Error, MySqlError};
+        let server =
+            |code, state: &str| Error::MySqlError(MySqlError { state: state.into(), message: "m".into(), code });
+        let io = |kind| Error::IoError(std::io::Error::new(kind, "x"));
+        let codec = |kind| Error::CodecError(std::io::Error::new(kind, "x").into());
+        let fatal = [
+            Error::DriverError(DriverError::UnknownAuthPlugin("x".into())),
+            Error::DriverError(DriverError::TlsNotSupported),
+            Error::DriverError(DriverError::PacketTooLarge),
+            Error::UrlError(mysql::UrlError::UnknownParameter("x".into())),
+            Error::FromValueError(Value::NULL),
+            server(1146, "42S02"),
+        ];
+        for e in &fatal {
+            assert!(classify("op", e).is_fatal(), "{e:?}");
+            assert!(!retry_elsewhere(e) || matches!(e, Error::MySqlError(_)), "{e:?}");
+        }
+        assert!(classify("op", &Error::DriverError(DriverError::TlsNotSupported))
+            .to_string()
+            .contains("does not support"));
+        let retryable = [
+            Error::DriverError(DriverError::ConnectTimeout),
+            io(std::io::ErrorKind::ConnectionReset),
+            codec(std::io::ErrorKind::WouldBlock),
+            server(1205, "HY000"),
+        ];
+        for e in &retryable {
+            assert!(classify("op", e).is_retryable(), "{e:?}");
+        }
+        // Another connection helps when this one surely broke, not when the
+        // server or the path is only slow (a read that timed out).
+        assert!(retry_elsewhere(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(retry_elsewhere(&codec(std::io::ErrorKind::UnexpectedEof)));
+        assert!(!retry_elsewhere(&io(std::io::ErrorKind::TimedOut)));
+        assert!(!retry_elsewhere(&codec(std::io::ErrorKind::WouldBlock)));
+        assert!(retry_elsewhere(&server(1213, "40001")) && !retry_elsewhere(&server(1205, "HY000")));
+        assert!(!retry_elsewhere(&Error::DriverError(DriverError::ConnectTimeout)));
+        // A socket timeout: the statement may still run on the server.
+        assert!(is_timeout(&io(std::io::ErrorKind::TimedOut)) && is_timeout(&codec(std::io::ErrorKind::WouldBlock)));
+        assert!(!is_timeout(&io(std::io::ErrorKind::ConnectionReset)) && !is_timeout(&server(1205, "HY000")));
+        assert!(classify("renew", &codec(std::io::ErrorKind::WouldBlock)).to_string().contains("socket timeout"));
+        let eof = classify("renew", &codec(std::io::ErrorKind::UnexpectedEof));
+        assert!(eof.is_retryable() && eof.to_string().contains("connection error"), "{eof}");
+    }
+
+    #[test]
+    fn error_chains_name_each_new_cause_once() {
+        #[derive(Debug)]
+        struct E(&'static str, Option<Box<E>>);
+        impl std::fmt::Display for E {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for E {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|e| e as _)
+            }
+        }
+        let e = E("handshake: bad cert", Some(Box::new(E("bad cert", Some(Box::new(E("expired", None)))))));
+        assert_eq!(chain(&e), "handshake: bad cert: expired");
     }
 }

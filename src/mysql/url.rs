@@ -171,4 +171,19 @@ mod tests {
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
         assert_eq!(percent_decode("%C3%A9"), "é");
     }
+
+    #[test]
+    fn connect_timeout_parameter_is_read_here() {
+        let p = parse("mysql://h/db?tcp_connect_timeout_ms=250&stmt_cache_size=0").unwrap();
+        assert_eq!(p.connect_timeout, Some(Duration::from_millis(250)));
+        assert_eq!(p.crate_url, "mysql://h/db?stmt_cache_size=0");
+        let e = parse("mysql://u:hunter2@h/db?tcp_connect_timeout_ms=soon").unwrap_err();
+        assert!(e.is_fatal() && e.to_string().contains("must be a number") && !e.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn redaction_cuts_at_any_password_mention() {
+        assert_eq!(redact("invalid value for password=hunter2"), "invalid value for pass…");
+        assert_eq!(redact("unknown parameter x"), "unknown parameter x");
+    }
 }

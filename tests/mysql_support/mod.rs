@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -88,6 +88,7 @@ pub struct Proxy {
     pub port: u16,
     swallow: Arc<AtomicBool>,
     open: Arc<AtomicUsize>,
+    delay_ms: Arc<AtomicU64>,
 }
 
 impl Proxy {
@@ -96,25 +97,38 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let swallow = Arc::new(AtomicBool::new(false));
         let open = Arc::new(AtomicUsize::new(0));
-        let (sw, op) = (Arc::clone(&swallow), Arc::clone(&open));
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let (sw, op, dl) = (Arc::clone(&swallow), Arc::clone(&open), Arc::clone(&delay_ms));
         thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else { continue };
-                op.fetch_add(1, Ordering::SeqCst);
-                let ends = Arc::new(AtomicUsize::new(2));
-                for (from, to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
-                    let (sw, op, ends) = (Arc::clone(&sw), Arc::clone(&op), Arc::clone(&ends));
-                    thread::spawn(move || {
-                        forward(from, to, &sw);
-                        if ends.fetch_sub(1, Ordering::SeqCst) == 1 {
-                            op.fetch_sub(1, Ordering::SeqCst);
-                        }
-                    });
-                }
+                let (sw, op) = (Arc::clone(&sw), Arc::clone(&op));
+                let delay = Duration::from_millis(dl.load(Ordering::SeqCst));
+                thread::spawn(move || {
+                    // A slow path: the server hears of the connection (and
+                    // so sends its greeting) only after the delay.
+                    thread::sleep(delay);
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else { return };
+                    op.fetch_add(1, Ordering::SeqCst);
+                    let ends = Arc::new(AtomicUsize::new(2));
+                    for (from, to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                        let (sw, op, ends) = (Arc::clone(&sw), Arc::clone(&op), Arc::clone(&ends));
+                        thread::spawn(move || {
+                            forward(from, to, &sw);
+                            if ends.fetch_sub(1, Ordering::SeqCst) == 1 {
+                                op.fetch_sub(1, Ordering::SeqCst);
+                            }
+                        });
+                    }
+                });
             }
         });
-        Proxy { port, swallow, open }
+        Proxy { port, swallow, open, delay_ms }
+    }
+
+    /// Connections accepted from now on reach the server only after `d`.
+    pub fn delay_connections(&self, d: Duration) {
+        self.delay_ms.store(d.as_millis() as u64, Ordering::SeqCst);
     }
 
     pub fn swallow(&self, on: bool) {
