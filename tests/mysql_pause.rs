@@ -8,6 +8,7 @@
 //! the electors' and the stores' alone.
 
 mod mysql_support;
+mod support;
 
 use std::fs;
 use std::process::Command;
@@ -17,7 +18,8 @@ use std::time::{Duration, Instant};
 use leaderelection::mysql::{MySqlStore, DEFAULT_POOL_SIZE};
 use leaderelection::{ElectionError, Elector, Store};
 use mysql::prelude::Queryable;
-use mysql_support::{admin, config, exec, port, random_tag, url_via, wait_for, PRIVATE, TIMING};
+use mysql_support::{admin, exec, port, url_via, PRIVATE};
+use support::{config, random_tag, wait_for, TIMING};
 
 const PID_FILE: &str = "LE_MYSQL_PAUSE_PID_FILE";
 const TABLE: &str = "le_pause";

@@ -11,6 +11,7 @@
 //! below answers the login with 28P01 instead.
 
 mod pg_support;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -23,7 +24,8 @@ use std::time::{Duration, Instant};
 
 use leaderelection::postgres::{PostgresStore, DEFAULT_CONNECT_TIMEOUT};
 use leaderelection::{ElectionError, Elector, Store, StoreError};
-use pg_support::{client, config, dsn_via, host_port, random_tag, wait_for, BOUNCER, DIRECT, TIMING};
+use pg_support::{client, dsn_via, host_port, BOUNCER, DIRECT};
+use support::{config, random_tag, wait_for, Proxy, TIMING};
 
 /// "At once": a fatal answer from the server, with the connection set up
 /// and torn down, on a loaded two-core machine.
@@ -313,7 +315,7 @@ fn leader_rides_out_tls_handshake_resets() {
 /// first still counted as pending).
 #[test]
 fn first_call_opens_one_connection() {
-    let proxy = pg_support::Proxy::start(host_port(DIRECT));
+    let proxy = Proxy::start(host_port(DIRECT));
     let d = dsn_via(DIRECT, "127.0.0.1", proxy.port, None, "");
     let stores: Vec<PostgresStore> = (0..5).map(|_| store_for(&d)).collect();
     for (i, s) in stores.iter().enumerate() {

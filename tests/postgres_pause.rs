@@ -11,6 +11,7 @@
 //! renew 400 ms, retry 300 ms, operation timeout 500 ms, margin 250 ms).
 
 mod pg_support;
+mod support;
 
 use std::fs;
 use std::process::Command;
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use leaderelection::postgres::{PostgresStore, DEFAULT_POOL_SIZE};
 use leaderelection::{ElectionError, Elector, LeaderGuard, Store};
-use pg_support::{config, dsn, random_tag, wait_for, TIMING};
+use pg_support::dsn;
+use support::{config, random_tag, wait_for, TIMING};
 
 const PAUSE_DSN: &str = "LE_PG_PAUSE_DSN";
 const PAUSE_DATA: &str = "LE_PG_PAUSE_DATA";

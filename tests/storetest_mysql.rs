@@ -3,6 +3,7 @@
 //! Run with `bash scripts/test.sh` (it exports the URLs).
 
 mod mysql_support;
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,8 @@ use leaderelection::mysql::MySqlStore;
 use leaderelection::storetest::Operator;
 use leaderelection::{Lease, Store};
 use mysql::prelude::Queryable;
-use mysql_support::{admin, exec, port, random_tag, url, url_via, wait_for, Proxy, PRIVATE, SHARED};
+use mysql_support::{admin, exec, port, url, url_via, PRIVATE, SHARED};
+use support::{random_tag, wait_for, Proxy};
 
 const TABLE: &str = "le_storetest";
 const T: Duration = Duration::from_secs(5);
@@ -411,7 +413,7 @@ fn a_call_waiting_for_a_busy_pool_gives_up_in_time() {
 #[test]
 fn swallowing_path() {
     store();
-    let proxy = Proxy::start(port(SHARED));
+    let proxy = Proxy::start(("127.0.0.1", port(SHARED)));
     let s = MySqlStore::builder(&url_via(SHARED, "root", "127.0.0.1", proxy.port, ""))
         .table(TABLE)
         .connect_timeout(Duration::from_millis(700))
@@ -545,7 +547,7 @@ fn sessions_with_autocommit_off_still_commit_every_call() {
 #[test]
 fn a_call_given_up_on_while_connecting_never_runs() {
     store();
-    let proxy = Proxy::start(port(SHARED));
+    let proxy = Proxy::start(("127.0.0.1", port(SHARED)));
     proxy.delay_connections(Duration::from_millis(800));
     let s = MySqlStore::builder(&url_via(SHARED, "root", "127.0.0.1", proxy.port, "")).table(TABLE).build().unwrap();
     let name = format!("late-connect-{}", random_tag());

@@ -3,13 +3,15 @@
 //! Run with `bash scripts/test.sh` (it exports the DSNs).
 
 mod pg_support;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::{PgManager, PostgresStore};
 use leaderelection::storetest::Operator;
 use leaderelection::{Lease, Store};
-use pg_support::{client, dsn, dsn_via, host_port, random_tag, wait_for, Proxy, BOUNCER, DIRECT};
+use pg_support::{client, dsn, dsn_via, host_port, BOUNCER, DIRECT};
+use support::{random_tag, wait_for, Proxy};
 
 const TABLE: &str = "le_storetest";
 const T: Duration = Duration::from_secs(5);

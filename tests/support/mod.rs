@@ -1,0 +1,53 @@
+//! Helpers every database suite shares, whatever the server: the timings of
+//! the elector tests, a config with them, a random tag for names, a bounded
+//! wait for a condition, and a TCP proxy that can cut or slow the path.
+//! The server-specific helpers (DSNs, URLs, plain clients) live in
+//! `pg_support` and `mysql_support`, which re-export these; the scenarios both
+//! elector suites run live in [`elector`].
+#![allow(dead_code)]
+
+pub mod elector;
+pub mod proxy;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leaderelection::{Config, Store, Timing};
+
+pub use proxy::Proxy;
+
+/// The timings of every elector test, on either server. The invariant holds:
+/// 400 + 2*500 + 100 = 1500 ms <= 2500 - 250 = 2250 ms.
+pub const TIMING: Timing = Timing {
+    lease_duration: Duration::from_millis(2500),
+    renew_interval: Duration::from_millis(400),
+    retry_period: Duration::from_millis(300),
+    operation_timeout: Duration::from_millis(500),
+    safety_margin: Duration::from_millis(250),
+};
+
+/// An elector config with [`TIMING`].
+pub fn config(store: impl Store + 'static, name: &str, id: &str) -> Config {
+    Config::new(store, name).identity(id).timing(TIMING)
+}
+
+/// Ten random hex digits, to keep names of concurrent tests apart.
+pub fn random_tag() -> String {
+    let mut r = [0u8; 5];
+    getrandom::fill(&mut r).unwrap();
+    r.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Polls `f` every 20 ms until it returns true or `within` passes.
+pub fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
