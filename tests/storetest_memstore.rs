@@ -97,31 +97,60 @@ fn the_suite_catches_fences_that_restart_after_a_delete_or_restore() {
     }
 }
 
+type AcquireFn = fn(&MemStore, &str, &str, Duration, &[u8], Duration) -> Result<Lease, StoreError>;
+type RenewFn = fn(&MemStore, &str, &str, u64, Duration, &[u8], Duration) -> Result<Lease, StoreError>;
+type InspectFn = fn(&MemStore, &str, Duration) -> Result<Lease, StoreError>;
+
+/// A [`MemStore`] with some of its calls replaced (to break it on
+/// purpose); a call left `None` goes to the store unchanged.
+#[derive(Default)]
+struct Broken {
+    inner: MemStore,
+    acquire: Option<AcquireFn>,
+    renew: Option<RenewFn>,
+    inspect: Option<InspectFn>,
+}
+
+impl Store for Broken {
+    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        match self.acquire {
+            Some(f) => f(&self.inner, n, id, ttl, p, t),
+            None => self.inner.acquire(n, id, ttl, p, t),
+        }
+    }
+    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        match self.renew {
+            Some(r) => r(&self.inner, n, id, f, ttl, p, t),
+            None => self.inner.renew(n, id, f, ttl, p, t),
+        }
+    }
+    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+        self.inner.release(n, id, f, t)
+    }
+    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+        match self.inspect {
+            Some(f) => f(&self.inner, n, t),
+            None => self.inner.inspect(n, t),
+        }
+    }
+}
+
 /// The expiry case must be able to fail: a store whose renewals write
 /// `now + ttl` whatever the current expiry is caught.
 #[test]
 fn the_suite_catches_a_renewal_that_shortens_the_lease() {
-    struct Shortening(MemStore);
-    impl Store for Shortening {
-        fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-            self.0.acquire(n, id, ttl, p, t)
-        }
-        fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+    let shortening = Broken {
+        renew: Some(|s, n, id, f, ttl, p, t| {
             // Renew, then write the shorter expiry an unguarded `SET expires_at = now() + ttl` would.
-            let l = self.0.renew(n, id, f, ttl, p, t)?;
+            let l = s.renew(n, id, f, ttl, p, t)?;
             let short = Lease { expires_at: l.now.saturating_add(ttl), ..l };
-            self.0.restore_row(&short);
+            s.restore_row(&short);
             Ok(short)
-        }
-        fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-            self.0.release(n, id, f, t)
-        }
-        fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-            self.0.inspect(n, t)
-        }
-    }
+        }),
+        ..Broken::default()
+    };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        storetest::no_write_moves_the_expiry_backwards(&Shortening(MemStore::new()))
+        storetest::no_write_moves_the_expiry_backwards(&shortening)
     }));
     let msg = r.expect_err("the suite passed a renewal that shortens the lease");
     let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
@@ -142,39 +171,14 @@ fn the_suite_does_not_write_when_it_only_inspects() {
 /// lease (no mutual exclusion) is caught.
 #[test]
 fn the_suite_catches_a_store_without_mutual_exclusion() {
-    struct Everyone(MemStore);
-    impl Store for Everyone {
-        fn acquire(
-            &self,
-            n: &str,
-            id: &str,
-            ttl: Duration,
-            p: &[u8],
-            t: Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            let mut l = self.0.acquire(n, id, ttl, p, t)?;
+    let bad = Broken {
+        acquire: Some(|s, n, id, ttl, p, t| {
+            let mut l = s.acquire(n, id, ttl, p, t)?;
             l.holder = id.to_owned();
             Ok(l)
-        }
-        fn renew(
-            &self,
-            n: &str,
-            id: &str,
-            f: u64,
-            ttl: Duration,
-            p: &[u8],
-            t: Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.renew(n, id, f, ttl, p, t)
-        }
-        fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), leaderelection::StoreError> {
-            self.0.release(n, id, f, t)
-        }
-        fn inspect(&self, n: &str, t: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.inspect(n, t)
-        }
-    }
-    let bad = Everyone(MemStore::new());
+        }),
+        ..Broken::default()
+    };
     let r =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::concurrent_acquire_exactly_one_wins(&bad)));
     assert!(r.is_err(), "the suite passed a store where everyone wins");
@@ -185,42 +189,14 @@ fn the_suite_catches_a_store_without_mutual_exclusion() {
 /// A renew that succeeds without the guard is caught.
 #[test]
 fn the_suite_catches_an_unguarded_renew() {
-    struct Sloppy(MemStore);
-    impl Store for Sloppy {
-        fn acquire(
-            &self,
-            n: &str,
-            id: &str,
-            ttl: Duration,
-            p: &[u8],
-            t: Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.acquire(n, id, ttl, p, t)
-        }
-        fn renew(
-            &self,
-            n: &str,
-            id: &str,
-            f: u64,
-            ttl: Duration,
-            p: &[u8],
-            t: Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            match self.0.renew(n, id, f, ttl, p, t) {
-                Err(e) if e.is_lease_lost() => self.0.inspect(n, t),
-                other => other,
-            }
-        }
-        fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), leaderelection::StoreError> {
-            self.0.release(n, id, f, t)
-        }
-        fn inspect(&self, n: &str, t: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.inspect(n, t)
-        }
-    }
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        storetest::renew_is_guarded(&Sloppy(MemStore::new()))
-    }));
+    let sloppy = Broken {
+        renew: Some(|s, n, id, f, ttl, p, t| match s.renew(n, id, f, ttl, p, t) {
+            Err(e) if e.is_lease_lost() => s.inspect(n, t),
+            other => other,
+        }),
+        ..Broken::default()
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::renew_is_guarded(&sloppy)));
     assert!(r.is_err(), "the suite passed a renew that succeeds for the wrong caller");
 }
 
@@ -228,47 +204,19 @@ fn the_suite_catches_an_unguarded_renew() {
 /// and `run_all` names the case that failed.
 #[test]
 fn run_all_names_the_case_that_catches_a_store_inventing_rows() {
-    struct Inventive(MemStore);
-    impl Store for Inventive {
-        fn acquire(
-            &self,
-            n: &str,
-            id: &str,
-            ttl: Duration,
-            p: &[u8],
-            t: Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.acquire(n, id, ttl, p, t)
-        }
-        fn renew(
-            &self,
-            n: &str,
-            id: &str,
-            f: u64,
-            ttl: Duration,
-            p: &[u8],
-            t: Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.renew(n, id, f, ttl, p, t)
-        }
-        fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), leaderelection::StoreError> {
-            self.0.release(n, id, f, t)
-        }
-        fn inspect(&self, n: &str, t: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            // Claims the row for a ghost instead of reporting it missing.
-            match self.0.inspect(n, t) {
-                Err(e) if e.is_no_lease() => self.0.acquire(n, "ghost", Duration::from_secs(60), b"", t),
-                other => other,
-            }
-        }
-    }
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        storetest::inspect_never_writes(&Inventive(MemStore::new()))
-    }));
+    // Claims the row for a ghost instead of reporting it missing.
+    let inventive = || Broken {
+        inspect: Some(|s, n, t| match s.inspect(n, t) {
+            Err(e) if e.is_no_lease() => s.acquire(n, "ghost", Duration::from_secs(60), b"", t),
+            other => other,
+        }),
+        ..Broken::default()
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::inspect_never_writes(&inventive())));
     let msg = panic_text(r.expect_err("the suite passed an inspect that invents rows"));
     assert!(msg.contains("expected NoLease"), "{msg}");
 
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::run_all(&Inventive(MemStore::new()))));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::run_all(&inventive())));
     let msg = panic_text(r.expect_err("run_all passed an inspect that invents rows"));
     assert!(msg.starts_with("storetest case "), "{msg}");
     let (case, why) = msg["storetest case ".len()..].split_once(" failed: ").expect("names the case and the reason");
@@ -279,43 +227,17 @@ fn run_all_names_the_case_that_catches_a_store_inventing_rows() {
 /// caught: followers must generate no writes.
 #[test]
 fn the_suite_catches_an_inspect_that_writes() {
-    struct Writing(MemStore);
-    impl Store for Writing {
-        fn acquire(
-            &self,
-            n: &str,
-            id: &str,
-            ttl: Duration,
-            p: &[u8],
-            t: Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.acquire(n, id, ttl, p, t)
-        }
-        fn renew(
-            &self,
-            n: &str,
-            id: &str,
-            f: u64,
-            ttl: Duration,
-            p: &[u8],
-            t: Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.renew(n, id, f, ttl, p, t)
-        }
-        fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), leaderelection::StoreError> {
-            self.0.release(n, id, f, t)
-        }
-        fn inspect(&self, n: &str, t: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            let seen = self.0.inspect(n, t);
+    let writing = Broken {
+        inspect: Some(|s, n, t| {
+            let seen = s.inspect(n, t);
             if matches!(&seen, Err(e) if e.is_no_lease()) {
-                self.0.acquire(n, "ghost", Duration::from_secs(60), b"", t)?;
+                s.acquire(n, "ghost", Duration::from_secs(60), b"", t)?;
             }
             seen
-        }
-    }
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        storetest::inspect_never_writes(&Writing(MemStore::new()))
-    }));
+        }),
+        ..Broken::default()
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::inspect_never_writes(&writing)));
     let msg = panic_text(r.expect_err("the suite passed an inspect that writes"));
     assert!(msg.contains("inspect must not create the row"), "{msg}");
 }
