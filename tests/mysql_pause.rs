@@ -16,9 +16,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use leaderelection::mysql::{MySqlStore, DEFAULT_POOL_SIZE};
-use leaderelection::{ElectionError, Elector, Store};
+use leaderelection::{Elector, Store};
 use mysql::prelude::Queryable;
 use mysql_support::{admin, exec, port, url_via, PRIVATE};
+use support::pause::{
+    fails_in_time, hold_frozen, leads_again_after_the_thaw, threads, EXTRA_CALL_THREADS, HOLD, SLACK,
+};
 use support::{config, random_tag, wait_for, TIMING};
 
 const PID_FILE: &str = "LE_MYSQL_PAUSE_PID_FILE";
@@ -27,13 +30,8 @@ const LEASE: Duration = TIMING.lease_duration;
 const RENEW: Duration = TIMING.renew_interval;
 const OP_TIMEOUT: Duration = TIMING.operation_timeout;
 const MARGIN: Duration = TIMING.safety_margin;
-/// How late the watchdog may wake a guard's holders after its deadline.
-const SLACK: Duration = Duration::from_millis(150);
-/// How long the server stays frozen: many operation timeouts.
-const HOLD: Duration = Duration::from_secs(4);
-/// Store-call threads an elector may add while its calls hang
-/// (`MAX_CALL_THREADS` = 4 in src/elector.rs, one there already).
-const EXTRA_CALL_THREADS: usize = 3;
+/// How long a store call on the frozen server may take to hand back control.
+const GIVE_UP_WITHIN: Duration = OP_TIMEOUT.saturating_add(Duration::from_millis(200));
 
 fn server_pid() -> u32 {
     let file = std::env::var(PID_FILE).unwrap_or_else(|_| {
@@ -49,10 +47,6 @@ fn server_pid() -> u32 {
 fn state(pid: u32) -> Option<char> {
     let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
-}
-
-fn threads() -> usize {
-    fs::read_dir("/proc/self/task").expect("/proc/self/task").count()
 }
 
 /// The MySQL store's own threads (`le-mysql-call`, `le-mysql-kill`): a call
@@ -87,21 +81,6 @@ impl Drop for Frozen {
 
 fn user_url(user: &str) -> String {
     url_via(PRIVATE, user, "127.0.0.1", port(PRIVATE), "")
-}
-
-fn fails_in_time<T: std::fmt::Debug>(
-    what: &str,
-    f: impl FnOnce() -> Result<T, leaderelection::StoreError>,
-) -> Duration {
-    let start = Instant::now();
-    let r = f();
-    let took = start.elapsed();
-    eprintln!("pause: {what} on the frozen server returned after {took:?}: {r:?}");
-    let err = r.expect_err("a call on a frozen server succeeded");
-    assert!(err.is_retryable(), "{what}: a frozen server is a retryable fault: {err:?}");
-    assert!(took >= OP_TIMEOUT - Duration::from_millis(50), "{what} gave up before its timeout: {took:?}");
-    assert!(took < OP_TIMEOUT + Duration::from_millis(200), "{what} did not return within its timeout: {took:?}");
-    took
 }
 
 /// Sessions per user on the private server.
@@ -168,12 +147,14 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
 
     let frozen = Frozen::freeze(pid);
     let frozen_at = Instant::now();
-    let warm_took = fails_in_time("inspect on a pooled connection", || warm.inspect(&name, OP_TIMEOUT));
-    let cold_took = fails_in_time("inspect needing a new connection", || cold.inspect(&name, OP_TIMEOUT));
+    let warm_took = fails_in_time("inspect on a pooled connection", GIVE_UP_WITHIN, || warm.inspect(&name, OP_TIMEOUT));
+    let cold_took =
+        fails_in_time("inspect needing a new connection", GIVE_UP_WITHIN, || cold.inspect(&name, OP_TIMEOUT));
     // On an election of its own: an abandoned claim may still land after the
     // thaw (its outcome is unknown), and must not hold up the electors.
     let probe = format!("pause-probe-{tag}");
-    let acquire_took = fails_in_time("acquire", || warm.acquire(&probe, "prober", LEASE, b"", OP_TIMEOUT));
+    let acquire_took =
+        fails_in_time("acquire", GIVE_UP_WITHIN, || warm.acquire(&probe, "prober", LEASE, b"", OP_TIMEOUT));
 
     // The leader steps down by its deadline: a hung server never delays it.
     let (deadline, invalid_at) = watcher.join().expect("watcher");
@@ -188,21 +169,10 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
 
     let mut threads_max = threads();
     let mut store_threads_max = store_threads();
-    while frozen_at.elapsed() < HOLD {
+    hold_frozen(frozen_at, [&leader, &follower], || {
         threads_max = threads_max.max(threads());
         store_threads_max = store_threads_max.max(store_threads());
-        for e in [&leader, &follower] {
-            let st = e.status();
-            assert!(!st.is_leader, "{} leads with the server frozen", st.identity);
-            assert!(
-                !matches!(st.last_error, Some(ElectionError::TooManyHungCalls { .. })),
-                "{}: store calls piled up: {:?}",
-                st.identity,
-                st.last_error
-            );
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+    });
     let (le, fe) = (leader.status().last_error, follower.status().last_error);
     eprintln!(
         "pause: threads {threads_before} before, at most {threads_max} during {HOLD:?} frozen; last errors: \
@@ -224,20 +194,7 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
     assert!(store_threads_max <= store_bound, "store threads reached {store_threads_max} (bound {store_bound})");
 
     drop(frozen);
-    let thawed_at = Instant::now();
-    let mut new_leader = None;
-    let back = wait_for(LEASE + Duration::from_secs(2), || {
-        let l: Vec<&Elector> = [&leader, &follower].into_iter().filter(|e| e.is_leader()).collect();
-        assert!(l.len() <= 1, "two leaders at once after the thaw");
-        new_leader = l.first().map(|e| (e.identity().to_owned(), e.fence()));
-        new_leader.is_some()
-    });
-    let recovery = thawed_at.elapsed();
-    assert!(back, "nobody leads {recovery:?} after the thaw: {:?} {:?}", leader.status(), follower.status());
-    let (who, new_fence) = new_leader.unwrap();
-    let new_fence = new_fence.expect("a leader has a fence");
-    eprintln!("pause: {who} leads again {recovery:?} after the thaw, fence {fence} -> {new_fence}");
-    assert!(new_fence > fence);
+    leads_again_after_the_thaw(&leader, &follower, fence);
     warm.inspect(&name, Duration::from_secs(2)).expect("inspect after the thaw (warm)");
     cold.inspect(&name, Duration::from_secs(2)).expect("inspect after the thaw (cold)");
 

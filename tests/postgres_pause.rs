@@ -19,8 +19,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::{PostgresStore, DEFAULT_POOL_SIZE};
-use leaderelection::{ElectionError, Elector, LeaderGuard, Store};
+use leaderelection::{Elector, LeaderGuard, Store};
 use pg_support::dsn;
+use support::pause::{
+    fails_in_time, hold_frozen, leads_again_after_the_thaw, threads, EXTRA_CALL_THREADS, HOLD, SLACK,
+};
 use support::{config, random_tag, wait_for, TIMING};
 
 const PAUSE_DSN: &str = "LE_PG_PAUSE_DSN";
@@ -31,14 +34,8 @@ const LEASE: Duration = TIMING.lease_duration;
 const RENEW: Duration = TIMING.renew_interval;
 const OP_TIMEOUT: Duration = TIMING.operation_timeout;
 const MARGIN: Duration = TIMING.safety_margin;
-
-/// How late the watchdog may wake a guard's holders after its deadline.
-const SLACK: Duration = Duration::from_millis(150);
-/// How long the server stays frozen: many operation timeouts.
-const HOLD: Duration = Duration::from_secs(4);
-/// Store-call threads an elector may add while its calls are abandoned
-/// (`MAX_CALL_THREADS` = 4 in src/elector.rs, one of them there already).
-const EXTRA_CALL_THREADS: usize = 3;
+/// How long a store call on the frozen server may take to hand back control.
+const GIVE_UP_WITHIN: Duration = Duration::from_millis(1500);
 
 fn data_dir() -> String {
     std::env::var(PAUSE_DATA).unwrap_or_else(|_| {
@@ -65,10 +62,6 @@ fn pooled(s: &PostgresStore) -> i64 {
     let text = format!("{s:?}");
     let at = text.find("connections: ").expect("the store's Debug shows its connections") + "connections: ".len();
     text[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
-}
-
-fn threads() -> usize {
-    fs::read_dir("/proc/self/task").expect("/proc/self/task").count()
 }
 
 /// `(state, ppid)` of a process, from /proc/PID/stat.
@@ -188,23 +181,6 @@ fn late(at: Instant, deadline: Instant) -> String {
     }
 }
 
-/// Calls `f` on the frozen server: it must fail (retryably) within about
-/// the timeout it was given.
-fn fails_in_time<T: std::fmt::Debug>(
-    what: &str,
-    f: impl FnOnce() -> Result<T, leaderelection::StoreError>,
-) -> Duration {
-    let start = Instant::now();
-    let r = f();
-    let took = start.elapsed();
-    eprintln!("pause: {what} on the frozen server returned after {took:?}: {r:?}");
-    let err = r.expect_err("a call on a frozen server succeeded");
-    assert!(err.is_retryable(), "{what}: a frozen server is a retryable fault: {err:?}");
-    assert!(took >= OP_TIMEOUT - Duration::from_millis(50), "{what} gave up before its timeout: {took:?}");
-    assert!(took < Duration::from_millis(1500), "{what} did not return within its timeout: {took:?}");
-    took
-}
-
 /// pg_stat_activity on the private cluster: sessions per application name.
 fn sessions(client: &mut postgres::Client) -> Vec<(String, i64)> {
     let rows = client
@@ -273,9 +249,11 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
 
     // (b) Direct store calls on the frozen server hand control back at their
     // own timeout, with a retryable error.
-    let warm_took = fails_in_time("inspect on a pooled connection", || warm.inspect(&name, OP_TIMEOUT));
-    let cold_took = fails_in_time("inspect needing a new connection", || cold.inspect(&name, OP_TIMEOUT));
-    let acquire_took = fails_in_time("acquire", || warm.acquire(&name, "prober", LEASE, b"", OP_TIMEOUT));
+    let warm_took = fails_in_time("inspect on a pooled connection", GIVE_UP_WITHIN, || warm.inspect(&name, OP_TIMEOUT));
+    let cold_took =
+        fails_in_time("inspect needing a new connection", GIVE_UP_WITHIN, || cold.inspect(&name, OP_TIMEOUT));
+    let acquire_took =
+        fails_in_time("acquire", GIVE_UP_WITHIN, || warm.acquire(&name, "prober", LEASE, b"", OP_TIMEOUT));
 
     // (a) The leader steps down by its deadline: a hung server never delays it.
     let w = watcher.join().expect("watcher");
@@ -297,20 +275,7 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
     // (c) Keep it frozen for many operation timeouts: nobody leads, calls keep
     // being abandoned at the timeout without piling up, threads stay bounded.
     let mut threads_max = threads();
-    while frozen_at.elapsed() < HOLD {
-        threads_max = threads_max.max(threads());
-        for e in [&leader, &follower] {
-            let st = e.status();
-            assert!(!st.is_leader, "{} leads with the server frozen", st.identity);
-            assert!(
-                !matches!(st.last_error, Some(ElectionError::TooManyHungCalls { .. })),
-                "{}: store calls piled up: {:?}",
-                st.identity,
-                st.last_error
-            );
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+    hold_frozen(frozen_at, [&leader, &follower], || threads_max = threads_max.max(threads()));
     let threads_frozen_end = threads();
     let (leader_err, follower_err) = (leader.status().last_error, follower.status().last_error);
     eprintln!(
@@ -331,25 +296,7 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
 
     // (d) Thaw: one of them leads again, on a new term.
     frozen.thaw();
-    let thawed_at = Instant::now();
-    let mut new_leader = None;
-    let back = wait_for(LEASE + Duration::from_secs(2), || {
-        let l: Vec<&Elector> = [&leader, &follower].into_iter().filter(|e| e.is_leader()).collect();
-        assert!(l.len() <= 1, "two leaders at once after the thaw");
-        new_leader = l.first().map(|e| (e.identity().to_owned(), e.fence()));
-        new_leader.is_some()
-    });
-    let recovery = thawed_at.elapsed();
-    assert!(
-        back,
-        "nobody leads {recovery:?} after the thaw: leader {:?}, follower {:?}",
-        leader.status(),
-        follower.status()
-    );
-    let (who, new_fence) = new_leader.unwrap();
-    let new_fence = new_fence.expect("a leader has a fence");
-    eprintln!("pause: {who} leads again {recovery:?} after the thaw, fence {fence} -> {new_fence}");
-    assert!(new_fence > fence, "a new term after the freeze must have a greater fence: {fence} -> {new_fence}");
+    leads_again_after_the_thaw(&leader, &follower, fence);
     // The store calls work again on fresh connections.
     warm.inspect(&name, Duration::from_secs(2)).expect("inspect after the thaw (warm store)");
     cold.inspect(&name, Duration::from_secs(2)).expect("inspect after the thaw (cold store)");
