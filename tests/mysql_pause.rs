@@ -20,16 +20,13 @@ use leaderelection::{Elector, Store};
 use mysql::prelude::Queryable;
 use mysql_support::{admin, exec, port, url_via, PRIVATE};
 use support::pause::{
-    fails_in_time, hold_frozen, leads_again_after_the_thaw, threads, EXTRA_CALL_THREADS, HOLD, SLACK,
+    fails_in_time, hold_frozen, leads_again_after_the_thaw, threads, EXTRA_CALL_THREADS, HOLD, LEASE, MARGIN,
+    OP_TIMEOUT, RENEW, SLACK,
 };
-use support::{config, random_tag, wait_for, TIMING};
+use support::{config, random_tag, wait_for};
 
 const PID_FILE: &str = "LE_MYSQL_PAUSE_PID_FILE";
 const TABLE: &str = "le_pause";
-const LEASE: Duration = TIMING.lease_duration;
-const RENEW: Duration = TIMING.renew_interval;
-const OP_TIMEOUT: Duration = TIMING.operation_timeout;
-const MARGIN: Duration = TIMING.safety_margin;
 /// How long a store call on the frozen server may take to hand back control.
 const GIVE_UP_WITHIN: Duration = OP_TIMEOUT.saturating_add(Duration::from_millis(200));
 

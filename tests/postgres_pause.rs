@@ -22,18 +22,15 @@ use leaderelection::postgres::{PostgresStore, DEFAULT_POOL_SIZE};
 use leaderelection::{Elector, LeaderGuard, Store};
 use pg_support::dsn;
 use support::pause::{
-    fails_in_time, hold_frozen, leads_again_after_the_thaw, threads, EXTRA_CALL_THREADS, HOLD, SLACK,
+    fails_in_time, hold_frozen, leads_again_after_the_thaw, threads, EXTRA_CALL_THREADS, HOLD, LEASE, MARGIN,
+    OP_TIMEOUT, RENEW, SLACK,
 };
-use support::{config, random_tag, wait_for, TIMING};
+use support::{config, random_tag, wait_for};
 
 const PAUSE_DSN: &str = "LE_PG_PAUSE_DSN";
 const PAUSE_DATA: &str = "LE_PG_PAUSE_DATA";
 
 const TABLE: &str = "le_pause";
-const LEASE: Duration = TIMING.lease_duration;
-const RENEW: Duration = TIMING.renew_interval;
-const OP_TIMEOUT: Duration = TIMING.operation_timeout;
-const MARGIN: Duration = TIMING.safety_margin;
 /// How long a store call on the frozen server may take to hand back control.
 const GIVE_UP_WITHIN: Duration = Duration::from_millis(1500);
 

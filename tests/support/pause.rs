@@ -10,8 +10,10 @@ use leaderelection::{ElectionError, Elector, StoreError};
 
 use super::{wait_for, TIMING};
 
-const LEASE: Duration = TIMING.lease_duration;
-const OP_TIMEOUT: Duration = TIMING.operation_timeout;
+pub const LEASE: Duration = TIMING.lease_duration;
+pub const RENEW: Duration = TIMING.renew_interval;
+pub const OP_TIMEOUT: Duration = TIMING.operation_timeout;
+pub const MARGIN: Duration = TIMING.safety_margin;
 
 /// How late the watchdog may wake a guard's holders after its deadline.
 pub const SLACK: Duration = Duration::from_millis(150);
