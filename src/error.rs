@@ -107,6 +107,24 @@ impl fmt::Display for ElectionError {
     }
 }
 
+/// An error's text followed by the texts of its causes that say something
+/// new: the drivers' top-level phrases are terse ("error performing TLS
+/// handshake"), their causes say what the handshake or socket hit.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn chain_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// A duration as a person writes it in a message: `30s`, `500ms`, `1.5s`,
 /// `2m`, `1h30m`, `250us`.
 ///

@@ -353,7 +353,7 @@ pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
             }
         }
         Error::TlsError(t) => {
-            let text = chain(t);
+            let text = crate::error::chain_text(t);
             // By cause: I/O during the handshake (reset, timeout) may fix
             // itself; a certificate that does not verify, or no common
             // protocol, needs a person.
@@ -389,21 +389,6 @@ pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
             StoreError::fatal(format!("mysql {op}: cannot read the lease row"))
         }
     }
-}
-
-/// An error's text followed by its causes' that say something new.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 /// A socket read or write that ran out of time: the server or the path is
@@ -652,6 +637,6 @@ mod tests {
             }
         }
         let e = E("handshake: bad cert", Some(Box::new(E("bad cert", Some(Box::new(E("expired", None)))))));
-        assert_eq!(chain(&e), "handshake: bad cert: expired");
+        assert_eq!(crate::error::chain_text(&e), "handshake: bad cert: expired");
     }
 }

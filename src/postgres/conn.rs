@@ -447,7 +447,7 @@ pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>
         return err;
     }
     if let Some(h) = find_cause::<HandshakeFailed>(e) {
-        let why = sql::chain_text(h.tls_error());
+        let why = crate::error::chain_text(h.tls_error());
         return match h.io_fault() {
             Some(kind) => {
                 StoreError::retryable(format!("cannot connect: TLS handshake cut off ({}): {why}", io_phrase(kind)))
@@ -456,7 +456,11 @@ pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>
         };
     }
     if let Some(io) = find_cause::<io::Error>(e) {
-        return StoreError::retryable(format!("cannot connect: {}: {}", io_phrase(io.kind()), sql::chain_text(e)));
+        return StoreError::retryable(format!(
+            "cannot connect: {}: {}",
+            io_phrase(io.kind()),
+            crate::error::chain_text(e)
+        ));
     }
     if e.is_closed() {
         return StoreError::retryable("cannot connect: the server closed the connection during login");
@@ -465,7 +469,7 @@ pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>
         let why = if t.no_host_name() { TLS_NO_HOST } else { NO_TLS };
         return StoreError::fatal(format!("cannot connect: {why}"));
     }
-    StoreError::fatal(format!("cannot connect: {LOGIN_FAILED}: {}", sql::chain_text(e)))
+    StoreError::fatal(format!("cannot connect: {LOGIN_FAILED}: {}", crate::error::chain_text(e)))
 }
 
 /// The phrases of fatal connection failures that carry no SQLSTATE. A pool

@@ -222,7 +222,7 @@ pub(crate) fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
         return err;
     }
     let what = if e.is_closed() { "connection closed" } else { "connection error" };
-    StoreError::retryable(format!("postgres {op}: {what}: {}", chain_text(e)))
+    StoreError::retryable(format!("postgres {op}: {what}: {}", crate::error::chain_text(e)))
 }
 
 /// The error the server sent, if it sent one: `"{prefix}: SQLSTATE {code}"`
@@ -236,23 +236,6 @@ pub(crate) fn classify_db(prefix: &str, e: &tokio_postgres::Error) -> Option<Sto
         _ => StoreError::retryable(message),
     };
     Some(err.with_source(db.clone()))
-}
-
-/// The driver's own text with its causes appended: its top-level phrases are
-/// terse ("error performing TLS handshake"), the causes say what the
-/// handshake or socket hit.
-pub(crate) fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 /// The SQLSTATE the server sent, found anywhere in `e`'s source chain.
