@@ -262,8 +262,6 @@ impl Elector {
             events,
             started_callback: config.on_started_leading.is_some(),
             held_back: None,
-            held_back_since: None,
-            hold_warned: false,
             lease_duration: config.timing.lease_duration,
             resigners: Vec::new(),
             last_release: None,
@@ -464,6 +462,14 @@ fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) 
     thread::Builder::new().name(name.to_owned()).spawn(f).map_err(StartError::Spawn)
 }
 
+/// An ended term whose guards are still alive, since when, and whether the
+/// warning about it was logged.
+struct HeldBack {
+    term: Arc<TermShared>,
+    since: Instant,
+    warned: bool,
+}
+
 /// Events for the callback thread, in the order they happened.
 enum Event {
     Started(LeaderGuard),
@@ -481,10 +487,7 @@ struct Driver {
     /// `on_started_leading` is set.
     started_callback: bool,
     /// An ended term whose guards are still alive.
-    held_back: Option<Arc<TermShared>>,
-    /// When `held_back` began, and whether its warning was logged.
-    held_back_since: Option<Instant>,
-    hold_warned: bool,
+    held_back: Option<HeldBack>,
     lease_duration: Duration,
     /// `resign()` calls waiting for their release.
     resigners: Vec<(u64, Sender<Result<(), ElectionError>>)>,
@@ -656,9 +659,7 @@ impl Driver {
             self.machine.resign(now, id);
         }
         if ended.guards() > 0 {
-            self.held_back = Some(ended);
-            self.held_back_since = Some(Instant::now());
-            self.hold_warned = false;
+            self.held_back = Some(HeldBack { term: ended, since: Instant::now(), warned: false });
             let now = self.now();
             self.machine.set_hold_back(now, true);
         }
@@ -686,9 +687,8 @@ impl Driver {
             // hand it over.
             self.settle(now, id, EndReason::Resigned);
         }
-        if self.held_back.as_ref().is_some_and(|t| t.id == id && t.guards() == 0) {
+        if self.held_back.as_ref().is_some_and(|h| h.term.id == id && h.term.guards() == 0) {
             self.held_back = None;
-            self.held_back_since = None;
             self.machine.set_hold_back(now, false);
         }
     }
@@ -711,20 +711,21 @@ impl Driver {
     /// Warns once when guards of an ended term have held a new campaign back
     /// for a whole lease duration; returns when to look again.
     fn check_hold(&mut self) -> Option<Instant> {
-        let since = self.held_back_since.filter(|_| !self.hold_warned)?;
-        let warn_at = since.checked_add(self.lease_duration)?;
+        let lease = self.lease_duration;
+        let held = self.held_back.as_mut().filter(|h| !h.warned)?;
+        let warn_at = held.since.checked_add(lease)?;
         if Instant::now() < warn_at {
             return Some(warn_at);
         }
-        self.hold_warned = true;
+        held.warned = true;
         log::warn!(
             "leaderelection: {:?}: {:?} does not campaign: a guard of its last term (fence {}) has been held for {} \
              after the term ended; drop it (a `guard = elector.wait_leader()` assignment keeps the old guard alive \
              while it waits)",
             self.shared.name,
             self.shared.identity,
-            self.held_back.as_ref().map_or(0, |t| t.fence),
-            crate::error::Human::about(since.elapsed()),
+            held.term.fence,
+            crate::error::Human::about(held.since.elapsed()),
         );
         None
     }
