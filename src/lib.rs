@@ -66,7 +66,9 @@
 //! | `mysql` | `mysql::MySqlStore` (also re-exported as `MySqlStore`) for MySQL 8 and MariaDB 10.5+, its own pool, TLS via `ssl-mode=REQUIRED`/`VERIFY_CA`/`VERIFY_IDENTITY` | the `mysql` crate without default features (pure-Rust `flate2` backend, its protocol crate `mysql_common`, `url`, `regex`, `serde_json`, `sha1`/`sha2`), `native-tls` (OpenSSL on Linux, shared with `postgres`) |
 //! | `postgres` | `postgres::PostgresStore` (also re-exported as `PostgresStore`), pooled, TLS via `sslmode=require` | `tokio-postgres` (and with it `tokio`, used internally on a current-thread runtime per connection; no async in the API), `r2d2`, `native-tls` + `postgres-native-tls` (OpenSSL on Linux) |
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+// One audited exception, `mysql::borrowed::with_socket`: shutting down the
+// socket of a connection borrowed from a user's `mysql::Pool`.
+#![deny(unsafe_code)]
 
 mod config;
 mod elector;

@@ -1,16 +1,16 @@
-//! The store's own pool of `mysql::Conn`s, and calls with a real deadline.
+//! The store's pool of connections, and calls with a real deadline.
 //!
-//! Why not `mysql::Pool`: it opens new connections while holding its one
-//! mutex (so a connect that hangs blocks every other checkout, with no
-//! bound), and `PooledConn::unwrap`, the only way to keep a broken
-//! connection out of it, never gives the slot back (after `max` such drops
-//! the pool is full forever). Returning a connection runs a
-//! `COM_RESET_CONNECTION` round trip, too.
+//! Connections come from the store's own pool of `mysql::Conn`s, or are
+//! borrowed from a `mysql::Pool` the user built (see `borrowed.rs` for what
+//! that takes). The store's own pool exists because `mysql::Pool` opens new
+//! connections while holding its one mutex (so a connect that hangs blocks
+//! every other checkout, with no bound) and cannot simply forget a broken
+//! connection.
 //!
-//! Here each call runs on a short-lived thread of its own, and the caller
+//! Each call runs on a short-lived thread of its own, and the caller
 //! waits for it only until the deadline. A call that is late is abandoned:
-//! its connection is dropped when the thread gets control back, never
-//! returned to the pool (the `mysql` crate does not mark a connection whose
+//! its connection is closed when the thread gets control back, never
+//! returned to a pool (the `mysql` crate does not mark a connection whose
 //! read timed out as broken, and one was seen answering a later query with
 //! the earlier query's result). The socket's own read and write timeouts
 //! bound how long an abandoned thread can stay blocked; the number of
@@ -31,6 +31,8 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, Value};
 use parking_lot::{Condvar, Mutex};
 
+#[cfg(unix)]
+use super::borrowed::Borrowed;
 use super::sql;
 use crate::error::Human;
 use crate::store::StoreError;
@@ -48,8 +50,37 @@ pub(crate) struct Pool {
     inner: Arc<Inner>,
 }
 
+/// Where a store's connections come from.
+pub(crate) enum Source {
+    /// Its own, opened from these options and kept in [`State::idle`].
+    Own(Opts),
+    /// A `mysql::Pool` the user built; each call borrows one of its
+    /// connections, with these socket timeouts while it holds it.
+    #[cfg(unix)]
+    Shared { pool: mysql::Pool, socket_timeout: Duration },
+}
+
+/// The connection a call holds.
+enum Lent {
+    Own(Conn),
+    #[cfg(unix)]
+    Shared(Borrowed),
+}
+
+impl Lent {
+    fn conn(&mut self) -> &mut Conn {
+        match self {
+            Lent::Own(c) => c,
+            #[cfg(unix)]
+            Lent::Shared(b) => b.conn(),
+        }
+    }
+}
+
 struct Inner {
-    opts: Opts,
+    source: Source,
+    /// Connections at most (the store's own), and the cap on abandoned
+    /// calls and on threads ending their sessions (either source).
     max: usize,
     /// Idle connections older than this are closed instead of reused.
     idle_timeout: Duration,
@@ -59,6 +90,9 @@ struct Inner {
     stuck: AtomicUsize,
     /// Threads asking the server to end an abandoned call's session.
     killers: AtomicUsize,
+    /// Whether the user's pool was found without a read timeout (warned once).
+    #[cfg(unix)]
+    warned: std::sync::atomic::AtomicBool,
 }
 
 struct State {
@@ -68,25 +102,33 @@ struct State {
 }
 
 impl Pool {
-    pub(crate) fn new(opts: Opts, max: usize, idle_timeout: Duration) -> Pool {
+    pub(crate) fn new(source: Source, max: usize, idle_timeout: Duration) -> Pool {
         Pool {
             inner: Arc::new(Inner {
-                opts,
+                source,
                 max: max.max(1),
                 idle_timeout,
                 state: Mutex::new(State { idle: Vec::new(), open: 0 }),
                 freed: Condvar::new(),
                 stuck: AtomicUsize::new(0),
                 killers: AtomicUsize::new(0),
+                #[cfg(unix)]
+                warned: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
 
-    pub(crate) fn opts(&self) -> &Opts {
-        &self.inner.opts
+    /// The options connections are opened with; `None` for a user's pool.
+    pub(crate) fn opts(&self) -> Option<&Opts> {
+        match &self.inner.source {
+            Source::Own(o) => Some(o),
+            #[cfg(unix)]
+            Source::Shared { .. } => None,
+        }
     }
 
-    /// `(open, idle, stuck)` right now.
+    /// `(open, idle, stuck)` right now (open and idle count the store's own
+    /// connections only).
     pub(crate) fn counts(&self) -> (usize, usize, usize) {
         let st = self.inner.state.lock();
         (st.open, st.idle.len(), self.inner.stuck.load(Ordering::SeqCst))
@@ -112,10 +154,23 @@ impl Pool {
         let spawned = thread::Builder::new().name("le-mysql-call".into()).spawn(move || {
             let result = inner.call(op, &sql, deadline, &sess, &st);
             if st.compare_exchange(WAITING, DONE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-                let _ = tx.send(result.map(|(rows, conn)| {
-                    inner.put_back(conn);
-                    rows
-                }));
+                match result {
+                    // The store's own goes back first, so that the caller's
+                    // next call finds it; a borrowed one after the answer,
+                    // since giving it back costs a round trip.
+                    Ok((rows, Lent::Own(conn))) => {
+                        inner.put_back(Lent::Own(conn));
+                        let _ = tx.send(Ok(rows));
+                    }
+                    #[cfg(unix)]
+                    Ok((rows, conn)) => {
+                        let _ = tx.send(Ok(rows));
+                        inner.put_back(conn);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
             } else {
                 // The caller gave up: whatever came back, the connection
                 // goes (its state is unknown to anyone now).
@@ -173,7 +228,7 @@ impl Inner {
         deadline: Instant,
         session: &AtomicU32,
         state: &AtomicU8,
-    ) -> Result<(Vec<Vec<Value>>, Conn), StoreError> {
+    ) -> Result<(Vec<Vec<Value>>, Lent), StoreError> {
         let mut last = None;
         for _ in 0..=self.max {
             // A call its caller gave up on is never started again elsewhere.
@@ -181,7 +236,7 @@ impl Inner {
                 break;
             }
             let (mut conn, reused) = self.checkout(op, deadline, session)?;
-            session.store(conn.connection_id(), Ordering::SeqCst);
+            session.store(conn.conn().connection_id(), Ordering::SeqCst);
             // The caller may have given up while the connection was being
             // opened (or while waiting for a free one), before there was a
             // session to end: then the call must not start at all. The
@@ -191,7 +246,7 @@ impl Inner {
                 self.discard(conn);
                 return Err(StoreError::retryable(format!("mysql {op}: given up before it was sent")));
             }
-            match query(&mut conn, sql) {
+            match query(conn.conn(), sql) {
                 Ok(rows) => return Ok((rows, conn)),
                 Err(e) => {
                     let err = sql::classify(op, &e);
@@ -215,10 +270,41 @@ impl Inner {
         Err(last.unwrap_or_else(|| StoreError::retryable(format!("mysql {op}: out of time"))))
     }
 
-    /// An idle connection, or a new one when the pool has room; waits for
-    /// one to come back until `deadline` otherwise. Opening happens outside
-    /// the lock, so a slow connect holds up nobody else.
-    fn checkout(&self, op: &str, deadline: Instant, session: &AtomicU32) -> Result<(Conn, bool), StoreError> {
+    /// A connection for one call, and whether it may have sat idle (so may
+    /// have been closed by the server meanwhile).
+    fn checkout(&self, op: &str, deadline: Instant, session: &AtomicU32) -> Result<(Lent, bool), StoreError> {
+        match &self.source {
+            Source::Own(opts) => self.checkout_own(op, opts, deadline, session).map(|(c, r)| (Lent::Own(c), r)),
+            #[cfg(unix)]
+            Source::Shared { pool, socket_timeout } => {
+                // The pool may open a connection here, under its own lock.
+                session.store(CONNECTING, Ordering::SeqCst);
+                match Borrowed::take(pool, deadline, *socket_timeout, &self.warned) {
+                    Ok(Some(b)) => Ok((Lent::Shared(b), true)),
+                    Ok(None) => Err(StoreError::retryable(format!(
+                        "mysql {op}: every connection of the mysql::Pool stayed busy"
+                    ))),
+                    Err(e) => {
+                        let err = sql::classify("connect", &e);
+                        log::warn!("leaderelection: {err}");
+                        Err(err)
+                    }
+                }
+            }
+        }
+    }
+
+    /// An idle connection of the store's own, or a new one when the pool
+    /// has room; waits for one to come back until `deadline` otherwise.
+    /// Opening happens outside the lock, so a slow connect holds up nobody
+    /// else.
+    fn checkout_own(
+        &self,
+        op: &str,
+        opts: &Opts,
+        deadline: Instant,
+        session: &AtomicU32,
+    ) -> Result<(Conn, bool), StoreError> {
         let mut stale = Vec::new();
         let mut st = self.state.lock();
         let found = loop {
@@ -249,7 +335,7 @@ impl Inner {
             return Ok((conn, true));
         }
         session.store(CONNECTING, Ordering::SeqCst);
-        match Conn::new(self.opts.clone()) {
+        match Conn::new(opts.clone()) {
             Ok(conn) => Ok((conn, false)),
             Err(e) => {
                 self.free_slot();
@@ -260,16 +346,28 @@ impl Inner {
         }
     }
 
-    fn put_back(&self, conn: Conn) {
-        self.state.lock().idle.push((conn, Instant::now()));
-        self.freed.notify_one();
+    fn put_back(&self, conn: Lent) {
+        match conn {
+            Lent::Own(conn) => {
+                self.state.lock().idle.push((conn, Instant::now()));
+                self.freed.notify_one();
+            }
+            #[cfg(unix)]
+            Lent::Shared(b) => b.give_back(),
+        }
     }
 
     /// Closes `conn` (it says goodbye if the socket still takes it) and
-    /// frees its slot.
-    fn discard(&self, conn: Conn) {
-        drop(conn);
-        self.free_slot();
+    /// frees its slot; never returns it to a pool.
+    fn discard(&self, conn: Lent) {
+        match conn {
+            Lent::Own(conn) => {
+                drop(conn);
+                self.free_slot();
+            }
+            #[cfg(unix)]
+            Lent::Shared(b) => b.discard(),
+        }
     }
 
     fn free_slot(&self) {
@@ -295,18 +393,42 @@ fn kill(inner: &Arc<Inner>, session: u32) {
     }
     let worker = Arc::clone(inner);
     let spawned = thread::Builder::new().name("le-mysql-kill".into()).spawn(move || {
-        match Conn::new(worker.opts.clone()) {
-            Ok(mut c) => {
-                if let Err(e) = c.query_drop(format!("KILL CONNECTION {session}")) {
-                    log::debug!("leaderelection: mysql: ending abandoned session {session}: {e}");
-                }
-            }
-            Err(e) => log::debug!("leaderelection: mysql: ending abandoned session {session}: {e}"),
+        if let Err(e) = worker.kill_now(session) {
+            log::debug!("leaderelection: mysql: ending abandoned session {session}: {e}");
         }
         worker.killers.fetch_sub(1, Ordering::SeqCst);
     });
     if spawned.is_err() {
         inner.killers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Inner {
+    /// `KILL CONNECTION session` on a fresh connection of the store's own,
+    /// or on one borrowed from the user's pool (given back after, when it
+    /// worked).
+    fn kill_now(&self, session: u32) -> Result<(), mysql::Error> {
+        let sql = format!("KILL CONNECTION {session}");
+        match &self.source {
+            Source::Own(opts) => Conn::new(opts.clone())?.query_drop(sql),
+            #[cfg(unix)]
+            Source::Shared { pool, socket_timeout } => {
+                let deadline = Instant::now() + *socket_timeout;
+                let Some(mut b) = Borrowed::take(pool, deadline, *socket_timeout, &self.warned)? else {
+                    return Err(mysql::DriverError::Timeout.into());
+                };
+                match b.conn().query_drop(sql) {
+                    Ok(()) => {
+                        b.give_back();
+                        Ok(())
+                    }
+                    Err(e) => {
+                        b.discard();
+                        Err(e)
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -34,6 +34,8 @@
 //! # }
 //! ```
 
+#[cfg(unix)]
+mod borrowed;
 mod conn;
 mod sql;
 mod url;
@@ -66,9 +68,10 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(86_400);
 
 /// A [`Store`] that keeps leases in a MySQL 8 or MariaDB 10.5+ table.
 ///
-/// Build one with [`MySqlStore::connect`], [`MySqlStore::builder`], or
-/// [`MySqlStore::builder_from_opts`] around `mysql::Opts` you built. Clones
-/// share the pool.
+/// Build one with [`MySqlStore::connect`], [`MySqlStore::builder`],
+/// [`MySqlStore::builder_from_opts`] around `mysql::Opts` you built, or
+/// [`MySqlStore::from_pool`] on a `mysql::Pool` of yours. Clones share the
+/// pool.
 ///
 /// Connections are opened lazily: a bad password or a missing database
 /// shows up in the first call (and so in
@@ -98,6 +101,8 @@ pub struct MySqlBuilder {
 enum Source {
     Url(String),
     Opts(Box<mysql::Opts>),
+    #[cfg(unix)]
+    Pool(mysql::Pool),
 }
 
 impl fmt::Debug for MySqlBuilder {
@@ -185,7 +190,25 @@ impl MySqlBuilder {
     /// never repeats the URL, so it cannot leak a password.
     pub fn build(self) -> Result<MySqlStore, StoreError> {
         let quoted = quote_mysql("table", &self.table).map_err(invalid_table)?;
+        let socket_timeout = self.socket_timeout.clamp(Duration::from_millis(1), MAX_WAIT);
         let (opts, wants_tls, ca, url_timeout) = match self.source {
+            #[cfg(unix)]
+            Source::Pool(pool) => {
+                if self.ca_file.is_some() || self.connect_timeout.is_some() {
+                    return Err(StoreError::fatal(
+                        "mysql: a store on a mysql::Pool takes its CA file and connect timeout from the pool's \
+                         options; set them there",
+                    ));
+                }
+                let source = conn::Source::Shared { pool, socket_timeout };
+                return Ok(MySqlStore {
+                    pool: Arc::new(conn::Pool::new(source, self.pool_size, self.idle_timeout)),
+                    table: self.table,
+                    quoted,
+                    ddl_timeout: self.ddl_timeout,
+                    tls: false,
+                });
+            }
             Source::Url(u) => {
                 let p = url::parse(&u)?;
                 let opts = mysql::Opts::from_url(&p.crate_url).map_err(|e| {
@@ -213,7 +236,6 @@ impl MySqlBuilder {
             .or(url_timeout)
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
             .clamp(Duration::from_millis(1), MAX_WAIT);
-        let socket_timeout = self.socket_timeout.clamp(Duration::from_millis(1), MAX_WAIT);
         if tls && opts.get_socket().is_some() {
             return Err(StoreError::fatal(
                 "mysql: TLS was asked for on a unix socket, where the mysql crate does not use it",
@@ -240,7 +262,7 @@ impl MySqlBuilder {
         }
         let opts = mysql::Opts::from(b);
         Ok(MySqlStore {
-            pool: Arc::new(conn::Pool::new(opts, self.pool_size, self.idle_timeout)),
+            pool: Arc::new(conn::Pool::new(conn::Source::Own(opts), self.pool_size, self.idle_timeout)),
             table: self.table,
             quoted,
             ddl_timeout: self.ddl_timeout,
@@ -290,13 +312,69 @@ impl MySqlStore {
     /// Settings over `mysql::Opts` you built yourself (for example from an
     /// option file). The store still forces TCP for TCP hosts
     /// (`prefer_socket(false)`), sets the connect and socket timeouts from
-    /// the builder, and keeps its own pool: `mysql::Pool` cannot drop a
-    /// broken connection without losing a slot for good, and opens
-    /// connections under its lock, so a store cannot be built on one. Your
-    /// `ssl_opts`, if any, turn TLS on; options that turn verification off
-    /// are refused.
+    /// the builder, and keeps its own pool. Your `ssl_opts`, if any, turn
+    /// TLS on; options that turn verification off are refused.
     pub fn builder_from_opts(opts: mysql::Opts) -> MySqlBuilder {
         MySqlBuilder::new(Source::Opts(Box::new(opts)))
+    }
+
+    /// A store whose calls borrow connections from a `mysql::Pool` you
+    /// built and may share with the rest of your program. Same as
+    /// `MySqlStore::builder_from_pool(pool).build()`.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use leaderelection::mysql::MySqlStore;
+    /// use std::time::Duration;
+    ///
+    /// let opts = mysql::OptsBuilder::new()
+    ///     .ip_or_hostname(Some("db.internal"))
+    ///     .user(Some("app"))
+    ///     .pass(Some("secret"))
+    ///     .db_name(Some("app"))
+    ///     .prefer_socket(false)
+    ///     .tcp_connect_timeout(Some(Duration::from_secs(2)))
+    ///     .read_timeout(Some(Duration::from_secs(30)))
+    ///     .write_timeout(Some(Duration::from_secs(30)));
+    /// let pool = mysql::Pool::new(opts)?;
+    /// let store = MySqlStore::from_pool(pool.clone())?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// None today; the `Result` leaves room for checks.
+    #[cfg(unix)]
+    pub fn from_pool(pool: mysql::Pool) -> Result<MySqlStore, StoreError> {
+        MySqlStore::builder_from_pool(pool).build()
+    }
+
+    /// Settings for a store on a `mysql::Pool` you built (Unix only). The
+    /// calls are as bounded as on the store's own pool, and a connection a
+    /// call gave up on, or that failed, never goes back to your pool: its
+    /// socket is shut down first, so the pool closes it and frees its slot
+    /// (dropping a `PooledConn` alone would return it, and after a read
+    /// timeout it can answer the next query with the previous one's
+    /// result). While a call holds a connection, its socket's timeouts are
+    /// the builder's [`socket_timeout`](MySqlBuilder::socket_timeout); yours
+    /// are put back after the store has reset the session.
+    ///
+    /// What stays with your pool's options: the host (`prefer_socket`, on
+    /// by default in the crate, moves a loopback host to the server's unix
+    /// socket), TLS (the store cannot see whether it is on, so
+    /// [`uses_tls`](MySqlStore::uses_tls) says `false`), the connect
+    /// timeout (the pool opens connections holding its lock, so a connect
+    /// that hangs holds up every checkout of your program for that long;
+    /// the store's calls still return in time), the read timeout of the
+    /// pool's health check on checkout (none set is warned about once), and
+    /// how many connections there are. [`pool_size`](MySqlBuilder::pool_size)
+    /// still caps the store's abandoned calls; `ca_file` and
+    /// `connect_timeout` are refused by `build`, and `idle_timeout` is
+    /// unused.
+    #[cfg(unix)]
+    pub fn builder_from_pool(pool: mysql::Pool) -> MySqlBuilder {
+        MySqlBuilder::new(Source::Pool(pool))
     }
 
     /// The DDL that creates the election table, for migration tools.
@@ -324,7 +402,9 @@ impl MySqlStore {
         &self.table
     }
 
-    /// Whether connections use TLS.
+    /// Whether the store asks for TLS (from the URL, a CA file or your
+    /// `ssl_opts`), verified. Always `false` on a `mysql::Pool` of yours,
+    /// whose own options decide.
     pub fn uses_tls(&self) -> bool {
         self.tls
     }
@@ -424,20 +504,22 @@ impl Store for MySqlStore {
 
 impl fmt::Debug for MySqlStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let o = self.pool.opts();
         let (open, idle, stuck) = self.pool.counts();
-        f.debug_struct("MySqlStore")
-            .field("table", &self.quoted)
-            .field("host", &format_args!("{}", o.get_ip_or_hostname()))
-            .field("port", &o.get_tcp_port())
-            .field("socket", &o.get_socket())
-            .field("database", &o.get_db_name())
-            .field("user", &o.get_user())
-            .field("tls", &self.tls)
-            .field("connections", &open)
-            .field("idle", &idle)
-            .field("abandoned_calls", &stuck)
-            .finish()
+        let mut d = f.debug_struct("MySqlStore");
+        d.field("table", &self.quoted);
+        match self.pool.opts() {
+            Some(o) => d
+                .field("host", &format_args!("{}", o.get_ip_or_hostname()))
+                .field("port", &o.get_tcp_port())
+                .field("socket", &o.get_socket())
+                .field("database", &o.get_db_name())
+                .field("user", &o.get_user())
+                .field("tls", &self.tls)
+                .field("connections", &open)
+                .field("idle", &idle),
+            None => d.field("pool", &format_args!("a mysql::Pool of the application's")),
+        };
+        d.field("abandoned_calls", &stuck).finish()
     }
 }
 
