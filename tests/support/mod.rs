@@ -8,6 +8,7 @@
 
 pub mod elector;
 pub mod pause;
+pub mod pg_server;
 pub mod proxy;
 
 use std::thread;
