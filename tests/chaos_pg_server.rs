@@ -146,7 +146,9 @@ fn stop_and_start_again_keep_port_and_data() {
     assert!(refused(pg.port()), "stopped, yet the port answers");
     assert!(gone(pid));
     fails_in_time("inspect on a stopped server", || s.inspect(&name, OP));
+    let t = Instant::now();
     pg.start_again();
+    eprintln!("PgServer::start_again after stop: {:?}", t.elapsed());
     assert_ne!(pg.pid(), pid);
     recovers("inspect after start_again", || s.inspect(&name, OP));
     let after = s.inspect(&name, OP).unwrap();
@@ -164,7 +166,9 @@ fn crash_keeps_committed_rows_and_recovery_runs() {
     pg.crash();
     assert!(gone(pid) && kids.iter().all(|&k| gone(k)), "processes left after crash()");
     assert!(refused(pg.port()));
+    let t = Instant::now();
     pg.start_again();
+    eprintln!("PgServer::start_again after crash (with recovery): {:?}", t.elapsed());
     assert!(
         pg.log_tail().contains("automatic recovery in progress"),
         "no crash recovery in the log:\n{}",
@@ -243,7 +247,9 @@ fn bouncer_pause_resume_restart_and_kill() {
     b.resume();
     recovers("inspect after resume", || s.inspect(&name, OP));
 
+    let t = Instant::now();
     b.restart();
+    eprintln!("Bouncer::restart: {:?}", t.elapsed());
     recovers("inspect after restart", || s.inspect(&name, OP));
 
     b.kill();

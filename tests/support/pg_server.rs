@@ -94,15 +94,14 @@ impl PgServer {
         run(Command::new("cp").arg("-a").arg(template).arg(&dir), "copy the template");
         // A port another process took between our probe and the bind makes
         // the postmaster exit: try another.
+        let mut server = PgServer { dir, port: 0, child: Mutex::new(None) };
         for _ in 0..5 {
-            let server = PgServer { dir: dir.clone(), port: free_port(), child: Mutex::new(None) };
+            server.port = free_port();
             if server.launch() {
                 return server;
             }
-            // Dropping `server` would remove the directory we retry in.
-            std::mem::forget(server);
         }
-        panic!("no free port for PostgreSQL after 5 tries; log {}", dir.join("postgres.log").display())
+        server.fail("no free port after 5 tries")
     }
 
     pub fn port(&self) -> u16 {
@@ -347,7 +346,7 @@ impl PgServer {
     }
 
     fn fail(&self, what: &str) -> ! {
-        let log = self.dir.join("postgres.log");
+        let log = keep_log(&self.dir, "postgres.log");
         panic!("PgServer on port {}: {what}\n--- last lines of {} ---\n{}", self.port, log.display(), tail(&log))
     }
 }
@@ -369,13 +368,7 @@ impl Drop for PgServer {
             }
             wait_for(Duration::from_secs(5), || kids.iter().all(|&p| proc_state(p).is_none_or(|s| s == 'Z')));
         }
-        // A postmaster that died without cleaning up (crash, SIGKILL) leaves
-        // its SysV segment; its id is in postmaster.pid, line 7.
-        if let Ok(pidfile) = fs::read_to_string(self.dir.join("postmaster.pid")) {
-            if let Some(shmid) = pidfile.lines().nth(6).and_then(|l| l.split_whitespace().nth(1)) {
-                Command::new("ipcrm").args(["-m", shmid]).stderr(Stdio::null()).status().ok();
-            }
-        }
+        remove_stale_segment(&self.dir);
         fs::remove_dir_all(&self.dir).ok();
     }
 }
@@ -397,8 +390,9 @@ impl Bouncer {
         fs::create_dir(&dir).unwrap();
         fs::write(dir.join("userlist.txt"), "\"postgres\" \"\"\n\"root\" \"\"\n").unwrap();
         run(Command::new("chown").arg("-R").arg("postgres:postgres").arg(&dir), "chown the bouncer's dir");
+        let mut b = Bouncer { dir, port: 0, child: Mutex::new(None) };
         for _ in 0..5 {
-            let port = free_port();
+            b.port = free_port();
             let ini = format!(
                 "[databases]\n* = host=127.0.0.1 port={pg_port}\n\n[pgbouncer]\n\
                  listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
@@ -406,16 +400,15 @@ impl Bouncer {
                  pool_mode = transaction\ndefault_pool_size = {pool_size}\nmax_client_conn = 200\n\
                  server_login_retry = 1\nserver_connect_timeout = 5\n\
                  ignore_startup_parameters = extra_float_digits\n",
-                d = dir.display()
+                port = b.port,
+                d = b.dir.display()
             );
-            fs::write(dir.join("pgbouncer.ini"), ini).unwrap();
-            let b = Bouncer { dir: dir.clone(), port, child: Mutex::new(None) };
+            fs::write(b.dir.join("pgbouncer.ini"), ini).unwrap();
             if b.launch() {
                 return b;
             }
-            std::mem::forget(b);
         }
-        panic!("no free port for PgBouncer after 5 tries; log {}", dir.join("pgbouncer.log").display())
+        b.fail("no free port after 5 tries")
     }
 
     pub fn port(&self) -> u16 {
@@ -521,7 +514,7 @@ impl Bouncer {
     }
 
     fn fail(&self, what: &str) -> ! {
-        let log = self.dir.join("pgbouncer.log");
+        let log = keep_log(&self.dir, "pgbouncer.log");
         panic!("Bouncer on port {}: {what}\n--- last lines of {} ---\n{}", self.port, log.display(), tail(&log))
     }
 }
@@ -654,12 +647,12 @@ fn as_postgres(cmd: &mut Command) -> &mut Command {
 fn spawn_as_postgres(cmd: &mut Command, log: &Path) -> Child {
     let out = OpenOptions::new().create(true).append(true).open(log).unwrap();
     let err = out.try_clone().unwrap();
-    as_postgres(cmd)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {:?} as postgres (this needs root): {e}", cmd.get_program()))
+    as_postgres(cmd).stdin(Stdio::null()).stdout(out).stderr(err).spawn().unwrap_or_else(|e| {
+        panic!(
+            "cannot run {:?} as postgres: {e}. This needs root, PostgreSQL and PgBouncer: run `bash scripts/test.sh`",
+            cmd.get_program()
+        )
+    })
 }
 
 fn run(cmd: &mut Command, what: &str) {
@@ -711,6 +704,38 @@ fn children(parent: u32) -> Vec<u32> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| proc_stat(pid).is_some_and(|(s, ppid)| ppid == parent && s != 'Z'))
         .collect()
+}
+
+/// Removes the SysV segment a postmaster that died without cleaning up
+/// (crash, SIGKILL) left; postmaster.pid's line 7 holds its key and id. Only
+/// a segment with that key and id that no process attaches: ids are reused.
+fn remove_stale_segment(dir: &Path) {
+    let Ok(pidfile) = fs::read_to_string(dir.join("postmaster.pid")) else { return };
+    let Some((key, id)) = pidfile.lines().nth(6).and_then(|l| {
+        let mut f = l.split_whitespace();
+        Some((f.next()?.parse::<u64>().ok()?, f.next()?.to_owned()))
+    }) else {
+        return;
+    };
+    let Ok(out) = Command::new("ipcs").arg("-m").output() else { return };
+    // Columns: key (hex), shmid, owner, perms, bytes, nattch.
+    let stale = String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 6
+            && u64::from_str_radix(f[0].trim_start_matches("0x"), 16).ok() == Some(key)
+            && f[1] == id
+            && f[5] == "0"
+    });
+    if stale {
+        Command::new("ipcrm").args(["-m", &id]).stderr(Stdio::null()).status().ok();
+    }
+}
+
+/// A copy of `dir/name` as /tmp/DIRNAME-NAME, which outlives the directory
+/// that Drop removes while a panic unwinds.
+fn keep_log(dir: &Path, name: &str) -> PathBuf {
+    let kept = Path::new("/tmp").join(format!("{}-{name}", dir.file_name().unwrap().to_string_lossy()));
+    fs::copy(dir.join(name), &kept).map_or_else(|_| dir.join(name), |_| kept)
 }
 
 fn tail(path: &Path) -> String {
