@@ -9,6 +9,7 @@
 pub mod elector;
 pub mod oracle;
 pub mod pause;
+pub mod pg_server;
 pub mod proxy;
 
 use std::thread;
