@@ -567,3 +567,39 @@ fn drop_closes_every_connection_and_the_port() {
     assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
     assert!(wait_for(Duration::from_secs(2), || server.live.load(SeqCst) == 0), "the server's side stays open");
 }
+
+/// This process's user + system CPU time (Linux: /proc/self/stat, in ticks
+/// of 10 ms).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
+#[test]
+fn idle_and_held_connections_cost_no_cpu() {
+    let _s = serial();
+    let server = Server::start(echo);
+    let proxies: Vec<FaultProxy> = [
+        Fault::Pass,
+        Fault::Latency { base: Duration::from_millis(5), jitter: Duration::from_millis(5) },
+        Fault::Blackhole,
+        Fault::Flap { up: Duration::from_millis(100), down: Duration::from_millis(100) },
+    ]
+    .into_iter()
+    .map(|f| {
+        let p = FaultProxy::start(server.addr);
+        p.set(f);
+        p
+    })
+    .collect();
+    let mut conns: Vec<TcpStream> = proxies.iter().flat_map(|p| [connect(p), connect(p)]).collect();
+    conns[4].write_all(b"held in the blackhole").unwrap();
+    assert!(wait_for(Duration::from_secs(2), || proxies.iter().all(|p| p.open_connections() == 2)));
+    let (t0, cpu0) = (Instant::now(), cpu_time());
+    wait_for(Duration::from_secs(2), || t0.elapsed() >= Duration::from_secs(1));
+    let used = cpu_time() - cpu0;
+    println!("8 proxied connections, 1 s: {used:?} of CPU");
+    assert!(used <= Duration::from_millis(60), "{used:?} of CPU in 1 s for idle connections: a busy loop");
+}
