@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod elector;
+pub mod faults;
 pub mod oracle;
 pub mod pause;
 pub mod pg_server;
