@@ -7,6 +7,8 @@
 #![allow(dead_code)]
 
 pub mod elector;
+#[cfg(feature = "mysql")]
+pub mod maria_server;
 pub mod pause;
 pub mod proxy;
 
