@@ -1,6 +1,9 @@
 //! Helpers every database suite shares, whatever the server: the timings of
 //! the elector tests, a config with them, a random tag for names, a bounded
-//! wait for a condition, and a TCP proxy that can cut or slow the path.
+//! wait for a condition, and a TCP proxy that can cut or slow the path. The
+//! chaos suite's parts are here too: the fault proxy ([`faults`]), the
+//! oracle and its participants ([`oracle`]), and servers a scenario owns
+//! ([`pg_server`], [`maria_server`]).
 //! The server-specific helpers (DSNs, URLs, plain clients) live in
 //! `pg_support` and `mysql_support`, which re-export these; the scenarios both
 //! elector suites run live in [`elector`].
@@ -8,6 +11,8 @@
 
 pub mod elector;
 pub mod faults;
+#[cfg(feature = "mysql")]
+pub mod maria_server;
 pub mod oracle;
 pub mod pause;
 pub mod pg_server;

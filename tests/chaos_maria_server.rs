@@ -1,0 +1,207 @@
+//! The chaos suite's own MariaDB servers (`tests/support/maria_server.rs`)
+//! do what their faults promise, seen through the real `MySqlStore`.
+//!
+//! Needs MariaDB installed (`bash scripts/test.sh` installs it) and root, to
+//! run `mariadbd --user=mysql`; it touches no shared server.
+
+mod support;
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use leaderelection::mysql::MySqlStore;
+use leaderelection::{ErrorKind, Lease, Store, StoreError};
+use support::maria_server::MariaServer;
+use support::wait_for;
+
+const TABLE: &str = "leader_election";
+const TTL: Duration = Duration::from_secs(30);
+/// The timeout of the calls that must fail, and the bound on how long they take.
+const SHORT: Duration = Duration::from_millis(500);
+const FAILS_WITHIN: Duration = Duration::from_millis(1100);
+/// The timeout of the calls that must work.
+const LONG: Duration = Duration::from_secs(5);
+
+fn store(server: &MariaServer) -> MySqlStore {
+    let store = MySqlStore::builder(&server.url()).socket_timeout(Duration::from_secs(2)).build().unwrap();
+    store.ensure_schema().expect("ensure_schema as user le");
+    store
+}
+
+fn acquire(store: &MySqlStore, id: &str, timeout: Duration) -> Result<Lease, StoreError> {
+    store.acquire("e", id, TTL, b"p", timeout)
+}
+
+/// `f` fails, and within [`FAILS_WITHIN`].
+fn fails_in_time<T: std::fmt::Debug>(what: &str, f: impl FnOnce() -> Result<T, StoreError>) -> StoreError {
+    let start = Instant::now();
+    let r = f();
+    let took = start.elapsed();
+    eprintln!("{what}: {r:?} after {took:?}");
+    let err = r.expect_err(what);
+    assert!(took < FAILS_WITHIN, "{what}: took {took:?}");
+    err
+}
+
+/// `f` works at once or after one retryable failure.
+fn works_soon<T>(what: &str, mut f: impl FnMut() -> Result<T, StoreError>) -> T {
+    match f() {
+        Ok(v) => v,
+        Err(e) => {
+            assert!(e.is_retryable(), "{what}: {e:?}");
+            eprintln!("{what}: one retryable failure first: {e}");
+            f().unwrap_or_else(|e| panic!("{what}, second try: {e:?}"))
+        }
+    }
+}
+
+fn started(s: &MariaServer) {
+    eprintln!("mariadbd on port {} (pid {}) started in {:?}", s.port(), s.pid(), s.started_in());
+}
+
+#[test]
+fn two_servers_run_at_once_and_drop_leaves_nothing() {
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(MariaServer::start);
+        (MariaServer::start(), a.join().unwrap())
+    });
+    started(&a);
+    started(&b);
+    assert_ne!(a.port(), b.port());
+    let (sa, sb) = (store(&a), store(&b));
+    assert!(acquire(&sa, "a", LONG).unwrap().held_by("a"));
+    // Each its own data: b's row is b's, though a holds the same election.
+    assert!(acquire(&sb, "b", LONG).unwrap().held_by("b"));
+    assert_eq!(a.query("SELECT holder FROM leader_election"), ["a"]);
+    assert_eq!(b.query("SELECT holder FROM leader_election"), ["b"]);
+    let grants = a.query("SHOW GRANTS FOR 'le'@'127.0.0.1'").join("\n");
+    assert!(!grants.contains("SUPER") && !grants.contains("READ_ONLY ADMIN"), "{grants}");
+
+    let (dir, port, pid) = (a.dir().to_owned(), a.port(), a.pid());
+    drop(a);
+    assert!(!dir.exists(), "{} is still there", dir.display());
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "mariadbd {pid} still runs");
+    TcpListener::bind(("127.0.0.1", port)).unwrap_or_else(|e| panic!("port {port} not freed: {e}"));
+    assert!(acquire(&sb, "b", LONG).unwrap().held_by("b"), "b suffers from a's end");
+}
+
+#[test]
+fn a_frozen_server_fails_calls_in_time_and_works_after_the_thaw() {
+    let s = MariaServer::start();
+    started(&s);
+    let store = store(&s);
+    acquire(&store, "x", LONG).unwrap();
+    s.freeze();
+    let err = fails_in_time("acquire, frozen", || acquire(&store, "x", SHORT));
+    assert!(err.is_retryable(), "{err:?}");
+    s.thaw();
+    assert!(acquire(&store, "x", LONG).expect("acquire after the thaw").held_by("x"));
+}
+
+#[test]
+fn stop_then_start_again_keeps_port_and_data() {
+    let s = MariaServer::start();
+    started(&s);
+    let store = store(&s);
+    let fence = acquire(&store, "x", LONG).unwrap().fence;
+    let (port, pid) = (s.port(), s.pid());
+    s.stop();
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "mariadbd {pid} still runs after stop");
+    assert!(s.error_log().contains("Shutdown complete"), "not a clean shutdown");
+    let err = fails_in_time("inspect, stopped", || store.inspect("e", SHORT));
+    assert!(err.is_retryable(), "{err:?}");
+    let t = Instant::now();
+    s.start_again();
+    eprintln!("start_again after stop: {:?}", t.elapsed());
+    assert_eq!(s.port(), port);
+    let lease = works_soon("inspect after start_again", || store.inspect("e", LONG));
+    assert!(lease.held_by("x") && lease.fence == fence, "{lease:?}");
+}
+
+#[test]
+fn a_committed_row_survives_a_crash() {
+    let s = MariaServer::start();
+    started(&s);
+    let store = store(&s);
+    let fence = acquire(&store, "x", LONG).unwrap().fence;
+    s.crash();
+    let log_before = s.error_log().len();
+    let t = Instant::now();
+    s.start_again();
+    eprintln!("start_again after crash: {:?}", t.elapsed());
+    let log = s.error_log();
+    assert!(log[log_before..].contains("crash recovery"), "no crash recovery in the log:\n{}", &log[log_before..]);
+    let lease = works_soon("inspect after the crash", || store.inspect("e", LONG));
+    assert!(lease.held_by("x") && lease.fence == fence, "{lease:?}");
+}
+
+#[test]
+fn killed_sessions_cost_the_store_one_retryable_failure_at_most() {
+    let s = MariaServer::start();
+    started(&s);
+    let store = store(&s);
+    acquire(&store, "x", LONG).unwrap();
+    let killed = s.kill_sessions("le");
+    eprintln!("killed {killed} sessions of le");
+    assert!(killed >= 1, "the store's pooled connection was not found");
+    assert!(wait_for(LONG, || s.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le'").is_empty()));
+    assert!(works_soon("acquire after the kill", || acquire(&store, "x", LONG)).held_by("x"));
+    assert_eq!(s.kill_sessions("nobody"), 0);
+}
+
+#[test]
+fn table_and_row_locks_block_acquire_until_released() {
+    let s = MariaServer::start();
+    started(&s);
+    let store = store(&s);
+    acquire(&store, "x", LONG).unwrap();
+    let held = s.lock_table(TABLE);
+    let err = fails_in_time("acquire, table locked", || acquire(&store, "x", SHORT));
+    assert!(err.is_retryable(), "{err:?}");
+    drop(held);
+    assert!(works_soon("acquire after UNLOCK TABLES", || acquire(&store, "x", LONG)).held_by("x"));
+
+    let held = s.lock_row(TABLE, "e");
+    let err = fails_in_time("acquire, row locked", || acquire(&store, "x", SHORT));
+    assert!(err.is_retryable(), "{err:?}");
+    // Another election's row is not locked.
+    assert!(store.acquire("other", "x", TTL, b"", LONG).unwrap().held_by("x"));
+    drop(held);
+    assert!(works_soon("acquire after the rollback", || acquire(&store, "x", LONG)).held_by("x"));
+}
+
+#[test]
+fn read_only_fails_writes_of_le_but_not_reads() {
+    let s = MariaServer::start();
+    started(&s);
+    let store = store(&s);
+    let fence = acquire(&store, "x", LONG).unwrap().fence;
+    s.set_read_only(true);
+    assert_eq!(s.query("SELECT @@GLOBAL.read_only"), ["1"]);
+    let err = acquire(&store, "y", LONG).expect_err("acquire on a read-only server");
+    eprintln!("acquire, read-only: kind {:?}: {err}", err.kind());
+    assert_eq!(err.kind(), ErrorKind::Retryable, "{err:?}");
+    assert!(err.to_string().contains("1290"), "{err}");
+    let renew = store.renew("e", "x", fence, TTL, b"p", LONG).expect_err("renew on a read-only server");
+    eprintln!("renew, read-only: kind {:?}: {renew}", renew.kind());
+    let lease = works_soon("inspect, read-only", || store.inspect("e", LONG));
+    assert!(lease.held_by("x") && lease.fence == fence, "{lease:?}");
+    s.set_read_only(false);
+    assert!(works_soon("renew after read_only off", || store.renew("e", "x", fence, TTL, b"p", LONG)).held_by("x"));
+}
+
+#[test]
+fn the_template_is_in_place_and_no_build_is_left() {
+    let s = MariaServer::start();
+    let template = Path::new(support::maria_server::TEMPLATE);
+    assert!(template.join("data/mysql").is_dir(), "no template at {}", template.display());
+    let stray: Vec<_> = fs::read_dir("/tmp")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(&format!(".build-{}-", std::process::id())))
+        .collect();
+    assert!(stray.is_empty(), "half-built templates of this process left: {stray:?}");
+    assert_eq!(s.query("SELECT 1"), ["1"]);
+}
