@@ -45,6 +45,14 @@ cargo test --features mysql,storetest --lib mysql
 cargo test --features mysql,storetest --doc -- mysql
 cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause
 
+echo "== chaos suite (tests/chaos): its proxy, servers and oracle, then every scenario on every path"
+# Each scenario is a live fleet behind fault proxies, on the shared servers
+# (network faults) or on servers of its own (tests/support/pg_server.rs,
+# maria_server.rs); they mostly wait, so many run at once. --nocapture keeps
+# each scenario's figures (`chaos <path>/<scenario> …` lines) in the log.
+cargo test --features postgres,mysql,storetest --test chaos_faults --test chaos_oracle --test chaos_pg_server --test chaos_maria_server
+cargo test --features postgres,mysql,storetest --test chaos -- --test-threads 8 --nocapture
+
 echo "== examples"
 cargo run --quiet --example quickstart
 

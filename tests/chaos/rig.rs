@@ -1,0 +1,529 @@
+//! The ground a scenario stands on: which path (PostgreSQL direct, through
+//! PgBouncer, MariaDB), which servers (the machine's shared ones, for faults
+//! on the network only, or servers of the scenario's own, for faults that
+//! break a server), and a fleet of participants each behind a fault proxy of
+//! its own, all judged by one [`Oracle`].
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leaderelection::mysql::MySqlStore;
+use leaderelection::postgres::PostgresStore;
+use leaderelection::Store;
+
+use crate::support::faults::{Fault, FaultProxy};
+use crate::support::maria_server::{self, MariaServer};
+use crate::support::oracle::{Behaviour, Oracle, Participant, Report, Skewed};
+use crate::support::pg_server::{self, Bouncer, PgServer};
+use crate::support::{random_tag, TIMING};
+
+pub const LEASE: Duration = TIMING.lease_duration;
+pub const RETRY: Duration = TIMING.retry_period;
+pub const RENEW: Duration = TIMING.renew_interval;
+pub const OP: Duration = TIMING.operation_timeout;
+
+/// The bound the suite states for someone to lead again once a fault
+/// heals (or a leader is gone): a lease that may still run on the database
+/// (renewals that landed unanswered), a renewal interval, a retry period
+/// and two operation timeouts (a call in flight when the fault healed, and
+/// the claim), plus 1 s for reconnecting and for this loaded machine.
+pub const RECOVERY: Duration = Duration::from_millis(
+    (TIMING.lease_duration.as_millis()
+        + TIMING.renew_interval.as_millis()
+        + TIMING.retry_period.as_millis()
+        + 2 * TIMING.operation_timeout.as_millis()
+        + 1000) as u64,
+);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    Pg,
+    Bouncer,
+    Maria,
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Path::Pg => "postgres",
+            Path::Bouncer => "pgbouncer",
+            Path::Maria => "mariadb",
+        })
+    }
+}
+
+enum Servers {
+    /// The machine's servers (`LE_PG_DSN`, `LE_PGBOUNCER_DSN`,
+    /// `LE_MYSQL_URL`): faults on the proxies only, never on them.
+    Shared,
+    Pg(PgServer),
+    Bouncer(PgServer, Bouncer),
+    Maria(MariaServer),
+}
+
+/// A path, its servers and a table of the scenario's own.
+pub struct Rig {
+    pub path: Path,
+    servers: Servers,
+    pub table: String,
+    /// Host and port the participants' proxies forward to.
+    upstream: SocketAddr,
+}
+
+/// A lock another session holds until this is dropped (held for its `Drop`).
+#[allow(dead_code)]
+pub enum Held {
+    Pg(pg_server::Held),
+    Maria(maria_server::Held),
+}
+
+fn shared_url(var: &str, how: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!(
+            "{var} is not set. The chaos suite needs the machine's PostgreSQL, PgBouncer and MariaDB: run \
+             `bash scripts/test.sh` (or `source scripts/db.sh; source scripts/mysql.sh` first, {how})."
+        )
+    })
+}
+
+fn port_of(url: &str) -> u16 {
+    let after_at = url.rsplit('@').next().unwrap_or(url);
+    let hostport = after_at.split('/').next().unwrap_or(after_at);
+    hostport.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {url}"))
+}
+
+impl Rig {
+    /// The machine's servers, for scenarios that break only the network.
+    pub fn shared(path: Path) -> Rig {
+        let var = match path {
+            Path::Pg => "LE_PG_DSN",
+            Path::Bouncer => "LE_PGBOUNCER_DSN",
+            Path::Maria => "LE_MYSQL_URL",
+        };
+        let port = port_of(&shared_url(var, "which export it"));
+        Rig::new(path, Servers::Shared, port)
+    }
+
+    /// Servers of the scenario's own, free to break.
+    pub fn owned(path: Path) -> Rig {
+        Rig::owned_with_pool(path, 20)
+    }
+
+    /// As [`Rig::owned`], with this many PgBouncer server connections.
+    pub fn owned_with_pool(path: Path, bouncer_pool: u32) -> Rig {
+        match path {
+            Path::Pg => {
+                let pg = PgServer::start();
+                let port = pg.port();
+                Rig::new(path, Servers::Pg(pg), port)
+            }
+            Path::Bouncer => {
+                let pg = PgServer::start();
+                let b = Bouncer::start(pg.port(), bouncer_pool);
+                let port = b.port();
+                Rig::new(path, Servers::Bouncer(pg, b), port)
+            }
+            Path::Maria => {
+                let m = MariaServer::start();
+                let port = m.port();
+                Rig::new(path, Servers::Maria(m), port)
+            }
+        }
+    }
+
+    fn new(path: Path, servers: Servers, port: u16) -> Rig {
+        let rig = Rig {
+            path,
+            servers,
+            table: format!("chaos_{}", random_tag()),
+            upstream: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        rig.store_at(port).ensure_schema_now();
+        rig
+    }
+
+    /// The URL of the database through local port `port`.
+    fn url_at(&self, port: u16) -> String {
+        match (&self.servers, self.path) {
+            (Servers::Shared, Path::Maria) => format!("mysql://root@127.0.0.1:{port}/test"),
+            (Servers::Shared, _) => format!("postgres://root@127.0.0.1:{port}/test"),
+            (Servers::Pg(pg), _) | (Servers::Bouncer(pg, _), _) => pg.url_via(port),
+            (Servers::Maria(m), _) => m.url_via(port),
+        }
+    }
+
+    /// A store of the scenario's table, reaching the database through
+    /// local port `port` (a proxy's, or the server's own).
+    pub fn store_at(&self, port: u16) -> AnyStore {
+        let url = self.url_at(port);
+        match self.path {
+            Path::Maria => AnyStore::My(
+                MySqlStore::builder(&url).table(self.table.clone()).build().unwrap_or_else(|e| panic!("{e}")),
+            ),
+            _ => AnyStore::Pg(
+                PostgresStore::builder(&url)
+                    .table("public", self.table.clone())
+                    .build()
+                    .unwrap_or_else(|e| panic!("{e}")),
+            ),
+        }
+    }
+
+    fn pg(&self) -> &PgServer {
+        match &self.servers {
+            Servers::Pg(pg) | Servers::Bouncer(pg, _) => pg,
+            _ => panic!("this scenario needs a PostgreSQL server of its own (Rig::owned)"),
+        }
+    }
+
+    fn maria(&self) -> &MariaServer {
+        match &self.servers {
+            Servers::Maria(m) => m,
+            _ => panic!("this scenario needs a MariaDB server of its own (Rig::owned)"),
+        }
+    }
+
+    pub fn bouncer(&self) -> &Bouncer {
+        match &self.servers {
+            Servers::Bouncer(_, b) => b,
+            _ => panic!("this scenario needs a PgBouncer of its own (Rig::owned(Path::Bouncer))"),
+        }
+    }
+
+    pub fn freeze(&self) {
+        match self.path {
+            Path::Maria => self.maria().freeze(),
+            _ => self.pg().freeze(),
+        }
+    }
+
+    pub fn thaw(&self) {
+        match self.path {
+            Path::Maria => self.maria().thaw(),
+            _ => self.pg().thaw(),
+        }
+    }
+
+    pub fn stop(&self) {
+        match self.path {
+            Path::Maria => self.maria().stop(),
+            _ => self.pg().stop(),
+        }
+    }
+
+    pub fn start_again(&self) {
+        match self.path {
+            Path::Maria => self.maria().start_again(),
+            _ => self.pg().start_again(),
+        }
+    }
+
+    pub fn crash(&self) {
+        match self.path {
+            Path::Maria => self.maria().crash(),
+            _ => self.pg().crash(),
+        }
+    }
+
+    /// Ends every client session on the server; how many.
+    pub fn end_sessions(&self) -> usize {
+        match self.path {
+            Path::Maria => self.maria().kill_sessions("le"),
+            _ => self.pg().terminate_backends(),
+        }
+    }
+
+    pub fn lock_table(&self) -> Held {
+        match self.path {
+            Path::Maria => Held::Maria(self.maria().lock_table(&self.table)),
+            _ => Held::Pg(self.pg().lock_table(&self.table)),
+        }
+    }
+
+    pub fn lock_row(&self, name: &str) -> Held {
+        match self.path {
+            Path::Maria => Held::Maria(self.maria().lock_row(&self.table, name)),
+            _ => Held::Pg(self.pg().lock_row(&self.table, name)),
+        }
+    }
+
+    pub fn set_read_only(&self, on: bool) {
+        match self.path {
+            Path::Maria => self.maria().set_read_only(on),
+            _ => self.pg().set_read_only(on),
+        }
+    }
+}
+
+/// Either store, so a fleet is one type whatever the path.
+#[derive(Clone, Debug)]
+pub enum AnyStore {
+    Pg(PostgresStore),
+    My(MySqlStore),
+}
+
+impl AnyStore {
+    fn inner(&self) -> &dyn Store {
+        match self {
+            AnyStore::Pg(s) => s,
+            AnyStore::My(s) => s,
+        }
+    }
+
+    fn ensure_schema_now(&self) {
+        let r = match self {
+            AnyStore::Pg(s) => s.ensure_schema(),
+            AnyStore::My(s) => s.ensure_schema(),
+        };
+        r.unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+    }
+}
+
+impl Store for AnyStore {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        self.inner().acquire(name, identity, ttl, payload, timeout)
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        self.inner().renew(name, identity, fence, ttl, payload, timeout)
+    }
+
+    fn release(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        timeout: Duration,
+    ) -> Result<(), leaderelection::StoreError> {
+        self.inner().release(name, identity, fence, timeout)
+    }
+
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        self.inner().inspect(name, timeout)
+    }
+}
+
+/// One participant and the proxy its store goes through.
+struct Member {
+    p: Participant,
+    proxy: FaultProxy,
+}
+
+/// The participants of one election, each behind a proxy of its own.
+pub struct Fleet<'r> {
+    pub rig: &'r Rig,
+    pub oracle: Arc<Oracle>,
+    pub name: String,
+    label: String,
+    members: Vec<Option<Member>>,
+    started: Instant,
+}
+
+impl<'r> Fleet<'r> {
+    /// `n` honest participants in a new election on `rig`; `label` names
+    /// the scenario in what it prints.
+    pub fn start(rig: &'r Rig, label: &str, n: usize) -> Fleet<'r> {
+        let mut f = Fleet {
+            rig,
+            oracle: Oracle::new(LEASE),
+            name: format!("{label}-{}", random_tag()),
+            label: format!("{}/{label}", rig.path),
+            members: Vec::new(),
+            started: Instant::now(),
+        };
+        for _ in 0..n {
+            f.add(Behaviour::Honest, 0);
+        }
+        f
+    }
+
+    /// Adds a participant (`skew_us`: every database instant it reads moves
+    /// by this much); returns its index.
+    pub fn add(&mut self, behaviour: Behaviour, skew_us: i64) -> usize {
+        let i = self.members.len();
+        let proxy = FaultProxy::start(self.rig.upstream);
+        let store = self.rig.store_at(proxy.port());
+        let id = format!("p{i}");
+        let p = if skew_us == 0 {
+            Participant::start_with(&self.oracle, &id, store, &self.name, TIMING, behaviour)
+        } else {
+            Participant::start_with(&self.oracle, &id, Skewed::new(store, skew_us), &self.name, TIMING, behaviour)
+        };
+        self.members.push(Some(Member { p, proxy }));
+        i
+    }
+
+    fn member(&self, i: usize) -> &Member {
+        self.members[i].as_ref().unwrap_or_else(|| panic!("participant p{i} is gone"))
+    }
+
+    pub fn proxy(&self, i: usize) -> &FaultProxy {
+        &self.member(i).proxy
+    }
+
+    /// Indices of the participants still running.
+    pub fn alive(&self) -> Vec<usize> {
+        (0..self.members.len()).filter(|&i| self.members[i].is_some()).collect()
+    }
+
+    /// The same fault on every running participant's path.
+    pub fn set_all(&self, fault: Fault) {
+        for i in self.alive() {
+            self.proxy(i).set(fault.clone());
+        }
+    }
+
+    /// Cuts every connection of every path now.
+    pub fn reset_all(&self) {
+        for i in self.alive() {
+            self.proxy(i).reset_all();
+        }
+    }
+
+    /// Waits for a leader; returns its index.
+    pub fn leader(&self, within: Duration) -> usize {
+        self.leader_other_than(None, within).0
+    }
+
+    /// Waits for a leader that is not `not`; returns its index and how long
+    /// that took.
+    pub fn leader_other_than(&self, not: Option<usize>, within: Duration) -> (usize, Duration) {
+        let start = Instant::now();
+        let deadline = start + within;
+        loop {
+            if let Some(id) = self.oracle.leader_now() {
+                let i: usize = id[1..].parse().expect("participant ids are p<index>");
+                if Some(i) != not {
+                    return (i, start.elapsed());
+                }
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "{}: no leader{} within {within:?}; oracle: {:?}",
+                    self.label,
+                    not.map(|n| format!(" other than p{n}")).unwrap_or_default(),
+                    self.oracle.check()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Someone leads within [`RECOVERY`]; returns how long it took.
+    pub fn recovers(&self, what: &str) -> Duration {
+        let took = self.oracle.wait_leader(RECOVERY).unwrap_or_else(|| {
+            panic!("{}: nobody leads within {RECOVERY:?} after {what}; oracle: {:?}", self.label, self.oracle.check())
+        });
+        self.say(&format!("leads again {} after {what}", ms(took)));
+        took
+    }
+
+    /// Nobody holds a valid guard right now.
+    pub fn nobody_leads(&self) -> bool {
+        self.oracle.leader_now().is_none()
+    }
+
+    /// Like a SIGKILL of participant `i`: no release.
+    pub fn crash(&mut self, i: usize) {
+        let m = self.members[i].take().unwrap_or_else(|| panic!("p{i} is gone"));
+        m.p.crash();
+    }
+
+    /// Graceful shutdown of participant `i` (releases the lease).
+    pub fn stop(&mut self, i: usize) {
+        let m = self.members[i].take().unwrap_or_else(|| panic!("p{i} is gone"));
+        m.p.stop();
+    }
+
+    /// Terms the oracle has seen so far.
+    pub fn terms(&self) -> usize {
+        self.oracle.intervals().len()
+    }
+
+    /// One line of what the scenario measured.
+    pub fn say(&self, what: &str) {
+        eprintln!("chaos {} [{:>6.1} s]: {what}", self.label, self.started.elapsed().as_secs_f64());
+    }
+
+    /// Whether participant `i`'s elector says it leads.
+    pub fn elector_leads(&self, i: usize) -> bool {
+        self.members[i].as_ref().is_some_and(|m| m.p.is_leader())
+    }
+
+    /// The last error any running participant's elector reports, as text.
+    pub fn status_of_any(&self) -> String {
+        self.alive()
+            .into_iter()
+            .filter_map(|i| self.member(i).p.elector().status().last_error.map(|e| e.to_string()))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    /// Stops everyone and judges the run: panics with every violation, else
+    /// prints and returns the figures. Followers go first, so the leader's
+    /// release at the end hands over to nobody.
+    pub fn finish(mut self) -> Report {
+        let (leaders, followers): (Vec<usize>, Vec<usize>) =
+            self.alive().into_iter().partition(|&i| self.elector_leads(i));
+        for i in followers.into_iter().chain(leaders) {
+            self.stop(i);
+        }
+        self.judge()
+    }
+
+    /// Stops everyone without judging (the negative control, whose run must
+    /// fail the check).
+    pub fn abandon(mut self) {
+        for i in self.alive() {
+            self.crash(i);
+        }
+    }
+
+    /// Judges the run so far without stopping anyone.
+    pub fn judge(&self) -> Report {
+        match self.oracle.check() {
+            Ok(r) => {
+                eprintln!("chaos {} RESULT: {r}", self.label);
+                r
+            }
+            Err(v) => panic!(
+                "{}: the oracle found {} violation(s):\n  {}",
+                self.label,
+                v.len(),
+                v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("\n  ")
+            ),
+        }
+    }
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// Keeps `fault` on `proxy`s for `d`, then lets the path pass again.
+pub fn for_a_while(fleet: &Fleet<'_>, who: &[usize], fault: Fault, d: Duration) {
+    for &i in who {
+        fleet.proxy(i).set(fault.clone());
+    }
+    std::thread::sleep(d);
+    for &i in who {
+        fleet.proxy(i).set(Fault::Pass);
+    }
+}
