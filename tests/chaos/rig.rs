@@ -75,7 +75,7 @@ pub struct Rig {
 /// A lock another session holds until this is dropped (held for its `Drop`).
 #[allow(dead_code)]
 pub enum Held {
-    Pg(pg_server::Held),
+    Pg(Box<pg_server::Held>),
     Maria(maria_server::Held),
 }
 
@@ -238,14 +238,14 @@ impl Rig {
     pub fn lock_table(&self) -> Held {
         match self.path {
             Path::Maria => Held::Maria(self.maria().lock_table(&self.table)),
-            _ => Held::Pg(self.pg().lock_table(&self.table)),
+            _ => Held::Pg(Box::new(self.pg().lock_table(&self.table))),
         }
     }
 
     pub fn lock_row(&self, name: &str) -> Held {
         match self.path {
             Path::Maria => Held::Maria(self.maria().lock_row(&self.table, name)),
-            _ => Held::Pg(self.pg().lock_row(&self.table, name)),
+            _ => Held::Pg(Box::new(self.pg().lock_row(&self.table, name))),
         }
     }
 
