@@ -139,7 +139,8 @@ pub fn database_killed(path: Path) {
     // sure a new term starts after recovery, then let the oracle check.
     let l = f.leader(FIRST);
     f.stop(l);
-    f.leader(RECOVERY);
+    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
+    f.say(&format!("p{n} took over {} after p{l} shut down", ms(took)));
     let r = f.finish();
     assert!(r.terms >= 2, "{r}");
 }
