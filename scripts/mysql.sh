@@ -65,6 +65,10 @@ le_mysql_private_main() {
             cp /etc/ssl/certs/ssl-cert-snakeoil.pem "$dir/cert.pem"
             cp /etc/ssl/private/ssl-cert-snakeoil.key "$dir/key.pem"
         fi
+        # A tmpdir of its own: at start mariadbd removes the `#sql…` files it
+        # finds in its tmpdir, which in a shared /tmp can be the shared
+        # server's live temporary tables.
+        mkdir -p "$dir/tmp"
         chown -R mysql: "$dir"
         chmod 600 "$dir/key.pem" 2>/dev/null || true
         local tls=()
@@ -72,7 +76,7 @@ le_mysql_private_main() {
         (setsid /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$dir/data" \
             --port="$port" --bind-address=127.0.0.1 --socket="$dir/mariadbd.sock" \
             --pid-file="$dir/mariadbd.pid" --log-error="$dir/error.log" --skip-name-resolve \
-            --innodb-buffer-pool-size=32M --skip-log-bin --max-connections=200 "${tls[@]}" \
+            --tmpdir="$dir/tmp" --innodb-buffer-pool-size=32M --skip-log-bin --max-connections=200 "${tls[@]}" \
             >/dev/null 2>&1 &)
         local i
         for i in $(seq 1 100); do
