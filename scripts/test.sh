@@ -24,7 +24,8 @@ source <(cargo llvm-cov show-env --sh)
 cargo llvm-cov clean --workspace   # stale profiles and binaries would skew the report
 
 echo "== unit, simulation, doc and MemStore tests (default features)"
-cargo test --all-targets
+# The CLI's suites need the servers; they run after the MySQL section.
+cargo test --all-targets --workspace --exclude leaderelection-cli
 cargo test --doc
 
 echo "== PostgreSQL store: unit, doc, acceptance suite (MemStore, direct, PgBouncer) and electors"
