@@ -1,0 +1,52 @@
+//! `leaderelection`: run a command only while this process leads an election
+//! held in PostgreSQL or MySQL/MariaDB, and never let it outlive the lease.
+
+mod args;
+mod db;
+mod run;
+mod status;
+mod sys;
+
+use args::{Cmd, Fail};
+
+/// Bad usage: flags, durations, timings, DSN or table name (sysexits EX_USAGE).
+pub const EX_USAGE: i32 = 64;
+/// The database could not be reached at start (EX_UNAVAILABLE).
+pub const EX_UNAVAILABLE: i32 = 69;
+/// Not leader within `--wait` (EX_TEMPFAIL); `-E N` changes it.
+pub const EX_TEMPFAIL: i32 = 75;
+/// A fatal database error: credentials, unknown database, missing table,
+/// privilege (EX_NOPERM).
+pub const EX_NOPERM: i32 = 77;
+/// Leadership was lost or at risk and the child was stopped.
+pub const EX_LOST: i32 = 79;
+
+fn main() {
+    // Before any thread exists, so that every thread inherits the mask and
+    // only the signal thread of `run` ever takes these signals.
+    let mut argv = std::env::args_os().skip(1).peekable();
+    if argv.peek().is_some_and(|a| a == "run") {
+        if let Err(e) = sys::block_forwarded() {
+            eprintln!("leaderelection: cannot block signals: {e}");
+            std::process::exit(1);
+        }
+    }
+    let result = args::parse(argv).and_then(|cmd| match cmd {
+        Cmd::Run(a) => run::run(a),
+        Cmd::Status(a) => status::status(a),
+        Cmd::Schema(a) => status::schema(a),
+        Cmd::Help(text) => {
+            print!("{text}");
+            Ok(0)
+        }
+        Cmd::Version => {
+            println!("leaderelection {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+    });
+    let code = result.unwrap_or_else(|Fail { code, msg }| {
+        eprintln!("leaderelection: {msg}");
+        code
+    });
+    std::process::exit(code);
+}

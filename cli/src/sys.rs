@@ -1,0 +1,99 @@
+//! The system calls std does not wrap: signal masks, `sigwait`, signals to a
+//! process group, `waitid(WNOWAIT)` and `PR_SET_PDEATHSIG`. The only unsafe
+//! code of the tool, each block with the reason it is sound.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// The signals the tool forwards to its child instead of dying of them.
+pub const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+fn forwarded_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it before
+    // sigaddset reads it, and both only write the set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in FORWARDED {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Blocks [`FORWARDED`] in the calling thread. Called first thing in `main`,
+/// before any thread exists, so every thread inherits the mask and the
+/// signals stay pending until [`wait_forwarded`] takes them.
+pub fn block_forwarded() -> io::Result<()> {
+    let set = forwarded_set();
+    // SAFETY: `set` is initialised; a null old-set pointer is allowed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// Waits for the next of [`FORWARDED`] sent to the process; returns its number.
+pub fn wait_forwarded() -> libc::c_int {
+    let set = forwarded_set();
+    loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: both pointers are to live locals of the right types.
+        if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+            return sig;
+        }
+    }
+}
+
+/// Sends `sig` to every process of group `pgid`; false when none is left.
+pub fn kill_group(pgid: i32, sig: libc::c_int) -> bool {
+    // SAFETY: kill(2) takes plain integers; a negative pid names a group.
+    pgid > 0 && unsafe { libc::kill(-pgid, sig) } == 0
+}
+
+/// Whether child `pid` has exited, without reaping it: while it is a zombie
+/// its pid, and so its process group id, cannot be reused, so the group can
+/// still be signalled safely.
+pub fn exited_unreaped(pid: i32) -> io::Result<bool> {
+    // SAFETY: siginfo_t is plain data, zeroed so that si_pid reads 0 when no
+    // child changed state (WNOHANG); waitid writes only into it.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(info.si_pid() != 0)
+    }
+}
+
+/// Sets up the child between fork and exec: unblocks [`FORWARDED`] (the
+/// mask is inherited, and std keeps it), and makes the child receive SIGKILL
+/// when the thread that spawned it dies (the tool's main thread, so: when
+/// the tool dies, even by SIGKILL). The latter covers the direct child only,
+/// not processes it moves to other groups.
+pub fn prepare_child(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    let set = forwarded_set();
+    // SAFETY: the closure runs between fork and exec and calls only
+    // async-signal-safe functions (sigprocmask, prctl, getppid), allocating
+    // nothing; `set` is an initialised copy it owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The tool may have died before prctl took effect.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,559 @@
+//! Shared by the CLI suites: running the real binary, children that log
+//! their own timestamps, and the scenarios run on each database.
+#![allow(dead_code)] // each suite uses a different part
+
+#[path = "../../../tests/support/proxy.rs"]
+pub mod proxy;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_leaderelection");
+/// The timings of every run: lease 2.5 s, margin 250 ms, renew 400 ms.
+pub const TIMING: [&str; 12] = [
+    "--lease",
+    "2.5s",
+    "--renew",
+    "400ms",
+    "--retry",
+    "300ms",
+    "--op-timeout",
+    "500ms",
+    "--margin",
+    "250ms",
+    "--grace",
+    "500ms",
+];
+pub const LEASE: Duration = Duration::from_millis(2500);
+pub const MARGIN: Duration = Duration::from_millis(250);
+pub const RENEW: Duration = Duration::from_millis(400);
+pub const RETRY: Duration = Duration::from_millis(300);
+pub const PASSWORD: &str = "pw-s3cret";
+
+/// An election database: a DSN and the `--table` every run passes.
+#[derive(Clone)]
+pub struct Db {
+    pub dsn: String,
+    pub table: String,
+    pub label: &'static str,
+}
+
+fn env_or_fail(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!(
+            "{var} is not set: run `source scripts/db.sh; source scripts/mysql.sh` first (or `bash scripts/test.sh`)"
+        )
+    })
+}
+
+impl Db {
+    /// PostgreSQL from `LE_PG_DSN`, table `public.le_cli_pg`, created once.
+    pub fn pg() -> Db {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        let dsn = env_or_fail("LE_PG_DSN");
+        ONCE.call_once(|| {
+            let store = leaderelection::PostgresStore::builder(&dsn).table("public", "le_cli_pg").build().unwrap();
+            store.ensure_schema().expect("create the CLI test table on PostgreSQL");
+        });
+        Db { dsn, table: "public.le_cli_pg".into(), label: "pg" }
+    }
+
+    /// MariaDB from `LE_MYSQL_URL`, table `le_cli_mysql`, created once.
+    pub fn mysql() -> Db {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        let dsn = env_or_fail("LE_MYSQL_URL");
+        ONCE.call_once(|| {
+            let store = leaderelection::MySqlStore::builder(&dsn).table("le_cli_mysql").build().unwrap();
+            store.ensure_schema().expect("create the CLI test table on MariaDB");
+        });
+        Db { dsn, table: "le_cli_mysql".into(), label: "mysql" }
+    }
+
+    /// The server's `host:port`.
+    pub fn addr(&self) -> String {
+        split_dsn(&self.dsn).1.to_string()
+    }
+
+    /// The DSN with its port replaced (a proxy's, a closed one).
+    pub fn via_port(&self, port: u16) -> String {
+        let (head, hostport, tail) = split_dsn(&self.dsn);
+        let host = hostport.rsplit_once(':').map_or(hostport, |(h, _)| h);
+        format!("{head}{host}:{port}{tail}")
+    }
+
+    /// A unique election name for one test.
+    pub fn name(&self, test: &str) -> String {
+        format!("cli-{}-{test}-{}", self.label, std::process::id())
+    }
+
+    /// `leaderelection run` against this database; extra flags, then `sh -c script`.
+    pub fn run(&self, name: &str, extra: &[&str], script: &str) -> Tool {
+        self.run_dsn(&self.dsn, name, extra, script)
+    }
+
+    pub fn run_dsn(&self, dsn: &str, name: &str, extra: &[&str], script: &str) -> Tool {
+        let dir = TempDir::new();
+        let stderr = dir.path().join("stderr");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--dsn", dsn, "--table", &self.table, "--name", name]).args(TIMING).args(extra);
+        cmd.args(["--", "sh", "-c", script]);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(fs::File::create(&stderr).unwrap());
+        Tool { child: cmd.spawn().unwrap(), stderr, _dir: dir }
+    }
+
+    /// `leaderelection status` against this database.
+    pub fn status(&self, name: &str, json: bool) -> Output {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["status", "--dsn", &self.dsn, "--table", &self.table, "--name", name]);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    }
+}
+
+/// `(scheme://user@, host:port, /db?params)`.
+fn split_dsn(dsn: &str) -> (&str, &str, &str) {
+    let start = dsn.find('@').map_or_else(|| dsn.find("://").unwrap() + 3, |i| i + 1);
+    let end = dsn[start..].find('/').map_or(dsn.len(), |i| start + i);
+    (&dsn[..start], &dsn[start..end], &dsn[end..])
+}
+
+/// A running `leaderelection` process; SIGKILLed in `Drop` if still running.
+pub struct Tool {
+    pub child: Child,
+    stderr: PathBuf,
+    _dir: TempDir,
+}
+
+impl Tool {
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Waits for the tool to exit; panics after `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < until, "the tool did not exit within {timeout:?}; stderr: {}", self.stderr());
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn code(&mut self, timeout: Duration) -> i32 {
+        let status = self.wait(timeout);
+        status.code().unwrap_or_else(|| panic!("tool died of a signal: {status:?}; stderr: {}", self.stderr()))
+    }
+
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Tool {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A directory under the system temp dir, removed in `Drop`.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("le-cli-{}-{n}", std::process::id()));
+        fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+}
+
+/// Polls `cond` every 5 ms until it holds; false after `timeout`.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One line a child wrote: `kind ns pid rest…`.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub kind: String,
+    pub ns: u128,
+    pub pid: u32,
+    pub rest: String,
+}
+
+/// The events in `file`, in the order written.
+pub fn events(file: &Path) -> Vec<Event> {
+    let text = fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(4, ' ');
+            Some(Event {
+                kind: parts.next()?.to_string(),
+                ns: parts.next()?.parse().ok()?,
+                pid: parts.next()?.parse().ok()?,
+                rest: parts.next().unwrap_or("").to_string(),
+            })
+        })
+        .collect()
+}
+
+pub fn first(file: &Path, kind: &str) -> Option<Event> {
+    events(file).into_iter().find(|e| e.kind == kind)
+}
+
+/// A child script: logs `start` (with identity and fence), on SIGTERM logs
+/// `term` and exits `term_exit`, otherwise works `secs` and logs `end`.
+pub fn child(file: &Path, secs: &str, term_exit: i32) -> String {
+    let f = file.display();
+    format!(
+        "echo \"start $(date +%s%N) $$ $LEADERELECTION_IDENTITY $LEADERELECTION_FENCE\" >> {f}; \
+         trap 'echo \"term $(date +%s%N) $$\" >> {f}; exit {term_exit}' TERM; \
+         sleep {secs} & wait $!; echo \"end $(date +%s%N) $$\" >> {f}"
+    )
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+pub fn gone(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Kills what is left of a process group (a SIGKILLed child's `sleep`).
+pub fn kill_group(pgid: u32) {
+    // SAFETY: kill(2) with a negative pid signals a group; ESRCH is fine.
+    unsafe { libc::kill(-(pgid as i32), libc::SIGKILL) };
+}
+
+fn secs(ns: u128) -> f64 {
+    ns as f64 / 1e9
+}
+
+// ---------------------------------------------------------------- scenarios
+
+/// Two looping tools, each child working ~1 s: no two children's
+/// [start, end] overlap, and both got to run.
+pub fn contention(db: &Db) {
+    let name = db.name("contend");
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let script = child(&file, "1", 0);
+    let mut a = db.run(&name, &["--loop", "--identity", "a"], &script);
+    let mut b = db.run(&name, &["--loop", "--identity", "b"], &script);
+    let done = wait_for(Duration::from_secs(30), || {
+        let ev = events(&file);
+        let ends = ev.iter().filter(|e| e.kind == "end").count();
+        let who = |id: &str| ev.iter().any(|e| e.kind == "start" && e.rest.starts_with(id));
+        ends >= 5 && who("a ") && who("b ")
+    });
+    a.signal(libc::SIGTERM);
+    b.signal(libc::SIGTERM);
+    let (ca, cb) = (a.code(Duration::from_secs(5)), b.code(Duration::from_secs(5)));
+    assert!(done, "not 5 rounds with both tools within 30 s: {:?}\n{}\n{}", events(&file), a.stderr(), b.stderr());
+    // The leader's child traps TERM and exits 0; the tool waiting to lead
+    // exits 128 + SIGTERM.
+    for code in [ca, cb] {
+        assert!(code == 0 || code == 143, "exit {code}: {}\n{}", a.stderr(), b.stderr());
+    }
+    // Intervals by child pid; one cut short by the final SIGTERM ends there.
+    let ev = events(&file);
+    let mut spans: Vec<(u128, u128, String)> = ev
+        .iter()
+        .filter(|e| e.kind == "start")
+        .map(|s| {
+            let end = ev.iter().find(|e| e.kind != "start" && e.pid == s.pid).map_or(u128::MAX, |e| e.ns);
+            (s.ns, end, s.rest.clone())
+        })
+        .collect();
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(w[0].1 < w[1].0, "children overlap: {:?} and {:?}", w[0], w[1]);
+    }
+    let gaps: Vec<f64> = spans.windows(2).map(|w| secs(w[1].0 - w[0].1)).collect();
+    let fences: Vec<u64> = spans.iter().map(|s| s.2.split(' ').nth(1).unwrap().parse().unwrap()).collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences increase: {fences:?}");
+    println!("cli {} contention: {} children, none overlapping, gaps between them {gaps:.3?} s", db.label, spans.len());
+}
+
+/// SIGKILL of the leading tool: its child dies with it, and the waiting
+/// tool's child starts after about the lease.
+pub fn sigkill_handover(db: &Db) {
+    let name = db.name("sigkill");
+    let dir = TempDir::new();
+    let (fa, fb) = (dir.path().join("a"), dir.path().join("b"));
+    let mut a = db.run(&name, &[], &child(&fa, "30", 0));
+    assert!(
+        wait_for(Duration::from_secs(5), || first(&fa, "start").is_some()),
+        "a's child never started: {}",
+        a.stderr()
+    );
+    let mut b = db.run(&name, &[], &child(&fb, "30", 0));
+    thread::sleep(Duration::from_millis(300)); // let b campaign (not waiting on an outcome)
+    assert!(first(&fb, "start").is_none(), "b ran while a led");
+    let a_child = first(&fa, "start").unwrap().pid;
+    let killed = now_ns();
+    a.signal(libc::SIGKILL);
+    a.wait(Duration::from_secs(2));
+    assert!(wait_for(Duration::from_secs(1), || gone(a_child)), "a's child outlived the SIGKILLed tool");
+    let child_gone = now_ns();
+    kill_group(a_child);
+    assert!(wait_for(LEASE + Duration::from_secs(3), || first(&fb, "start").is_some()), "b never took over");
+    let after = first(&fb, "start").unwrap().ns - killed;
+    let low = (LEASE - MARGIN - RENEW).as_nanos();
+    let high = (LEASE + Duration::from_secs(2)).as_nanos();
+    assert!(after >= low && after <= high, "b's child started {:.3}s after the kill", secs(after));
+    println!(
+        "cli {} sigkill: a's child gone {:.3}s after the kill, b's child started {:.3}s after it",
+        db.label,
+        secs(child_gone - killed),
+        secs(after)
+    );
+    b.signal(libc::SIGTERM);
+    assert_eq!(b.code(Duration::from_secs(5)), 0);
+}
+
+/// A proxy that swallows every packet between the leading tool and the
+/// database: the child gets SIGTERM (or, ignoring it, SIGKILL) and is gone
+/// before the tool's local deadline, which is at most lease - margin after
+/// the swallow began; the tool exits 79.
+pub fn swallowed(db: &Db, stubborn: bool) {
+    let name = db.name(if stubborn { "swallow-stubborn" } else { "swallow" });
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let proxy = proxy::Proxy::start(db.addr());
+    let f = file.display();
+    let script = if stubborn {
+        // Ignores SIGTERM (its sleeps die of it; it starts new ones).
+        format!(
+            "echo \"start $(date +%s%N) $$\" >> {f}; trap 'echo \"term $(date +%s%N) $$\" >> {f}' TERM; \
+             while :; do sleep 0.05; done"
+        )
+    } else {
+        child(&file, "30", 0)
+    };
+    let mut tool = db.run_dsn(&db.via_port(proxy.port), &name, &[], &script);
+    assert!(wait_for(Duration::from_secs(5), || first(&file, "start").is_some()), "no child: {}", tool.stderr());
+    let pid = first(&file, "start").unwrap().pid;
+    thread::sleep(Duration::from_millis(500)); // a few renewals through the proxy
+    let began = now_ns();
+    proxy.swallow(true);
+    let budget = (LEASE - MARGIN).as_nanos();
+    assert!(wait_for(Duration::from_secs(4), || gone(pid)), "child still running: {}", tool.stderr());
+    let gone_at = now_ns();
+    let term = first(&file, "term").expect("the child got SIGTERM").ns;
+    assert!(term - began <= budget, "SIGTERM {:.3}s after the swallow began", secs(term - began));
+    assert!(gone_at - began <= budget, "child gone {:.3}s after the swallow began", secs(gone_at - began));
+    assert_eq!(tool.code(Duration::from_secs(5)), 79, "stderr: {}", tool.stderr());
+    let err = tool.stderr();
+    let line = err.lines().find(|l| l.contains("before the local deadline")).expect("a `child gone` line");
+    // The tool's own measure against its deadline: `child gone 739ms before ...`.
+    let ahead = line.split("child gone ").nth(1).and_then(|r| r.split(' ').next()).unwrap();
+    let ahead_s: f64 = match ahead.strip_suffix("ms") {
+        Some(ms) => ms.parse::<f64>().unwrap() / 1000.0,
+        None => ahead.strip_suffix('s').unwrap().parse().unwrap(),
+    };
+    assert!(ahead_s >= 0.1, "child gone only {ahead} before the tool's local deadline");
+    println!(
+        "cli {} swallow{}: SIGTERM {:.3}s and child gone {:.3}s after the swallow began (budget {:.3}s); tool: {line}",
+        db.label,
+        if stubborn { " (child ignores SIGTERM)" } else { "" },
+        secs(term - began),
+        secs(gone_at - began),
+        secs(budget)
+    );
+    if stubborn {
+        assert!(err.contains("SIGKILL to the child"), "{err}");
+    }
+    kill_group(pid);
+}
+
+/// SIGTERM to the leading tool is forwarded; the child traps it and exits
+/// 0, the tool exits 0 and releases, and the waiting tool's child starts
+/// within a retry period and a second.
+pub fn sigterm_forwarded(db: &Db) {
+    let name = db.name("sigterm");
+    let dir = TempDir::new();
+    let (fa, fb) = (dir.path().join("a"), dir.path().join("b"));
+    let mut a = db.run(&name, &[], &child(&fa, "30", 0));
+    assert!(
+        wait_for(Duration::from_secs(5), || first(&fa, "start").is_some()),
+        "a's child never started: {}",
+        a.stderr()
+    );
+    let mut b = db.run(&name, &[], &child(&fb, "30", 0));
+    thread::sleep(Duration::from_millis(300)); // let b campaign (not waiting on an outcome)
+    let sent = now_ns();
+    a.signal(libc::SIGTERM);
+    assert_eq!(a.code(Duration::from_secs(3)), 0, "the child's own status; stderr: {}", a.stderr());
+    let exited = now_ns();
+    assert!(first(&fa, "term").is_some(), "SIGTERM was not forwarded");
+    assert!(wait_for(RETRY + Duration::from_secs(2), || first(&fb, "start").is_some()), "b never took over");
+    let started = first(&fb, "start").unwrap().ns;
+    assert!(
+        started - exited <= (RETRY + Duration::from_secs(1)).as_nanos(),
+        "b started {:.3}s after a exited",
+        secs(started - exited)
+    );
+    println!(
+        "cli {} sigterm: a exited {:.3}s after SIGTERM, b's child started {:.3}s after a exited",
+        db.label,
+        secs(exited - sent),
+        secs(started - exited)
+    );
+    b.signal(libc::SIGTERM);
+    assert_eq!(b.code(Duration::from_secs(5)), 0);
+}
+
+/// Crude JSON field reader for the one flat object `status --json` prints.
+pub fn json_field<'a>(json: &'a str, key: &str) -> &'a str {
+    let at = json.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {json}")) + key.len() + 3;
+    let rest = &json[at..];
+    if let Some(s) = rest.strip_prefix('"') {
+        let mut end = 0;
+        let bytes = s.as_bytes();
+        while bytes[end] != b'"' {
+            end += if bytes[end] == b'\\' { 2 } else { 1 };
+        }
+        &s[..end]
+    } else {
+        &rest[..rest.find([',', '}']).unwrap()]
+    }
+}
+
+/// The child's LEADERELECTION_* variables match the database; `status`
+/// text and JSON while someone leads (exit 0) and after release (exit 1).
+pub fn env_and_status(db: &Db) {
+    let name = db.name("env");
+    let identity = format!("id-{}", db.label);
+    let dir = TempDir::new();
+    let file = dir.path().join("env");
+    let script = format!(
+        "echo \"$LEADERELECTION_FENCE|$LEADERELECTION_NAME|$LEADERELECTION_IDENTITY\" > {f}.tmp; mv {f}.tmp {f}; \
+         trap 'exit 0' TERM; sleep 30 & wait $!",
+        f = file.display()
+    );
+    let mut tool = db.run(&name, &["--identity", &identity, "--payload", "p \"q\"\tx"], &script);
+    assert!(wait_for(Duration::from_secs(5), || file.exists()), "no child: {}", tool.stderr());
+    let env = fs::read_to_string(&file).unwrap();
+    let parts: Vec<&str> = env.trim_end().split('|').collect();
+    assert_eq!(parts[1..], [name.as_str(), identity.as_str()]);
+
+    let out = db.status(&name, true);
+    assert_eq!(out.status.code(), Some(0), "someone leads");
+    let json = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(json_field(&json, "fence"), parts[0], "LEADERELECTION_FENCE is the database's fence: {json}");
+    assert_eq!(json_field(&json, "leader"), identity);
+    assert_eq!(json_field(&json, "name"), name);
+    assert_eq!(json_field(&json, "payload"), r#"p \"q\"\tx"#);
+    let left: u64 = json_field(&json, "time_left_ms").parse().unwrap();
+    assert!(left > 0 && left <= LEASE.as_millis() as u64, "time left {left} ms");
+
+    let out = db.status(&name, false);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        format!("leader: {identity}\n"),
+        format!("fence: {}\n", parts[0]),
+        "time left: ".into(),
+        "payload: p \"q\"?x".into(),
+    ] {
+        assert!(text.contains(&want), "{want:?} not in {text:?}");
+    }
+
+    tool.signal(libc::SIGTERM);
+    assert_eq!(tool.code(Duration::from_secs(5)), 0);
+    let out = db.status(&name, false);
+    assert_eq!(out.status.code(), Some(1), "nobody leads after release");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with(&format!("nobody leads (last: {identity}")), "{text}");
+    let out = db.status(&name, true);
+    assert_eq!(out.status.code(), Some(1));
+    let json = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(json_field(&json, "leader"), "null");
+    assert_eq!(json_field(&json, "last_leader"), identity);
+    let out = db.status(&format!("{name}-never"), true);
+    assert_eq!(out.status.code(), Some(1), "an election with no row");
+}
+
+/// Runs the binary to completion; returns (exit code, stderr).
+pub fn run_once(dsn: &str, table: &str, name: &str, extra: &[&str], script: &str) -> (i32, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "--dsn", dsn, "--table", table, "--name", name]).args(TIMING).args(extra);
+    let out = cmd.args(["--", "sh", "-c", script]).stdin(Stdio::null()).output().unwrap();
+    (out.status.code().expect("exited"), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Exit codes that need a server: the child's status, 128+signal, 75 and
+/// `-E`, 143 for a child killed by the forwarded SIGTERM, 77 for a missing
+/// table, 69 for a closed port (no password in the line).
+pub fn exit_codes(db: &Db) {
+    let name = db.name("codes");
+    let run = |extra: &[&str], script: &str| run_once(&db.dsn, &db.table, &name, extra, script);
+    assert_eq!(run(&[], "exit 3").0, 3);
+    assert_eq!(run(&[], "kill -USR1 $$").0, 138);
+
+    let mut holder = db.run(&name, &[], "exec sleep 30");
+    assert!(wait_for(Duration::from_secs(5), || db.status(&name, false).status.code() == Some(0)), "no holder");
+    let (code, err) = run(&["--wait", "500ms"], "exit 0");
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains("not leader within 500ms"), "{err}");
+    assert_eq!(run(&["--wait", "300ms", "-E", "9"], "exit 0").0, 9);
+    holder.signal(libc::SIGTERM);
+    assert_eq!(holder.code(Duration::from_secs(5)), 143, "sleep died of the forwarded SIGTERM");
+
+    let (code, err) = run_once(&db.dsn, "le_cli_no_such_table", &name, &[], "exit 0");
+    assert_eq!(code, 77, "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dsn = db.via_port(closed).replacen("root@", &format!("root:{PASSWORD}@"), 1);
+    let (code, err) = run_once(&dsn, &db.table, &name, &[], "exit 0");
+    assert_eq!(code, 69, "{err}");
+    assert!(err.starts_with("leaderelection: database unreachable: ") && err.lines().count() == 1, "{err}");
+    assert!(!err.contains(PASSWORD), "password echoed: {err}");
+}
+
+/// A fatal login error with a password in the DSN: exit 77, one line, no password.
+pub fn fatal_login(db: &Db, dsn: &str) {
+    assert!(dsn.contains(PASSWORD));
+    let (code, err) = run_once(dsn, &db.table, &db.name("login"), &[], "exit 0");
+    assert_eq!(code, 77, "{err}");
+    assert!(err.starts_with("leaderelection: fatal database error: ") && err.lines().count() == 1, "{err}");
+    assert!(!err.contains(PASSWORD), "password echoed: {err}");
+}

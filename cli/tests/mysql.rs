@@ -1,0 +1,42 @@
+//! The real binary against MariaDB (`LE_MYSQL_URL`). Each test holds its
+//! own election; they run in parallel.
+
+mod common;
+use common::*;
+
+#[test]
+fn two_tools_contend_and_children_never_overlap() {
+    contention(&Db::mysql());
+}
+
+#[test]
+fn sigkill_of_the_leading_tool_kills_its_child_and_hands_over_after_the_lease() {
+    sigkill_handover(&Db::mysql());
+}
+
+#[test]
+fn swallowed_database_stops_the_child_before_the_deadline_and_exits_79() {
+    swallowed(&Db::mysql(), false);
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_lease_released() {
+    sigterm_forwarded(&Db::mysql());
+}
+
+#[test]
+fn child_environment_and_status() {
+    env_and_status(&Db::mysql());
+}
+
+#[test]
+fn exit_codes_with_a_server() {
+    exit_codes(&Db::mysql());
+}
+
+#[test]
+fn bad_credentials_are_fatal_and_not_echoed() {
+    let db = Db::mysql();
+    let dsn = db.dsn.replacen("root@", &format!("le_cli_nobody:{PASSWORD}@"), 1);
+    fatal_login(&db, &dsn);
+}

@@ -1,0 +1,49 @@
+//! The real binary against PostgreSQL (`LE_PG_DSN`). Each test holds its
+//! own election; they run in parallel.
+
+mod common;
+use common::*;
+
+#[test]
+fn two_tools_contend_and_children_never_overlap() {
+    contention(&Db::pg());
+}
+
+#[test]
+fn sigkill_of_the_leading_tool_kills_its_child_and_hands_over_after_the_lease() {
+    sigkill_handover(&Db::pg());
+}
+
+#[test]
+fn swallowed_database_stops_the_child_before_the_deadline_and_exits_79() {
+    swallowed(&Db::pg(), false);
+}
+
+#[test]
+fn a_child_that_ignores_sigterm_is_killed_before_the_deadline() {
+    swallowed(&Db::pg(), true);
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_lease_released() {
+    sigterm_forwarded(&Db::pg());
+}
+
+#[test]
+fn child_environment_and_status() {
+    env_and_status(&Db::pg());
+}
+
+#[test]
+fn exit_codes_with_a_server() {
+    exit_codes(&Db::pg());
+}
+
+#[test]
+fn unknown_database_with_a_password_is_fatal_and_not_echoed() {
+    let db = Db::pg();
+    let (head, tail) = db.dsn.rsplit_once('/').unwrap();
+    let dsn = format!("{}/le_cli_no_such_db", head.replacen("root@", &format!("root:{PASSWORD}@"), 1));
+    assert!(!tail.is_empty());
+    fatal_login(&db, &dsn);
+}
