@@ -140,7 +140,7 @@ impl Rig {
             table: format!("chaos_{}", random_tag()),
             upstream: SocketAddr::from(([127, 0, 0, 1], port)),
         };
-        rig.store_at(port).ensure_schema_now();
+        rig.store_at(port, true);
         rig
     }
 
@@ -155,20 +155,23 @@ impl Rig {
     }
 
     /// A store of the scenario's table, reaching the database through
-    /// local port `port` (a proxy's, or the server's own).
-    pub fn store_at(&self, port: u16) -> AnyStore {
+    /// local port `port` (a proxy's, or the server's own); with `schema`,
+    /// it creates the table first.
+    fn store_at(&self, port: u16, schema: bool) -> Arc<dyn Store> {
         let url = self.url_at(port);
-        match self.path {
-            Path::Maria => AnyStore::My(
-                MySqlStore::builder(&url).table(self.table.clone()).build().unwrap_or_else(|e| panic!("{e}")),
-            ),
-            _ => AnyStore::Pg(
-                PostgresStore::builder(&url)
-                    .table("public", self.table.clone())
-                    .build()
-                    .unwrap_or_else(|e| panic!("{e}")),
-            ),
-        }
+        let built = match self.path {
+            Path::Maria => MySqlStore::builder(&url).table(self.table.clone()).build().map(|s| {
+                let done = if schema { s.ensure_schema() } else { Ok(()) };
+                (Arc::new(s) as Arc<dyn Store>, done)
+            }),
+            _ => PostgresStore::builder(&url).table("public", self.table.clone()).build().map(|s| {
+                let done = if schema { s.ensure_schema() } else { Ok(()) };
+                (Arc::new(s) as Arc<dyn Store>, done)
+            }),
+        };
+        let (store, done) = built.unwrap_or_else(|e| panic!("{e}"));
+        done.unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+        store
     }
 
     fn pg(&self) -> &PgServer {
@@ -257,69 +260,6 @@ impl Rig {
     }
 }
 
-/// Either store, so a fleet is one type whatever the path.
-#[derive(Clone, Debug)]
-pub enum AnyStore {
-    Pg(PostgresStore),
-    My(MySqlStore),
-}
-
-impl AnyStore {
-    fn inner(&self) -> &dyn Store {
-        match self {
-            AnyStore::Pg(s) => s,
-            AnyStore::My(s) => s,
-        }
-    }
-
-    fn ensure_schema_now(&self) {
-        let r = match self {
-            AnyStore::Pg(s) => s.ensure_schema(),
-            AnyStore::My(s) => s.ensure_schema(),
-        };
-        r.unwrap_or_else(|e| panic!("ensure_schema: {e}"));
-    }
-}
-
-impl Store for AnyStore {
-    fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.inner().acquire(name, identity, ttl, payload, timeout)
-    }
-
-    fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.inner().renew(name, identity, fence, ttl, payload, timeout)
-    }
-
-    fn release(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        timeout: Duration,
-    ) -> Result<(), leaderelection::StoreError> {
-        self.inner().release(name, identity, fence, timeout)
-    }
-
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.inner().inspect(name, timeout)
-    }
-}
-
 /// One participant and the proxy its store goes through.
 struct Member {
     p: Participant,
@@ -359,7 +299,7 @@ impl<'r> Fleet<'r> {
     pub fn add(&mut self, behaviour: Behaviour, skew_us: i64) -> usize {
         let i = self.members.len();
         let proxy = FaultProxy::start(self.rig.upstream);
-        let store = self.rig.store_at(proxy.port());
+        let store = self.rig.store_at(proxy.port(), false);
         let id = format!("p{i}");
         let p = if skew_us == 0 {
             Participant::start_with(&self.oracle, &id, store, &self.name, TIMING, behaviour)
