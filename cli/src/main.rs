@@ -29,7 +29,7 @@ fn main() {
     // that nothing else happens in it.
     if argv.peek().is_some_and(|a| a == sys::SENTINEL_ARG) {
         let tool = argv.nth(1).and_then(|a| a.to_str()?.parse().ok()).filter(|&p: &i32| p > 1);
-        std::process::exit(tool.map_or(EX_USAGE, sys::sentinel));
+        std::process::exit(sys::sentinel(tool));
     }
     if argv.peek().is_some_and(|a| a == "run") {
         if let Err(e) = sys::block_forwarded() {

@@ -145,13 +145,13 @@ pub fn prepare_sentinel(cmd: &mut Command) {
 /// tool is gone already, at once. It only ever kills its own group, and
 /// only one it leads, so running `__sentinel` by hand cannot kill anything
 /// else; the tool ends it with a SIGKILL to the group.
-pub fn sentinel(tool: libc::pid_t) -> i32 {
+pub fn sentinel(tool: Option<libc::pid_t>) -> i32 {
     // SAFETY: getpid and getpgrp take no arguments and cannot fail.
     let (pid, pgid) = unsafe { (libc::getpid(), libc::getpgrp()) };
-    if pid != pgid {
+    let Some(tool) = tool.filter(|_| pid == pgid) else {
         eprintln!("leaderelection: {SENTINEL_ARG} is internal to `leaderelection run`");
         return 64;
-    }
+    };
     // Started as /proc/self/exe, it would show as `exe` in top and pgrep.
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"leaderelection".as_ptr(), 0, 0, 0) };
