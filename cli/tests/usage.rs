@@ -99,7 +99,7 @@ fn schema_prints_the_library_ddl_for_both_dialects() {
 /// outside a group it leads it refuses (exit 64, one line) and kills
 /// nothing; leading its own group, with a parent that is not the tool it
 /// names, it SIGKILLs that group at once, itself included. `--help` does not
-/// mention it.
+/// list it among the subcommands.
 #[test]
 fn the_sentinel_kills_only_a_group_it_leads() {
     for args in [&["__sentinel"][..], &["__sentinel", "1"], &["__sentinel", "junk"], &["__sentinel", "2"]] {
