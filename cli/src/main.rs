@@ -22,8 +22,6 @@ pub const EX_NOPERM: i32 = 77;
 pub const EX_LOST: i32 = 79;
 
 fn main() {
-    // Before any thread exists, so that every thread inherits the mask and
-    // only the signal thread of `run` ever takes these signals.
     let mut argv = std::env::args_os().skip(1).peekable();
     // `run`'s sentinel (see run.rs), not a subcommand for users: first, so
     // that nothing else happens in it.
@@ -31,6 +29,8 @@ fn main() {
         let tool = argv.nth(1).and_then(|a| a.to_str()?.parse().ok()).filter(|&p: &i32| p > 1);
         std::process::exit(sys::sentinel(tool));
     }
+    // Before any thread exists, so that every thread inherits the mask and
+    // only the signal thread of `run` ever takes these signals.
     if argv.peek().is_some_and(|a| a == "run") {
         if let Err(e) = sys::block_forwarded() {
             eprintln!("leaderelection: cannot block signals: {e}");
