@@ -56,13 +56,15 @@ Options:
   -h, --help          this text
 Durations: 500ms, 1.5s, 2m, 1h.
 
-CMD runs in its own process group with LEADERELECTION_FENCE,
+CMD runs in a new process group with LEADERELECTION_FENCE,
 LEADERELECTION_NAME and LEADERELECTION_IDENTITY set. When no renewal has
 landed by (local deadline - grace - 250ms), or the term ends, the group gets
 SIGTERM, and SIGKILL at the latest 250ms before the local deadline. Needs
 grace + 250ms < lease - margin - renew - op-timeout. SIGINT, SIGTERM and
 SIGHUP are forwarded to the group. When the child exits the lease is
-released. If the tool is SIGKILLed its direct child is SIGKILLed too.
+released. If the tool is SIGKILLed, the whole group is SIGKILLed too: the
+kernel kills CMD, and a sentinel in the group (`leaderelection __sentinel
+PID` in ps) kills the rest.
 
 Exit status:
   child's own status, or 128+N when it died of signal N
@@ -73,6 +75,7 @@ Exit status:
        privilege)
   79   leadership lost (or at risk); the child was stopped
   126, 127  CMD could not be run / not found
+  1    other failures (e.g. no sentinel could be started: CMD is not run)
   128+N     signal N received before the child started
 ";
 

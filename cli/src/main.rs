@@ -22,9 +22,15 @@ pub const EX_NOPERM: i32 = 77;
 pub const EX_LOST: i32 = 79;
 
 fn main() {
+    let mut argv = std::env::args_os().skip(1).peekable();
+    // `run`'s sentinel (see run.rs), not a subcommand for users: first, so
+    // that nothing else happens in it.
+    if argv.peek().is_some_and(|a| a == sys::SENTINEL_ARG) {
+        let tool = argv.nth(1).and_then(|a| a.to_str()?.parse().ok()).filter(|&p: &i32| p > 1);
+        std::process::exit(sys::sentinel(tool));
+    }
     // Before any thread exists, so that every thread inherits the mask and
     // only the signal thread of `run` ever takes these signals.
-    let mut argv = std::env::args_os().skip(1).peekable();
     if argv.peek().is_some_and(|a| a == "run") {
         if let Err(e) = sys::block_forwarded() {
             eprintln!("leaderelection: cannot block signals: {e}");

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -60,6 +60,18 @@ impl Signals {
     }
 }
 
+/// A running command and its sentinel. The sentinel leads the process
+/// group (`pgid` is its pid) and CMD joins it, so the group exists, guarded,
+/// before CMD or anything CMD starts. The kernel wakes the sentinel when
+/// the tool dies, even by SIGKILL, and it SIGKILLs the group: CMD and its
+/// descendants that stayed in the group (a shell's pipeline), which
+/// `PR_SET_PDEATHSIG` on CMD alone would leave running without the lease.
+struct Job {
+    child: Child,
+    sentinel: Child,
+    pgid: i32,
+}
+
 /// How one child's run ended.
 struct Ended {
     status: ExitStatus,
@@ -108,26 +120,40 @@ impl Runner {
         }
     }
 
-    /// Spawns the command in its own group, unless a signal already asked
-    /// to stop. Spawn failures exit like a shell's: 127 not found, else 126.
-    fn spawn(&self, elector: &Elector, guard: &LeaderGuard) -> Result<Option<Child>, Fail> {
+    /// Spawns the sentinel in a new group, then the command in that group
+    /// (see [`Job`]), unless a signal already asked to stop. No sentinel, no
+    /// command: exit 1. Spawn failures exit like a shell's: 127 not found,
+    /// else 126.
+    fn spawn(&self, elector: &Elector, guard: &LeaderGuard) -> Result<Option<Job>, Fail> {
+        let mut st = self.signals.lock();
+        if st.received.is_some() {
+            return Ok(None);
+        }
+        // The running executable itself, even if its file was replaced or
+        // removed since (an upgrade under a `--loop` service).
+        let mut sentinel = Command::new("/proc/self/exe");
+        sentinel.arg0("leaderelection").arg(sys::SENTINEL_ARG).arg(std::process::id().to_string());
+        sentinel.stdin(Stdio::null()).stdout(Stdio::null()).process_group(0);
+        sys::prepare_sentinel(&mut sentinel);
+        let mut sentinel = sentinel
+            .spawn()
+            .map_err(|e| Fail::new(1, format!("cannot start the sentinel, so not running the command: {e}")))?;
+        let pgid = sentinel.id() as i32;
         let mut cmd = Command::new(&self.args.cmd[0]);
         cmd.args(&self.args.cmd[1..])
             .env("LEADERELECTION_FENCE", guard.fence().to_string())
             .env("LEADERELECTION_NAME", &self.args.name)
             .env("LEADERELECTION_IDENTITY", elector.identity())
-            .process_group(0);
+            .process_group(pgid);
         sys::prepare_child(&mut cmd);
-        let mut st = self.signals.lock();
-        if st.received.is_some() {
-            return Ok(None);
-        }
         match cmd.spawn() {
             Ok(child) => {
-                st.pgid = Some(child.id() as i32);
-                Ok(Some(child))
+                st.pgid = Some(pgid);
+                Ok(Some(Job { child, sentinel, pgid }))
             }
             Err(e) => {
+                sys::kill_group(pgid, libc::SIGKILL);
+                let _ = sentinel.wait();
                 let code = if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 };
                 Err(Fail::new(code, format!("cannot run {:?}: {e}", self.args.cmd[0])))
             }
@@ -139,7 +165,8 @@ impl Runner {
     /// when the term ends; SIGKILL at `deadline - KILL_AHEAD`, or `grace`
     /// after a SIGTERM for an ended term if that comes first. Once stopping,
     /// a renewal that lands late changes nothing.
-    fn supervise(&self, mut child: Child, guard: &LeaderGuard) -> io::Result<Ended> {
+    fn supervise(&self, job: Job, guard: &LeaderGuard) -> io::Result<Ended> {
+        let Job { mut child, mut sentinel, pgid } = job;
         let pid = child.id() as i32;
         let grace = self.args.grace;
         let mut deadline = guard.valid_until();
@@ -147,14 +174,16 @@ impl Runner {
         let mut killed = false;
         loop {
             if sys::exited_unreaped(pid)? {
-                // Whatever else of its group is left goes too, before the
-                // group id can be reused (the zombie still holds it).
-                sys::kill_group(pid, libc::SIGKILL);
+                // Whatever else of its group is left goes too, the sentinel
+                // with it. The group id is the sentinel's pid, which cannot
+                // be reused before the sentinel is reaped, below.
+                sys::kill_group(pgid, libc::SIGKILL);
                 let status = {
                     let mut st = self.signals.lock();
                     st.pgid = None;
                     child.wait()?
                 };
+                sentinel.wait()?;
                 if kill_at.is_some() {
                     let left = deadline.saturating_duration_since(Instant::now());
                     self.say(format!("child gone {} before the local deadline", Human(left)));
@@ -172,7 +201,7 @@ impl Runner {
                 };
                 if let Some((why, at)) = why {
                     self.say(format!("{why}; SIGTERM to the child, SIGKILL in {}", Human(at - now.min(at))));
-                    sys::kill_group(pid, libc::SIGTERM);
+                    sys::kill_group(pgid, libc::SIGTERM);
                     kill_at = Some(at);
                 }
             }
@@ -180,7 +209,7 @@ impl Runner {
             match kill_at {
                 Some(at) if !killed && now >= at => {
                     self.say("SIGKILL to the child");
-                    sys::kill_group(pid, libc::SIGKILL);
+                    sys::kill_group(pgid, libc::SIGKILL);
                     killed = true;
                 }
                 Some(at) if !killed => wake = wake.min(at),
@@ -208,12 +237,12 @@ impl Runner {
         loop {
             let guard = self.campaign(elector)?;
             self.say(format!("leading, fence {}", guard.fence()));
-            let Some(child) = self.spawn(elector, &guard)? else {
+            let Some(job) = self.spawn(elector, &guard)? else {
                 let _ = guard.resign();
                 let sig = self.signals.received().unwrap_or(libc::SIGTERM);
                 return Err(Fail::new(128 + sig, format!("signal {sig} received before the child started")));
             };
-            let ended = self.supervise(child, &guard).map_err(|e| Fail::new(1, format!("watching the child: {e}")))?;
+            let ended = self.supervise(job, &guard).map_err(|e| Fail::new(1, format!("watching the child: {e}")))?;
             // Hands the lease over at once if the term is still ours.
             let _ = guard.resign();
             let code = exit_code(ended.status);

@@ -1,6 +1,7 @@
 //! The system calls std does not wrap: signal masks, `sigwait`, signals to a
-//! process group, `waitid(WNOWAIT)` and `PR_SET_PDEATHSIG`. The only unsafe
-//! code of the tool, each block with the reason it is sound.
+//! process group, `waitid(WNOWAIT)`, `PR_SET_PDEATHSIG`, and the sentinel
+//! built from them. The only unsafe code of the tool, each block with the
+//! reason it is sound.
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -9,17 +10,27 @@ use std::process::Command;
 /// The signals the tool forwards to its child instead of dying of them.
 pub const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
-fn forwarded_set() -> libc::sigset_t {
+/// The signal the kernel sends the sentinel when the tool dies.
+const DEATH_SIGNAL: libc::c_int = libc::SIGUSR1;
+
+/// The hidden subcommand that makes the tool's executable a sentinel.
+pub const SENTINEL_ARG: &str = "__sentinel";
+
+fn set_of(sigs: &[libc::c_int]) -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it before
     // sigaddset reads it, and both only write the set we own.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for sig in FORWARDED {
+        for &sig in sigs {
             libc::sigaddset(&mut set, sig);
         }
         set
     }
+}
+
+fn forwarded_set() -> libc::sigset_t {
+    set_of(&FORWARDED)
 }
 
 /// Blocks [`FORWARDED`] in the calling thread. Called first thing in `main`,
@@ -49,9 +60,10 @@ pub fn wait_forwarded() -> libc::c_int {
 }
 
 /// Sends `sig` to every process of group `pgid`; false when none is left.
+/// Never for `pgid` 1 or less: `kill(-1)` would mean every process.
 pub fn kill_group(pgid: i32, sig: libc::c_int) -> bool {
     // SAFETY: kill(2) takes plain integers; a negative pid names a group.
-    pgid > 0 && unsafe { libc::kill(-pgid, sig) } == 0
+    pgid > 1 && unsafe { libc::kill(-pgid, sig) } == 0
 }
 
 /// Whether child `pid` has exited, without reaping it: while it is a zombie
@@ -73,8 +85,8 @@ pub fn exited_unreaped(pid: i32) -> io::Result<bool> {
 /// Sets up the child between fork and exec: unblocks [`FORWARDED`] (the
 /// mask is inherited, and std keeps it), and makes the child receive SIGKILL
 /// when the thread that spawned it dies (the tool's main thread, so: when
-/// the tool dies, even by SIGKILL). The latter covers the direct child only,
-/// not processes it moves to other groups.
+/// the tool dies, even by SIGKILL). The latter covers the direct child only;
+/// the rest of its group is the sentinel's job ([`prepare_sentinel`]).
 pub fn prepare_child(cmd: &mut Command) {
     let parent = std::process::id() as libc::pid_t;
     let set = forwarded_set();
@@ -96,4 +108,64 @@ pub fn prepare_child(cmd: &mut Command) {
             Ok(())
         });
     }
+}
+
+/// Sets up the sentinel between fork and exec (`leaderelection __sentinel
+/// TOOL-PID`, started in a new process group that CMD then joins). It blocks
+/// [`DEATH_SIGNAL`] first, so the signal stays pending until the sentinel
+/// takes it with `sigwait` and can never kill it before it is ready (the mask
+/// survives exec), and [`FORWARDED`], so that the signals the tool forwards
+/// to the group stay pending forever instead of killing it. Then it asks for
+/// [`DEATH_SIGNAL`] when the thread that spawned it dies (the tool's main
+/// thread: so when the tool dies, even by SIGKILL).
+pub fn prepare_sentinel(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    let set = set_of(&[DEATH_SIGNAL, libc::SIGINT, libc::SIGTERM, libc::SIGHUP]);
+    // SAFETY: as in `prepare_child`: only async-signal-safe calls, no
+    // allocation, `set` an initialised copy the closure owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, DEATH_SIGNAL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The sentinel's whole life: wait for the tool (`tool`, its parent) to die,
+/// then SIGKILL the process group it leads, which holds CMD and everything
+/// CMD started that stayed in the group, and the sentinel itself. If the
+/// tool is gone already, at once. It only ever kills its own group, and
+/// only one it leads, so running `__sentinel` by hand cannot kill anything
+/// else; the tool ends it with a SIGKILL to the group.
+pub fn sentinel(tool: Option<libc::pid_t>) -> i32 {
+    // SAFETY: getpid and getpgrp take no arguments and cannot fail.
+    let (pid, pgid) = unsafe { (libc::getpid(), libc::getpgrp()) };
+    let Some(tool) = tool.filter(|_| pid == pgid) else {
+        eprintln!("leaderelection: {SENTINEL_ARG} is internal to `leaderelection run`");
+        return 64;
+    };
+    // Started as /proc/self/exe, it would show as `exe` in top and pgrep.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"leaderelection".as_ptr(), 0, 0, 0) };
+    let set = set_of(&[DEATH_SIGNAL]);
+    // The kernel reparents the sentinel before it sends the signal, so a
+    // stray SIGUSR1 from anyone else while the tool lives changes nothing.
+    // The signal is blocked (`prepare_sentinel`), so it waits, pending,
+    // even if it came before this loop.
+    // SAFETY: getppid takes no arguments and cannot fail.
+    while unsafe { libc::getppid() } == tool {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: both pointers are to live locals of the right types.
+        unsafe { libc::sigwait(&set, &mut sig) };
+    }
+    kill_group(pgid, libc::SIGKILL);
+    1
 }

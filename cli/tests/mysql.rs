@@ -40,3 +40,18 @@ fn bad_credentials_are_fatal_and_not_echoed() {
     let dsn = db.dsn.replacen("root@", &format!("le_cli_nobody:{PASSWORD}@"), 1);
     fatal_login(&db, &dsn);
 }
+
+#[test]
+fn the_sentinel_stays_quiet_while_the_tool_lives() {
+    sentinel_quiet(&Db::mysql());
+}
+
+#[test]
+fn loop_campaigns_again_after_losing_leadership() {
+    loop_after_loss(&Db::mysql());
+}
+
+#[test]
+fn loop_leaves_no_zombies() {
+    no_zombies_in_loop(&Db::mysql());
+}

@@ -47,3 +47,18 @@ fn unknown_database_with_a_password_is_fatal_and_not_echoed() {
     assert!(!tail.is_empty());
     fatal_login(&db, &dsn);
 }
+
+#[test]
+fn the_sentinel_stays_quiet_while_the_tool_lives() {
+    sentinel_quiet(&Db::pg());
+}
+
+#[test]
+fn loop_campaigns_again_after_losing_leadership() {
+    loop_after_loss(&Db::pg());
+}
+
+#[test]
+fn loop_leaves_no_zombies() {
+    no_zombies_in_loop(&Db::pg());
+}

@@ -94,3 +94,19 @@ fn schema_prints_the_library_ddl_for_both_dialects() {
     assert_eq!(schema(&[], Some("mysql://u:p@h/db")), my("leader_election"), "dialect from the DSN's scheme");
     assert_eq!(schema(&["--dialect", "postgres"], Some("mysql://u:p@h/db")), pg("public", "leader_election"));
 }
+
+/// The hidden `__sentinel` subcommand (see `leaderelection run`) run by hand:
+/// outside a group it leads it refuses (exit 64, one line) and kills
+/// nothing; leading its own group, with a parent that is not the tool it
+/// names, it SIGKILLs that group at once, itself included. `--help` does not
+/// list it among the subcommands.
+#[test]
+fn the_sentinel_kills_only_a_group_it_leads() {
+    for args in [&["__sentinel"][..], &["__sentinel", "1"], &["__sentinel", "junk"], &["__sentinel", "2"]] {
+        assert!(usage_error(args).contains("__sentinel is internal"), "{args:?}");
+    }
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let status = Command::new(BIN).args(["__sentinel", "2"]).process_group(0).status().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    assert!(!String::from_utf8(tool(&["--help"]).stdout).unwrap().contains("sentinel"));
+}

@@ -247,18 +247,98 @@ pub fn child(file: &Path, secs: &str, term_exit: i32) -> String {
     )
 }
 
+/// A process as /proc/PID/stat shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Proc {
+    pub pid: u32,
+    pub state: char,
+    pub ppid: u32,
+    pub pgid: u32,
+}
+
+/// Process `pid`, unless it was reaped.
+pub fn proc_stat(pid: u32) -> Option<Proc> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp …`; comm may hold anything but the last ')'.
+    let mut f = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    Some(Proc { pid, state, ppid: f.next()?.parse().ok()?, pgid: f.next()?.parse().ok()? })
+}
+
+/// Every process on the host.
+pub fn procs() -> Vec<Proc> {
+    let dir = fs::read_dir("/proc").unwrap();
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).filter_map(proc_stat).collect()
+}
+
+/// The processes of group `pgid` that have not exited (zombies left out).
+pub fn live_in_group(pgid: u32) -> Vec<Proc> {
+    procs().into_iter().filter(|p| p.pgid == pgid && p.state != 'Z').collect()
+}
+
 /// Whether process `pid` is gone (or a zombie nobody reaped yet).
 pub fn gone(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    proc_stat(pid).is_none_or(|p| p.state == 'Z')
+}
+
+/// A child's process group, recorded while it runs. Dropped, it SIGKILLs
+/// what is left of the group (a failed test leaves nothing running), but
+/// only members seen when recorded: never a group whose id was reused.
+pub struct Group {
+    pub pgid: u32,
+    pub members: Vec<Proc>,
+}
+
+impl Group {
+    /// The group of the running child that logged `ev`, and its members.
+    pub fn of(ev: &Event) -> Group {
+        let pgid = proc_stat(ev.pid).unwrap_or_else(|| panic!("child {} already reaped", ev.pid)).pgid;
+        Group { pgid, members: live_in_group(pgid) }
+    }
+
+    /// The group of `ev`'s child once it has `n` members; panics after 2 s.
+    pub fn with(ev: &Event, n: usize) -> Group {
+        let mut group = Group::of(ev);
+        let ok = wait_for(Duration::from_secs(2), || {
+            group.members = live_in_group(group.pgid);
+            group.members.len() == n
+        });
+        assert!(ok, "not {n} processes in the child's group: {:?}", group.members);
+        group
+    }
+
+    /// Recorded members still running.
+    pub fn left(&self) -> Vec<Proc> {
+        live_in_group(self.pgid).into_iter().filter(|p| self.members.iter().any(|m| m.pid == p.pid)).collect()
     }
 }
 
-/// Kills what is left of a process group (a SIGKILLed child's `sleep`).
-pub fn kill_group(pgid: u32) {
-    // SAFETY: kill(2) with a negative pid signals a group; ESRCH is fine.
-    unsafe { libc::kill(-(pgid as i32), libc::SIGKILL) };
+impl Drop for Group {
+    fn drop(&mut self) {
+        for p in self.left() {
+            // SAFETY: kill(2) on a process of the group recorded above.
+            unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The command line of process `pid`, its arguments joined by spaces;
+/// empty once it is gone.
+pub fn cmdline(pid: u32) -> String {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&raw).trim_end_matches('\0').replace('\0', " ")
+}
+
+/// The signals process `pid` blocks (`SigBlk` of /proc/PID/status), as a mask.
+pub fn blocked(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("SigBlk:")).unwrap();
+    u64::from_str_radix(line.trim(), 16).unwrap()
+}
+
+/// The mask bit of signal `sig`.
+pub fn bit(sig: i32) -> u64 {
+    1 << (sig - 1)
 }
 
 fn secs(ns: u128) -> f64 {
@@ -266,6 +346,26 @@ fn secs(ns: u128) -> f64 {
 }
 
 // ---------------------------------------------------------------- scenarios
+
+/// The children's `[start, end]` in `file` (`end` is a child's next line
+/// after `start`: `term` or `end`), in order of start, with each start's
+/// `rest` (identity and fence); panics if two overlap.
+pub fn disjoint_spans(file: &Path) -> Vec<(u128, u128, String)> {
+    let ev = events(file);
+    let mut spans: Vec<(u128, u128, String)> = ev
+        .iter()
+        .filter(|e| e.kind == "start")
+        .map(|s| {
+            let end = ev.iter().find(|e| e.kind != "start" && e.pid == s.pid).map_or(u128::MAX, |e| e.ns);
+            (s.ns, end, s.rest.clone())
+        })
+        .collect();
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(w[0].1 < w[1].0, "children overlap: {:?} and {:?}", w[0], w[1]);
+    }
+    spans
+}
 
 /// Two looping tools, each child working ~1 s: no two children's
 /// [start, end] overlap, and both got to run.
@@ -291,55 +391,61 @@ pub fn contention(db: &Db) {
     for code in [ca, cb] {
         assert!(code == 0 || code == 143, "exit {code}: {}\n{}", a.stderr(), b.stderr());
     }
-    // Intervals by child pid; one cut short by the final SIGTERM ends there.
-    let ev = events(&file);
-    let mut spans: Vec<(u128, u128, String)> = ev
-        .iter()
-        .filter(|e| e.kind == "start")
-        .map(|s| {
-            let end = ev.iter().find(|e| e.kind != "start" && e.pid == s.pid).map_or(u128::MAX, |e| e.ns);
-            (s.ns, end, s.rest.clone())
-        })
-        .collect();
-    spans.sort();
-    for w in spans.windows(2) {
-        assert!(w[0].1 < w[1].0, "children overlap: {:?} and {:?}", w[0], w[1]);
-    }
+    let spans = disjoint_spans(&file);
     let gaps: Vec<f64> = spans.windows(2).map(|w| secs(w[1].0 - w[0].1)).collect();
     let fences: Vec<u64> = spans.iter().map(|s| s.2.split(' ').nth(1).unwrap().parse().unwrap()).collect();
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences increase: {fences:?}");
     println!("cli {} contention: {} children, none overlapping, gaps between them {gaps:.3?} s", db.label, spans.len());
 }
 
-/// SIGKILL of the leading tool: its child dies with it, and the waiting
-/// tool's child starts after about the lease.
+/// The sentinel among a group's members, by its command line.
+fn sentinel_in(group: &Group) -> Option<Proc> {
+    group.members.iter().copied().find(|p| cmdline(p.pid).starts_with("leaderelection __sentinel "))
+}
+
+/// SIGKILL of the leading tool: its child dies with it, and so do the
+/// child's own children in its group (a foreground and a background
+/// `sleep`: the sentinel's work, PR_SET_PDEATHSIG reaches the direct child
+/// only); the waiting tool's child starts after about the lease.
 pub fn sigkill_handover(db: &Db) {
     let name = db.name("sigkill");
     let dir = TempDir::new();
     let (fa, fb) = (dir.path().join("a"), dir.path().join("b"));
-    let mut a = db.run(&name, &[], &child(&fa, "30", 0));
+    let script = format!(
+        "echo \"start $(date +%s%N) $$\" >> {f}; sleep 30 & sleep 30; echo \"end $(date +%s%N) $$\" >> {f}",
+        f = fa.display()
+    );
+    let mut a = db.run(&name, &[], &script);
     assert!(
         wait_for(Duration::from_secs(5), || first(&fa, "start").is_some()),
         "a's child never started: {}",
         a.stderr()
     );
+    let start = first(&fa, "start").unwrap();
+    // The sentinel, the shell and its two sleeps.
+    let group = Group::with(&start, 4);
+    let sentinel = sentinel_in(&group).unwrap_or_else(|| panic!("no sentinel in {:?}", group.members));
+    assert_eq!((sentinel.pid, sentinel.ppid), (group.pgid, a.child.id()), "the tool's child, leading the group");
     let mut b = db.run(&name, &[], &child(&fb, "30", 0));
     thread::sleep(Duration::from_millis(300)); // let b campaign (not waiting on an outcome)
-    assert!(first(&fb, "start").is_none(), "b ran while a led");
-    let a_child = first(&fa, "start").unwrap().pid;
+    assert!(first(&fb, "start").is_none(), "b ran while a led: {:?} {}", events(&fa), a.stderr());
     let killed = now_ns();
     a.signal(libc::SIGKILL);
     a.wait(Duration::from_secs(2));
-    assert!(wait_for(Duration::from_secs(1), || gone(a_child)), "a's child outlived the SIGKILLed tool");
+    assert!(
+        wait_for(Duration::from_secs(1), || group.left().is_empty()),
+        "the SIGKILLed tool's group lives on: {:?}",
+        group.left()
+    );
     let child_gone = now_ns();
-    kill_group(a_child);
     assert!(wait_for(LEASE + Duration::from_secs(3), || first(&fb, "start").is_some()), "b never took over");
     let after = first(&fb, "start").unwrap().ns - killed;
     let low = (LEASE - MARGIN - RENEW).as_nanos();
     let high = (LEASE + Duration::from_secs(2)).as_nanos();
     assert!(after >= low && after <= high, "b's child started {:.3}s after the kill", secs(after));
     println!(
-        "cli {} sigkill: a's child gone {:.3}s after the kill, b's child started {:.3}s after it",
+        "cli {} sigkill: a's group (child, 2 grandchildren, sentinel) gone {:.3}s after the kill, \
+         b's child started {:.3}s after it",
         db.label,
         secs(child_gone - killed),
         secs(after)
@@ -369,7 +475,8 @@ pub fn swallowed(db: &Db, stubborn: bool) {
     };
     let mut tool = db.run_dsn(&db.via_port(proxy.port), &name, &[], &script);
     assert!(wait_for(Duration::from_secs(5), || first(&file, "start").is_some()), "no child: {}", tool.stderr());
-    let pid = first(&file, "start").unwrap().pid;
+    let start = first(&file, "start").unwrap();
+    let (pid, group) = (start.pid, Group::of(&start));
     thread::sleep(Duration::from_millis(500)); // a few renewals through the proxy
     let began = now_ns();
     proxy.swallow(true);
@@ -400,7 +507,7 @@ pub fn swallowed(db: &Db, stubborn: bool) {
     if stubborn {
         assert!(err.contains("SIGKILL to the child"), "{err}");
     }
-    kill_group(pid);
+    assert!(wait_for(Duration::from_secs(1), || group.left().is_empty()), "left of the group: {:?}", group.left());
 }
 
 /// SIGTERM to the leading tool is forwarded; the child traps it and exits
@@ -556,4 +663,129 @@ pub fn fatal_login(db: &Db, dsn: &str) {
     assert_eq!(code, 77, "{err}");
     assert!(err.starts_with("leaderelection: fatal database error: ") && err.lines().count() == 1, "{err}");
     assert!(!err.contains(PASSWORD), "password echoed: {err}");
+}
+
+/// The sentinel never fires while the tool lives. A child whose work is a
+/// grandchild (a foreground `sleep 1`) runs to its end and its status (5)
+/// comes back; the sentinel is the tool's child and leads the group, and it
+/// blocks the forwarded signals while the child blocks none. Then a
+/// forwarded SIGTERM reaches a grandchild: the shell traps it, its `sleep`
+/// dies of it (143), and the shell's own status (3) comes back.
+pub fn sentinel_quiet(db: &Db) {
+    let name = db.name("quiet");
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let f = file.display();
+    let script =
+        format!("echo \"start $(date +%s%N) $$\" >> {f}; sleep 1; echo \"end $(date +%s%N) $$\" >> {f}; exit 5");
+    let mut tool = db.run(&name, &[], &script);
+    assert!(wait_for(Duration::from_secs(5), || first(&file, "start").is_some()), "no child: {}", tool.stderr());
+    let start = first(&file, "start").unwrap();
+    let group = Group::with(&start, 3);
+    let sentinel = sentinel_in(&group).unwrap_or_else(|| panic!("no sentinel in {:?}", group.members));
+    assert_eq!((sentinel.pid, sentinel.ppid), (group.pgid, tool.child.id()));
+    assert_eq!(cmdline(sentinel.pid), format!("leaderelection __sentinel {}", tool.child.id()));
+    let forwarded = bit(libc::SIGINT) | bit(libc::SIGTERM) | bit(libc::SIGHUP);
+    assert_eq!(blocked(sentinel.pid) & forwarded, forwarded, "the sentinel blocks the forwarded signals");
+    assert_eq!(blocked(start.pid) & (forwarded | bit(libc::SIGUSR1)), 0, "the child blocks none of them");
+    assert_eq!(tool.code(Duration::from_secs(5)), 5, "the child's status; stderr: {}", tool.stderr());
+    let end = first(&file, "end").expect("the grandchild ran to its end");
+    assert!(end.ns - start.ns >= 1_000_000_000, "the child ran {:.3}s", secs(end.ns - start.ns));
+    assert!(wait_for(Duration::from_secs(1), || group.left().is_empty()), "left: {:?}", group.left());
+
+    let file = dir.path().join("term");
+    let f = file.display();
+    let script = format!(
+        "echo \"start $(date +%s%N) $$\" >> {f}; trap 'echo \"term $(date +%s%N) $$\" >> {f}' TERM; \
+         sleep 30; st=$?; echo \"slept $(date +%s%N) $$ $st\" >> {f}; exit 3"
+    );
+    let mut tool = db.run(&name, &[], &script);
+    assert!(wait_for(Duration::from_secs(5), || first(&file, "start").is_some()), "no child: {}", tool.stderr());
+    let group = Group::with(&first(&file, "start").unwrap(), 3);
+    tool.signal(libc::SIGTERM);
+    assert_eq!(tool.code(Duration::from_secs(5)), 3, "the shell's status; stderr: {}", tool.stderr());
+    assert!(first(&file, "term").is_some(), "the shell got SIGTERM: {:?}", events(&file));
+    let slept = first(&file, "slept").unwrap_or_else(|| panic!("the shell went on: {:?}", events(&file)));
+    assert_eq!(slept.rest, "143", "the grandchild died of the forwarded SIGTERM");
+    assert!(wait_for(Duration::from_secs(1), || group.left().is_empty()), "left: {:?}", group.left());
+}
+
+/// `--loop` after losing leadership: a proxy swallows the leader's (a's)
+/// packets until its child is stopped, then heals; a campaigns again and
+/// runs its child again at a later term (higher fence) while b, direct,
+/// takes its turns; no two children ever overlap.
+pub fn loop_after_loss(db: &Db) {
+    let name = db.name("loop-loss");
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let proxy = proxy::Proxy::start(db.addr());
+    // a's child works long, so only the cut stops it; b's briefly, so that a
+    // gets a turn again.
+    let mut a = db.run_dsn(&db.via_port(proxy.port), &name, &["--loop", "--identity", "a"], &child(&file, "4", 0));
+    assert!(wait_for(Duration::from_secs(5), || first(&file, "start").is_some()), "no child: {}", a.stderr());
+    let first_a = first(&file, "start").unwrap();
+    let mut b = db.run(&name, &["--loop", "--identity", "b"], &child(&file, "1", 0));
+    thread::sleep(Duration::from_millis(300)); // let b campaign (not waiting on an outcome)
+    let cut = Instant::now();
+    proxy.swallow(true);
+    let stopped = wait_for(Duration::from_secs(4), || gone(first_a.pid));
+    let stopped_after = cut.elapsed();
+    proxy.swallow(false);
+    assert!(stopped, "a's child was not stopped: {}", a.stderr());
+    assert!(a.child.try_wait().unwrap().is_none(), "a exited instead of campaigning again: {}", a.stderr());
+    let a_starts = || events(&file).into_iter().filter(|e| e.kind == "start" && e.rest.starts_with("a ")).count();
+    let again = wait_for(Duration::from_secs(25), || a_starts() >= 2);
+    a.signal(libc::SIGTERM);
+    b.signal(libc::SIGTERM);
+    let (ca, cb) = (a.code(Duration::from_secs(5)), b.code(Duration::from_secs(5)));
+    assert!(again, "a never led again: {:?}\n{}\n{}", events(&file), a.stderr(), b.stderr());
+    for code in [ca, cb] {
+        assert!(code == 0 || code == 143, "exit {code}: {}\n{}", a.stderr(), b.stderr());
+    }
+    let spans = disjoint_spans(&file);
+    let fence = |s: &(u128, u128, String)| -> u64 { s.2.split(' ').nth(1).unwrap().parse().unwrap() };
+    let a_fences: Vec<u64> = spans.iter().filter(|s| s.2.starts_with("a ")).map(fence).collect();
+    assert!(a_fences[1] > a_fences[0], "a's second term has a higher fence: {a_fences:?}");
+    let b_runs = spans.iter().filter(|s| s.2.starts_with("b ")).count();
+    assert!(b_runs >= 1, "b ran while a was cut off: {spans:?}");
+    println!(
+        "cli {} loop after loss: a's child stopped {:.3}s after the cut; {} children, none overlapping, \
+         a ran again at fence {} (first {}), b ran {b_runs} times",
+        db.label,
+        stopped_after.as_secs_f64(),
+        spans.len(),
+        a_fences[1],
+        a_fences[0]
+    );
+}
+
+/// `--loop` reaps what it starts: after several terms of a short child
+/// (with a grandchild), the tool has no zombie children, and never more
+/// than the two of one term (the child and its sentinel).
+pub fn no_zombies_in_loop(db: &Db) {
+    let name = db.name("zombies");
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let script = format!("echo \"start $(date +%s%N) $$\" >> {}; sleep 0.05; true", file.display());
+    let mut tool = db.run(&name, &["--loop"], &script);
+    let pid = tool.child.id();
+    let children = || procs().into_iter().filter(|p| p.ppid == pid).collect::<Vec<_>>();
+    let mut most = 0;
+    let terms = wait_for(Duration::from_secs(15), || {
+        most = most.max(children().len());
+        events(&file).len() >= 4
+    });
+    let clean = terms && wait_for(Duration::from_secs(3), || children().iter().all(|p| p.state != 'Z'));
+    let left = children();
+    tool.signal(libc::SIGTERM);
+    let code = tool.code(Duration::from_secs(5));
+    assert!(terms, "not 4 terms within 15 s: {:?}\n{}", events(&file), tool.stderr());
+    assert!(clean, "zombie children after {} terms: {left:?}", events(&file).len());
+    assert!(most <= 2, "{most} children at once");
+    assert!(code == 0 || code == 143, "exit {code}: {}", tool.stderr());
+    println!(
+        "cli {} zombies: {} terms, at most {most} children at once, none left a zombie",
+        db.label,
+        events(&file).len()
+    );
 }
