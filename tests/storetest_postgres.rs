@@ -928,3 +928,237 @@ fn a_row_an_operator_broke_is_a_fatal_error() {
     }
     client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
 }
+
+/// A table of a test's own, in `public`, dropped when it goes (even when
+/// the test fails). `hostile` gives it a name that needs quoting.
+struct Scratch {
+    table: String,
+}
+
+impl Scratch {
+    fn new(prefix: &str) -> Scratch {
+        Scratch { table: format!("{prefix}_{}", random_tag()) }
+    }
+
+    /// `"public"."table"`, quoted as the store quotes it.
+    fn quoted(&self) -> String {
+        format!("\"public\".\"{}\"", self.table.replace('"', "\"\""))
+    }
+
+    fn store(&self, var: &str) -> PostgresStore {
+        PostgresStore::builder(&dsn(var)).table("public", self.table.clone()).build().unwrap()
+    }
+
+    /// Creates the table as versions before the `terms` column did.
+    fn create_old(&self) {
+        let ddl = format!(
+            "CREATE TABLE {} (name text PRIMARY KEY, holder text NOT NULL, fence bigint NOT NULL CHECK (fence > 0), \
+             acquired_at timestamptz NOT NULL, renewed_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, \
+             payload bytea NOT NULL DEFAULT ''::bytea) WITH (fillfactor = 70)",
+            self.quoted()
+        );
+        client(DIRECT).batch_execute(&ddl).unwrap_or_else(|e| panic!("{ddl}: {e}"));
+    }
+
+    /// The election's `terms`, read by plain SQL.
+    fn terms(&self, name: &str) -> i64 {
+        let q = format!("SELECT terms FROM {} WHERE name = {}", self.quoted(), lit(name));
+        one(&mut client(DIRECT), &q).and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("{q}: no row"))
+    }
+
+    /// How many columns named `terms` the table has.
+    fn terms_columns(&self) -> usize {
+        let q = format!(
+            "SELECT count(*) FROM information_schema.columns \
+             WHERE table_schema = 'public' AND table_name = {} AND column_name = 'terms'",
+            lit(&self.table)
+        );
+        one(&mut client(DIRECT), &q).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = client(DIRECT).batch_execute(&format!("DROP TABLE IF EXISTS {}", self.quoted()));
+    }
+}
+
+/// `terms` counts claims (issue 12): 1 for an absent row; unchanged by a
+/// renewal, the holder's re-acquire of its valid lease, a losing claim, an
+/// inspect and a release by another identity; one more for a takeover of an
+/// expired lease and for a claim after a release.
+fn terms_count_claims_only(var: &str) {
+    let t = Scratch::new("le_terms");
+    let s = t.store(var);
+    s.ensure_schema().unwrap();
+    let ttl = Duration::from_secs(1);
+    let a = s.acquire("e", "a", ttl, b"", T).unwrap();
+    assert_eq!(t.terms("e"), 1, "absent row claimed");
+    s.renew("e", "a", a.fence, ttl, b"", T).unwrap();
+    let again = s.acquire("e", "a", ttl, b"", T).unwrap();
+    assert_eq!(again.fence, a.fence, "the holder's re-acquire ran after its lease expired: {a:?} {again:?}");
+    assert!(!s.acquire("e", "b", LONG, b"", T).unwrap().held_by("b"), "b claimed a valid lease");
+    s.inspect("e", T).unwrap();
+    assert_eq!(t.terms("e"), 1, "renew, the holder's re-acquire, a losing claim or inspect counted a term");
+    assert!(wait_for(Duration::from_secs(5), || s.inspect("e", T).unwrap().expired()), "the lease expires");
+    let b = s.acquire("e", "b", LONG, b"", T).unwrap();
+    assert!(b.held_by("b") && b.fence > a.fence, "{b:?}");
+    assert_eq!(t.terms("e"), 2, "takeover of an expired lease");
+    s.release("e", "a", a.fence, T).unwrap();
+    s.release("e", "b", b.fence, T).unwrap();
+    assert_eq!(t.terms("e"), 2, "a release counted a term");
+    assert!(s.acquire("e", "a", LONG, b"", T).unwrap().held_by("a"));
+    assert_eq!(t.terms("e"), 3, "claim after a release");
+}
+
+#[test]
+fn terms_count_claims_only_direct() {
+    terms_count_claims_only(DIRECT);
+}
+
+#[test]
+fn terms_count_claims_only_pgbouncer() {
+    terms_count_claims_only(BOUNCER);
+}
+
+/// A table made by an older version's DDL and never `ensure_schema`d:
+/// acquire fails fatally with 42703, and the message gives the exact
+/// `ALTER TABLE` (quoted name) that fixes it; running that statement as
+/// printed does. Inspect and renew never touch `terms`.
+fn a_table_without_terms_names_the_alter(var: &str) {
+    let t = Scratch::new("le old \"t\"");
+    t.create_old();
+    let s = t.store(var);
+    let e = s.acquire("e", "a", LONG, b"", T).expect_err("acquire on a table without terms");
+    let text = e.to_string();
+    assert!(e.is_fatal() && text.contains("SQLSTATE 42703") && text.contains("\"terms\""), "{e:?}");
+    let alter = text.split("needs: ").nth(1).and_then(|r| r.split("; or ").next()).unwrap_or_else(|| panic!("{text}"));
+    let expected = format!(
+        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS terms bigint NOT NULL DEFAULT 0 CHECK (terms >= 0)",
+        t.quoted()
+    );
+    assert_eq!(alter, expected, "{text}");
+    assert!(s.inspect("e", T).unwrap_err().is_no_lease());
+    client(var).batch_execute(alter).unwrap_or_else(|e| panic!("{alter}: {e}"));
+    assert!(s.acquire("e", "a", LONG, b"", T).unwrap().held_by("a"));
+    assert_eq!(t.terms("e"), 1);
+}
+
+#[test]
+fn a_table_without_terms_names_the_alter_direct() {
+    a_table_without_terms_names_the_alter(DIRECT);
+}
+
+#[test]
+fn a_table_without_terms_names_the_alter_pgbouncer() {
+    a_table_without_terms_names_the_alter(BOUNCER);
+}
+
+/// `ensure_schema` gives an old table the column, keeping its rows (their
+/// count starts at 0), and running it again changes nothing. Then six
+/// replicas at once (a barrier, direct and through PgBouncer) on a fresh
+/// old table: all succeed, the table has one `terms` column, and each
+/// replica's acquire works.
+#[test]
+fn ensure_schema_adds_terms_to_an_old_table() {
+    let t = Scratch::new("le_old");
+    t.create_old();
+    let insert = format!(
+        "INSERT INTO {} (name, holder, fence, acquired_at, renewed_at, expires_at) \
+         VALUES ('e', 'old', 5, now(), now(), now())",
+        t.quoted()
+    );
+    client(DIRECT).batch_execute(&insert).unwrap();
+    let s = t.store(DIRECT);
+    for _ in 0..2 {
+        s.ensure_schema().expect("ensure_schema on an old table");
+        assert_eq!((t.terms_columns(), t.terms("e")), (1, 0));
+    }
+    let a = s.acquire("e", "a", LONG, b"", T).unwrap();
+    assert!(a.held_by("a") && a.fence > 5, "{a:?}");
+    assert_eq!(t.terms("e"), 1, "the first counted term of an old row");
+
+    const REPLICAS: usize = 6;
+    for round in 0..2 {
+        let t = Scratch::new("le_old_race");
+        t.create_old();
+        let barrier = std::sync::Barrier::new(REPLICAS);
+        let results: Vec<_> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..REPLICAS)
+                .map(|i| {
+                    let (s, barrier) = (t.store(if i % 2 == 0 { DIRECT } else { BOUNCER }), &barrier);
+                    sc.spawn(move || {
+                        barrier.wait();
+                        s.ensure_schema()?;
+                        s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in &results {
+            assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
+        }
+        assert_eq!(t.terms_columns(), 1, "round {round}");
+        assert_eq!(t.terms("e0"), 1, "round {round}");
+    }
+}
+
+/// The column is looked up before any `ALTER`: on an up-to-date table
+/// `ensure_schema` does not wait behind a transaction that holds the table.
+/// On an old table its `ALTER` waits for the lock 200 ms at a time, so the
+/// calls queued behind it still answer within a 500 ms timeout meanwhile;
+/// it gives up (retryable, 55P03) at its DDL timeout, and succeeds once the
+/// transaction ends.
+#[test]
+fn adding_terms_never_holds_up_the_calls_for_long() {
+    let (new, old) = (Scratch::new("le_new_lock"), Scratch::new("le_old_lock"));
+    new.store(DIRECT).ensure_schema().unwrap();
+    old.create_old();
+    let insert = format!(
+        "INSERT INTO {} (name, holder, fence, acquired_at, renewed_at, expires_at) \
+         VALUES ('e', 'old', 5, now(), now(), now() + interval '1 hour')",
+        old.quoted()
+    );
+    client(DIRECT).batch_execute(&insert).unwrap();
+    let mut holder = client(DIRECT);
+    let mut tx = holder.transaction().unwrap();
+    tx.batch_execute(&format!("SELECT 1 FROM {}; SELECT 1 FROM {}", new.quoted(), old.quoted())).unwrap();
+
+    let start = Instant::now();
+    new.store(DIRECT).ensure_schema().expect("ensure_schema on an up-to-date table");
+    assert!(start.elapsed() < Duration::from_millis(300), "waited {:?} behind the transaction", start.elapsed());
+
+    let bound = Duration::from_millis(1500);
+    let ddl =
+        PostgresStore::builder(&dsn(DIRECT)).table("public", old.table.clone()).ddl_timeout(bound).build().unwrap();
+    let reader = old.store(DIRECT);
+    let (result, took, reads) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| {
+            let start = Instant::now();
+            (ddl.ensure_schema(), start.elapsed())
+        });
+        let mut reads = Vec::new();
+        while !h.is_finished() {
+            let start = Instant::now();
+            reads.push((reader.inspect("e", Duration::from_millis(500)).map(|l| l.holder), start.elapsed()));
+        }
+        let (r, took) = h.join().unwrap();
+        (r, took, reads)
+    });
+    eprintln!(
+        "ensure_schema behind a transaction: {took:?}, {} reads meanwhile, slowest {:?}",
+        reads.len(),
+        reads.iter().map(|r| r.1).max()
+    );
+    let e = result.expect_err("the ALTER cannot get the lock while the transaction is open");
+    assert!(e.is_retryable() && e.to_string().contains("55P03"), "{e:?}");
+    assert!(took >= bound - Duration::from_millis(300) && took < bound + Duration::from_millis(300), "took {took:?}");
+    assert!(reads.len() >= 3, "{reads:?}");
+    for (r, _) in &reads {
+        assert_eq!(r.as_deref().ok(), Some("old"), "a read queued behind the ALTER failed: {r:?}");
+    }
+    tx.rollback().unwrap();
+    ddl.ensure_schema().expect("once the transaction ended");
+    assert_eq!(old.terms_columns(), 1);
+}

@@ -281,12 +281,20 @@ impl PostgresStore {
     /// The DDL that creates the election table `schema.table`, for migration
     /// tools. [`PostgresStore::ensure_schema`] runs the same.
     ///
+    /// The `terms` column counts each election's terms for operators (the
+    /// claiming statement keeps it; no call reads it). A table made with an
+    /// older version's DDL lacks it, and acquire then fails with a fatal
+    /// 42703 until it is added: `ensure_schema` does that, or a migration
+    /// runs `ALTER TABLE "schema"."table" ADD COLUMN IF NOT EXISTS terms
+    /// bigint NOT NULL DEFAULT 0 CHECK (terms >= 0)`.
+    ///
     /// ```
     /// # #[cfg(feature = "postgres")] {
     /// use leaderelection::postgres::PostgresStore;
     /// let ddl = PostgresStore::schema("ops", "leader election").unwrap();
     /// assert!(ddl.contains(r#"CREATE TABLE IF NOT EXISTS "ops"."leader election""#));
     /// assert!(ddl.contains("fillfactor = 70"));
+    /// assert!(ddl.contains("terms       bigint      NOT NULL DEFAULT 0"));
     /// # }
     /// ```
     ///
@@ -308,13 +316,21 @@ impl PostgresStore {
         (&self.schema, &self.table)
     }
 
-    /// Creates the election table if it does not exist. Idempotent, and safe
-    /// when every replica runs it at the same moment: a creation that races
-    /// another is retried and then finds the table.
+    /// Creates the election table if it does not exist, and adds the
+    /// `terms` column to a table made before it existed. Idempotent, and
+    /// safe when every replica runs it at the same moment: a creation that
+    /// races another is retried and then finds the table.
     ///
-    /// Needs the `CREATE` privilege; a role with only `SELECT`, `INSERT` and
-    /// `UPDATE` on the table can run the store but not this (create the
-    /// table with [`PostgresStore::schema`] in a migration instead).
+    /// The column is looked up in the catalog first, so on an up-to-date
+    /// table this takes no table lock. Adding it needs a brief `ACCESS
+    /// EXCLUSIVE` lock, which renewals queue behind: the `ALTER TABLE` waits
+    /// for it at most 200 ms at a time, then lets the queue drain and tries
+    /// again until the DDL timeout.
+    ///
+    /// Needs the `CREATE` privilege (and ownership of an old table to add
+    /// the column); a role with only `SELECT`, `INSERT` and `UPDATE` on the
+    /// table can run the store but not this (create the table with
+    /// [`PostgresStore::schema`] in a migration instead).
     ///
     /// # Errors
     ///
@@ -322,15 +338,32 @@ impl PostgresStore {
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
         let ddl = PostgresStore::schema(&self.schema, &self.table)
             .map_err(|e| StoreError::fatal("invalid election table").with_source(e))?;
+        let create = format!("{ddl}{}", sql::has_terms(&self.qualified)?);
+        let add = sql::add_terms(&self.qualified);
         let deadline = deadline_after(self.ddl_timeout);
-        let mut attempt = 0;
+        let mut races = 0;
         loop {
-            attempt += 1;
-            match self.run("ensure_schema", &ddl, deadline, false) {
-                Ok(_) => return Ok(()),
-                // Two replicas creating at once: one loses on a catalog unique
-                // index. Run it again; IF NOT EXISTS then sees the table.
-                Err(e) if attempt < 5 && sql::is_concurrent_ddl(&e) => continue,
+            let step = self.run("ensure_schema", &create, deadline, false).and_then(|rows| {
+                if sql::first_text(&rows) == Some("1") {
+                    return Ok(());
+                }
+                // The server gives up on the lock before the client does, so
+                // the last attempt, too, reports the lock (55P03).
+                let left = deadline.saturating_duration_since(Instant::now());
+                let wait = ALTER_LOCK_WAIT.min(left * 3 / 4).as_millis().max(1);
+                self.run("ensure_schema", &format!("SET LOCAL lock_timeout = {wait}; {add}"), deadline, false).map(drop)
+            });
+            match step {
+                Ok(()) => return Ok(()),
+                // Two replicas creating the table or adding the column at
+                // once: one loses on a catalog unique index. Run it again;
+                // IF NOT EXISTS then sees the table or the column.
+                Err(e) if races < 4 && sql::is_concurrent_ddl(&e) => races += 1,
+                // The ALTER gave up on the table lock (55P03): let the calls
+                // queued behind it through, then try again while time is left.
+                Err(e) if sql::sqlstate_of(&e) == Some("55P03") && Instant::now() + 2 * ALTER_PAUSE < deadline => {
+                    std::thread::sleep(ALTER_PAUSE)
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -483,6 +516,11 @@ fn no_connection(op: &str, e: StoreError) -> StoreError {
 /// timeout is reported rather than the call's.
 const CONNECT_SLACK: Duration = Duration::from_millis(250);
 
+/// How long `ensure_schema`'s `ALTER TABLE` waits for the table lock at a
+/// time, and how long it then lets the calls queued behind it through.
+const ALTER_LOCK_WAIT: Duration = Duration::from_millis(200);
+const ALTER_PAUSE: Duration = Duration::from_millis(50);
+
 /// How often a call waiting for a connection looks whether another call
 /// returned one to the pool (r2d2 does not say).
 const POOL_POLL: Duration = Duration::from_millis(10);
@@ -526,7 +564,7 @@ impl Store for PostgresStore {
                         StoreError::retryable("postgres acquire: the row kept changing; out of time").with_source(e)
                     )
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(sql::explain_undefined_column(e, &self.qualified)),
             }
         }
     }

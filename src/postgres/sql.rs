@@ -52,9 +52,28 @@ pub(crate) fn create_table(table: &str) -> String {
          \x20   acquired_at timestamptz NOT NULL,\n\
          \x20   renewed_at  timestamptz NOT NULL,\n\
          \x20   expires_at  timestamptz NOT NULL,\n\
-         \x20   payload     bytea       NOT NULL DEFAULT ''::bytea\n\
+         \x20   payload     bytea       NOT NULL DEFAULT ''::bytea,\n\
+         \x20   terms       bigint      NOT NULL DEFAULT 0 CHECK (terms >= 0)\n\
          ) WITH (fillfactor = 70);\n"
     )
+}
+
+/// The statement that gives a table made before the `terms` column existed
+/// that column (last, as in [`create_table`], so old and new tables match).
+/// Existing rows start at 0: their earlier terms were not counted. Adding a
+/// column with a constant default rewrites nothing (PostgreSQL 11 and later).
+pub(crate) fn add_terms(table: &str) -> String {
+    format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS terms bigint NOT NULL DEFAULT 0 CHECK (terms >= 0)")
+}
+
+/// Whether `table` (a quoted, qualified name) has a `terms` column: `1` or
+/// `0`. A catalog read, so it takes no lock that a renewal could wait on.
+pub(crate) fn has_terms(table: &str) -> Result<String, StoreError> {
+    let t = literal("table", table)?;
+    Ok(format!(
+        "SELECT count(*)::text FROM pg_attribute \
+         WHERE attrelid = to_regclass({t}) AND attname = 'terms' AND NOT attisdropped"
+    ))
 }
 
 /// Prefixes `body` with server-side bounds a little inside `remaining`, so
@@ -109,6 +128,10 @@ pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
 /// copy of it came back, as long as the server clock did not go back. The
 /// holder re-acquiring a valid lease keeps its fence, and its expiry never
 /// moves backwards: `GREATEST(expires_at, now() + ttl)`.
+///
+/// `terms` counts the election's terms for operators: 1 for an absent row,
+/// one more for each claim of an expired row (under the same condition as
+/// the fence), unchanged when the holder re-acquires its valid lease.
 pub(crate) fn acquire(
     table: &str,
     name: &str,
@@ -119,15 +142,16 @@ pub(crate) fn acquire(
     let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
     Ok(format!(
         "WITH up AS (\
-           INSERT INTO {table} AS t (name, holder, fence, acquired_at, renewed_at, expires_at, payload) \
-           VALUES ({n}, {i}, GREATEST(1, {NOW_MICROS}), now(), now(), now() + {t}, {p}) \
+           INSERT INTO {table} AS t (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
+           VALUES ({n}, {i}, GREATEST(1, {NOW_MICROS}), now(), now(), now() + {t}, {p}, 1) \
            ON CONFLICT (name) DO UPDATE SET \
              holder = excluded.holder, \
              fence = CASE WHEN t.expires_at <= now() THEN GREATEST(t.fence + 1, {NOW_MICROS}) ELSE t.fence END, \
              acquired_at = CASE WHEN t.expires_at <= now() THEN now() ELSE t.acquired_at END, \
              renewed_at = now(), \
              expires_at = GREATEST(t.expires_at, excluded.expires_at), \
-             payload = excluded.payload \
+             payload = excluded.payload, \
+             terms = CASE WHEN t.expires_at <= now() THEN t.terms + 1 ELSE t.terms END \
            WHERE t.expires_at <= now() OR t.holder = excluded.holder \
            RETURNING t.name, t.holder, t.fence, t.acquired_at, t.renewed_at, t.expires_at, t.payload\
          ), cur AS (\
@@ -238,23 +262,51 @@ pub(crate) fn classify_db(prefix: &str, e: &tokio_postgres::Error) -> Option<Sto
     Some(err.with_source(db.clone()))
 }
 
-/// The SQLSTATE the server sent, found anywhere in `e`'s source chain.
-pub(crate) fn sqlstate_of<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a str> {
+/// The error the server sent, found anywhere in `e`'s source chain.
+fn db_error_of<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a tokio_postgres::error::DbError> {
     let mut cur = Some(e);
     while let Some(c) = cur {
         if let Some(db) = c.downcast_ref::<tokio_postgres::error::DbError>() {
-            return Some(db.code().code());
+            return Some(db);
         }
         cur = c.source();
     }
     None
 }
 
-/// A concurrent `CREATE … IF NOT EXISTS` lost on a catalog unique index
-/// (unique violation, duplicate table, duplicate object), read from the
-/// server's SQLSTATE.
+/// The SQLSTATE the server sent, found anywhere in `e`'s source chain.
+pub(crate) fn sqlstate_of<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a str> {
+    db_error_of(e).map(|db| db.code().code())
+}
+
+/// A concurrent `CREATE … IF NOT EXISTS` or `ADD COLUMN IF NOT EXISTS` lost
+/// on a catalog unique index (unique violation, duplicate table, object or
+/// column), read from the server's SQLSTATE.
 pub(crate) fn is_concurrent_ddl(e: &StoreError) -> bool {
-    matches!(sqlstate_of(e), Some("23505" | "42P07" | "42710"))
+    matches!(sqlstate_of(e), Some("23505" | "42P07" | "42710" | "42701"))
+}
+
+/// An acquire that failed with undefined column (42703) stays fatal and
+/// says how to add `terms`, the column a table made by an older version's
+/// DDL lacks; the server's message, kept as the source, names the column.
+pub(crate) fn explain_undefined_column(e: StoreError, table: &str) -> StoreError {
+    match db_error_of(&e) {
+        Some(db) if db.code().code() == "42703" => StoreError::fatal(format!(
+            "postgres acquire: SQLSTATE 42703 (a table made before the terms column needs: {}; \
+             or PostgresStore::ensure_schema)",
+            add_terms(table)
+        ))
+        .with_source(db.clone()),
+        _ => e,
+    }
+}
+
+/// The first column of the first row among `msgs`, as text.
+pub(crate) fn first_text(msgs: &[SimpleQueryMessage]) -> Option<&str> {
+    msgs.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(r) => r.get(0),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
