@@ -718,3 +718,192 @@ fn tls_handshake_cut_short_is_retryable() {
     assert!(e.is_retryable(), "{e}");
     assert!(e.to_string().contains("TLS"), "{e}");
 }
+
+/// A table of a test's own, dropped when it goes (even when the test
+/// fails). The name may need quoting.
+struct Scratch {
+    table: String,
+}
+
+impl Scratch {
+    fn new(prefix: &str) -> Scratch {
+        Scratch { table: format!("{prefix}_{}", random_tag()) }
+    }
+
+    /// The name quoted as the store quotes it.
+    fn quoted(&self) -> String {
+        format!("`{}`", self.table.replace('`', "``"))
+    }
+
+    fn store(&self) -> MySqlStore {
+        MySqlStore::builder(&url(SHARED)).table(self.table.clone()).build().unwrap()
+    }
+
+    /// Creates the table as versions before the `terms` column did.
+    fn create_old(&self) {
+        exec(
+            &mut admin(SHARED),
+            &format!(
+                "CREATE TABLE {} (name VARBINARY(255) NOT NULL, holder VARBINARY(255) NOT NULL, \
+                 fence BIGINT NOT NULL CHECK (fence > 0), acquired_at BIGINT NOT NULL, renewed_at BIGINT NOT NULL, \
+                 expires_at BIGINT NOT NULL, payload MEDIUMBLOB NOT NULL, PRIMARY KEY (name)) ENGINE = InnoDB",
+                self.quoted()
+            ),
+        );
+    }
+
+    /// The election's `terms`, read by plain SQL.
+    fn terms(&self, name: &str) -> i64 {
+        let q = format!("SELECT terms FROM {} WHERE name = {}", self.quoted(), hex(name.as_bytes()));
+        admin(SHARED).query_first(&q).unwrap_or_else(|e| panic!("{q}: {e}")).unwrap_or_else(|| panic!("{q}: no row"))
+    }
+
+    /// How many columns named `terms` the table has.
+    fn terms_columns(&self) -> i64 {
+        let q = format!(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {} AND COLUMN_NAME = 'terms'",
+            hex(self.table.as_bytes())
+        );
+        admin(SHARED).query_first(&q).unwrap().unwrap()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = admin(SHARED).query_drop(format!("DROP TABLE IF EXISTS {}", self.quoted()));
+    }
+}
+
+/// `terms` counts claims (issue 12): 1 for an absent row; unchanged by a
+/// renewal, the holder's re-acquire of its valid lease, a losing claim, an
+/// inspect and a release by another identity; one more for a takeover of an
+/// expired lease and for a claim after a release. The takeover case is the
+/// `ON DUPLICATE KEY UPDATE` order: assigned after `expires_at`, `terms`
+/// would see the new expiry and not count it.
+#[test]
+fn terms_count_claims_only() {
+    let t = Scratch::new("le_terms");
+    let s = t.store();
+    s.ensure_schema().unwrap();
+    let ttl = Duration::from_secs(1);
+    let a = s.acquire("e", "a", ttl, b"", T).unwrap();
+    assert_eq!(t.terms("e"), 1, "absent row claimed");
+    s.renew("e", "a", a.fence, ttl, b"", T).unwrap();
+    let again = s.acquire("e", "a", ttl, b"", T).unwrap();
+    assert_eq!(again.fence, a.fence, "the holder's re-acquire ran after its lease expired: {a:?} {again:?}");
+    assert!(!s.acquire("e", "b", LONG, b"", T).unwrap().held_by("b"), "b claimed a valid lease");
+    s.inspect("e", T).unwrap();
+    assert_eq!(t.terms("e"), 1, "renew, the holder's re-acquire, a losing claim or inspect counted a term");
+    assert!(wait_for(Duration::from_secs(5), || s.inspect("e", T).unwrap().expired()), "the lease expires");
+    let b = s.acquire("e", "b", LONG, b"", T).unwrap();
+    assert!(b.held_by("b") && b.fence > a.fence, "{b:?}");
+    assert_eq!(t.terms("e"), 2, "takeover of an expired lease");
+    s.release("e", "a", a.fence, T).unwrap();
+    s.release("e", "b", b.fence, T).unwrap();
+    assert_eq!(t.terms("e"), 2, "a release counted a term");
+    assert!(s.acquire("e", "a", LONG, b"", T).unwrap().held_by("a"));
+    assert_eq!(t.terms("e"), 3, "claim after a release");
+}
+
+/// A table made by an older version's DDL and never `ensure_schema`d:
+/// acquire fails fatally with 1054, and the message gives the exact
+/// `ALTER TABLE` (quoted name) that fixes it; running that statement as
+/// printed does. Inspect and renew never touch `terms`.
+#[test]
+fn a_table_without_terms_names_the_alter() {
+    let t = Scratch::new("le old `t`");
+    t.create_old();
+    let s = t.store();
+    let e = s.acquire("e", "a", LONG, b"", T).expect_err("acquire on a table without terms");
+    let text = e.to_string();
+    assert!(e.is_fatal() && text.contains("server error 1054 ") && text.contains("'terms'"), "{e:?}");
+    let alter = text.split("needs: ").nth(1).and_then(|r| r.split("; or ").next()).unwrap_or_else(|| panic!("{text}"));
+    let expected = format!("ALTER TABLE {} ADD COLUMN terms BIGINT NOT NULL DEFAULT 0 CHECK (terms >= 0)", t.quoted());
+    assert_eq!(alter, expected, "{text}");
+    assert!(s.inspect("e", T).unwrap_err().is_no_lease());
+    exec(&mut admin(SHARED), alter);
+    assert!(s.acquire("e", "a", LONG, b"", T).unwrap().held_by("a"));
+    assert_eq!(t.terms("e"), 1);
+}
+
+/// `ensure_schema` gives an old table the column, keeping its rows (their
+/// count starts at 0), and running it again changes nothing. Then six
+/// replicas at once (a barrier) on a fresh old table, three times over:
+/// all succeed (a racing `ALTER`'s duplicate column counts as done), the
+/// table has one `terms` column, and each replica's acquire works.
+#[test]
+fn ensure_schema_adds_terms_to_an_old_table() {
+    let t = Scratch::new("le_old");
+    t.create_old();
+    exec(
+        &mut admin(SHARED),
+        &format!(
+            "INSERT INTO {} (name, holder, fence, acquired_at, renewed_at, expires_at, payload) \
+             VALUES ('e', 'old', 5, 1, 1, 1, '')",
+            t.quoted()
+        ),
+    );
+    let s = t.store();
+    for _ in 0..2 {
+        s.ensure_schema().expect("ensure_schema on an old table");
+        assert_eq!((t.terms_columns(), t.terms("e")), (1, 0));
+    }
+    let a = s.acquire("e", "a", LONG, b"", T).unwrap();
+    assert!(a.held_by("a") && a.fence > 5, "{a:?}");
+    assert_eq!(t.terms("e"), 1, "the first counted term of an old row");
+
+    const REPLICAS: usize = 6;
+    for round in 0..3 {
+        let t = Scratch::new("le_old_race");
+        t.create_old();
+        let barrier = std::sync::Barrier::new(REPLICAS);
+        let results: Vec<_> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..REPLICAS)
+                .map(|i| {
+                    let (s, barrier) = (t.store(), &barrier);
+                    sc.spawn(move || {
+                        barrier.wait();
+                        s.ensure_schema()?;
+                        s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in &results {
+            assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
+        }
+        assert_eq!(t.terms_columns(), 1, "round {round}");
+        assert_eq!(t.terms("e0"), 1, "round {round}");
+    }
+}
+
+/// The column is looked up before any `ALTER`: on an up-to-date table
+/// `ensure_schema` does not wait behind a transaction that read the table
+/// (holding its shared metadata lock). On an old table it gives up at its
+/// DDL timeout (retryable) and succeeds once the transaction ends.
+#[test]
+fn ensure_schema_on_a_current_table_does_not_wait_behind_a_transaction() {
+    let (new, old) = (Scratch::new("le_new_lock"), Scratch::new("le_old_lock"));
+    new.store().ensure_schema().unwrap();
+    old.create_old();
+    let mut holder = admin(SHARED);
+    exec(&mut holder, "START TRANSACTION");
+    exec(&mut holder, &format!("SELECT * FROM {}", new.quoted()));
+    exec(&mut holder, &format!("SELECT * FROM {}", old.quoted()));
+    let start = Instant::now();
+    new.store().ensure_schema().expect("ensure_schema on an up-to-date table");
+    assert!(start.elapsed() < Duration::from_millis(300), "waited {:?} behind the transaction", start.elapsed());
+    let bound = Duration::from_millis(1500);
+    let ddl = MySqlStore::builder(&url(SHARED)).table(old.table.clone()).ddl_timeout(bound).build().unwrap();
+    let start = Instant::now();
+    let e = ddl.ensure_schema().expect_err("the ALTER cannot get the metadata lock");
+    let took = start.elapsed();
+    eprintln!("ensure_schema behind a transaction: {took:?}: {e}");
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(took < bound + Duration::from_millis(300), "took {took:?}");
+    exec(&mut holder, "COMMIT");
+    ddl.ensure_schema().expect("once the transaction ended");
+    assert_eq!(old.terms_columns(), 1);
+}

@@ -63,6 +63,10 @@ pub const DEFAULT_DDL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default age at which an idle pooled connection is closed, not reused.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How long `ensure_schema` lets the calls queued behind its `ALTER TABLE`
+/// through after it gave up on the metadata lock.
+const ALTER_PAUSE: Duration = Duration::from_millis(50);
+
 /// Longest wait any call takes on, whatever it is given.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(86_400);
 
@@ -380,12 +384,20 @@ impl MySqlStore {
     /// The DDL that creates the election table, for migration tools.
     /// [`MySqlStore::ensure_schema`] runs the same.
     ///
+    /// The `terms` column counts each election's terms for operators (the
+    /// claiming statement keeps it; no call reads it). A table made with an
+    /// older version's DDL lacks it, and acquire then fails with a fatal
+    /// 1054 until it is added: `ensure_schema` does that, or a migration
+    /// runs ``ALTER TABLE `table` ADD COLUMN terms BIGINT NOT NULL DEFAULT 0
+    /// CHECK (terms >= 0)``.
+    ///
     /// ```
     /// # #[cfg(feature = "mysql")] {
     /// use leaderelection::mysql::MySqlStore;
     /// let ddl = MySqlStore::schema("leader election").unwrap();
     /// assert!(ddl.starts_with("CREATE TABLE IF NOT EXISTS `leader election`"));
     /// assert!(ddl.contains("ENGINE = InnoDB"));
+    /// assert!(ddl.contains("terms       BIGINT      NOT NULL DEFAULT 0"));
     /// # }
     /// ```
     ///
@@ -409,33 +421,71 @@ impl MySqlStore {
         self.tls
     }
 
-    /// Creates the election table if it does not exist. Idempotent, and safe
-    /// when every replica runs it at the same moment (the server serialises
-    /// `CREATE TABLE IF NOT EXISTS` on the table's metadata lock).
+    /// Creates the election table if it does not exist, and adds the
+    /// `terms` column to a table made before it existed. Idempotent, and
+    /// safe when every replica runs it at the same moment (the server
+    /// serialises `CREATE TABLE IF NOT EXISTS` on the table's metadata lock;
+    /// a replica whose `ALTER TABLE` finds the column just added by another
+    /// takes that as done).
     ///
-    /// Needs the `CREATE` privilege; a user with only `SELECT`, `INSERT` and
-    /// `UPDATE` on the table can run the store but not this (create the
-    /// table with [`MySqlStore::schema`] in a migration instead).
+    /// The column is looked up in `information_schema` first, so on an
+    /// up-to-date table this takes no exclusive lock. Adding it takes the
+    /// table's metadata lock, which calls queue behind: the `ALTER TABLE`
+    /// waits for it 1 s at a time (the server's smallest bound), then lets
+    /// the queue drain and tries again until the DDL timeout.
+    ///
+    /// Needs the `CREATE` privilege (and `ALTER` to add the column); a user
+    /// with only `SELECT`, `INSERT` and `UPDATE` on the table can run the
+    /// store but not this (create the table with [`MySqlStore::schema`] in a
+    /// migration instead).
     ///
     /// # Errors
     ///
     /// The store's classified error; fatal when privileges are missing.
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
-        let ddl = sql::create_table(&self.quoted);
+        let create = format!("{}{}", sql::create_table(&self.quoted), sql::has_terms(&self.table));
+        // Lock waits bounded at 1 s, the smallest bound the server takes.
+        let add = sql::bounded(&format!("{};", sql::add_terms(&self.quoted)), Duration::ZERO);
         let deadline = deadline_after(self.ddl_timeout);
+        let code = |e: &StoreError, code: u16| e.message().contains(&format!("server error {code} "));
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.run("ensure_schema", &ddl, deadline) {
-                Ok(_) => return Ok(()),
-                Err(e)
-                    if attempt < 5 && (e.message().contains("error 1050 ") || e.message().contains("error 1213 ")) =>
-                {
-                    continue
+            let step = self.run("ensure_schema", &create, deadline).and_then(|rows| {
+                if sql::first_count(&rows).unwrap_or(0) > 0 {
+                    return Ok(());
                 }
+                match self.pool.run("ensure_schema", add.clone(), deadline) {
+                    // Duplicate column: a replica running this at the same
+                    // time added it first.
+                    Err(e) if code(&e, 1060) => Ok(()),
+                    r => r.map(drop),
+                }
+            });
+            match step {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < 5 && (code(&e, 1050) || code(&e, 1213)) => continue,
+                // The ALTER gave up on the metadata lock (1205): let the
+                // calls queued behind it through, then try again while time
+                // is left.
+                Err(e) if code(&e, 1205) && Instant::now() + ALTER_PAUSE < deadline => std::thread::sleep(ALTER_PAUSE),
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// An acquire that failed with unknown column (1054) stays fatal and
+    /// says how to add `terms`, the column a table made by an older
+    /// version's DDL lacks; the server's message names the column.
+    fn explain_unknown_column(&self, e: StoreError) -> StoreError {
+        if !e.message().contains("server error 1054 ") {
+            return e;
+        }
+        StoreError::fatal(format!(
+            "{} (a table made before the terms column needs: {}; or MySqlStore::ensure_schema)",
+            e.message(),
+            sql::add_terms(&self.quoted)
+        ))
     }
 
     fn run(&self, op: &'static str, body: &str, deadline: Instant) -> Result<Vec<Vec<mysql::Value>>, StoreError> {
@@ -458,7 +508,7 @@ impl Store for MySqlStore {
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let body = sql::acquire(&self.quoted, name, identity, ttl, payload)?;
-        let rows = self.run("acquire", &body, deadline_after(timeout))?;
+        let rows = self.run("acquire", &body, deadline_after(timeout)).map_err(|e| self.explain_unknown_column(e))?;
         let Some(rb) = sql::read_back("acquire", name, rows)? else {
             return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));
         };

@@ -44,9 +44,41 @@ pub(crate) fn create_table(table: &str) -> String {
          \x20   renewed_at  BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
          \x20   expires_at  BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
          \x20   payload     MEDIUMBLOB  NOT NULL,\n\
+         \x20   terms       BIGINT      NOT NULL DEFAULT 0 COMMENT 'terms so far, for operators' CHECK (terms >= 0),\n\
          \x20   PRIMARY KEY (name)\n\
          ) ENGINE = InnoDB;\n"
     )
+}
+
+/// The statement that gives a table made before the `terms` column existed
+/// that column (last, as in [`create_table`], so old and new tables match).
+/// Existing rows start at 0: their earlier terms were not counted. MySQL 8
+/// has no `ADD COLUMN IF NOT EXISTS`, so [`has_terms`] looks first and a
+/// racing replica's duplicate column (1060) counts as done.
+pub(crate) fn add_terms(table: &str) -> String {
+    format!("ALTER TABLE {table} ADD COLUMN terms BIGINT NOT NULL DEFAULT 0 CHECK (terms >= 0)")
+}
+
+/// How many `terms` columns the table `name` (unquoted) of the session's
+/// database has: 1 or 0. The comparison is binary (a hex literal), so a
+/// server with `lower_case_table_names` set may answer 0 for a table that
+/// has it; the `ALTER` then fails with 1060, which counts as done.
+pub(crate) fn has_terms(name: &str) -> String {
+    format!(
+        "SELECT COUNT(*) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {} AND COLUMN_NAME = 'terms';",
+        hex(name.as_bytes())
+    )
+}
+
+/// The first column of the first one-column row among `rows`, as an integer.
+pub(crate) fn first_count(rows: &[Vec<Value>]) -> Option<i64> {
+    rows.iter().filter(|r| r.len() == 1).find_map(|r| match &r[0] {
+        Value::Int(v) => Some(*v),
+        Value::UInt(v) => i64::try_from(*v).ok(),
+        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    })
 }
 
 /// Whole seconds the server may wait for a row or metadata lock: a little
@@ -113,6 +145,11 @@ fn ttl_micros(ttl: Duration) -> u128 {
 /// deleted or an older copy restored (unless the server clock went back);
 /// the holder re-acquiring a valid lease keeps its fence. Expiry never moves
 /// backwards: `GREATEST(expires_at, now + ttl)`.
+///
+/// `terms` counts the election's terms for operators: 1 for an absent row,
+/// one more for each claim of an expired row (the fence's condition, so it
+/// too is assigned before `expires_at` changes), unchanged when the holder
+/// re-acquires its valid lease.
 pub(crate) fn acquire(
     table: &str,
     name: &str,
@@ -128,12 +165,13 @@ pub(crate) fn acquire(
     );
     Ok(format!(
         "START TRANSACTION; \
-         INSERT INTO {table} (name, holder, fence, acquired_at, renewed_at, expires_at, payload) \
-         VALUES ({n}, {i}, GREATEST(1, {NOW}), {NOW}, {NOW}, {NOW} + {t}, {p}) \
+         INSERT INTO {table} (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
+         VALUES ({n}, {i}, GREATEST(1, {NOW}), {NOW}, {NOW}, {NOW} + {t}, {p}, 1) \
          ON DUPLICATE KEY UPDATE \
            holder = IF(expires_at <= {NOW}, {i}, holder), \
            fence = IF(holder = {i} AND expires_at <= {NOW}, GREATEST(fence + 1, {NOW}), fence), \
            acquired_at = IF(holder = {i} AND expires_at <= {NOW}, {NOW}, acquired_at), \
+           terms = IF(holder = {i} AND expires_at <= {NOW}, terms + 1, terms), \
            renewed_at = IF(holder = {i}, {NOW}, renewed_at), \
            payload = IF(holder = {i}, {p}, payload), \
            expires_at = IF(holder = {i}, GREATEST(expires_at, {NOW} + {t}), expires_at); \
@@ -490,10 +528,9 @@ mod tests {
     fn holder_is_assigned_first_and_expiry_last() {
         let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"").unwrap();
         let update = &q[q.find("ON DUPLICATE KEY UPDATE").unwrap()..q.find("; SELECT").unwrap()];
-        let order: Vec<usize> = ["holder =", "fence =", "acquired_at =", "renewed_at =", "payload =", "expires_at ="]
-            .iter()
-            .map(|c| update.find(c).unwrap_or_else(|| panic!("{c} missing")))
-            .collect();
+        let columns = ["holder =", "fence =", "acquired_at =", "terms =", "renewed_at =", "payload =", "expires_at ="];
+        let order: Vec<usize> =
+            columns.iter().map(|c| update.find(c).unwrap_or_else(|| panic!("{c} missing"))).collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{update}");
     }
 
