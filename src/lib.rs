@@ -79,6 +79,8 @@ mod identity;
 mod lease;
 pub mod machine;
 mod memstore;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -94,7 +96,7 @@ pub use config::{
     DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,
     MIN_DEFAULT_SAFETY_MARGIN,
 };
-pub use elector::{Elector, LeaderInfo, StartError, Status, WaitLeaderError};
+pub use elector::{Elector, LeaderInfo, StartError, Status, TermsEnded, WaitLeaderError};
 pub use error::{ElectionError, OpKind};
 pub use guard::{LeaderGuard, WaitTimeoutResult};
 pub use identity::{generate_identity, IdentityError};
