@@ -217,6 +217,10 @@ impl fmt::Display for Status {
                 }
                 f.write_str(")")?;
             }
+            // The last lease it read was its own: that term is over.
+            (Some(l), _) if l.identity == self.identity => {
+                write!(f, ": nobody leads (its own term with fence {} has ended)", l.fence)?
+            }
             (Some(l), _) if l.valid => write!(f, " follows {} (fence {})", l.identity, l.fence)?,
             (Some(l), _) => write!(f, ": nobody leads ({}'s lease with fence {} has expired)", l.identity, l.fence)?,
             (None, _) => f.write_str(": nobody leads")?,
@@ -1291,6 +1295,14 @@ mod tests {
         assert_eq!(
             expired.to_string(),
             format!("\"invoices\": node-2: nobody leads (node-1's lease with fence 17 has expired); {COUNTS}")
+        );
+        let own = Status { leader: seen("node-2", true), held_back: true, ..status("node-2") };
+        assert_eq!(
+            own.to_string(),
+            format!(
+                "\"invoices\": node-2: nobody leads (its own term with fence 17 has ended), held back by guards of an \
+                 ended term; {COUNTS}"
+            )
         );
         let stopped = Status { stopped: true, ..status("node-2") };
         assert_eq!(stopped.to_string(), format!("\"invoices\": node-2: stopped; {COUNTS}"));
