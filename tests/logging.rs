@@ -105,7 +105,7 @@ fn a_term_logs_one_line_at_its_start_and_one_at_its_end_and_nothing_while_it_ren
     let f = guard.fence();
     let started = format!("INFO leaderelection: \"invoices\": \"web-1\" leads with fence {f}");
     wait_status(&e, "a steady stretch of five renewals", |s| s.renewals_ok >= 5);
-    assert_eq!(at("INFO", "invoices"), [started.clone()], "only the start at info while it renews");
+    assert_eq!(at("INFO", "invoices"), std::slice::from_ref(&started), "only the start at info while it renews");
     guard.resign().expect("released");
     let ended = format!("INFO leaderelection: \"invoices\": \"web-1\" term with fence {f} ended: resigned");
     wait_line("invoices", "for the resignation", |l| l == ended);
