@@ -535,7 +535,9 @@ impl Elector {
         }
     }
 
-    /// A snapshot of the election as this participant sees it.
+    /// A snapshot of the election as this participant sees it, with its
+    /// counters (terms, renewals, abandoned calls). Takes the state lock once
+    /// and copies; cheap enough to call on every scrape or health check.
     pub fn status(&self) -> Status {
         let (name, identity) = (self.shared.name.clone(), self.shared.identity.clone());
         let st = self.shared.state.lock();
