@@ -28,6 +28,9 @@ echo "== unit, simulation, doc and MemStore tests (default features)"
 cargo test --all-targets --workspace --exclude leaderelection-cli
 cargo test --doc
 
+echo "== feature metrics: the elector's figures through the metrics facade (tests/metrics.rs)"
+cargo test -p leaderelection --features metrics --test metrics
+
 echo "== PostgreSQL store: unit, doc, acceptance suite (MemStore, direct, PgBouncer) and electors"
 # Installs/starts PostgreSQL and PgBouncer (transaction mode) and exports
 # LE_PG_DSN and LE_PGBOUNCER_DSN.

@@ -13,7 +13,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::{Config, NewLeaderFn, StartedFn, StoppedFn};
-use crate::error::ElectionError;
+use crate::error::{ElectionError, Human, OpKind};
 use crate::guard::{Command, LeaderGuard, TermShared};
 use crate::identity::{generate_identity, IdentityError};
 use crate::machine::{
@@ -84,13 +84,37 @@ struct State {
     last_error: Option<ElectionError>,
     held_back: bool,
     stopped: bool,
+    figures: Figures,
 }
 
-/// A snapshot of what an elector believes. Only `is_leader` has a safety
-/// guarantee behind it, evaluated when [`Elector::status`] was called.
+/// The figures [`Status`] reports beyond the election itself; only
+/// [`Counters`] changes them.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    term_started: Option<Instant>,
+    terms_started: u64,
+    terms_ended: TermsEnded,
+    renewals_ok: u64,
+    renewals_failed: u64,
+    calls_abandoned: u64,
+    last_call_rtt: Option<Duration>,
+}
+
+/// A snapshot of what an elector believes and what it has done. Only
+/// `is_leader` has a safety guarantee behind it, evaluated when
+/// [`Elector::status`] was called. The counters run over the elector's
+/// whole life and never go down.
+///
+/// `Display` gives one line for a person (never the payload):
+///
+/// ```text
+/// "invoices": node-1 leads (fence 1796116713421019, term 3m12s, 8.1s left); terms 4 (ended: 1 resigned, 2 lost, 0 expired, 0 fatal, 0 shutdown), renewals 1234 ok 2 failed, 0 abandoned, last call 1.2ms
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Status {
+    /// The election's name.
+    pub name: String,
     /// This participant's identity.
     pub identity: String,
     /// Whether this participant led when the status was taken.
@@ -99,6 +123,25 @@ pub struct Status {
     pub fence: Option<u64>,
     /// When the current term ends unless renewed, when leading.
     pub valid_until: Option<Instant>,
+    /// When the current term started (when this elector learnt that its
+    /// acquire had succeeded), when leading.
+    pub term_started: Option<Instant>,
+    /// Terms this participant has led.
+    pub terms_started: u64,
+    /// Terms that have ended, by why. Their sum is `terms_started`, or one
+    /// less while a term is live.
+    pub terms_ended: TermsEnded,
+    /// Renewals the store confirmed, each moving the term's deadline on.
+    pub renewals_ok: u64,
+    /// Renewals that failed: an error, the lease found lost, or no answer
+    /// within the operation timeout.
+    pub renewals_failed: u64,
+    /// Store calls of any kind given up at the operation timeout (their
+    /// outcome unknown; each keeps a worker thread until the store returns).
+    pub calls_abandoned: u64,
+    /// How long the store call answered last took, from the worker handing
+    /// it to the store to the store returning; `None` before any answer.
+    pub last_call_rtt: Option<Duration>,
     /// The lease last seen in the store (this participant's own included).
     pub leader: Option<LeaderInfo>,
     /// The most recent failure, cleared by the next successful call.
@@ -110,6 +153,118 @@ pub struct Status {
     pub held_back: bool,
     /// Whether the elector has shut down.
     pub stopped: bool,
+}
+
+/// How many terms ended, by why; see [`Status::terms_ended`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TermsEnded {
+    /// The program resigned: [`LeaderGuard::resign`], or its last guard of
+    /// the live term dropped.
+    pub resigned: u64,
+    /// A renewal found the lease gone or held by someone else.
+    pub lost: u64,
+    /// The deadline passed locally before a renewal confirmed the lease
+    /// (renewals failing, hanging, or a store unreachable).
+    pub expired: u64,
+    /// A renewal failed with an error that will not fix itself.
+    pub fatal: u64,
+    /// The elector shut down.
+    pub shutdown: u64,
+}
+
+impl TermsEnded {
+    /// All terms that ended, for any reason.
+    pub fn total(&self) -> u64 {
+        self.resigned + self.lost + self.expired + self.fatal + self.shutdown
+    }
+
+    fn count(&mut self, reason: EndReason) -> &mut u64 {
+        match reason {
+            EndReason::Resigned => &mut self.resigned,
+            EndReason::LeaseLost => &mut self.lost,
+            EndReason::ExpiredLocally => &mut self.expired,
+            EndReason::Fatal => &mut self.fatal,
+            EndReason::Shutdown => &mut self.shutdown,
+        }
+    }
+}
+
+/// The word for `reason` in logs, [`Status`]'s `Display` and metric labels.
+pub(crate) fn reason_name(reason: EndReason) -> &'static str {
+    match reason {
+        EndReason::Resigned => "resigned",
+        EndReason::LeaseLost => "lost",
+        EndReason::ExpiredLocally => "expired",
+        EndReason::Fatal => "fatal",
+        EndReason::Shutdown => "shutdown",
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = Instant::now();
+        write!(f, "{:?}: {}", self.name, self.identity)?;
+        match (&self.leader, self.fence) {
+            _ if self.stopped => f.write_str(": stopped")?,
+            (_, Some(fence)) if self.is_leader => {
+                write!(f, " leads (fence {fence}")?;
+                if let Some(t) = self.term_started {
+                    write!(f, ", term {}", short(now.saturating_duration_since(t)))?;
+                }
+                if let Some(t) = self.valid_until {
+                    write!(f, ", {} left", short(t.saturating_duration_since(now)))?;
+                }
+                f.write_str(")")?;
+            }
+            // The last lease it read was its own: that term is over.
+            (Some(l), _) if l.identity == self.identity => {
+                write!(f, ": nobody leads (its own term with fence {} has ended)", l.fence)?
+            }
+            (Some(l), _) if l.valid => write!(f, " follows {} (fence {})", l.identity, l.fence)?,
+            (Some(l), _) => write!(f, ": nobody leads ({}'s lease with fence {} has expired)", l.identity, l.fence)?,
+            (None, _) => f.write_str(": nobody leads")?,
+        }
+        if self.held_back && !self.is_leader {
+            f.write_str(", held back by guards of an ended term")?;
+        }
+        let e = &self.terms_ended;
+        write!(
+            f,
+            "; terms {} (ended: {} resigned, {} lost, {} expired, {} fatal, {} shutdown), renewals {} ok {} failed, {} \
+             abandoned, last call ",
+            self.terms_started,
+            e.resigned,
+            e.lost,
+            e.expired,
+            e.fatal,
+            e.shutdown,
+            self.renewals_ok,
+            self.renewals_failed,
+            self.calls_abandoned,
+        )?;
+        match self.last_call_rtt {
+            Some(rtt) => write!(f, "{}", short(rtt))?,
+            None => f.write_str("none yet")?,
+        }
+        if let Some(err) = &self.last_error {
+            write!(f, "; last error: {err}")?;
+        }
+        Ok(())
+    }
+}
+
+/// `d` to two or three significant figures, as a person reads a status
+/// line: `3m12s`, `8.1s`, `1.2ms`.
+fn short(d: Duration) -> Human {
+    let unit = match d {
+        d if d >= Duration::from_secs(60) => Duration::from_secs(1),
+        d if d >= Duration::from_secs(1) => Duration::from_millis(100),
+        d if d >= Duration::from_millis(1) => Duration::from_micros(100),
+        _ => Duration::from_micros(1),
+    };
+    let units = (d.as_nanos() + unit.as_nanos() / 2) / unit.as_nanos();
+    Human(Duration::from_nanos(u64::try_from(units * unit.as_nanos()).unwrap_or(u64::MAX)))
 }
 
 /// A lease as last seen in the store.
@@ -257,6 +412,7 @@ impl Elector {
             machine,
             shared: Arc::clone(&shared),
             callers: Callers::new(&config, shared.identity.clone()),
+            counters: Counters::new(&config.name),
             cmd_tx: cmd_tx.clone(),
             dog_tx,
             events,
@@ -379,15 +535,27 @@ impl Elector {
         }
     }
 
-    /// A snapshot of the election as this participant sees it.
+    /// A snapshot of the election as this participant sees it, with its
+    /// counters (terms, renewals, abandoned calls). Takes the state lock once
+    /// and copies; cheap enough to call on every scrape or health check.
     pub fn status(&self) -> Status {
+        let (name, identity) = (self.shared.name.clone(), self.shared.identity.clone());
         let st = self.shared.state.lock();
         let term = st.term.as_ref().filter(|t| t.is_valid());
+        let fig = st.figures;
         Status {
-            identity: self.shared.identity.clone(),
+            name,
+            identity,
             is_leader: term.is_some(),
             fence: term.map(|t| t.fence),
             valid_until: term.map(|t| t.deadline()),
+            term_started: term.and(fig.term_started),
+            terms_started: fig.terms_started,
+            terms_ended: fig.terms_ended,
+            renewals_ok: fig.renewals_ok,
+            renewals_failed: fig.renewals_failed,
+            calls_abandoned: fig.calls_abandoned,
+            last_call_rtt: fig.last_call_rtt,
             leader: st.observed.as_ref().map(|o| LeaderInfo {
                 identity: o.identity.clone(),
                 fence: o.fence,
@@ -481,6 +649,7 @@ struct Driver {
     machine: Machine,
     shared: Arc<Shared>,
     callers: Callers,
+    counters: Counters,
     cmd_tx: Sender<Command>,
     dog_tx: Sender<Arc<TermShared>>,
     events: Option<Sender<Event>>,
@@ -514,8 +683,9 @@ impl Driver {
             select! {
                 recv(self.callers.reply_rx) -> msg => {
                     let now = self.now();
-                    if let Ok((id, outcome)) = msg {
-                        self.machine.handle_reply(now, id, outcome);
+                    if let Ok(reply) = msg {
+                        self.counters.call_returned(&mut self.shared.state.lock().figures, reply.op, reply.took);
+                        self.machine.handle_reply(now, reply.id, reply.outcome);
                     }
                 }
                 recv(cmd_rx) -> cmd => {
@@ -558,14 +728,15 @@ impl Driver {
                         self.machine.handle_reply(now, call.id, e);
                     }
                 }
-                Output::CallAbandoned(id) => self.callers.abandon(id),
+                Output::CallAbandoned(id) => log::debug!("leaderelection: store call {} abandoned", id.0),
                 Output::TermStarted { term, fence, deadline } => self.term_started(term, fence, deadline),
                 Output::DeadlineExtended { term, deadline } => {
                     // The term may have ended while the answer travelled (its
                     // last guard dropped, its deadline seen passing): then it
                     // stays over, for the reason that ended it.
                     let ended = {
-                        let st = self.shared.state.lock();
+                        let mut st = self.shared.state.lock();
+                        self.counters.renewed(&mut st.figures);
                         st.term.as_ref().filter(|t| t.id == term).and_then(|t| t.extend(deadline.as_duration()))
                     };
                     if let Some(reason) = ended {
@@ -573,16 +744,15 @@ impl Driver {
                         self.settle(now, term, reason);
                     }
                 }
-                Output::TermEnded { term, fence, reason } => {
-                    log::info!(
-                        "leaderelection: {:?}: {:?} stopped leading with fence {fence}: {reason:?}",
-                        self.shared.name,
-                        self.shared.identity
-                    );
-                    self.term_ended(term, reason);
-                }
+                Output::TermEnded { term, reason, .. } => self.term_ended(term, reason),
                 Output::NewLeader { identity, fence } => {
-                    log::info!("leaderelection: {:?}: leader is {identity:?} with fence {fence}", self.shared.name);
+                    // Its own term's start has a line of its own.
+                    let level = if identity == self.shared.identity { log::Level::Debug } else { log::Level::Info };
+                    log::log!(
+                        level,
+                        "leaderelection: {:?}: leader is {identity:?} with fence {fence}",
+                        self.shared.name
+                    );
                     self.event(Event::NewLeader(identity, fence));
                 }
                 Output::Released { fence, result } => {
@@ -599,9 +769,7 @@ impl Driver {
                         }
                     });
                 }
-                Output::Failed(e) => {
-                    log::warn!("leaderelection: {:?}: {:?}: {e}", self.shared.name, self.shared.identity);
-                }
+                Output::Failed(e) => self.call_failed(&e),
                 Output::Stopped => {
                     self.publish();
                     return true;
@@ -632,6 +800,7 @@ impl Driver {
         {
             let mut st = self.shared.state.lock();
             st.term = Some(Arc::clone(&term));
+            self.counters.term_started(&mut st.figures);
             self.shared.changed.notify_all();
         }
         let _ = self.dog_tx.send(Arc::clone(&term));
@@ -648,9 +817,12 @@ impl Driver {
             let mut st = self.shared.state.lock();
             let Some(term) = st.term.take_if(|t| t.id == id) else { return };
             let first = term.end(reason);
+            // Counted and logged for the reason that won, once per term.
+            self.counters.term_ended(&mut st.figures, first.err().unwrap_or(reason));
             self.shared.changed.notify_all();
             (term, first)
         };
+        self.log_end(ended.fence, first.err().unwrap_or(reason));
         self.event(Event::Stopped);
         if first == Err(EndReason::Resigned) {
             // The program let go of the term before the machine's own end
@@ -662,6 +834,50 @@ impl Driver {
             self.held_back = Some(HeldBack { term: ended, since: Instant::now(), warned: false });
             let now = self.now();
             self.machine.set_hold_back(now, true);
+        }
+    }
+
+    /// One line per term's end: `info` when the program or a shutdown ended
+    /// it, `warn` with the cause when it ended early.
+    fn log_end(&self, fence: u64, reason: EndReason) {
+        let (name, id, why) = (&self.shared.name, &self.shared.identity, reason_name(reason));
+        if matches!(reason, EndReason::Resigned | EndReason::Shutdown) {
+            log::info!("leaderelection: {name:?}: {id:?} term with fence {fence} ended: {why}");
+            return;
+        }
+        let cause = match self.machine.last_error() {
+            Some(ElectionError::LeaseExpiredLocally { cause: Some(c) }) => {
+                format!("no renewal confirmed the lease before its deadline; last failure: {c}")
+            }
+            Some(ElectionError::LeaseExpiredLocally { cause: None }) | None => {
+                "no renewal confirmed the lease before its deadline".to_owned()
+            }
+            Some(e) => e.to_string(),
+        };
+        log::warn!("leaderelection: {name:?}: {id:?} term with fence {fence} ended: {why}: {cause}");
+    }
+
+    /// A failed store call: counted, and logged at `warn` with its cause (a
+    /// renewal with the fence and how long the term has left).
+    fn call_failed(&mut self, e: &ElectionError) {
+        let (name, id) = (&self.shared.name, &self.shared.identity);
+        let term = {
+            let mut st = self.shared.state.lock();
+            self.counters.failed(&mut st.figures, e);
+            st.term.as_ref().map(|t| (t.fence, t.deadline()))
+        };
+        let renew = is_renewal(e);
+        let cause: &dyn fmt::Display = match e {
+            ElectionError::Store { error, .. } => error,
+            other => other,
+        };
+        match term {
+            Some((fence, deadline)) if renew => {
+                let left = Human::about(deadline.saturating_duration_since(Instant::now()));
+                log::warn!("leaderelection: {name:?}: {id:?} renewal failed (fence {fence}, {left} left): {cause}");
+            }
+            _ if renew => log::warn!("leaderelection: {name:?}: {id:?} renewal failed: {cause}"),
+            _ => log::warn!("leaderelection: {name:?}: {id:?}: {e}"),
         }
     }
 
@@ -753,7 +969,8 @@ fn watchdog(shared: Arc<Shared>, terms: Receiver<Arc<TermShared>>) {
                     continue;
                 }
                 if term.expire() {
-                    log::warn!(
+                    // The renewal thread logs the term's end when it hears.
+                    log::debug!(
                         "leaderelection: {:?}: {:?} stepped down at its local deadline (fence {})",
                         shared.name, shared.identity, term.fence
                     );
@@ -824,8 +1041,8 @@ struct Callers {
     timeout: Duration,
     job_tx: Sender<Job>,
     job_rx: Receiver<Job>,
-    reply_tx: Sender<(CallId, Outcome)>,
-    reply_rx: Receiver<(CallId, Outcome)>,
+    reply_tx: Sender<Reply>,
+    reply_rx: Receiver<Reply>,
     idle: Arc<AtomicUsize>,
     alive: Arc<AtomicUsize>,
 }
@@ -872,10 +1089,11 @@ impl Callers {
             let spawned = thread::Builder::new().name("leaderelection-call".into()).spawn(move || {
                 for job in jobs {
                     idle.fetch_sub(1, Ordering::AcqRel);
-                    let id = job.call.id;
+                    let (id, op, sent) = (job.call.id, job.call.op.kind(), Instant::now());
                     let outcome = run_call(&job);
+                    let took = sent.elapsed();
                     idle.fetch_add(1, Ordering::AcqRel);
-                    if replies.send((id, outcome)).is_err() {
+                    if replies.send(Reply { id, op, took, outcome }).is_err() {
                         break;
                     }
                 }
@@ -899,9 +1117,86 @@ impl Callers {
         };
         self.job_tx.send(job).map_err(|_| failed(call.op, ElectionError::Stopped))
     }
+}
 
-    fn abandon(&mut self, id: CallId) {
-        log::warn!("leaderelection: store call {} abandoned at the operation timeout", id.0);
+/// Whether `e` is a failed renewal.
+fn is_renewal(e: &ElectionError) -> bool {
+    matches!(e, ElectionError::Store { op: OpKind::Renew, .. } | ElectionError::Timeout { op: OpKind::Renew, .. })
+}
+
+/// A store call's answer, and how long the store took to give it.
+struct Reply {
+    id: CallId,
+    op: OpKind,
+    took: Duration,
+    outcome: Outcome,
+}
+
+/// Where the figures change, one method per event: each bumps the figure
+/// [`Status`] shows and, with the `metrics` feature, the exported metric.
+/// Called by the renewal thread only, with the state locked.
+struct Counters {
+    #[cfg(feature = "metrics")]
+    metrics: crate::metrics::Metrics,
+}
+
+impl Counters {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn new(election: &str) -> Counters {
+        Counters {
+            #[cfg(feature = "metrics")]
+            metrics: crate::metrics::Metrics::new(election),
+        }
+    }
+
+    fn term_started(&self, fig: &mut Figures) {
+        fig.terms_started += 1;
+        fig.term_started = Some(Instant::now());
+        #[cfg(feature = "metrics")]
+        self.metrics.term_started();
+    }
+
+    fn term_ended(&self, fig: &mut Figures, reason: EndReason) {
+        *fig.terms_ended.count(reason) += 1;
+        fig.term_started = None;
+        #[cfg(feature = "metrics")]
+        self.metrics.term_ended(reason);
+    }
+
+    fn renewed(&self, fig: &mut Figures) {
+        fig.renewals_ok += 1;
+        #[cfg(feature = "metrics")]
+        self.metrics.renewal(true);
+    }
+
+    /// A failed call, as the machine reported it: a renewal failure, a store
+    /// error by kind, a call abandoned at the timeout.
+    fn failed(&self, fig: &mut Figures, e: &ElectionError) {
+        if is_renewal(e) {
+            fig.renewals_failed += 1;
+            #[cfg(feature = "metrics")]
+            self.metrics.renewal(false);
+        }
+        match e {
+            ElectionError::Timeout { .. } => {
+                fig.calls_abandoned += 1;
+                #[cfg(feature = "metrics")]
+                self.metrics.abandoned();
+            }
+            #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+            ElectionError::Store { error, .. } => {
+                #[cfg(feature = "metrics")]
+                self.metrics.store_error(error.kind());
+            }
+            _ => {}
+        }
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn call_returned(&self, fig: &mut Figures, op: OpKind, took: Duration) {
+        fig.last_call_rtt = Some(took);
+        #[cfg(feature = "metrics")]
+        self.metrics.call_returned(op, took);
     }
 }
 
@@ -929,6 +1224,102 @@ fn run_call(job: &Job) -> Outcome {
 mod tests {
     use super::*;
     use std::error::Error as _;
+
+    fn status(identity: &str) -> Status {
+        Status {
+            name: "invoices".into(),
+            identity: identity.into(),
+            is_leader: false,
+            fence: None,
+            valid_until: None,
+            term_started: None,
+            terms_started: 4,
+            terms_ended: TermsEnded { resigned: 1, lost: 2, expired: 0, fatal: 0, shutdown: 0 },
+            renewals_ok: 1234,
+            renewals_failed: 2,
+            calls_abandoned: 0,
+            last_call_rtt: Some(Duration::from_micros(1_234)),
+            leader: None,
+            last_error: None,
+            held_back: false,
+            stopped: false,
+        }
+    }
+
+    fn seen(identity: &str, valid: bool) -> Option<LeaderInfo> {
+        let (identity, payload, seen_at) = (identity.into(), b"secret".to_vec(), Instant::now());
+        Some(LeaderInfo { identity, fence: 17, payload, valid, seen_at })
+    }
+
+    const COUNTS: &str = "terms 4 (ended: 1 resigned, 2 lost, 0 expired, 0 fatal, 0 shutdown), renewals 1234 ok 2 \
+                          failed, 0 abandoned, last call 1.2ms";
+
+    #[test]
+    fn the_status_line_of_a_leader_says_its_fence_how_long_it_has_led_and_has_left() {
+        let now = Instant::now();
+        let Some(started) = now.checked_sub(Duration::from_secs(192)) else { return }; // a clock near its origin
+        let st = Status {
+            is_leader: true,
+            fence: Some(1796),
+            term_started: Some(started),
+            valid_until: Some(now + Duration::from_millis(8_120)),
+            leader: seen("node-1", true),
+            ..status("node-1")
+        };
+        assert_eq!(st.to_string(), format!("\"invoices\": node-1 leads (fence 1796, term 3m12s, 8.1s left); {COUNTS}"));
+    }
+
+    #[test]
+    fn the_status_line_of_a_follower_names_the_leader_and_never_the_payload() {
+        let st = Status { leader: seen("node-1", true), ..status("node-2") };
+        assert_eq!(st.to_string(), format!("\"invoices\": node-2 follows node-1 (fence 17); {COUNTS}"));
+        let held = Status { held_back: true, ..st.clone() };
+        assert_eq!(
+            held.to_string(),
+            format!("\"invoices\": node-2 follows node-1 (fence 17), held back by guards of an ended term; {COUNTS}")
+        );
+        assert!(!format!("{st} {st:?}").contains("secret"));
+    }
+
+    #[test]
+    fn the_status_line_says_why_nobody_leads() {
+        let error = ElectionError::store(OpKind::Inspect, StoreError::fatal("relation \"leases\" does not exist"));
+        let st = Status { last_error: Some(error), last_call_rtt: None, ..status("node-2") };
+        let counts = COUNTS.replace("1.2ms", "none yet");
+        assert_eq!(
+            st.to_string(),
+            format!(
+                "\"invoices\": node-2: nobody leads; {counts}; last error: inspect failed: relation \"leases\" does not \
+                 exist"
+            )
+        );
+        let expired = Status { leader: seen("node-1", false), ..status("node-2") };
+        assert_eq!(
+            expired.to_string(),
+            format!("\"invoices\": node-2: nobody leads (node-1's lease with fence 17 has expired); {COUNTS}")
+        );
+        let own = Status { leader: seen("node-2", true), held_back: true, ..status("node-2") };
+        assert_eq!(
+            own.to_string(),
+            format!(
+                "\"invoices\": node-2: nobody leads (its own term with fence 17 has ended), held back by guards of an \
+                 ended term; {COUNTS}"
+            )
+        );
+        let stopped = Status { stopped: true, ..status("node-2") };
+        assert_eq!(stopped.to_string(), format!("\"invoices\": node-2: stopped; {COUNTS}"));
+    }
+
+    #[test]
+    fn status_durations_keep_two_or_three_figures() {
+        let cases = [(192_400, "3m12s"), (8_149, "8.1s"), (999, "999ms"), (1, "1ms"), (0, "0s")];
+        for (ms, want) in cases {
+            assert_eq!(short(Duration::from_millis(ms)).to_string(), want, "{ms} ms");
+        }
+        assert_eq!(short(Duration::from_micros(1_249)).to_string(), "1.2ms");
+        assert_eq!(short(Duration::from_nanos(12_345)).to_string(), "12us");
+        assert_eq!(TermsEnded { resigned: 1, lost: 2, expired: 3, fatal: 4, shutdown: 5 }.total(), 15);
+    }
 
     #[test]
     fn a_failed_identity_says_why_and_keeps_its_cause() {

@@ -64,6 +64,7 @@
 //! | *(default)* | everything above | `crossbeam-channel`, `parking_lot`, `getrandom`, `log` |
 //! | `storetest` | `storetest`, the acceptance suite for any `Store` | nothing |
 //! | `mysql` | `mysql::MySqlStore` (also re-exported as `MySqlStore`) for MySQL 8 and MariaDB 10.5+, its own pool, TLS via `ssl-mode=REQUIRED`/`VERIFY_CA`/`VERIFY_IDENTITY` | the `mysql` crate without default features (pure-Rust `flate2` backend, its protocol crate `mysql_common`, `url`, `regex`, `serde_json`, `sha1`/`sha2`), `native-tls` (OpenSSL on Linux, shared with `postgres`) |
+//! | `metrics` | each elector's figures ([`Status`]'s counters, a leader gauge, store-call latency) through the [`metrics`](https://docs.rs/metrics/0.24) facade, for any exporter; names in the README's "Operating" section | `metrics` (the facade, with its hasher `rapidhash`) |
 //! | `postgres` | `postgres::PostgresStore` (also re-exported as `PostgresStore`), pooled, TLS via `sslmode=require` | `tokio-postgres` (and with it `tokio`, used internally on a current-thread runtime per connection; no async in the API), `r2d2`, `native-tls` + `postgres-native-tls` (OpenSSL on Linux) |
 #![warn(missing_docs)]
 // One audited exception, `mysql::borrowed::with_socket`: shutting down the
@@ -79,6 +80,8 @@ mod identity;
 mod lease;
 pub mod machine;
 mod memstore;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -94,7 +97,7 @@ pub use config::{
     DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,
     MIN_DEFAULT_SAFETY_MARGIN,
 };
-pub use elector::{Elector, LeaderInfo, StartError, Status, WaitLeaderError};
+pub use elector::{Elector, LeaderInfo, StartError, Status, TermsEnded, WaitLeaderError};
 pub use error::{ElectionError, OpKind};
 pub use guard::{LeaderGuard, WaitTimeoutResult};
 pub use identity::{generate_identity, IdentityError};

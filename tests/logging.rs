@@ -1,10 +1,17 @@
-//! What the elector tells an operator through the `log` crate: who leads and
-//! with which fence, and when a term ends. Never the payload.
+//! What the elector tells an operator through the `log` crate: one `info`
+//! line when a term starts and one when it ends, with the election, the
+//! identity, the fence and the reason; a `warn` with the cause when a renewal
+//! fails or a term ends early; nothing at `info` while all is well. Never the
+//! payload.
+//!
+//! One logger serves the whole binary, so each test runs its own election
+//! and reads only the lines that name it.
 
 use std::sync::{Mutex, OnceLock};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Config, Elector, MemStore, Timing};
+use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, MemStore, Status, Timing};
 
 struct Capture(Mutex<Vec<String>>);
 
@@ -28,78 +35,188 @@ fn capture() -> &'static Capture {
     })
 }
 
+/// The lines so far that name election `name`, each `LEVEL message`.
+fn lines(name: &str) -> Vec<String> {
+    let needle = format!("leaderelection: {name:?}: ");
+    capture().0.lock().unwrap().iter().filter(|l| l.contains(&needle)).cloned().collect()
+}
+
+/// Those of `lines(name)` at `level`.
+fn at(level: &str, name: &str) -> Vec<String> {
+    lines(name).into_iter().filter(|l| l.starts_with(&format!("{level} "))).collect()
+}
+
+/// Waits (5 s at most) for a line of `name` that satisfies `cond`.
+fn wait_line(name: &str, what: &str, cond: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(l) = lines(name).into_iter().find(|l| cond(l)) {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "no line {what}; lines: {:#?}", lines(name));
+        thread::sleep(ms(2));
+    }
+}
+
+/// Waits (5 s at most) until `e`'s status satisfies `cond`.
+fn wait_status(e: &Elector, what: &str, cond: impl Fn(&Status) -> bool) -> Status {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = e.status();
+        if cond(&st) {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within 5 s; {st}");
+        thread::sleep(ms(2));
+    }
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-#[test]
-fn the_log_names_the_leader_the_fence_and_the_end_of_the_term_but_not_the_payload() {
-    let logs = capture();
-    let store = MemStore::new();
-    let timing = Timing {
+/// Short timings; the retry period only sets how soon a follower polls and
+/// how long a resigned leader waits before campaigning again (two of them).
+fn timing(retry_period: Duration) -> Timing {
+    Timing {
         lease_duration: ms(1500),
         renew_interval: ms(300),
-        retry_period: ms(200),
+        retry_period,
         operation_timeout: ms(300),
         safety_margin: ms(200),
-    };
-    let e = Elector::start(
-        Config::new(store.clone(), "invoices").identity("web-1").payload(&b"secret-address"[..]).timing(timing),
-    )
-    .unwrap();
-    let guard = e.wait_leader_timeout(Duration::from_secs(5)).expect("leads alone");
-    let fence = guard.fence();
-    drop(guard); // resigns: the term ends and is logged
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let find = |needle: &str| logs.0.lock().unwrap().iter().any(|l| l.contains("\"invoices\"") && l.contains(needle));
-    let (stopped, leader) =
-        (format!("stopped leading with fence {fence}"), format!("leader is \"web-1\" with fence {fence}"));
-    while !(find(&stopped) && find(&leader)) {
-        assert!(Instant::now() < deadline, "missing log lines: {:?}", logs.0.lock().unwrap());
-        std::thread::sleep(ms(2));
     }
-    e.shutdown().unwrap();
-    let all = logs.0.lock().unwrap().clone();
-    assert!(all.iter().any(|l| l.starts_with("INFO ") && l.contains("\"web-1\" stopped leading")), "{all:?}");
+}
+
+fn start(store: &MemStore, name: &str, id: &str, retry_period: Duration) -> Elector {
+    let config = Config::new(store.clone(), name).identity(id).payload(&b"secret-address"[..]);
+    Elector::start(config.timing(timing(retry_period))).unwrap()
+}
+
+fn lead(e: &Elector) -> LeaderGuard {
+    e.wait_leader_timeout(Duration::from_secs(5)).expect("leads alone")
+}
+
+#[test]
+fn a_term_logs_one_line_at_its_start_and_one_at_its_end_and_nothing_while_it_renews() {
+    capture();
+    // A 10 s retry period: after resigning, no second term for 20 s.
+    let e = start(&MemStore::new(), "invoices", "web-1", Duration::from_secs(10));
+    let guard = lead(&e);
+    let f = guard.fence();
+    let started = format!("INFO leaderelection: \"invoices\": \"web-1\" leads with fence {f}");
+    wait_status(&e, "a steady stretch of five renewals", |s| s.renewals_ok >= 5);
+    assert_eq!(at("INFO", "invoices"), std::slice::from_ref(&started), "only the start at info while it renews");
+    guard.resign().expect("released");
+    let ended = format!("INFO leaderelection: \"invoices\": \"web-1\" term with fence {f} ended: resigned");
+    wait_line("invoices", "for the resignation", |l| l == ended);
+    e.shutdown().unwrap(); // no term is live: nothing more to say
+    assert_eq!(lines("invoices"), [started, ended], "exactly one line each, no warning");
+    let all = capture().0.lock().unwrap().clone();
     assert!(all.iter().all(|l| !l.contains("secret")), "the payload leaked into the log: {all:?}");
 }
 
 #[test]
-fn a_term_that_runs_out_is_logged_with_its_fence_and_why() {
-    let logs = capture();
+fn a_follower_logs_the_new_leader_once_and_a_shutdown_ends_the_term_at_info() {
+    capture();
     let store = MemStore::new();
-    let timing = Timing {
-        lease_duration: ms(1500),
-        renew_interval: ms(300),
-        retry_period: ms(200),
-        operation_timeout: ms(300),
-        safety_margin: ms(200),
-    };
-    let e = Elector::start(Config::new(store.clone(), "reports").identity("web-2").timing(timing)).unwrap();
-    let guard = e.wait_leader_timeout(Duration::from_secs(5)).expect("leads alone");
+    let a = start(&store, "ledger", "a", ms(100));
+    let guard = lead(&a);
+    let fa = guard.fence();
+    let b = start(&store, "ledger", "b", ms(100));
+    wait_status(&b, "b follows a", |s| s.leader.as_ref().is_some_and(|l| l.identity == "a" && l.fence == fa));
+    // Several renewals by a, several polls by b (every 100 ms): nothing.
+    let ok = a.status().renewals_ok;
+    wait_status(&a, "five more renewals", |s| s.renewals_ok >= ok + 5);
+    a.shutdown().unwrap(); // ends the term with the guard still held, releases
+    assert!(!guard.is_valid());
+    let b_guard = b.wait_leader_timeout(Duration::from_secs(5)).expect("b takes over");
+    let fb = b_guard.fence();
+    b.shutdown().unwrap();
+    drop((guard, b_guard));
+    let l = |s: &str| format!("INFO leaderelection: \"ledger\": {s}");
+    let a_lines =
+        [l(&format!("\"a\" leads with fence {fa}")), l(&format!("\"a\" term with fence {fa} ended: shutdown"))];
+    let b_lines = [
+        l(&format!("leader is \"a\" with fence {fa}")), // once, though b polled a dozen times
+        l(&format!("\"b\" leads with fence {fb}")),
+        l(&format!("\"b\" term with fence {fb} ended: shutdown")),
+    ];
+    // Two electors log from their own threads: each in its own order.
+    let got = lines("ledger");
+    assert_eq!(got.len(), 5, "{got:#?}");
+    assert_eq!(got.iter().filter(|x| a_lines.contains(x)).collect::<Vec<_>>(), a_lines.iter().collect::<Vec<_>>());
+    assert_eq!(got.iter().filter(|x| b_lines.contains(x)).collect::<Vec<_>>(), b_lines.iter().collect::<Vec<_>>());
+}
+
+#[test]
+fn failing_renewals_warn_with_their_cause_and_the_early_end_says_why() {
+    capture();
+    let store = MemStore::new();
+    let e = start(&store, "reports", "web-3", ms(200));
+    let guard = lead(&e);
+    let f = guard.fence();
+    store.set_failing(Some(ErrorKind::Retryable));
+    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
+    let failed = format!("WARN leaderelection: \"reports\": \"web-3\" renewal failed (fence {f}, ");
+    let cause = "left): memstore: failing on purpose (retryable)";
+    wait_line("reports", "for the failed renewal", |l| l.starts_with(&failed) && l.ends_with(cause));
+    let ended = format!(
+        "WARN leaderelection: \"reports\": \"web-3\" term with fence {f} ended: expired: no renewal confirmed the \
+         lease before its deadline; last failure: renew failed: memstore: failing on purpose (retryable)"
+    );
+    wait_line("reports", "for the expiry", |l| l == ended);
+    e.shutdown_without_release();
+    drop(guard);
+    assert_eq!(at("INFO", "reports"), [format!("INFO leaderelection: \"reports\": \"web-3\" leads with fence {f}")]);
+}
+
+#[test]
+fn a_hung_store_ends_the_term_as_expired_with_the_timeout_as_cause() {
+    capture();
+    let store = MemStore::new();
+    let e = start(&store, "audits", "web-2", ms(200));
+    let guard = lead(&e);
+    let f = guard.fence();
     store.pause(); // renewals hang: only the deadline ends the term
     assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
-    // The watchdog and the renewal thread both watch the deadline; whichever
-    // ends the term says so: a warning from the watchdog, or the term's end
-    // with its reason from the renewal thread.
-    let fence = guard.fence();
-    let by_watchdog = format!("\"web-2\" stepped down at its local deadline (fence {fence})");
-    let by_renewal = format!("\"web-2\" stopped leading with fence {fence}: ExpiredLocally");
-    let seen = |l: &String| {
-        l.contains("\"reports\"")
-            && ((l.starts_with("WARN ") && l.contains(&by_watchdog))
-                || (l.starts_with("INFO ") && l.contains(&by_renewal)))
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !logs.0.lock().unwrap().iter().any(seen) {
-        let now = Instant::now();
-        if now >= deadline {
-            let all = logs.0.lock().unwrap().clone();
-            panic!("the end of the term was not logged: {all:?}");
-        }
-        std::thread::sleep(ms(2));
-    }
+    let failed = format!("WARN leaderelection: \"audits\": \"web-2\" renewal failed (fence {f}, ");
+    wait_line("audits", "for the timed-out renewal", |l| {
+        l.starts_with(&failed) && l.ends_with("left): renew gave no answer within 300ms")
+    });
+    let ended = format!(
+        "WARN leaderelection: \"audits\": \"web-2\" term with fence {f} ended: expired: no renewal confirmed the \
+         lease before its deadline; last failure: renew gave no answer within 300ms"
+    );
+    wait_line("audits", "for the expiry", |l| l == ended);
     store.resume();
     drop(guard);
     e.shutdown_without_release();
+}
+
+#[test]
+fn a_lost_lease_and_a_fatal_error_end_their_terms_with_a_warning_that_says_why() {
+    capture();
+    let store = MemStore::new();
+    let e = start(&store, "billing", "web-4", ms(200));
+    let first = lead(&e);
+    let f = first.fence();
+    assert!(store.delete_row("billing"));
+    assert!(!first.wait_lost_timeout(Duration::from_secs(5)).timed_out());
+    drop(first);
+    let w = |s: &str| format!("WARN leaderelection: \"billing\": \"web-4\" {s}");
+    let lost = w(&format!("term with fence {f} ended: lost: renew failed: lease lost"));
+    wait_line("billing", "for the loss", |l| l == lost);
+    let renewal = w(&format!("renewal failed (fence {f}, "));
+    assert!(lines("billing").iter().any(|l| l.starts_with(&renewal) && l.ends_with("left): lease lost")));
+
+    let second = lead(&e); // campaigns again at once
+    let g = second.fence();
+    store.set_failing(Some(ErrorKind::Fatal));
+    assert!(!second.wait_lost_timeout(Duration::from_secs(5)).timed_out());
+    let fatal = w(&format!("term with fence {g} ended: fatal: renew failed: memstore: failing on purpose (fatal)"));
+    wait_line("billing", "for the fatal end", |l| l == fatal);
+    drop(second);
+    e.shutdown_without_release();
+    let info = |s: &str| format!("INFO leaderelection: \"billing\": \"web-4\" {s}");
+    assert_eq!(at("INFO", "billing"), [info(&format!("leads with fence {f}")), info(&format!("leads with fence {g}"))]);
 }
