@@ -40,10 +40,16 @@ fn app_pool(user: &str, pass: &str, max: usize) -> mysql::Pool {
     mysql::Pool::new(opts).expect("pool")
 }
 
+/// The table, made (or brought up to date) by the admin: the application's
+/// users may lack `CREATE` and `ALTER`, as in production.
+fn schema() {
+    let admin = MySqlStore::builder(&url(SHARED)).table(TABLE).build().expect("store");
+    admin.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+}
+
 fn on(pool: &mysql::Pool) -> MySqlStore {
-    let s = MySqlStore::builder_from_pool(pool.clone()).table(TABLE).build().expect("store");
-    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
-    s
+    schema();
+    MySqlStore::builder_from_pool(pool.clone()).table(TABLE).build().expect("store")
 }
 
 fn store() -> MySqlStore {
@@ -125,7 +131,7 @@ fn the_applications_socket_timeouts_come_back() {
         .socket_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
-    s.ensure_schema().unwrap();
+    schema();
     let name = format!("timeouts-{}", random_tag());
     s.acquire(&name, "a", LONG, b"", T).unwrap();
     let id = next_session(&pool);
@@ -146,8 +152,11 @@ fn a_busy_pool_fails_the_call_in_time() {
     let start = Instant::now();
     let e = s.acquire(&name, "a", LONG, b"", Duration::from_millis(500)).expect_err("pool is busy");
     let took = start.elapsed();
-    assert!(e.is_retryable() && e.to_string().contains("busy"), "{e}");
-    assert!(took >= Duration::from_millis(450) && took < Duration::from_millis(900), "{took:?}");
+    // The call thread ("stayed busy") and the caller giving up at the
+    // deadline ("no connection within") race; either says it.
+    let said = e.to_string();
+    assert!(e.is_retryable() && (said.contains("busy") || said.contains("no connection within")), "{e}");
+    assert!(took >= Duration::from_millis(450) && took < Duration::from_millis(1500), "{took:?}");
     drop(held);
     assert!(s.acquire(&name, "a", LONG, b"", T).unwrap().held_by("a"));
 }
