@@ -147,12 +147,15 @@ impl Pool {
                 "mysql {op}: {stuck} earlier calls are still stuck on the server or the network; not starting another"
             )));
         }
+        // How long the statement may go on waiting on the server for a lock
+        // (the bound `sql::bounded` set for it from the same budget).
+        let lasts = Duration::from_secs(sql::lock_wait_secs(remaining));
         let (tx, rx) = crossbeam_channel::bounded(1);
         let state = Arc::new(AtomicU8::new(WAITING));
         let session = Arc::new(AtomicU32::new(NO_SESSION));
         let (inner, st, sess) = (Arc::clone(&self.inner), Arc::clone(&state), Arc::clone(&session));
         let spawned = thread::Builder::new().name("le-mysql-call".into()).spawn(move || {
-            let result = inner.call(op, &sql, deadline, &sess, &st);
+            let result = inner.call(op, &sql, deadline, lasts, &sess, &st);
             if st.compare_exchange(WAITING, DONE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
                 match result {
                     // The store's own goes back first, so that the caller's
@@ -191,7 +194,7 @@ impl Pool {
                 self.inner.stuck.fetch_add(1, Ordering::SeqCst);
                 if state.compare_exchange(WAITING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
                     let id = session.load(Ordering::SeqCst);
-                    kill(&self.inner, id);
+                    kill(&self.inner, id, lasts);
                     Err(StoreError::retryable(match id {
                         NO_SESSION => format!("mysql {op}: all {} connections of the pool are busy", self.inner.max),
                         CONNECTING => format!("mysql {op}: no connection within {}", Human::about(remaining)),
@@ -226,6 +229,7 @@ impl Inner {
         op: &'static str,
         sql: &str,
         deadline: Instant,
+        lasts: Duration,
         session: &AtomicU32,
         state: &AtomicU8,
     ) -> Result<(Vec<Vec<Value>>, Lent), StoreError> {
@@ -257,7 +261,7 @@ impl Inner {
                         // the call's); the statement may still be waiting on
                         // the server. End it there too, as for a call given up
                         // on, so that it cannot land after this error.
-                        kill(self, id);
+                        kill(self, id, lasts);
                     }
                     self.discard(conn);
                     if !again {
@@ -383,7 +387,10 @@ impl Inner {
 /// (1 s) can outlast a shorter operation timeout. Best effort, on a thread
 /// of its own, at most one per pool slot at a time; a server that does not
 /// answer (frozen, unreachable) only costs that thread its socket timeout.
-fn kill(inner: &Arc<Inner>, session: u32) {
+/// `lasts` is how long the statement may still wait on the server: on a
+/// user's pool, whose slots may all be busy, the kill waits that long for a
+/// connection (after that the statement has ended by itself).
+fn kill(inner: &Arc<Inner>, session: u32, lasts: Duration) {
     if session == NO_SESSION || session == CONNECTING {
         return;
     }
@@ -393,7 +400,7 @@ fn kill(inner: &Arc<Inner>, session: u32) {
     }
     let worker = Arc::clone(inner);
     let spawned = thread::Builder::new().name("le-mysql-kill".into()).spawn(move || {
-        if let Err(e) = worker.kill_now(session) {
+        if let Err(e) = worker.kill_now(session, lasts) {
             log::debug!("leaderelection: mysql: ending abandoned session {session}: {e}");
         }
         worker.killers.fetch_sub(1, Ordering::SeqCst);
@@ -406,14 +413,14 @@ fn kill(inner: &Arc<Inner>, session: u32) {
 impl Inner {
     /// `KILL CONNECTION session` on a fresh connection of the store's own,
     /// or on one borrowed from the user's pool (given back after, when it
-    /// worked).
-    fn kill_now(&self, session: u32) -> Result<(), mysql::Error> {
+    /// worked), waiting for one at most `lasts` plus the socket timeout.
+    fn kill_now(&self, session: u32, lasts: Duration) -> Result<(), mysql::Error> {
         let sql = format!("KILL CONNECTION {session}");
         match &self.source {
             Source::Own(opts) => Conn::new(opts.clone())?.query_drop(sql),
             #[cfg(unix)]
             Source::Shared { pool, socket_timeout } => {
-                let deadline = Instant::now() + *socket_timeout;
+                let deadline = Instant::now() + lasts + *socket_timeout;
                 let Some(mut b) = Borrowed::take(pool, deadline, *socket_timeout, &self.warned)? else {
                     return Err(mysql::DriverError::Timeout.into());
                 };
