@@ -116,6 +116,8 @@ pub struct Counting {
     renew: AtomicU64,
     release: AtomicU64,
     inspect: AtomicU64,
+    /// Calls started and not yet returned.
+    in_flight: AtomicU64,
     /// When each call started and its latency in microseconds, when kept.
     latencies: Option<Mutex<Vec<(Instant, u32)>>>,
 }
@@ -128,6 +130,7 @@ impl Counting {
             renew: AtomicU64::new(0),
             release: AtomicU64::new(0),
             inspect: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
             latencies: keep_latency.then(|| Mutex::new(Vec::with_capacity(1 << 16))),
         })
     }
@@ -148,9 +151,18 @@ impl Counting {
         all.into_iter().filter(|(t, _)| *t >= since).map(|(_, l)| l).collect()
     }
 
+    /// Calls started through this wrapper that have not returned yet (an
+    /// elector leaves a call it abandoned, or one in flight when it shut
+    /// down, to finish on its own thread).
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Relaxed)
+    }
+
     fn timed<T>(&self, counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
         let t = Instant::now();
+        self.in_flight.fetch_add(1, Relaxed);
         let r = f();
+        self.in_flight.fetch_sub(1, Relaxed);
         counter.fetch_add(1, Relaxed);
         if let Some(l) = &self.latencies {
             l.lock().push((t, t.elapsed().as_micros().min(u32::MAX as u128) as u32));
@@ -322,7 +334,7 @@ pub fn server_sessions(db: &mut Db, server_port: u16) -> Result<usize, String> {
 
 /// A plain client of either kind.
 pub enum Db {
-    Pg(postgres::Client),
+    Pg(Box<postgres::Client>),
     My(mysql::Conn),
 }
 
@@ -331,7 +343,7 @@ impl Db {
         if url.starts_with("mysql:") {
             my_client(url).map(Db::My)
         } else {
-            pg_client(url).map(Db::Pg)
+            pg_client(url).map(|c| Db::Pg(Box::new(c)))
         }
     }
 
@@ -395,7 +407,7 @@ pub fn poll<T>(within: Duration, step: Duration, mut f: impl FnMut() -> Option<T
     }
 }
 
-/// Milliseconds with three decimals... or fewer.
+/// Milliseconds, with two decimals below 10 ms, one below 100 ms, else none.
 pub fn ms(d: f64) -> String {
     if d >= 100.0 {
         format!("{d:.0} ms")
