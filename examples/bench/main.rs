@@ -1,0 +1,132 @@
+//! The project measuring itself: rows 1–5 of BENCHMARKS.md (row 6, the
+//! build footprint, is measured by `scripts/bench.sh`, which runs this).
+//!
+//! ```sh
+//! bash scripts/bench.sh            # the full run, with row 6
+//! bash scripts/bench.sh --quick    # shorter trials, no row 6
+//! ```
+//!
+//! Needs `LE_PG_DSN`, `LE_PGBOUNCER_DSN` and `LE_MYSQL_URL` (the script sets
+//! them). Prints one Markdown table on stdout, progress on stderr. Exits 2
+//! on a safety violation (two leaders of one election at once, or a fence
+//! that did not increase), 1 when a row could not be measured; a missed
+//! speed target is a `MISSED` verdict, not a failure.
+
+mod common;
+mod cost;
+mod failover;
+#[allow(dead_code)]
+#[path = "../../tests/support/faults.rs"]
+mod faults;
+mod micro;
+mod scale;
+
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::{Table, Verdict, VIOLATIONS};
+use cost::Kind;
+
+struct Args {
+    quick: bool,
+    only: Option<Vec<u32>>,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args { quick: false, only: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => a.quick = true,
+            "--only" => {
+                let list = it.next().ok_or("--only needs a list of rows, e.g. 1,4")?;
+                a.only = Some(
+                    list.split(',')
+                        .map(|r| r.trim().parse().map_err(|_| format!("bad row {r:?}")))
+                        .collect::<Result<_, _>>()?,
+                );
+            }
+            _ => return Err(format!("unknown argument {arg:?} (known: --quick, --only ROWS)")),
+        }
+    }
+    Ok(a)
+}
+
+fn env(name: &str) -> Result<String, String> {
+    std::env::var(name).map_err(|_| {
+        format!("{name} is not set: run `bash scripts/bench.sh`, which sources scripts/db.sh and scripts/mysql.sh")
+    })
+}
+
+fn run(a: &Args, table: &mut Table) -> Result<(), String> {
+    let want = |row| a.only.as_ref().is_none_or(|o| o.contains(&row));
+    let t = Instant::now();
+    let step = |what: &str| eprintln!("bench: [{:6.1} s] {what}", t.elapsed().as_secs_f64());
+    let (pg, bouncer, my) = (env("LE_PG_DSN")?, env("LE_PGBOUNCER_DSN")?, env("LE_MYSQL_URL")?);
+    if want(1) {
+        step("row 1: is_valid / is_leader / Instant::now");
+        micro::run(a.quick, table)?;
+    }
+    if want(2) || want(3) {
+        // 10 elections at once; per path 4 rounds (40 crashes, 120 hand-overs),
+        // 2 rounds and 1 hand-over per trial when quick.
+        let (rounds, handovers) = if a.quick { (2, 1) } else { (4, 3) };
+        for (label, kind, url) in [
+            ("PostgreSQL", Kind::Postgres, &pg),
+            ("PgBouncer", Kind::Postgres, &bouncer),
+            ("MariaDB", Kind::MariaDb, &my),
+        ] {
+            step(&format!("rows 2-3: takeover, failover, hand-over on {label}"));
+            let own = common::OwnTable::new(url, "takeover");
+            let make = || kind.store(url, &own.name);
+            failover::run(label, &make, 10, rounds, handovers, table)?;
+        }
+    }
+    if want(4) {
+        step("row 4: cost per election per minute (PostgreSQL and MariaDB at once)");
+        let window = Duration::from_secs(if a.quick { 20 } else { 60 });
+        let (p, m) = std::thread::scope(|s| {
+            let p = s.spawn(|| cost::measure(Kind::Postgres, &pg, window));
+            let m = s.spawn(|| cost::measure(Kind::MariaDb, &my, window));
+            (p.join().expect("row 4 panicked"), m.join().expect("row 4 panicked"))
+        });
+        cost::report(&p?, table);
+        cost::report(&m?, table);
+    }
+    if want(5) {
+        let window = Duration::from_secs(if a.quick { 15 } else { 60 });
+        for (label, kind, url) in [("PostgreSQL", Kind::Postgres, &pg), ("MariaDB", Kind::MariaDb, &my)] {
+            step(&format!("row 5: 1,000 electors on {label}"));
+            let own = common::OwnTable::new(url, "scale");
+            scale::run(label, url, kind.store(url, &own.name)?, window, table)?;
+        }
+    }
+    step("done");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut table = Table::default();
+    let result = run(&a, &mut table);
+    let violations = VIOLATIONS.load(Ordering::Relaxed);
+    if violations > 0 {
+        table.add("safety", format!("{violations} violations (see stderr)"), "0", Verdict::Violation);
+    }
+    print!("{}", table.markdown());
+    match result {
+        Err(e) => {
+            eprintln!("bench: FAILED: {e}");
+            ExitCode::from(if violations > 0 { 2 } else { 1 })
+        }
+        Ok(()) if violations > 0 => ExitCode::from(2),
+        Ok(()) => ExitCode::SUCCESS,
+    }
+}

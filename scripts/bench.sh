@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The project measuring itself (BENCHMARKS.md):
+#   bash scripts/bench.sh            # every row, about 15 minutes on 2 cores
+#   bash scripts/bench.sh --quick    # shorter trials, no row 6
+# Starts the servers (scripts/db.sh, scripts/mysql.sh), runs rows 1-5 with
+#   cargo run --release --example bench --features postgres,mysql
+# then row 6 (clean release builds, each into a fresh CARGO_TARGET_DIR under
+# /tmp), and prints ONE Markdown table: row, measured, target, verdict.
+# Exit status: 2 on a safety violation (two leaders of one election at once,
+# a fence that did not increase), 1 when something could not be measured,
+# 0 otherwise; a missed speed target is a MISSED verdict, not a failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+quick=()
+[ "${1:-}" = "--quick" ] && quick=(--quick)
+
+# shellcheck source=db.sh
+source scripts/db.sh || exit 1
+# shellcheck source=mysql.sh
+source scripts/mysql.sh || exit 1
+
+work="$(mktemp -d /tmp/leaderelection-bench.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+started=$(date +%s)
+
+# Build first, so compiling is not part of any row.
+cargo build --release --example bench --features postgres,mysql || exit 1
+cargo run -q --release --example bench --features postgres,mysql -- "${quick[@]}" >"$work/table.md"
+status=$?
+
+# Row 6: crates compiled ("Compiling" lines) and wall time of a clean release
+# build of each configuration, one after another.
+build_row() {
+    local label="$1"
+    shift
+    local dir="$work/target-$RANDOM"
+    local t0 t1
+    t0=$(date +%s.%N)
+    if ! CARGO_TARGET_DIR="$dir" cargo build --release "$@" >"$work/build.log" 2>&1; then
+        echo "bench.sh: cargo build --release $* failed:" >&2
+        tail -n 20 "$work/build.log" >&2
+        echo "| 6. clean release build, $label | build failed | — | FAILED |" >>"$work/table.md"
+        [ "$status" -eq 0 ] && status=1
+        return
+    fi
+    t1=$(date +%s.%N)
+    local crates
+    crates=$(grep -c '^ *Compiling ' "$work/build.log")
+    printf '| 6. clean release build, %s | %s crates, %.0f s | — | — |\n' "$label" "$crates" "$(echo "$t1 - $t0" | bc)" \
+        >>"$work/table.md"
+    rm -rf "$dir"
+}
+if [ "${#quick[@]}" -eq 0 ]; then
+    echo "bench.sh: row 6, clean release builds" >&2
+    build_row "library, default features (\`-p leaderelection\`)" -p leaderelection
+    build_row "\`--features postgres\`" -p leaderelection --features postgres
+    build_row "\`--features mysql\`" -p leaderelection --features mysql
+    build_row "the CLI (\`-p leaderelection-cli\`)" -p leaderelection-cli
+fi
+
+echo
+cat "$work/table.md"
+echo
+echo "bench.sh: $(( $(date +%s) - started )) s in all; exit status $status"
+exit "$status"
