@@ -786,24 +786,7 @@ fn terms_count_claims_only() {
     let t = Scratch::new("le_terms");
     let s = t.store();
     s.ensure_schema().unwrap();
-    let ttl = Duration::from_secs(1);
-    let a = s.acquire("e", "a", ttl, b"", T).unwrap();
-    assert_eq!(t.terms("e"), 1, "absent row claimed");
-    s.renew("e", "a", a.fence, ttl, b"", T).unwrap();
-    let again = s.acquire("e", "a", ttl, b"", T).unwrap();
-    assert_eq!(again.fence, a.fence, "the holder's re-acquire ran after its lease expired: {a:?} {again:?}");
-    assert!(!s.acquire("e", "b", LONG, b"", T).unwrap().held_by("b"), "b claimed a valid lease");
-    s.inspect("e", T).unwrap();
-    assert_eq!(t.terms("e"), 1, "renew, the holder's re-acquire, a losing claim or inspect counted a term");
-    assert!(wait_for(Duration::from_secs(5), || s.inspect("e", T).unwrap().expired()), "the lease expires");
-    let b = s.acquire("e", "b", LONG, b"", T).unwrap();
-    assert!(b.held_by("b") && b.fence > a.fence, "{b:?}");
-    assert_eq!(t.terms("e"), 2, "takeover of an expired lease");
-    s.release("e", "a", a.fence, T).unwrap();
-    s.release("e", "b", b.fence, T).unwrap();
-    assert_eq!(t.terms("e"), 2, "a release counted a term");
-    assert!(s.acquire("e", "a", LONG, b"", T).unwrap().held_by("a"));
-    assert_eq!(t.terms("e"), 3, "claim after a release");
+    support::terms::counts_claims_only(&s, |name| t.terms(name));
 }
 
 /// A table made by an older version's DDL and never `ensure_schema`d:

@@ -350,8 +350,8 @@ fn run_conn(shared: Arc<Shared>, mut conn: Conn, id: u64) {
         }
     }
     drop(conn); // closes both sockets (RST if lingering 0) before the count drops
-    // The count drops under the same lock `reset_all` waits on, so that it
-    // can never see the connection gone and the count not yet down.
+                // The count drops under the same lock `reset_all` waits on, so that it
+                // can never see the connection gone and the count not yet down.
     let mut conns = shared.conns.lock();
     conns.retain(|(i, _)| *i != id);
     shared.open.fetch_sub(1, SeqCst);

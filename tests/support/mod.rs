@@ -17,6 +17,7 @@ pub mod oracle;
 pub mod pause;
 pub mod pg_server;
 pub mod proxy;
+pub mod terms;
 
 use std::thread;
 use std::time::{Duration, Instant};
