@@ -12,6 +12,34 @@
 # see the last section).
 # Safe to run twice: a PgBouncer already answering on the port is reused.
 
+# Stops a PgBouncer an earlier run started from $1/pgbouncer.ini: the one its
+# pid file names, only if that pid is still a pgbouncer (pids are reused
+# after a reboot), and any other started from the same file; waits until gone.
+le_db_stop_bouncer() {
+    local dir="$1" pid pids i
+    pids="$(pgrep -f "pgbouncer.* $dir/pgbouncer.ini" || true)"
+    if [ -f "$dir/pgbouncer.pid" ]; then
+        pid="$(cat "$dir/pgbouncer.pid" 2>/dev/null || true)"
+        if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q pgbouncer; then
+            pids="$pids $pid"
+        fi
+    fi
+    [ -n "${pids// /}" ] || return 0
+    # SIGCONT first: a bouncer left stopped would never act on the SIGTERM.
+    kill -CONT $pids 2>/dev/null || true
+    kill -TERM $pids 2>/dev/null || true
+    for i in $(seq 1 25); do kill -0 $pids 2>/dev/null || return 0; sleep 0.2; done
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.2
+}
+
+# What a failed PgBouncer start printed, and the end of its log.
+le_db_bouncer_diagnose() {
+    local dir="$1"
+    sed 's/^/db.sh:   /' "$dir/start.out" >&2 2>/dev/null || true
+    tail -n 20 "$dir/pgbouncer.log" 2>/dev/null | sed 's/^/db.sh:   log: /' >&2 || true
+}
+
 le_db_main() {
     local pg_port=5432
     local bouncer_port="${LE_PGBOUNCER_PORT:-6439}"
@@ -49,8 +77,13 @@ le_db_main() {
         runuser -u postgres -- createdb -h 127.0.0.1 -p "$pg_port" -O root test 2>/dev/null || true
     fi
 
-    # PgBouncer in transaction mode, reused when it already answers.
-    if ! pg_isready -q -h 127.0.0.1 -p "$bouncer_port" -d test; then
+    # PgBouncer in transaction mode, reused when it already answers. Anything
+    # an earlier run left (a pid file naming a pid since reused, a bouncer
+    # that is stopped or gone deaf, a log owned by someone else) is cleared
+    # first, and a failed start prints why instead of only where to look.
+    if ! pg_isready -q -t 3 -h 127.0.0.1 -p "$bouncer_port" -d test; then
+        le_db_stop_bouncer "$dir"
+        rm -rf "$dir"
         mkdir -p "$dir"
         cat >"$dir/pgbouncer.ini" <<INI
 [databases]
@@ -73,15 +106,27 @@ pidfile = $dir/pgbouncer.pid
 INI
         printf '"root" ""\n"postgres" ""\n"le_limited" ""\n"le_nobody" ""\n' >"$dir/userlist.txt"
         chown -R postgres: "$dir"
-        if [ -f "$dir/pgbouncer.pid" ] && kill -0 "$(cat "$dir/pgbouncer.pid")" 2>/dev/null; then
-            kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || true
-            sleep 0.5
+        # Something else on the port that does not answer: say what it is.
+        if ss -Hltn "sport = :$bouncer_port" 2>/dev/null | grep -q .; then
+            echo "db.sh: port $bouncer_port is taken by something that does not answer as PgBouncer:" >&2
+            ss -Hltnp "sport = :$bouncer_port" >&2 || true
+            echo "db.sh: stop it, or choose another port with LE_PGBOUNCER_PORT" >&2
+            return 1
         fi
-        rm -f "$dir/pgbouncer.pid"
-        runuser -u postgres -- pgbouncer -d -q "$dir/pgbouncer.ini" || { echo "db.sh: pgbouncer did not start; see $dir/pgbouncer.log" >&2; return 1; }
+        local bouncer
+        bouncer="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
+        if ! runuser -u postgres -- "$bouncer" -d "$dir/pgbouncer.ini" >"$dir/start.out" 2>&1; then
+            echo "db.sh: pgbouncer did not start ($bouncer -d $dir/pgbouncer.ini as postgres):" >&2
+            le_db_bouncer_diagnose "$dir"
+            return 1
+        fi
         local i
         for i in $(seq 1 50); do pg_isready -q -h 127.0.0.1 -p "$bouncer_port" -d test && break; sleep 0.2; done
-        pg_isready -q -h 127.0.0.1 -p "$bouncer_port" -d test || { echo "db.sh: pgbouncer does not answer on $bouncer_port" >&2; return 1; }
+        if ! pg_isready -q -h 127.0.0.1 -p "$bouncer_port" -d test; then
+            echo "db.sh: pgbouncer does not answer on $bouncer_port:" >&2
+            le_db_bouncer_diagnose "$dir"
+            return 1
+        fi
     fi
 
     export LE_PG_DSN="postgres://root@127.0.0.1:$pg_port/test"
