@@ -574,8 +574,11 @@ impl Elector {
     /// the `on_started_leading` thread. Calling it again does nothing.
     ///
     /// Blocks for at most about two operation timeouts plus however long
-    /// `on_started_leading` takes to return once its guard is invalid.
-    /// Store calls that are hung are left to finish on their own threads.
+    /// `on_started_leading` takes to return once its guard is invalid: a
+    /// renewal in flight is waited for (up to the operation timeout) before
+    /// the release, since one that landed after the release would extend the
+    /// lease again and keep the successor waiting a whole lease. Store calls
+    /// still hung after that are left to finish on their own threads.
     ///
     /// # Errors
     ///

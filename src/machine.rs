@@ -346,6 +346,15 @@ pub struct Machine {
     next_call_at: Option<LocalTime>,
     /// The last inspect showed a claimable lease: acquire at the next call.
     campaign_now: bool,
+    /// The next poll was timed for the observed lease's expiry: when it
+    /// fires at or after this instant, claim at once instead of inspecting
+    /// first, which would only find the lease expired and cost a round trip.
+    claim_at_expiry: Option<LocalTime>,
+    /// A new leader was just observed: spread the next poll over the whole
+    /// retry period, so followers that all saw the takeover at the same
+    /// instant (they polled together at the old lease's expiry) do not stay
+    /// in step and hand-overs keep their full chance of a quick poll.
+    spread_next_poll: bool,
     /// A fence this participant may still hold on the server but must not
     /// lead under again: release it before campaigning.
     pending_release: Option<u64>,
@@ -375,6 +384,8 @@ impl Machine {
             inflight: None,
             next_call_at: Some(LocalTime::ZERO),
             campaign_now: false,
+            claim_at_expiry: None,
+            spread_next_poll: false,
             pending_release: None,
             highest_fence: 0,
             hold_back: false,
@@ -484,7 +495,9 @@ impl Machine {
     }
 
     /// Starts shutting down: ends the term at once, releases the lease
-    /// (unless disabled), then emits [`Output::Stopped`].
+    /// (unless disabled), then emits [`Output::Stopped`]. A renewal or
+    /// release in flight is waited for first, up to its operation timeout: a
+    /// renewal that landed after the release would extend the lease again.
     pub fn shutdown(&mut self, now: LocalTime) {
         self.shutdown_inner(now, self.cfg.release_on_shutdown);
     }
@@ -506,10 +519,22 @@ impl Machine {
         if !self.cfg.release_on_shutdown {
             self.pending_release = None;
         }
-        // A call in flight other than an acquire cannot change what we hold:
-        // stop waiting for it. An acquire may grant the lease, so its answer
-        // decides whether there is something to release.
-        if let Some(c) = self.inflight.filter(|c| !matches!(c.op, Op::Acquire { .. })) {
+        // Which call in flight to wait for (its operation timeout bounds the
+        // wait). An acquire may grant the lease, so its answer decides whether
+        // there is something to release. A renewal may still land: sent
+        // before the release but committed after it (on another connection,
+        // or behind the release's row lock with an older `now`), it would
+        // extend a released lease by a whole TTL and keep the successor out.
+        // So a release waits for it. The release of a resignation in flight
+        // gives the shutdown its result. An inspect changes nothing; nor does
+        // anything when no release follows.
+        let release = self.cfg.release_on_shutdown;
+        let wait = |op: Op| match op {
+            Op::Acquire { .. } => true,
+            Op::Renew { .. } | Op::Release { .. } => release,
+            Op::Inspect => false,
+        };
+        if let Some(c) = self.inflight.filter(|c| !wait(c.op)) {
             self.inflight = None;
             self.outputs.push_back(Output::CallAbandoned(c.id));
         }
@@ -535,6 +560,7 @@ impl Machine {
                 let not_before = now + self.cfg.timing.retry_period.saturating_mul(2);
                 self.campaign_not_before = self.campaign_not_before.max(not_before);
                 self.campaign_now = false;
+                self.claim_at_expiry = None;
             }
         }
         self.step(now);
@@ -779,6 +805,7 @@ impl Machine {
         let changed = self.observed.as_ref().is_none_or(|o| o.identity != lease.holder || o.fence != lease.fence);
         if valid && (changed || !self.observed.as_ref().is_some_and(|o| o.valid)) {
             self.outputs.push_back(Output::NewLeader { identity: lease.holder.clone(), fence: lease.fence });
+            self.spread_next_poll = lease.holder != self.cfg.identity;
         }
         self.observed = Some(Observed {
             identity: lease.holder.clone(),
@@ -789,13 +816,22 @@ impl Machine {
         });
     }
 
-    /// Next follower poll: the retry period, jittered ±20 %, or just after
-    /// the observed lease runs out if that is sooner.
+    /// Next follower poll: the retry period, jittered ±20 % (the first
+    /// after a new leader was observed: anywhere in 0.2 to 1.2 periods), or
+    /// when the observed lease runs out if that is sooner; that poll claims
+    /// directly.
     fn schedule_poll(&mut self, now: LocalTime, ttl: Option<Duration>) {
         let period = self.cfg.timing.retry_period;
-        let jittered = self.rng.jitter(period);
+        let r = self.rng.next_u64();
+        let jittered = if std::mem::take(&mut self.spread_next_poll) { spread(period, r) } else { jitter(period, r) };
+        self.claim_at_expiry = None;
         let wait = match ttl {
-            Some(ttl) if self.may_campaign(now) => jittered.min(ttl.saturating_add(Duration::from_millis(1))),
+            // The expiry is reckoned from the reply's arrival, after the
+            // server read its clock, so it falls at or after the server's.
+            Some(ttl) if self.may_campaign(now) && ttl < jittered => {
+                self.claim_at_expiry = Some(now + ttl);
+                ttl
+            }
             _ => jittered,
         };
         let at = (now + wait).max(if self.hold_back { now } else { self.campaign_not_before });
@@ -862,7 +898,10 @@ impl Machine {
             Mode::Running => match (self.term, self.pending_release) {
                 (Some(term), _) => Op::Renew { fence: term.fence, ttl: self.cfg.timing.lease_duration },
                 (None, Some(fence)) => Op::Release { fence },
-                (None, None) if std::mem::take(&mut self.campaign_now) && self.may_campaign(now) => {
+                (None, None)
+                    if (std::mem::take(&mut self.campaign_now) || self.claim_at_expiry.is_some_and(|t| now >= t))
+                        && self.may_campaign(now) =>
+                {
                     Op::Acquire { ttl: self.cfg.timing.lease_duration }
                 }
                 (None, None) => Op::Inspect,
@@ -870,6 +909,7 @@ impl Machine {
             Mode::Stopped => return,
         };
         self.campaign_now = false;
+        self.claim_at_expiry = None;
         self.next_call_id += 1;
         let id = CallId(self.next_call_id);
         self.inflight = Some(InFlight { id, op, sent_at: now });
@@ -891,11 +931,15 @@ impl SplitMix64 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
+}
 
-    /// `d` scaled by a factor drawn uniformly from [0.8, 1.2).
-    fn jitter(&mut self, d: Duration) -> Duration {
-        jitter(d, self.next_u64())
-    }
+/// `d` scaled by a factor in [0.2, 1.2) chosen by `r`: the first follower
+/// poll after a new leader is seen. Public for the fuzz targets.
+pub fn spread(d: Duration, r: u64) -> Duration {
+    let frac = (r >> 32) as u128; // [0, 2^32)
+    let nanos = d.as_nanos();
+    let scaled = nanos / 5 + nanos * frac / (1u128 << 32);
+    Duration::from_nanos(u64::try_from(scaled).unwrap_or(u64::MAX))
 }
 
 /// `d` scaled by a factor in [0.8, 1.2) chosen by `r`: the follower poll

@@ -498,19 +498,92 @@ fn shutdown_during_an_acquire_releases_what_it_grants() {
     assert!(r.store.peek(NAME).unwrap().expired());
 }
 
-#[test]
-fn shutdown_does_not_wait_for_a_hung_renewal() {
-    let mut r = Rig::new("a");
+/// A leader whose renewal has just been sent and not answered.
+fn renewal_in_flight(r: &mut Rig) -> Call {
     r.run_for(ms(100));
     r.run_for(ms(4_900));
     r.tick();
     r.sleep(ms(100));
     r.tick();
-    assert!(matches!(r.pending.first().map(|c| c.op), Some(Op::Renew { .. })));
+    let call = *r.pending.first().expect("a renewal in flight");
+    assert!(matches!(call.op, Op::Renew { .. }), "{call:?}");
+    call
+}
+
+fn releases(r: &Rig) -> usize {
+    r.calls().iter().filter(|op| matches!(op, Op::Release { .. })).count()
+}
+
+// A renewal sent before the release but committed after it would extend the
+// released lease by a TTL (on PostgreSQL it waits behind the release's row
+// lock with an older now(), so `expires_at > now()` still holds), and the
+// successor would wait a whole lease: the release waits for it.
+#[test]
+fn shutdown_waits_for_a_renewal_in_flight_before_releasing() {
+    let mut r = Rig::new("a");
+    let renew = renewal_in_flight(&mut r);
     r.m.shutdown(r.now);
     r.collect();
-    assert!(r.log.iter().any(|o| matches!(o, Output::CallAbandoned(_))));
+    assert!(!r.m.is_leader(r.now), "the term ends at once");
+    assert_eq!(releases(&r), 0, "no release while the renewal may still land");
+    assert!(!r.log.iter().any(|o| matches!(o, Output::CallAbandoned(_) | Output::Stopped)));
+    assert!(r.m.poll_timeout().is_some_and(|t| t <= r.now + OPT), "the wait is bounded by the operation timeout");
+    let answered = r.answer(); // the renewal lands and extends the lease on the server
+    assert_eq!(answered.id, renew.id);
+    assert!(r.started().len() == 1 && r.ended() == [EndReason::Shutdown], "the answer revives nothing");
+    assert_eq!(r.pending.first().map(|c| c.op), Some(Op::Release { fence: r.started()[0].0 }));
+    r.answer();
+    assert!(matches!(r.log.last(), Some(Output::Stopped)));
+    assert!(r.store.peek(NAME).unwrap().expired(), "released after the renewal, so it stays released");
+}
+
+#[test]
+fn shutdown_gives_up_on_a_hung_renewal_at_its_timeout_then_releases() {
+    let mut r = Rig::new("a");
+    let renew = renewal_in_flight(&mut r);
+    r.m.shutdown(r.now);
+    r.collect();
+    r.sleep(OPT - ms(1));
+    r.tick();
+    assert_eq!(releases(&r), 0, "still inside the operation timeout");
+    r.sleep(ms(1));
+    r.tick();
+    assert!(r.log.iter().any(|o| matches!(o, Output::CallAbandoned(id) if *id == renew.id)));
     assert_eq!(r.pending.last().map(|c| c.op), Some(Op::Release { fence: r.started()[0].0 }));
+    r.answer();
+    assert!(matches!(r.log.last(), Some(Output::Stopped)));
+}
+
+#[test]
+fn shutdown_without_release_waits_for_no_renewal() {
+    let mut cfg = MachineConfig::new("a", timing(), 7);
+    cfg.release_on_shutdown = false;
+    let mut r = Rig::new("a");
+    r.m = Machine::new(cfg);
+    let renew = renewal_in_flight(&mut r);
+    r.m.shutdown_without_release(r.now);
+    r.collect();
+    assert!(r.log.iter().any(|o| matches!(o, Output::CallAbandoned(id) if *id == renew.id)));
+    assert!(matches!(r.log.last(), Some(Output::Stopped)));
+    assert_eq!(releases(&r), 0);
+}
+
+#[test]
+fn shutdown_during_a_resignations_release_takes_its_result() {
+    let mut r = Rig::new("a");
+    r.run_for(ms(100));
+    let term = r.m.term().expect("leads");
+    r.m.resign(r.now, term.id);
+    r.collect();
+    let release = *r.pending.first().expect("the release");
+    assert_eq!(release.op, Op::Release { fence: term.fence });
+    r.m.shutdown(r.now);
+    r.collect();
+    assert!(!matches!(r.log.last(), Some(Output::Stopped)), "waits for the release in flight");
+    let err = StoreError::retryable("connection reset");
+    r.reply(release, Outcome::Released(Err(err)));
+    assert!(r.log.iter().any(|o| matches!(o, Output::Released { fence, result: Err(_) } if *fence == term.fence)));
+    assert!(matches!(r.log.last(), Some(Output::Stopped)));
 }
 
 #[test]
@@ -562,20 +635,84 @@ fn a_follower_takes_over_just_after_a_crashed_leaders_lease_runs_out() {
 }
 
 #[test]
-fn follower_polls_are_jittered_within_twenty_percent() {
-    let mut delays = std::collections::BTreeSet::new();
+fn follower_polls_are_jittered_within_twenty_percent_and_the_first_after_a_new_leader_spreads_wider() {
+    let (mut first, mut later) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
     for seed in 0..50 {
         let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
         store.acquire(NAME, "other", Duration::from_secs(3600), b"", OPT).unwrap();
         let mut r = Rig::with("b", store, timing(), seed);
         r.latency = Duration::ZERO;
         r.tick();
-        r.answer();
+        r.answer(); // sees "other" lead for the first time
+        let next = r.m.poll_timeout().unwrap().saturating_since(r.now);
+        assert!(next >= ms(600) && next < ms(3_600), "first poll after a new leader: {next:?}");
+        first.insert(next);
+        r.sleep(next);
+        r.tick();
+        r.answer(); // the same leader again
         let next = r.m.poll_timeout().unwrap().saturating_since(r.now);
         assert!(next >= ms(2_400) && next < ms(3_600), "{next:?}");
-        delays.insert(next);
+        later.insert(next);
     }
-    assert!(delays.len() > 40, "different seeds, different delays");
+    assert!(first.len() > 40 && later.len() > 40, "different seeds, different delays");
+    assert!(first.iter().any(|d| *d < ms(2_400)), "the first poll spreads below 0.8 periods: {first:?}");
+}
+
+// Followers that saw a takeover together (they polled at the old lease's
+// expiry) fall out of step at once instead of drifting apart by the jitter.
+#[test]
+fn followers_that_saw_a_takeover_at_the_same_instant_poll_out_of_step() {
+    let mut gaps = vec![];
+    for seed in 0..20 {
+        let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+        store.acquire(NAME, "leader", Duration::from_secs(3600), b"", OPT).unwrap();
+        let mut polls = vec![];
+        for (i, id) in ["b", "c"].into_iter().enumerate() {
+            let mut r = Rig::with(id, store.clone(), timing(), seed * 2 + i as u64);
+            r.latency = Duration::ZERO;
+            r.tick();
+            r.answer();
+            polls.push(r.m.poll_timeout().unwrap());
+        }
+        gaps.push(polls[0].saturating_since(polls[1]).max(polls[1].saturating_since(polls[0])));
+    }
+    let wide = gaps.iter().filter(|g| **g > ms(1_200)).count();
+    assert!(wide >= 3, "with ±20 % jitter alone no gap exceeds 0.4 periods (1.2 s): {gaps:?}");
+}
+
+// The poll timed for the observed expiry claims at once: no inspect first
+// to find the lease expired, so the takeover costs one round trip.
+#[test]
+fn a_poll_timed_for_the_expiry_claims_directly() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    store.acquire(NAME, "crashed", ms(1_000), b"", OPT).unwrap();
+    let mut r = Rig::with("b", store.clone(), timing(), 5);
+    r.run_for(ms(2_000));
+    assert_eq!(r.calls(), [Op::Inspect, Op::Acquire { ttl: timing().lease_duration }], "{:?}", r.log);
+    assert_eq!(r.started().len(), 1);
+    // Timed from the first inspect's reply: the expiry (1 s on the server
+    // clock) plus the acquire's round trip.
+    let lease = store.peek(NAME).unwrap();
+    let db_delay = lease.acquired_at.as_unix_micros() - (DB_START + 1_000_000);
+    assert!((0..=10_000).contains(&db_delay), "claimed {db_delay} us after the expiry");
+}
+
+// A call the timer did not time for the expiry (the hold-back lifted, say)
+// inspects as before.
+#[test]
+fn only_the_expiry_poll_claims_without_inspecting() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    store.acquire(NAME, "leader", ms(2_000), b"", OPT).unwrap();
+    let mut r = Rig::with("b", store, timing(), 5);
+    r.latency = Duration::ZERO;
+    r.tick();
+    r.answer();
+    assert!(r.m.poll_timeout().unwrap().saturating_since(r.now) <= ms(2_000), "timed for the expiry");
+    r.sleep(ms(500));
+    r.m.set_hold_back(r.now, true);
+    r.m.set_hold_back(r.now, false); // lifting it polls now
+    r.collect();
+    assert_eq!(r.pending.last().map(|c| c.op), Some(Op::Inspect), "{:?}", r.log);
 }
 
 #[test]

@@ -436,3 +436,92 @@ fn debug_output_shows_no_payload_bytes() {
     assert!(!status.contains("secret"), "{status}");
     assert!(status.contains("payload_len: 19"), "{status}");
 }
+
+/// A MemStore whose renewals take `hold` inside the store, like a renewal
+/// waiting on the server, and that records whether a release ever came in
+/// while a renewal was still inside: a renewal that commits after the release
+/// extends the released lease (on PostgreSQL it can carry an older `now()`
+/// than the release), and the successor waits a whole lease.
+struct SlowRenewals {
+    inner: MemStore,
+    hold: Duration,
+    renewing: std::sync::atomic::AtomicUsize,
+    entered: crossbeam_channel::Sender<()>,
+    overlapped: AtomicBool,
+}
+
+impl leaderelection::Store for SlowRenewals {
+    fn acquire(
+        &self,
+        name: &str,
+        id: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        self.inner.acquire(name, id, ttl, payload, timeout)
+    }
+
+    fn renew(
+        &self,
+        name: &str,
+        id: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        self.renewing.fetch_add(1, Ordering::SeqCst);
+        let _ = self.entered.try_send(());
+        thread::sleep(self.hold); // the store's own latency, not a wait for an outcome
+        let result = self.inner.renew(name, id, fence, ttl, payload, timeout);
+        self.renewing.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    fn release(&self, name: &str, id: &str, fence: u64, timeout: Duration) -> Result<(), leaderelection::StoreError> {
+        if self.renewing.load(Ordering::SeqCst) > 0 {
+            self.overlapped.store(true, Ordering::SeqCst);
+        }
+        self.inner.release(name, id, fence, timeout)
+    }
+
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        self.inner.inspect(name, timeout)
+    }
+}
+
+#[test]
+fn shutdown_releases_only_after_the_renewal_in_flight_has_returned() {
+    // Renewals spend 250 ms of the 300 ms operation timeout in the store; the
+    // shutdown must come while one is inside, which a loaded machine may
+    // miss, so up to five tries, each counted only when it caught one.
+    for attempt in 1..=5 {
+        let (entered, renewals) = crossbeam_channel::bounded(1);
+        let store = Arc::new(SlowRenewals {
+            inner: MemStore::new(),
+            hold: ms(250),
+            renewing: Default::default(),
+            entered,
+            overlapped: AtomicBool::new(false),
+        });
+        let a = Elector::start(Config::new(Arc::clone(&store), NAME).identity("a").timing(timing())).unwrap();
+        let guard = lead(&a);
+        renewals.recv_timeout(Duration::from_secs(5)).expect("a renewal within the renew interval");
+        let caught = store.renewing.load(Ordering::SeqCst) > 0;
+        let t0 = Instant::now();
+        let result = a.shutdown();
+        let took = t0.elapsed();
+        assert!(!guard.is_valid());
+        assert!(!store.overlapped.load(Ordering::SeqCst), "the release went out while a renewal was in the store");
+        result.expect("released");
+        let row = store.inner.peek(NAME).unwrap();
+        assert!(row.expired(), "released after the renewal returned: {row:?}");
+        assert!(took < ms(2 * 300 + 200), "at most about two operation timeouts: {took:?}");
+        if caught {
+            return;
+        }
+        eprintln!("attempt {attempt}: the renewal had returned before shutdown began; again");
+    }
+    panic!("in five tries the shutdown never began while a renewal was in the store");
+}

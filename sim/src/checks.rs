@@ -341,10 +341,22 @@ pub fn delays(data: &[u8]) -> Result<(), String> {
         ensure!(matches!(call.op, Op::Acquire { .. }), "expected an acquire, got {:?}", call.op);
     } else {
         ensure!(only_call(&outs).is_none(), "a call while a valid lease is held elsewhere: {outs:?}");
+        // The first poll after a new leader spreads over 0.2 to 1.2 periods;
+        // one timed for the lease's expiry comes at the expiry and claims.
         let wait = m.poll_timeout().ok_or("no poll after seeing a leader")?.saturating_since(now);
-        let soon = left + Duration::from_millis(1);
-        let (min, max) = (scale(p, 4, 5).min(soon), scale(p, 6, 5).min(soon));
+        let (min, max) = (scale(p, 1, 5).min(left), scale(p, 6, 5).min(left));
         ensure!(wait >= min && wait <= max, "poll {wait:?} after a lease with {left:?} left, period {p:?}");
+        m.handle_timeout(now + wait);
+        let call = only_call(&drain(&mut m)).ok_or("no call when the poll fired")?;
+        let claims = matches!(call.op, Op::Acquire { .. });
+        // (A drawn delay exactly equal to what is left may do either.)
+        ensure!(!claims || wait == left, "{:?} by a poll {wait:?} after a lease with {left:?} left", call.op);
+        ensure!(
+            claims || wait < left || left >= scale(p, 1, 5),
+            "{:?} at the expiry ({left:?} left), not a claim",
+            call.op
+        );
+        ensure!(claims || call.op == Op::Inspect, "a follower's poll sent {:?}", call.op);
     }
 
     // A leader's retry after a failed renewal.
