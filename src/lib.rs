@@ -86,6 +86,7 @@ mod metrics;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod status;
 mod store;
 #[cfg(feature = "storetest")]
 pub mod storetest;
@@ -97,7 +98,7 @@ pub use config::{
     DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,
     MIN_DEFAULT_SAFETY_MARGIN,
 };
-pub use elector::{Elector, LeaderInfo, StartError, Status, TermsEnded, WaitLeaderError};
+pub use elector::{Elector, StartError, WaitLeaderError};
 pub use error::{ElectionError, OpKind};
 pub use guard::{LeaderGuard, WaitTimeoutResult};
 pub use identity::{generate_identity, IdentityError};
@@ -107,4 +108,5 @@ pub use memstore::{MemStats, MemStore};
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use status::{LeaderInfo, Status, TermsEnded};
 pub use store::{ErrorKind, Store, StoreError};

@@ -11,9 +11,9 @@ use std::time::Duration;
 use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use ::metrics::{Counter, Gauge, Histogram, Unit};
 
-use crate::elector::reason_name;
 use crate::error::OpKind;
 use crate::machine::EndReason;
+use crate::status::reason_name;
 use crate::store::ErrorKind;
 
 /// 1 while this participant leads, else 0.
