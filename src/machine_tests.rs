@@ -623,7 +623,7 @@ fn a_follower_takes_over_just_after_a_crashed_leaders_lease_runs_out() {
     let fence = b.started()[0].0;
     assert!(fence > a.started()[0].0);
     // The lease had at most 15 s left; b polls at least every 1.2 * retry
-    // period and aims just past the observed expiry.
+    // period and claims at the observed expiry.
     let took_over = b
         .log
         .iter()
