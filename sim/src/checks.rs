@@ -32,7 +32,7 @@ use leaderelection::ident::{
     quote_mysql, quote_postgres, quote_postgres_literal, unquote_mysql, unquote_postgres, unquote_postgres_literal,
     MAX_MYSQL_IDENT, MAX_POSTGRES_IDENT,
 };
-use leaderelection::machine::{jitter, Call, LocalTime, Machine, MachineConfig, Op, Outcome, Output};
+use leaderelection::machine::{jitter, spread, Call, LocalTime, Machine, MachineConfig, Op, Outcome, Output};
 use leaderelection::{DbTime, Lease};
 use leaderelection::{ErrorKind, Store, StoreError};
 use leaderelection::{MemStats, MemStore};
@@ -289,10 +289,12 @@ pub fn lease_maths(data: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Follower and retry delays: [`jitter`] stays in `[0.8 d, 1.2 d)` and is
-/// monotonic in both arguments; a machine polls a retry period (jittered)
-/// after a failure, just after an observed lease runs out if that is sooner,
-/// and a leader retries a failed renewal after exactly `retry_delay`.
+/// Follower and retry delays: [`jitter`] stays in `[0.8 d, 1.2 d)` and
+/// [`spread`] in `[0.2 d, 1.2 d)`, both monotonic in both arguments; a
+/// machine polls a retry period (jittered) after a failure, spreads its first
+/// poll after a new leader, polls when an observed lease runs out if that is
+/// sooner and then claims, and a leader retries a failed renewal after
+/// exactly `retry_delay`.
 pub fn delays(data: &[u8]) -> Result<(), String> {
     let mut r = Bytes::new(data);
     let d = Duration::from_nanos(r.u64() >> (r.u8() % 64));
@@ -309,6 +311,15 @@ pub fn delays(data: &[u8]) -> Result<(), String> {
     ensure!(jitter(d, lo) <= jitter(d, hi), "jitter not monotonic in r");
     let d2 = d + Duration::from_nanos(u64::from(r.u16()));
     ensure!(jitter(d, r1) <= jitter(d2, r1), "jitter not monotonic in d");
+    for x in [r1, r2] {
+        let j = spread(d, x).as_nanos();
+        ensure!(j >= n / 5 && j <= n / 5 + n, "spread({d:?}, {x}) = {j}ns");
+        if n >= 10 {
+            ensure!(j < n * 6 / 5 + 1, "spread({d:?}, {x}) = {j}ns reaches 1.2 d");
+        }
+    }
+    ensure!(spread(d, lo) <= spread(d, hi), "spread not monotonic in r");
+    ensure!(spread(d, r1) <= spread(d2, r1), "spread not monotonic in d");
 
     // A follower's polls.
     let lease_d = small_duration(&mut r) * 4;
