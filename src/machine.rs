@@ -349,6 +349,12 @@ pub struct Machine {
     /// The next poll was timed for the observed lease's expiry: when it
     /// fires at or after this instant, claim at once instead of inspecting
     /// first, which would only find the lease expired and cost a round trip.
+    /// Set only after seeing another holder's live lease. Once another holder
+    /// has had the row, fences only grow, so the claim cannot find this
+    /// participant's own older lease and extend it, unless an operator
+    /// restores an old row in between; then the claim extends it once and
+    /// [`Machine::on_acquire`] releases it at once (as after an inspect and
+    /// a claim with the restore between them).
     claim_at_expiry: Option<LocalTime>,
     /// A new leader was just observed: spread the next poll over the whole
     /// retry period, so followers that all saw the takeover at the same
