@@ -154,11 +154,17 @@ le_db_pause_main() {
 
     # A previous run killed before its thaw: continue the postmaster and all
     # its children, or pg_isready below would hang on the stopped server.
+    # Only if that pid is still this cluster's postmaster: after a reboot the
+    # pid may belong to anything (a backend of the shared server, say, which
+    # the `pg_ctl stop` below would then signal), and the file is stale.
     if [ -f "$dir/postmaster.pid" ]; then
         local pm
         pm="$(head -n1 "$dir/postmaster.pid")"
-        if [ -n "$pm" ] && kill -0 "$pm" 2>/dev/null; then
+        if [ -n "$pm" ] && tr '\0' ' ' <"/proc/$pm/cmdline" 2>/dev/null | grep -qF -- "$dir"; then
             kill -CONT "$pm" $(pgrep -P "$pm") 2>/dev/null || true
+        else
+            echo "db.sh: removing the stale $dir/postmaster.pid (pid ${pm:-none} is not its postmaster)" >&2
+            rm -f "$dir/postmaster.pid"
         fi
     fi
 
