@@ -3,40 +3,12 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use leaderelection::{Config, Elector, MemStore, Timing};
+use leaderelection::{Config, Elector, MemStore};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// Short timings that satisfy the invariant:
-/// 300 + 2*300 + 75 = 975 ms <= 1500 - 200 = 1300 ms.
-fn timing() -> Timing {
-    Timing {
-        lease_duration: ms(1500),
-        renew_interval: ms(300),
-        retry_period: ms(200),
-        operation_timeout: ms(300),
-        safety_margin: ms(200),
-    }
-}
-
-/// Polls `cond` until it holds or `within` passes; returns whether it held.
-fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(ms(2));
-    }
-}
+mod threaded;
+use threaded::{eventually, timing};
 
 fn counter() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))

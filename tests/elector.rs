@@ -7,25 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Config, ElectionError, Elector, ErrorKind, LeaderGuard, MemStore, Timing, WaitLeaderError};
+use leaderelection::{Config, ElectionError, Elector, ErrorKind, MemStore, Timing, WaitLeaderError};
+
+mod threaded;
+use threaded::{eventually, lead, ms, timing};
 
 const NAME: &str = "jobs";
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// Short timings that satisfy the invariant:
-/// 300 + 2*300 + 75 = 975 ms <= 1500 - 200 = 1300 ms.
-fn timing() -> Timing {
-    Timing {
-        lease_duration: ms(1500),
-        renew_interval: ms(300),
-        retry_period: ms(200),
-        operation_timeout: ms(300),
-        safety_margin: ms(200),
-    }
-}
 
 fn config(store: &MemStore, id: &str) -> Config {
     Config::new(store.clone(), NAME).identity(id).timing(timing())
@@ -33,24 +20,6 @@ fn config(store: &MemStore, id: &str) -> Config {
 
 fn start(store: &MemStore, id: &str) -> Elector {
     Elector::start(config(store, id)).expect("valid config")
-}
-
-/// Polls `cond` until it holds or `within` passes; returns whether it held.
-fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(ms(2));
-    }
-}
-
-fn lead(e: &Elector) -> LeaderGuard {
-    e.wait_leader_timeout(Duration::from_secs(5)).unwrap_or_else(|err| panic!("{} never led: {err}", e.identity()))
 }
 
 #[test]

@@ -8,9 +8,12 @@
 
 use std::sync::Mutex;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leaderelection::{Config, Elector, ErrorKind, MemStore, Timing, WaitLeaderError};
+
+mod threaded;
+use threaded::{eventually, ms};
 
 static LINES: Mutex<Vec<(log::Level, String)>> = Mutex::new(Vec::new());
 
@@ -26,10 +29,6 @@ impl log::Log for Capture {
     fn flush(&self) {}
 }
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
 fn warnings_about_holding() -> Vec<String> {
     let lines = LINES.lock().unwrap();
     lines
@@ -37,17 +36,6 @@ fn warnings_about_holding() -> Vec<String> {
         .filter(|(level, line)| *level == log::Level::Warn && line.contains("does not campaign"))
         .map(|(_, line)| line.clone())
         .collect()
-}
-
-fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while !cond() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(ms(5));
-    }
-    true
 }
 
 #[test]

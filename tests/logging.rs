@@ -11,7 +11,10 @@ use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, MemStore, Status, Timing};
+use leaderelection::{Config, Elector, ErrorKind, MemStore, Timing};
+
+mod threaded;
+use threaded::{lead, ms, timing, until};
 
 struct Capture(Mutex<Vec<String>>);
 
@@ -58,42 +61,9 @@ fn wait_line(name: &str, what: &str, cond: impl Fn(&str) -> bool) -> String {
     }
 }
 
-/// Waits (5 s at most) until `e`'s status satisfies `cond`.
-fn wait_status(e: &Elector, what: &str, cond: impl Fn(&Status) -> bool) -> Status {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let st = e.status();
-        if cond(&st) {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within 5 s; {st}");
-        thread::sleep(ms(2));
-    }
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// Short timings; the retry period only sets how soon a follower polls and
-/// how long a resigned leader waits before campaigning again (two of them).
-fn timing(retry_period: Duration) -> Timing {
-    Timing {
-        lease_duration: ms(1500),
-        renew_interval: ms(300),
-        retry_period,
-        operation_timeout: ms(300),
-        safety_margin: ms(200),
-    }
-}
-
 fn start(store: &MemStore, name: &str, id: &str, retry_period: Duration) -> Elector {
     let config = Config::new(store.clone(), name).identity(id).payload(&b"secret-address"[..]);
-    Elector::start(config.timing(timing(retry_period))).unwrap()
-}
-
-fn lead(e: &Elector) -> LeaderGuard {
-    e.wait_leader_timeout(Duration::from_secs(5)).expect("leads alone")
+    Elector::start(config.timing(Timing { retry_period, ..timing() })).unwrap()
 }
 
 #[test]
@@ -104,7 +74,7 @@ fn a_term_logs_one_line_at_its_start_and_one_at_its_end_and_nothing_while_it_ren
     let guard = lead(&e);
     let f = guard.fence();
     let started = format!("INFO leaderelection: \"invoices\": \"web-1\" leads with fence {f}");
-    wait_status(&e, "a steady stretch of five renewals", |s| s.renewals_ok >= 5);
+    until(&e, "a steady stretch of five renewals", |s| s.renewals_ok >= 5);
     assert_eq!(at("INFO", "invoices"), std::slice::from_ref(&started), "only the start at info while it renews");
     guard.resign().expect("released");
     let ended = format!("INFO leaderelection: \"invoices\": \"web-1\" term with fence {f} ended: resigned");
@@ -123,10 +93,10 @@ fn a_follower_logs_the_new_leader_once_and_a_shutdown_ends_the_term_at_info() {
     let guard = lead(&a);
     let fa = guard.fence();
     let b = start(&store, "ledger", "b", ms(100));
-    wait_status(&b, "b follows a", |s| s.leader.as_ref().is_some_and(|l| l.identity == "a" && l.fence == fa));
+    until(&b, "b follows a", |s| s.leader.as_ref().is_some_and(|l| l.identity == "a" && l.fence == fa));
     // Several renewals by a, several polls by b (every 100 ms): nothing.
     let ok = a.status().renewals_ok;
-    wait_status(&a, "five more renewals", |s| s.renewals_ok >= ok + 5);
+    until(&a, "five more renewals", |s| s.renewals_ok >= ok + 5);
     a.shutdown().unwrap(); // ends the term with the guard still held, releases
     assert!(!guard.is_valid());
     let b_guard = b.wait_leader_timeout(Duration::from_secs(5)).expect("b takes over");

@@ -5,11 +5,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, MemStore, Status, Timing};
+use leaderelection::{Config, Elector, ErrorKind, MemStore, Status};
 use metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit};
+
+mod threaded;
+use threaded::{lead, timing, until};
 
 /// Every value a series was given, in order: the increments of a counter,
 /// the settings of a gauge, the samples of a histogram.
@@ -100,40 +102,9 @@ impl metrics::Recorder for Recorder {
     }
 }
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// 300 + 2*300 + 75 = 975 ms <= 1500 - 200 ms.
-fn timing() -> Timing {
-    Timing {
-        lease_duration: ms(1500),
-        renew_interval: ms(300),
-        retry_period: ms(200),
-        operation_timeout: ms(300),
-        safety_margin: ms(200),
-    }
-}
-
 fn start(rec: &Recorder, store: &MemStore, name: &str) -> Elector {
     let config = Config::new(store.clone(), name).identity("node-1").timing(timing());
     metrics::with_local_recorder(rec, || Elector::start(config)).unwrap()
-}
-
-fn lead(e: &Elector) -> LeaderGuard {
-    e.wait_leader_timeout(Duration::from_secs(5)).expect("leads alone")
-}
-
-fn until(e: &Elector, what: &str, cond: impl Fn(&Status) -> bool) -> Status {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let st = e.status();
-        if cond(&st) {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within 5 s; {st}");
-        thread::sleep(ms(2));
-    }
 }
 
 /// After shutdown, every counter equals its `Status` figure.

@@ -6,47 +6,15 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{
-    Config, Elector, ErrorKind, LeaderGuard, Lease, MemStore, Status, Store, StoreError, TermsEnded, Timing,
-};
+use leaderelection::{Config, Elector, ErrorKind, Lease, MemStore, Store, StoreError, TermsEnded};
+
+mod threaded;
+use threaded::{lead, ms, timing, until};
 
 const NAME: &str = "jobs";
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// 300 + 2*300 + 75 = 975 ms <= 1500 - 200 ms: the timing invariant holds.
-fn timing() -> Timing {
-    Timing {
-        lease_duration: ms(1500),
-        renew_interval: ms(300),
-        retry_period: ms(200),
-        operation_timeout: ms(300),
-        safety_margin: ms(200),
-    }
-}
-
 fn start(store: &MemStore, id: &str) -> Elector {
     Elector::start(Config::new(store.clone(), NAME).identity(id).timing(timing())).expect("valid config")
-}
-
-fn lead(e: &Elector) -> LeaderGuard {
-    e.wait_leader_timeout(Duration::from_secs(5)).unwrap_or_else(|err| panic!("{} never led: {err}", e.identity()))
-}
-
-/// Polls `e.status()` until `cond` holds, for at most 5 s; returns the
-/// status that satisfied it, or panics with the last one.
-fn until(e: &Elector, what: &str, cond: impl Fn(&Status) -> bool) -> Status {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let st = e.status();
-        if cond(&st) {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within 5 s; status: {st:?}");
-        thread::sleep(ms(2));
-    }
 }
 
 fn ended(resigned: u64, lost: u64, expired: u64, fatal: u64, shutdown: u64) -> TermsEnded {
