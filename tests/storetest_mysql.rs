@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
 use leaderelection::storetest::Operator;
-use leaderelection::{Lease, Store};
+use leaderelection::{Lease, Store, StoreError};
 use mysql::prelude::Queryable;
 use mysql_support::{admin, exec, port, url, url_via, PRIVATE, SHARED};
-use support::{random_tag, wait_for, Proxy};
+use support::{at_once, random_tag, wait_for, Proxy};
 
 const TABLE: &str = "le_storetest";
 const T: Duration = Duration::from_secs(5);
@@ -139,21 +139,14 @@ fn ensure_schema_is_idempotent_and_safe_concurrently() {
     const REPLICAS: usize = 6;
     for round in 0..3 {
         let table = format!("le_schema_{}", random_tag());
-        let barrier = std::sync::Barrier::new(REPLICAS);
-        let results: Vec<_> = std::thread::scope(|sc| {
-            let hs: Vec<_> = (0..REPLICAS)
-                .map(|i| {
-                    let (table, barrier) = (table.clone(), &barrier);
-                    sc.spawn(move || {
-                        let s = MySqlStore::builder(&url(SHARED)).table(table).build().unwrap();
-                        barrier.wait();
-                        s.ensure_schema()?;
-                        s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let results = at_once(
+            REPLICAS,
+            |_| MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap(),
+            |s, i| -> Result<bool, StoreError> {
+                s.ensure_schema()?;
+                s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
+            },
+        );
         for r in &results {
             assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
         }
@@ -840,20 +833,14 @@ fn ensure_schema_adds_terms_to_an_old_table() {
     for round in 0..3 {
         let t = Scratch::new("le_old_race");
         t.create_old();
-        let barrier = std::sync::Barrier::new(REPLICAS);
-        let results: Vec<_> = std::thread::scope(|sc| {
-            let hs: Vec<_> = (0..REPLICAS)
-                .map(|i| {
-                    let (s, barrier) = (t.store(), &barrier);
-                    sc.spawn(move || {
-                        barrier.wait();
-                        s.ensure_schema()?;
-                        s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let results = at_once(
+            REPLICAS,
+            |_| t.store(),
+            |s, i| -> Result<bool, StoreError> {
+                s.ensure_schema()?;
+                s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
+            },
+        );
         for r in &results {
             assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
         }

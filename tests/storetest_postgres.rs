@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use leaderelection::postgres::{PgManager, PostgresStore};
 use leaderelection::storetest::Operator;
-use leaderelection::{Lease, Store};
+use leaderelection::{Lease, Store, StoreError};
 use pg_support::{client, dsn, dsn_via, host_port, BOUNCER, DIRECT};
-use support::{random_tag, wait_for, Proxy};
+use support::{at_once, random_tag, wait_for, Proxy};
 
 const TABLE: &str = "le_storetest";
 const T: Duration = Duration::from_secs(5);
@@ -1065,20 +1065,14 @@ fn ensure_schema_adds_terms_to_an_old_table() {
     for round in 0..2 {
         let t = Scratch::new("le_old_race");
         t.create_old();
-        let barrier = std::sync::Barrier::new(REPLICAS);
-        let results: Vec<_> = std::thread::scope(|sc| {
-            let hs: Vec<_> = (0..REPLICAS)
-                .map(|i| {
-                    let (s, barrier) = (t.store(if i % 2 == 0 { DIRECT } else { BOUNCER }), &barrier);
-                    sc.spawn(move || {
-                        barrier.wait();
-                        s.ensure_schema()?;
-                        s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let results = at_once(
+            REPLICAS,
+            |i| t.store(if i % 2 == 0 { DIRECT } else { BOUNCER }),
+            |s, i| -> Result<bool, StoreError> {
+                s.ensure_schema()?;
+                s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
+            },
+        );
         for r in &results {
             assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
         }

@@ -19,6 +19,7 @@ pub mod pg_server;
 pub mod proxy;
 pub mod terms;
 
+use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -60,4 +61,24 @@ pub fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> bool {
         }
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Runs `f(prepare(i), i)` for each `i` in `0..n` on a thread of its own,
+/// all released together by a barrier once every `prepare` has run (the
+/// replicas of a fleet starting at the same instant); the results in order.
+pub fn at_once<P, R: Send>(n: usize, prepare: impl Fn(usize) -> P + Sync, f: impl Fn(P, usize) -> R + Sync) -> Vec<R> {
+    let barrier = Barrier::new(n);
+    thread::scope(|sc| {
+        let (prepare, f, barrier) = (&prepare, &f, &barrier);
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                sc.spawn(move || {
+                    let p = prepare(i);
+                    barrier.wait();
+                    f(p, i)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
 }
