@@ -344,18 +344,17 @@ pub struct Machine {
     inflight: Option<InFlight>,
     /// When to start the next call, if none is in flight.
     next_call_at: Option<LocalTime>,
-    /// The last inspect showed a claimable lease: acquire at the next call.
-    campaign_now: bool,
-    /// The next poll was timed for the observed lease's expiry: when it
-    /// fires at or after this instant, claim at once instead of inspecting
-    /// first, which would only find the lease expired and cost a round trip.
-    /// Set only after seeing another holder's live lease. Once another holder
-    /// has had the row, fences only grow, so the claim cannot find this
-    /// participant's own older lease and extend it, unless an operator
-    /// restores an old row in between; then the claim extends it once and
-    /// [`Machine::on_acquire`] releases it at once (as after an inspect and
-    /// a claim with the restore between them).
-    claim_at_expiry: Option<LocalTime>,
+    /// The next call, if it starts at or after this instant, claims instead
+    /// of inspecting. Set to now when an inspect showed a claimable lease.
+    /// Set to the observed lease's expiry when the next poll was timed for
+    /// it: inspecting first would only find the lease expired and cost a
+    /// round trip. That is set only after seeing another holder's live
+    /// lease. Once another holder has had the row, fences only grow, so the
+    /// claim cannot find this participant's own older lease and extend it,
+    /// unless an operator restores an old row in between; then the claim
+    /// extends it once and [`Machine::on_acquire`] releases it at once (as
+    /// after an inspect and a claim with the restore between them).
+    claim_at: Option<LocalTime>,
     /// A new leader was just observed: spread the next poll over the whole
     /// retry period, so followers that all saw the takeover at the same
     /// instant (they polled together at the old lease's expiry) do not stay
@@ -389,8 +388,7 @@ impl Machine {
             last_term: None,
             inflight: None,
             next_call_at: Some(LocalTime::ZERO),
-            campaign_now: false,
-            claim_at_expiry: None,
+            claim_at: None,
             spread_next_poll: false,
             pending_release: None,
             highest_fence: 0,
@@ -565,8 +563,7 @@ impl Machine {
             if self.last_term.is_some_and(|t| t.id == term) {
                 let not_before = now + self.cfg.timing.retry_period.saturating_mul(2);
                 self.campaign_not_before = self.campaign_not_before.max(not_before);
-                self.campaign_now = false;
-                self.claim_at_expiry = None;
+                self.claim_at = None;
             }
         }
         self.step(now);
@@ -628,7 +625,7 @@ impl Machine {
                 let claimable = lease.expired() || mine;
                 if claimable && self.may_campaign(now) {
                     self.next_call_at = Some(now);
-                    self.campaign_now = true;
+                    self.claim_at = Some(now);
                 } else {
                     self.schedule_poll(now, Some(lease.ttl()));
                 }
@@ -640,7 +637,7 @@ impl Machine {
                 }
                 if self.may_campaign(now) {
                     self.next_call_at = Some(now);
-                    self.campaign_now = true;
+                    self.claim_at = Some(now);
                 } else {
                     self.schedule_poll(now, None);
                 }
@@ -830,12 +827,12 @@ impl Machine {
         let period = self.cfg.timing.retry_period;
         let r = self.rng.next_u64();
         let jittered = if std::mem::take(&mut self.spread_next_poll) { spread(period, r) } else { jitter(period, r) };
-        self.claim_at_expiry = None;
+        self.claim_at = None;
         let wait = match ttl {
             // The expiry is reckoned from the reply's arrival, after the
             // server read its clock, so it falls at or after the server's.
             Some(ttl) if self.may_campaign(now) && ttl < jittered => {
-                self.claim_at_expiry = Some(now + ttl);
+                self.claim_at = Some(now + ttl);
                 ttl
             }
             _ => jittered,
@@ -904,18 +901,14 @@ impl Machine {
             Mode::Running => match (self.term, self.pending_release) {
                 (Some(term), _) => Op::Renew { fence: term.fence, ttl: self.cfg.timing.lease_duration },
                 (None, Some(fence)) => Op::Release { fence },
-                (None, None)
-                    if (std::mem::take(&mut self.campaign_now) || self.claim_at_expiry.is_some_and(|t| now >= t))
-                        && self.may_campaign(now) =>
-                {
+                (None, None) if self.claim_at.is_some_and(|t| now >= t) && self.may_campaign(now) => {
                     Op::Acquire { ttl: self.cfg.timing.lease_duration }
                 }
                 (None, None) => Op::Inspect,
             },
             Mode::Stopped => return,
         };
-        self.campaign_now = false;
-        self.claim_at_expiry = None;
+        self.claim_at = None;
         self.next_call_id += 1;
         let id = CallId(self.next_call_id);
         self.inflight = Some(InFlight { id, op, sent_at: now });
