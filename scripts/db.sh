@@ -12,6 +12,12 @@
 # see the last section).
 # Safe to run twice: a PgBouncer already answering on the port is reused.
 
+# Whether pid $1 is alive and its command line contains $2 (a pid read from
+# a file an earlier boot wrote may now belong to anything).
+le_db_pid_runs() {
+    [ -n "$1" ] && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF -- "$2"
+}
+
 # Stops a PgBouncer an earlier run started from $1/pgbouncer.ini: the one its
 # pid file names, only if that pid is still a pgbouncer (pids are reused
 # after a reboot), and any other started from the same file; waits until gone.
@@ -20,7 +26,7 @@ le_db_stop_bouncer() {
     pids="$(pgrep -f "pgbouncer.* $dir/pgbouncer.ini" || true)"
     if [ -f "$dir/pgbouncer.pid" ]; then
         pid="$(cat "$dir/pgbouncer.pid" 2>/dev/null || true)"
-        if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q pgbouncer; then
+        if le_db_pid_runs "$pid" pgbouncer; then
             pids="$pids $pid"
         fi
     fi
@@ -160,7 +166,7 @@ le_db_pause_main() {
     if [ -f "$dir/postmaster.pid" ]; then
         local pm
         pm="$(head -n1 "$dir/postmaster.pid")"
-        if [ -n "$pm" ] && tr '\0' ' ' <"/proc/$pm/cmdline" 2>/dev/null | grep -qF -- "$dir"; then
+        if le_db_pid_runs "$pm" "$dir"; then
             kill -CONT "$pm" $(pgrep -P "$pm") 2>/dev/null || true
         else
             echo "db.sh: removing the stale $dir/postmaster.pid (pid ${pm:-none} is not its postmaster)" >&2
