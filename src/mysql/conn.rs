@@ -148,7 +148,7 @@ impl Pool {
             )));
         }
         // How long the statement may go on waiting on the server for a lock
-        // (the bound `sql::bounded` set for it from the same budget).
+        // (the bound `sql::pinned` set for it from the same budget).
         let lasts = Duration::from_secs(sql::lock_wait_secs(remaining));
         let (tx, rx) = crossbeam_channel::bounded(1);
         let state = Arc::new(AtomicU8::new(WAITING));

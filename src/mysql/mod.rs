@@ -445,7 +445,7 @@ impl MySqlStore {
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
         let create = format!("{}{}", sql::create_table(&self.quoted), sql::has_terms(&self.table));
         // Lock waits bounded at 1 s, the smallest bound the server takes.
-        let add = sql::bounded(&format!("{};", sql::add_terms(&self.quoted)), Duration::ZERO);
+        let add = sql::pinned(&format!("{};", sql::add_terms(&self.quoted)), Duration::ZERO);
         let deadline = deadline_after(self.ddl_timeout);
         let code = |e: &StoreError, code: u16| e.message().contains(&format!("server error {code} "));
         let mut attempt = 0;
@@ -490,7 +490,7 @@ impl MySqlStore {
 
     fn run(&self, op: &'static str, body: &str, deadline: Instant) -> Result<Vec<Vec<mysql::Value>>, StoreError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        self.pool.run(op, sql::bounded(body, remaining), deadline)
+        self.pool.run(op, sql::pinned(body, remaining), deadline)
     }
 }
 

@@ -30,9 +30,31 @@ const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// of one statement, so every use in a statement reads the same instant.
 pub(crate) const NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
+/// The instant of one call: the server's clock read once, after the
+/// session's `timestamp` is back to the real clock, and used by every
+/// statement of the call, so the write, its guard and the row read back
+/// all speak of the same instant, and the read-back can tell the row this
+/// call wrote (its `renewed_at` is exactly this) from one it did not.
+const AT: &str = "@leaderelection_now";
+
+/// The payload, sent once (the claim needs it twice).
+const PAYLOAD: &str = "@leaderelection_payload";
+
 /// The columns every lease-reading statement yields, in this order, then
-/// the statement's own `now` and `ROW_COUNT()` of the statement before it.
+/// the call's instant ([`AT`] for a write, the reading statement's own
+/// clock for an inspect), `ROW_COUNT()` of the statement before it, and the
+/// server's clock as the row is read.
 const COLS: &str = "name, holder, fence, acquired_at, renewed_at, expires_at, payload";
+
+/// How many columns a lease row read back has.
+const ROW_LEN: usize = 10;
+
+/// The `sql_mode` every call runs under. Modes change what statements mean
+/// (`SIMULTANEOUS_ASSIGNMENT` the order of `ON DUPLICATE KEY UPDATE`
+/// assignments, `ORACLE` and `ANSI` a dozen things); this one is strict, so
+/// a value the table cannot hold is an error, and means the same on MySQL 8
+/// and MariaDB.
+const SQL_MODE: &str = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION";
 
 pub(crate) fn create_table(table: &str) -> String {
     format!(
@@ -87,18 +109,41 @@ pub(crate) fn lock_wait_secs(remaining: Duration) -> u64 {
     (remaining.min(super::MAX_WAIT).as_millis() as u64 * 3 / 4 / 1000).max(1)
 }
 
-/// Wraps `body` (statements ending in `;`) with the server-side bound on
-/// lock waits, set for this query only: the settings go back to the
-/// server's defaults in the same round trip. When a statement fails, the
-/// rest do not run, and the store drops that connection (which also rolls
-/// back an open transaction), so a changed setting never outlives the call.
-pub(crate) fn bounded(body: &str, remaining: Duration) -> String {
+/// Wraps `body` (statements ending in `;`) in the settings every call pins,
+/// so that what a session was left with (by an `init` statement, a server
+/// default, or an application sharing its `mysql::Pool`) cannot change what
+/// the statements mean: the real clock (`timestamp`, which `NOW()` and
+/// `UTC_TIMESTAMP()` follow), [`SQL_MODE`], no row limit on reads, result
+/// text in `utf8mb4`, and the server-side bound on lock waits. Then the
+/// call's instant is read into [`AT`]. The settings go back to the server's
+/// defaults, and the variables are cleared, in the same round trip. When a
+/// statement fails, the rest do not run, and the store drops that
+/// connection (which also rolls back an open transaction), so a changed
+/// setting never outlives the call.
+///
+/// The `SET` that pins the settings is parsed under the session's own
+/// mode; every statement after it is parsed under [`SQL_MODE`].
+pub(crate) fn pinned(body: &str, remaining: Duration) -> String {
     let s = lock_wait_secs(remaining);
     format!(
-        "SET SESSION innodb_lock_wait_timeout = {s}, lock_wait_timeout = {s}; {body} \
-         SET SESSION innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT"
+        "SET SESSION timestamp = DEFAULT, sql_mode = '{SQL_MODE}', sql_select_limit = 18446744073709551615, \
+         character_set_results = 'utf8mb4', innodb_lock_wait_timeout = {s}, lock_wait_timeout = {s}; \
+         SET {AT} = {NOW}; {body} \
+         SET SESSION sql_mode = DEFAULT, sql_select_limit = DEFAULT, character_set_results = DEFAULT, \
+         innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT, {AT} = NULL, {PAYLOAD} = NULL"
     )
 }
+
+/// Starts the call's transaction: `REPEATABLE READ` whatever the session's
+/// level (under `SERIALIZABLE` a follower's read would lock the row; under
+/// `READ COMMITTED` statement-based binlogs refuse the writes), and a plain
+/// `START TRANSACTION`, so a server made read-only still refuses the writes.
+const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION;";
+
+/// Commits without chaining a transaction or ending the session, whatever
+/// `completion_type` says (`RELEASE` would close the connection after every
+/// call, so every write would look lost).
+const COMMIT: &str = "COMMIT AND NO CHAIN NO RELEASE;";
 
 pub(crate) fn hex(b: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -128,16 +173,35 @@ fn ttl_micros(ttl: Duration) -> u128 {
     ttl.min(MAX_TTL).as_micros()
 }
 
+/// Whether the row's column `col` is exactly the bytes of the literal `lit`.
+/// A table made by hand with a case- or accent-insensitive collation would
+/// otherwise match another election's (or holder's) row.
+fn exactly(col: &str, lit: &str) -> String {
+    format!("CAST({col} AS BINARY) = {lit}")
+}
+
 /// Claims an absent, expired or own lease; otherwise leaves the row alone.
 /// Then reads the row back in the same transaction.
 ///
-/// `ON DUPLICATE KEY UPDATE` assignments run left to right and each sees
-/// the values assigned before it. So `holder` goes first: after it,
-/// `holder = identity` means "this call claims or keeps the lease", and the
-/// later assignments test exactly that; `expires_at` goes last, so the
-/// assignments before it still see the old expiry (whether the lease had
-/// expired). With `holder` anywhere else, a losing contender would extend
-/// the holder's lease.
+/// **Every assignment means the same in any order.** MySQL evaluates the
+/// `ON DUPLICATE KEY UPDATE` assignments "generally left to right", each
+/// seeing the values assigned before it; MariaDB's `SIMULTANEOUS_ASSIGNMENT`
+/// mode (part of `sql_mode=ORACLE`) has every one read the old row. So each
+/// assignment repeats the whole condition, on the old row's columns:
+///
+/// - `claim`: the row is this election's and expired at the call's instant;
+/// - `write`: `claim`, or the row is this election's, held by `identity`,
+///   valid, and last written no later than this call's instant (a call
+///   whose clock reading is older than the holder's own release or renewal
+///   must not extend the lease after it).
+///
+/// Only the last assignment, `expires_at`, reads columns assigned before it
+/// (`holder`, `renewed_at`): under left-to-right order it sees their new
+/// values, and those give `write` the same value as the old ones do (a
+/// claim made `holder` this identity and `renewed_at` this instant, which
+/// `write` then accepts; a row not written kept both). Every column a
+/// condition reads, `expires_at` included, is assigned after every other
+/// assignment that reads it.
 ///
 /// Fences: an absent row starts at the server's clock in microseconds; a
 /// claim of an expired row takes `GREATEST(fence + 1, now)`, so a fence is
@@ -147,9 +211,10 @@ fn ttl_micros(ttl: Duration) -> u128 {
 /// backwards: `GREATEST(expires_at, now + ttl)`.
 ///
 /// `terms` counts the election's terms for operators: 1 for an absent row,
-/// one more for each claim of an expired row (the fence's condition, so it
-/// too is assigned before `expires_at` changes), unchanged when the holder
+/// one more for each claim of an expired row, unchanged when the holder
 /// re-acquires its valid lease.
+///
+/// The payload is sent once, in a session variable.
 pub(crate) fn acquire(
     table: &str,
     name: &str,
@@ -163,26 +228,38 @@ pub(crate) fn acquire(
         hex(payload),
         ttl_micros(ttl),
     );
+    let ours = exactly("name", &n);
+    let claim = format!("({ours} AND expires_at <= {AT})");
+    let write = format!(
+        "({ours} AND (expires_at <= {AT} OR ({} AND expires_at > {AT} AND renewed_at <= {AT})))",
+        exactly("holder", &i)
+    );
     Ok(format!(
-        "START TRANSACTION; \
+        "SET {PAYLOAD} = {p}; {BEGIN} \
          INSERT INTO {table} (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
-         VALUES ({n}, {i}, GREATEST(1, {NOW}), {NOW}, {NOW}, {NOW} + {t}, {p}, 1) \
+         VALUES ({n}, {i}, GREATEST(1, {AT}), {AT}, {AT}, {AT} + {t}, {PAYLOAD}, 1) \
          ON DUPLICATE KEY UPDATE \
-           holder = IF(expires_at <= {NOW}, {i}, holder), \
-           fence = IF(holder = {i} AND expires_at <= {NOW}, GREATEST(fence + 1, {NOW}), fence), \
-           acquired_at = IF(holder = {i} AND expires_at <= {NOW}, {NOW}, acquired_at), \
-           terms = IF(holder = {i} AND expires_at <= {NOW}, terms + 1, terms), \
-           renewed_at = IF(holder = {i}, {NOW}, renewed_at), \
-           payload = IF(holder = {i}, {p}, payload), \
-           expires_at = IF(holder = {i}, GREATEST(expires_at, {NOW} + {t}), expires_at); \
-         SELECT {COLS}, {NOW}, ROW_COUNT() FROM {table} WHERE name = {n} FOR UPDATE; \
-         COMMIT;"
+           fence = IF({claim}, GREATEST(fence + 1, {AT}), fence), \
+           acquired_at = IF({claim}, {AT}, acquired_at), \
+           terms = IF({claim}, terms + 1, terms), \
+           payload = IF({write}, {PAYLOAD}, payload), \
+           renewed_at = IF({write}, {AT}, renewed_at), \
+           holder = IF({claim}, {i}, holder), \
+           expires_at = IF({write}, GREATEST(expires_at, {AT} + {t}), expires_at); \
+         SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} WHERE name = {n} FOR UPDATE; \
+         {COMMIT}"
     ))
 }
 
 /// Extends the holder's valid lease, never moving its expiry backwards (a
 /// renewal delayed behind a lock or a frozen server that commits after a
 /// newer one must not shorten it), then reads the row back.
+///
+/// A renewal applies only if the row was last written no later than its
+/// own instant: one whose clock was read before the holder's release (it
+/// waited behind the release's row lock, or was sent earlier on another
+/// connection) finds `renewed_at` later than that and changes nothing, so
+/// it cannot extend a released lease.
 pub(crate) fn renew(
     table: &str,
     name: &str,
@@ -198,15 +275,19 @@ pub(crate) fn renew(
         ttl_micros(ttl),
     );
     Ok(format!(
-        "START TRANSACTION; \
-         UPDATE {table} SET renewed_at = {NOW}, payload = {p}, expires_at = GREATEST(expires_at, {NOW} + {t}) \
-         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > {NOW}; \
-         SELECT {COLS}, {NOW}, ROW_COUNT() FROM {table} WHERE name = {n} FOR UPDATE; \
-         COMMIT;"
+        "SET {PAYLOAD} = {p}; {BEGIN} \
+         UPDATE {table} SET renewed_at = {AT}, payload = {PAYLOAD}, expires_at = GREATEST(expires_at, {AT} + {t}) \
+         WHERE name = {n} AND {} AND {} AND fence = {fence} AND expires_at > {AT} AND renewed_at <= {AT}; \
+         SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} WHERE name = {n} FOR UPDATE; \
+         {COMMIT}",
+        exactly("name", &n),
+        exactly("holder", &i),
     ))
 }
 
-/// Ends the term at the server's now; the row and its fence stay.
+/// Ends the term at the call's instant; the row and its fence stay. It also
+/// moves `renewed_at` up to that instant, so a renewal of the term whose
+/// clock was read before it cannot land after it (see [`renew`]).
 ///
 /// Like every statement here, an explicit transaction: a session that
 /// starts with `autocommit = 0` (a server default some operators set, or an
@@ -215,10 +296,12 @@ pub(crate) fn renew(
 pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Result<String, StoreError> {
     let (n, i) = (text("election name", name, MAX_NAME_LEN)?, text("identity", identity, MAX_IDENTITY_LEN)?);
     Ok(format!(
-        "START TRANSACTION; \
-         UPDATE {table} SET expires_at = {NOW} \
-         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > {NOW}; \
-         COMMIT;"
+        "{BEGIN} \
+         UPDATE {table} SET renewed_at = GREATEST(renewed_at, {AT}), expires_at = {AT} \
+         WHERE name = {n} AND {} AND {} AND fence = {fence} AND expires_at > {AT}; \
+         {COMMIT}",
+        exactly("name", &n),
+        exactly("holder", &i),
     ))
 }
 
@@ -227,23 +310,30 @@ pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Re
 /// not keep reading one old snapshot.
 pub(crate) fn inspect(table: &str, name: &str) -> Result<String, StoreError> {
     let n = text("election name", name, MAX_NAME_LEN)?;
-    Ok(format!("START TRANSACTION READ ONLY; SELECT {COLS}, {NOW}, 0 FROM {table} WHERE name = {n}; COMMIT;"))
+    Ok(format!(
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION READ ONLY; \
+         SELECT {COLS}, {NOW}, 0, {NOW} FROM {table} WHERE name = {n}; {COMMIT}"
+    ))
 }
 
-/// One lease row as read back, with the reading statement's `now` and the
-/// row count of the write before it.
+/// One lease row as read back: the lease with `now` set to the server's
+/// clock as the row was read, the call's own instant, and the row count of
+/// the write before it.
 #[derive(Debug)]
 pub(crate) struct ReadBack {
     pub lease: Lease,
+    /// The instant the call's statements used ([`AT`]); for an inspect,
+    /// the reading statement's clock.
+    pub at: DbTime,
     pub row_count: i64,
 }
 
 /// The one lease row among `rows` (every row of every statement's result;
-/// only the lease-reading statement's have nine columns), if any. A row of
-/// another election, or a value of the wrong type, is an error: the table
-/// is not what this store made.
+/// only the lease-reading statement's have [`ROW_LEN`] columns), if any. A
+/// row of another election, or a value of the wrong type, is an error: the
+/// table is not what this store made.
 pub(crate) fn read_back(op: &str, name: &str, rows: Vec<Vec<Value>>) -> Result<Option<ReadBack>, StoreError> {
-    let mut rows = rows.into_iter().filter(|r| r.len() == 9);
+    let mut rows = rows.into_iter().filter(|r| r.len() == ROW_LEN);
     let Some(values) = rows.next() else { return Ok(None) };
     if rows.next().is_some() {
         return Err(StoreError::fatal(format!("mysql {op}: more than one row for one election name")));
@@ -272,24 +362,28 @@ pub(crate) fn read_back(op: &str, name: &str, rows: Vec<Vec<Value>>) -> Result<O
         acquired_at: DbTime::from_unix_micros(int(3)?),
         renewed_at: DbTime::from_unix_micros(int(4)?),
         expires_at: DbTime::from_unix_micros(int(5)?),
-        now: DbTime::from_unix_micros(int(7)?),
+        now: DbTime::from_unix_micros(int(9)?),
         payload: bytes(6)?,
     };
     if lease.name != name {
         return Err(StoreError::fatal(format!("mysql {op}: the row read back is another election's")));
     }
-    Ok(Some(ReadBack { lease, row_count: int(8)? }))
+    Ok(Some(ReadBack { lease, at: DbTime::from_unix_micros(int(7)?), row_count: int(8)? }))
 }
 
 /// Checks a row this call wrote (acquire won, or renew matched) against
-/// what it asked for, and returns it with `now` set to the instant of the
-/// write: the writing statement set `renewed_at` to its own `now`, and
-/// `expires_at - renewed_at` is the TTL that statement granted. That `now`
-/// was read after the request was sent, so a deadline the elector anchors
-/// at the send time is never later than the server's expiry. A renewal
-/// (`fence` given) must also have updated exactly one row.
+/// what it asked for, and returns it with `now` set to the call's instant:
+/// the writing statement set `renewed_at` to exactly that instant, and
+/// `expires_at - renewed_at` is the TTL it granted. That instant was read
+/// after the request was sent, so a deadline the elector anchors at the
+/// send time is never later than the server's expiry. A renewal (`fence`
+/// given) must also have updated exactly one row.
 ///
-/// A row that is not what this call wrote is an error, never a success.
+/// A row that is not what this call wrote is an error, never a success:
+/// another holder, fence or payload; a `renewed_at` that is not this call's
+/// instant (the write did not happen, whatever the row says of its holder);
+/// an expiry that is not in the future by the server's clock as the row
+/// was read; less than the TTL asked for.
 pub(crate) fn check_written(
     op: &str,
     rb: ReadBack,
@@ -315,6 +409,12 @@ pub(crate) fn check_written(
     }
     if lease.payload != payload {
         return Err(wrong("another payload"));
+    }
+    if lease.renewed_at != rb.at {
+        return Err(wrong("a renewal instant that is not this call's"));
+    }
+    if lease.expires_at <= lease.now {
+        return Err(wrong("an expiry that is not in the future"));
     }
     let granted = Duration::from_micros(ttl_micros(ttl) as u64);
     if lease.expires_at.saturating_duration_since(lease.renewed_at) < granted {
@@ -519,24 +619,112 @@ mod tests {
         assert_eq!(lock_wait_secs(Duration::from_millis(500)), 1);
         assert_eq!(lock_wait_secs(Duration::from_secs(4)), 3);
         assert_eq!(lock_wait_secs(Duration::MAX), 64_800);
-        let q = bounded("SELECT 1;", Duration::from_secs(8));
-        assert!(q.starts_with("SET SESSION innodb_lock_wait_timeout = 6, lock_wait_timeout = 6; SELECT 1;"), "{q}");
-        assert!(q.ends_with("innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT"), "{q}");
+        let q = pinned("SELECT 1;", Duration::from_secs(8));
+        assert!(q.starts_with("SET SESSION timestamp = DEFAULT, sql_mode = 'STRICT_ALL_TABLES,"), "{q}");
+        assert!(q.contains("innodb_lock_wait_timeout = 6, lock_wait_timeout = 6; SET @leaderelection_now = "), "{q}");
+        assert!(q.contains("; SELECT 1; SET SESSION sql_mode = DEFAULT"), "{q}");
+        assert!(q.ends_with("lock_wait_timeout = DEFAULT, @leaderelection_now = NULL, @leaderelection_payload = NULL"));
+    }
+
+    /// Every write commits with `COMMIT AND NO CHAIN NO RELEASE` (never a
+    /// plain `COMMIT`, which `completion_type` can turn into a disconnect)
+    /// and sends the payload once.
+    #[test]
+    fn writes_commit_without_release_and_send_the_payload_once() {
+        let payload = b"a payload of some length";
+        let t = Duration::from_secs(1);
+        for q in [
+            acquire("`t`", "n", "a", t, payload).unwrap(),
+            renew("`t`", "n", "a", 7, t, payload).unwrap(),
+            release("`t`", "n", "a", 7).unwrap(),
+            inspect("`t`", "n").unwrap(),
+        ] {
+            assert_eq!(q.matches("COMMIT").count(), 1, "{q}");
+            assert!(q.contains("COMMIT AND NO CHAIN NO RELEASE;"), "{q}");
+            assert!(q.matches(&hex(payload)).count() <= 1, "{q}");
+        }
+    }
+
+    /// The assignments of the claim's `ON DUPLICATE KEY UPDATE`, as
+    /// (column, expression).
+    fn assignments(q: &str) -> Vec<(String, String)> {
+        let update = &q[q.find("ON DUPLICATE KEY UPDATE").unwrap() + 23..q.find("; SELECT").unwrap()];
+        let mut out = Vec::new();
+        let (mut depth, mut start) = (0, 0);
+        for (k, c) in update.char_indices().chain([(update.len(), ',')]) {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    let (col, expr) = update[start..k].split_once('=').unwrap();
+                    out.push((col.trim().to_owned(), expr.trim().to_owned()));
+                    start = k + 1;
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Whether `expr` names `column` as a whole word.
+    fn mentions(expr: &str, column: &str) -> bool {
+        expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|w| w == column)
+    }
+
+    /// The shape that makes the claim mean the same under left-to-right and
+    /// simultaneous assignment (see [`acquire`]): no assignment reads a
+    /// column assigned before it, except the last, `expires_at`, which may
+    /// read `holder` and `renewed_at` (whose new values give its condition
+    /// the same value as their old ones). The real proof runs on MariaDB in
+    /// both modes (tests/storetest_mysql.rs); this keeps the shape.
+    fn reads_only_the_old_row(assigned: &[(String, String)]) -> Result<(), String> {
+        let last = assigned.len() - 1;
+        if assigned[last].0 != "expires_at" {
+            return Err(format!("expires_at is not assigned last: {assigned:?}"));
+        }
+        for (j, (col, expr)) in assigned.iter().enumerate() {
+            for (earlier, _) in &assigned[..j] {
+                let allowed = j == last && (earlier == "holder" || earlier == "renewed_at");
+                if mentions(expr, earlier) && !allowed {
+                    return Err(format!("{col} reads {earlier}, which is assigned before it"));
+                }
+            }
+        }
+        Ok(())
     }
 
     #[test]
-    fn holder_is_assigned_first_and_expiry_last() {
+    fn the_claim_reads_only_the_old_row_whatever_the_assignment_order() {
         let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"").unwrap();
-        let update = &q[q.find("ON DUPLICATE KEY UPDATE").unwrap()..q.find("; SELECT").unwrap()];
-        let columns = ["holder =", "fence =", "acquired_at =", "terms =", "renewed_at =", "payload =", "expires_at ="];
-        let order: Vec<usize> =
-            columns.iter().map(|c| update.find(c).unwrap_or_else(|| panic!("{c} missing"))).collect();
-        assert!(order.windows(2).all(|w| w[0] < w[1]), "{update}");
+        let assigned = assignments(&q);
+        let cols: Vec<&str> = assigned.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(cols, ["fence", "acquired_at", "terms", "payload", "renewed_at", "holder", "expires_at"]);
+        reads_only_the_old_row(&assigned).unwrap();
+        // Every condition names the row (a hand-made table with a
+        // case-insensitive collation could match another election's).
+        for (col, expr) in &assigned {
+            assert!(expr.contains("CAST(name AS BINARY) = X'6e'"), "{col}: {expr}");
+        }
+        // The negative control: the claim as it was, which relied on
+        // `holder` being assigned first and seen by the rest. Under
+        // SIMULTANEOUS_ASSIGNMENT it set `holder` and kept the old fence
+        // and expiry (three leaders on one fence, measured).
+        let old = "ON DUPLICATE KEY UPDATE \
+           holder = IF(expires_at <= N, X'61', holder), \
+           fence = IF(holder = X'61' AND expires_at <= N, GREATEST(fence + 1, N), fence), \
+           acquired_at = IF(holder = X'61' AND expires_at <= N, N, acquired_at), \
+           terms = IF(holder = X'61' AND expires_at <= N, terms + 1, terms), \
+           renewed_at = IF(holder = X'61', N, renewed_at), \
+           payload = IF(holder = X'61', X'', payload), \
+           expires_at = IF(holder = X'61', GREATEST(expires_at, N + 1), expires_at); SELECT";
+        let e = reads_only_the_old_row(&assignments(old)).unwrap_err();
+        assert!(e.contains("fence reads holder"), "{e}");
     }
 
     /// A lease row as the server sends it: text protocol, so every value is
-    /// bytes; then the statement's now and the row count.
-    fn row(name: &str, holder: &str, fence: i64, times: [i64; 4], payload: &[u8], count: i64) -> Vec<Value> {
+    /// bytes. `times` are acquired_at, renewed_at, expires_at, the call's
+    /// instant and the clock as the row was read.
+    fn row(name: &str, holder: &str, fence: i64, times: [i64; 5], payload: &[u8], count: i64) -> Vec<Value> {
         let n = |v: i64| Value::Bytes(v.to_string().into_bytes());
         vec![
             Value::Bytes(name.into()),
@@ -548,18 +736,20 @@ mod tests {
             Value::Bytes(payload.to_vec()),
             n(times[3]),
             n(count),
+            n(times[4]),
         ]
     }
 
     const T0: i64 = 1_700_000_000_000_000;
-    const TIMES: [i64; 4] = [T0, T0 + 10, T0 + 10 + 5_000_000, T0 + 20];
+    const TIMES: [i64; 5] = [T0, T0 + 10, T0 + 10 + 5_000_000, T0 + 10, T0 + 20];
 
     #[test]
     fn rows_are_read_back_from_any_integer_form_and_checked() {
         assert!(read_back("inspect", "e", vec![vec![Value::Int(1)], vec![]]).unwrap().is_none(), "no lease row");
         let rb = read_back("inspect", "e", vec![vec![], row("e", "a", 7, TIMES, b"p", 1)]).unwrap().unwrap();
         assert_eq!((rb.lease.holder.as_str(), rb.lease.fence, rb.row_count), ("a", 7, 1));
-        assert_eq!(rb.lease.now.as_unix_micros(), TIMES[3]);
+        assert_eq!(rb.lease.now.as_unix_micros(), TIMES[4], "now is the clock as the row was read");
+        assert_eq!(rb.at.as_unix_micros(), TIMES[3]);
         let mut typed = row("e", "a", 7, TIMES, b"", 0);
         typed[2] = Value::Int(7);
         typed[3] = Value::UInt(T0 as u64);
@@ -577,6 +767,7 @@ mod tests {
             (3, Value::Bytes(b"soon".to_vec()), "not an integer"),
             (4, Value::UInt(u64::MAX), "out of range"),
             (5, Value::Double(1.0), "not an integer"),
+            (9, Value::NULL, "not an integer"),
         ] {
             let e = broken(i, v);
             assert!(e.is_fatal() && e.to_string().contains(what), "column {i}: {e}");
@@ -594,16 +785,52 @@ mod tests {
         let ok = check_written("renew", rb(row("e", "a", 7, TIMES, b"p", 1)), "a", ttl, b"p", Some(7)).unwrap();
         assert_eq!(ok.now, ok.renewed_at, "now is the writing statement's");
         assert!(check_written("acquire", rb(row("e", "a", 7, TIMES, b"p", 0)), "a", ttl, b"p", None).is_ok());
+        const S: i64 = 1_000_000;
         // (row read back, identity, payload, fence asked for, what is wrong)
         type Case = (Vec<Value>, &'static str, &'static [u8], Option<u64>, &'static str);
-        let cases: [Case; 7] = [
+        let cases: [Case; 10] = [
             (row("e", "b", 7, TIMES, b"p", 1), "a", b"p", Some(7), "another holder"),
             (row("e", "a", 8, TIMES, b"p", 1), "a", b"p", Some(7), "another fence"),
             (row("e", "a", 7, TIMES, b"p", 2), "a", b"p", Some(7), "reported 2 rows"),
             (row("e", "a", 7, TIMES, b"q", 1), "a", b"p", Some(7), "another payload"),
-            (row("e", "a", 7, [T0, T0, T0 + 4_999_999, T0], b"p", 1), "a", b"p", Some(7), "short of the TTL"),
-            (row("e", "a", 7, [T0, T0 + 30, T0 + 5_000_030, T0 + 20], b"p", 1), "a", b"p", Some(7), "out of order"),
-            (row("e", "a", 7, [T0 + 11, T0 + 10, T0 + 5_000_010, T0 + 20], b"p", 1), "a", b"p", None, "out of order"),
+            (row("e", "a", 7, [T0, T0, T0 + 5 * S - 1, T0, T0 + 1], b"p", 1), "a", b"p", Some(7), "short of the TTL"),
+            (
+                row("e", "a", 7, [T0, T0 + 10, T0 + 5 * S, T0 + 30, T0 + 40], b"p", 1),
+                "a",
+                b"p",
+                None,
+                "not this call's",
+            ),
+            (
+                row("e", "a", 7, [T0, T0 + 10, T0 + 5 * S, T0 + 10, T0 + 5 * S], b"p", 1),
+                "a",
+                b"p",
+                None,
+                "not in the future",
+            ),
+            (
+                row("e", "a", 7, [T0, T0 + 30, T0 + 5 * S + 30, T0 + 30, T0 + 20], b"p", 1),
+                "a",
+                b"p",
+                Some(7),
+                "out of order",
+            ),
+            (
+                row("e", "a", 7, [T0 + 11, T0 + 10, T0 + 5 * S + 10, T0 + 10, T0 + 20], b"p", 1),
+                "a",
+                b"p",
+                None,
+                "out of order",
+            ),
+            // What the old claim left under SIMULTANEOUS_ASSIGNMENT: this
+            // holder on the dead leader's fence, with its old instants.
+            (
+                row("e", "a", 7, [T0 - 60 * S, T0 - 20 * S, T0 - S, T0, T0 + 5], b"p", 2),
+                "a",
+                b"p",
+                None,
+                "not this call's",
+            ),
         ];
         for (r, id, p, fence, what) in cases {
             let e = check_written("renew", rb(r), id, ttl, p, fence).unwrap_err();
