@@ -23,9 +23,17 @@ const LONG: Duration = Duration::from_secs(60);
 /// A pool of the application's on `user` (created with access to
 /// [`TABLE`]), at most `max` connections, 7 s socket timeouts.
 fn app_pool(user: &str, pass: &str, max: usize) -> mysql::Pool {
+    pool_with(user, pass, max, mysql::PoolOpts::default())
+}
+
+/// [`app_pool`] with these pool options (the connection limit is set here).
+fn pool_with(user: &str, pass: &str, max: usize, pool_opts: mysql::PoolOpts) -> mysql::Pool {
     let mut c = admin(SHARED);
     exec(&mut c, &format!("CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY '{pass}'"));
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE, CREATE ON test.* TO '{user}'@'127.0.0.1'"));
+    exec(
+        &mut c,
+        &format!("GRANT SELECT, INSERT, UPDATE, CREATE, CREATE TEMPORARY TABLES ON test.* TO '{user}'@'127.0.0.1'"),
+    );
     let shared = mysql::Opts::from_url(&url(SHARED)).expect("test URL parses");
     let opts = mysql::OptsBuilder::new()
         .ip_or_hostname(Some("127.0.0.1"))
@@ -36,7 +44,7 @@ fn app_pool(user: &str, pass: &str, max: usize) -> mysql::Pool {
         .prefer_socket(false)
         .read_timeout(Some(Duration::from_secs(7)))
         .write_timeout(Some(Duration::from_secs(7)))
-        .pool_opts(mysql::PoolOpts::default().with_constraints(mysql::PoolConstraints::new(0, max).unwrap()));
+        .pool_opts(pool_opts.with_constraints(mysql::PoolConstraints::new(0, max).unwrap()));
     mysql::Pool::new(opts).expect("pool")
 }
 
@@ -203,4 +211,106 @@ fn settings_that_belong_to_the_pool_are_refused() {
     let s = MySqlStore::from_pool(pool).unwrap();
     assert!(!s.uses_tls());
     assert_eq!(s.table(), leaderelection::mysql::DEFAULT_TABLE);
+}
+
+/// A pool of one connection that goes back as the application left it
+/// (`reset_connection = false`, an option of the pool and of the URL), and
+/// a way to leave things on that connection.
+struct Leaky {
+    pool: mysql::Pool,
+}
+
+impl Leaky {
+    fn new(user: &str) -> Leaky {
+        Leaky { pool: pool_with(user, "leaky-pw", 1, mysql::PoolOpts::default().with_reset_connection(false)) }
+    }
+
+    /// Runs `statements` on the pool's one connection and gives it back.
+    fn leave(&self, statements: &[&str]) {
+        let mut c = self.pool.try_get_conn(Duration::from_secs(2)).expect("the pool's connection");
+        for q in statements {
+            c.query_drop(*q).unwrap_or_else(|e| panic!("{q}: {e}"));
+        }
+    }
+
+    fn store(&self) -> MySqlStore {
+        on(&self.pool)
+    }
+}
+
+/// A session clock the application moved a day ahead
+/// (`SET SESSION timestamp`) made a lease valid for another minute look
+/// expired, and the store's claim on that connection won it: two leaders.
+/// The store resets the session it borrows and pins the clock, so the
+/// claim loses and the holder keeps its term.
+#[test]
+fn a_session_clock_left_a_day_ahead_does_not_expire_a_live_lease() {
+    let leaky = Leaky::new("le_leak_clock");
+    let (b, holder) = (leaky.store(), on(&app_pool("le_leak_holder", "leak-holder-pw", 2)));
+    let name = format!("leak-clock-{}", random_tag());
+    let a = holder.acquire(&name, "a", LONG, b"", T).unwrap();
+    assert!(a.held_by("a"));
+    leaky.leave(&["SET SESSION timestamp = UNIX_TIMESTAMP() + 86400"]);
+    let seen = b.acquire(&name, "b", LONG, b"", T).unwrap();
+    assert!(seen.held_by("a") && seen.fence == a.fence, "a live lease was claimed on a leaked clock: {seen:?}");
+    assert!(seen.ttl() > LONG - Duration::from_secs(5), "{seen:?}");
+    assert!(holder.renew(&name, "a", a.fence, LONG, b"", T).unwrap().held_by("a"));
+}
+
+/// A `sql_mode` the application left on the connection
+/// (`SIMULTANEOUS_ASSIGNMENT`, which has every assignment of the claim read
+/// the old row) turned a claim of an expired lease into "this holder, the
+/// dead leader's fence, the old expiry", which the read-back accepted: the
+/// claimer led on a row that another could claim at once. Now the claim
+/// takes a new fence and a fresh expiry, and a third participant loses.
+#[test]
+fn a_leaked_simultaneous_assignment_mode_cannot_share_a_fence() {
+    let leaky = Leaky::new("le_leak_mode");
+    let (b, other) = (leaky.store(), on(&app_pool("le_leak_other", "leak-other-pw", 2)));
+    let name = format!("leak-mode-{}", random_tag());
+    let ttl = Duration::from_secs(1);
+    let a = other.acquire(&name, "a", ttl, b"", T).unwrap();
+    assert!(wait_for(Duration::from_secs(5), || other.inspect(&name, T).unwrap().expired()), "never expired");
+    leaky.leave(&["SET SESSION sql_mode = CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT')"]);
+    let won = b.acquire(&name, "b", ttl, b"", T).expect("the claim of an expired lease");
+    assert!(won.held_by("b") && won.fence > a.fence, "a claim that kept the dead leader's fence: {a:?} -> {won:?}");
+    let row = other.inspect(&name, T).unwrap();
+    assert!(row.held_by("b") && !row.expired() && row.fence == won.fence, "{row:?}");
+    let third = other.acquire(&name, "c", ttl, b"", T).unwrap();
+    assert!(third.held_by("b"), "a third participant claimed the new term too: {third:?}");
+}
+
+/// A temporary table the application left on the connection, named like
+/// the election table, shadowed it: the store's claim landed there. The
+/// session is reset before the store uses it, so the claim meets the real
+/// row (and loses to its holder).
+#[test]
+fn a_temporary_table_left_on_the_session_does_not_shadow_the_election() {
+    let leaky = Leaky::new("le_leak_temp");
+    let (b, holder) = (leaky.store(), on(&app_pool("le_leak_holder", "leak-holder-pw", 2)));
+    let name = format!("leak-temp-{}", random_tag());
+    let a = holder.acquire(&name, "a", LONG, b"", T).unwrap();
+    let ddl = MySqlStore::schema(TABLE).unwrap().replace("CREATE TABLE", "CREATE TEMPORARY TABLE");
+    leaky.leave(&[ddl.trim_end().trim_end_matches(';')]);
+    let seen = b.acquire(&name, "b", LONG, b"", T).unwrap();
+    assert!(seen.held_by("a") && seen.fence == a.fence, "the claim went to a shadowing table: {seen:?}");
+}
+
+/// Work the application left uncommitted on the connection (autocommit
+/// off, a row inserted) is not committed by the store's own transaction,
+/// which would start by committing it: the session is reset (rolled back)
+/// first, so nothing of the application's lands by the store's hand.
+#[test]
+fn work_left_uncommitted_on_the_session_is_not_committed_by_the_store() {
+    let leaky = Leaky::new("le_leak_txn");
+    let b = leaky.store();
+    let scratch = format!("le_leak_scratch_{}", random_tag());
+    exec(&mut admin(SHARED), &format!("CREATE TABLE test.{scratch} (id INT PRIMARY KEY)"));
+    exec(&mut admin(SHARED), &format!("GRANT SELECT, INSERT ON test.{scratch} TO 'le_leak_txn'@'127.0.0.1'"));
+    leaky.leave(&["SET autocommit = 0", &format!("INSERT INTO test.{scratch} VALUES (1)")]);
+    let name = format!("leak-txn-{}", random_tag());
+    assert!(b.acquire(&name, "b", LONG, b"", T).unwrap().held_by("b"));
+    let rows: Vec<i64> = admin(SHARED).query(format!("SELECT id FROM test.{scratch}")).unwrap();
+    exec(&mut admin(SHARED), &format!("DROP TABLE test.{scratch}"));
+    assert!(rows.is_empty(), "the application's uncommitted insert was committed by the store: {rows:?}");
 }

@@ -13,9 +13,18 @@
 //! `AsRawFd`): the pool's reset then fails at once, and the pool closes the
 //! connection and frees its slot. While the store holds a connection, its
 //! socket's read and write timeouts are the store's; they are put back
-//! before the connection goes home, after the store has reset the session
-//! under its own timeouts (so the pool's reset, bounded only by the pool's
-//! settings, does not run).
+//! before the connection goes home.
+//!
+//! A borrowed session is never trusted: whatever the application left on
+//! it (session variables such as `timestamp` or `sql_mode`, an open
+//! transaction, table locks, temporary tables that could shadow the
+//! election table) would reach the store's statements, since a pool built
+//! with `reset_connection = false` hands it over as it is. So the store
+//! resets the session (`COM_RESET_CONNECTION`) when it takes it, under its
+//! own timeouts, and its calls pin the settings their statements depend on
+//! and put them back to the server's defaults before they end. A
+//! connection goes home as clean as a reset would leave it, so the pool's
+//! own reset on return (bounded only by the pool's settings) is skipped.
 
 use std::io;
 use std::mem::ManuallyDrop;
@@ -75,6 +84,12 @@ impl Borrowed {
                 return Err(e.into());
             }
         }
+        // What the application left on the session goes before any
+        // statement of the store's runs on it.
+        if let Err(e) = b.conn.as_mut().reset() {
+            b.discard();
+            return Err(e);
+        }
         if b.saved.0.is_none() && !warned.swap(true, Ordering::Relaxed) {
             log::warn!(
                 "leaderelection: mysql: the mysql::Pool given to the store sets no read_timeout; the store bounds \
@@ -88,13 +103,11 @@ impl Borrowed {
         self.conn.as_mut()
     }
 
-    /// Gives a healthy connection back: resets its session under the
-    /// store's timeouts, puts the pool's timeouts back, and returns it. A
-    /// failed reset discards it instead.
+    /// Gives a healthy connection back: puts the pool's timeouts back and
+    /// returns it, without the pool's reset (the session was reset when
+    /// taken, and every call puts its settings back before it ends). A
+    /// socket that refuses the timeouts is discarded instead.
     pub(crate) fn give_back(mut self) {
-        if self.conn.as_mut().reset().is_err() {
-            return self.discard();
-        }
         let saved = self.saved;
         let restored = with_socket(&self.conn, |s| {
             s.set_read_timeout(saved.0)?;
@@ -103,8 +116,6 @@ impl Borrowed {
         if restored.is_err() {
             return self.discard();
         }
-        // Reset just now; the pool's own reset would run under the pool's
-        // timeouts, which may be none.
         self.conn.reset_connection(false);
     }
 
