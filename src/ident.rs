@@ -61,12 +61,24 @@ pub fn quote_postgres(what: &'static str, ident: &str) -> Result<String, IdentEr
 ///
 /// # Errors
 ///
-/// Empty, longer than [`MAX_MYSQL_IDENT`] characters, holding NUL, or ending
-/// in a space (which MySQL refuses).
+/// Empty, longer than [`MAX_MYSQL_IDENT`] characters, holding NUL, ending
+/// in a space (which MySQL refuses), or holding a character outside the
+/// Basic Multilingual Plane (above U+FFFF, such as most emoji), which
+/// MySQL and MariaDB identifiers cannot hold: the server would refuse the
+/// name at the first statement, not here.
 pub fn quote_mysql(what: &'static str, ident: &str) -> Result<String, IdentError> {
     check(what, ident, MAX_MYSQL_IDENT, ident.chars().count())?;
     if ident.ends_with(' ') {
         return Err(IdentError { what, reason: "must not end with a space".into() });
+    }
+    if let Some(c) = ident.chars().find(|&c| u32::from(c) > 0xFFFF) {
+        return Err(IdentError {
+            what,
+            reason: format!(
+                "holds {c:?} (U+{:X}), outside the Basic Multilingual Plane, which MySQL names cannot hold",
+                u32::from(c)
+            ),
+        });
     }
     Ok(format!("`{}`", ident.replace('`', "``")))
 }
@@ -157,6 +169,15 @@ fn unquote(quoted: &str, q: char) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mysql_names_outside_the_basic_multilingual_plane_are_refused() {
+        let e = quote_mysql("table", "jobs_\u{1F600}").unwrap_err();
+        assert!(e.to_string().contains("U+1F600") && e.to_string().contains("Basic Multilingual Plane"), "{e}");
+        assert!(quote_mysql("table", "\u{10000}").is_err());
+        assert!(quote_mysql("table", "jobs_\u{FFFF}_\u{4E2D}").is_ok(), "the plane itself is fine");
+        assert!(quote_postgres("table", "jobs_\u{1F600}").is_ok(), "PostgreSQL takes them");
+    }
 
     #[test]
     fn round_trips_hostile_names() {

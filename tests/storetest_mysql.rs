@@ -877,3 +877,258 @@ fn ensure_schema_on_a_current_table_does_not_wait_behind_a_transaction() {
     ddl.ensure_schema().expect("once the transaction ended");
     assert_eq!(old.terms_columns(), 1);
 }
+
+/// The server's clock as the store reads it, in microseconds.
+const NOW_SQL: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// One claim case: the row before (holder, fence, renewed_at and
+/// expires_at as seconds from the server's now; `None` for no row), and
+/// what the claim by `me` must do to it.
+struct ClaimCase {
+    what: &'static str,
+    before: Option<(&'static str, i64, i64, i64)>,
+    claims: bool,
+    extends: bool,
+}
+
+const CLAIM_CASES: &[ClaimCase] = &[
+    ClaimCase { what: "absent", before: None, claims: true, extends: true },
+    ClaimCase { what: "expired, another's", before: Some(("other", 5, -20, -1)), claims: true, extends: true },
+    ClaimCase { what: "valid, another's", before: Some(("other", 5, -5, 30)), claims: false, extends: false },
+    ClaimCase { what: "valid, mine", before: Some(("me", 5, -5, 30)), claims: false, extends: true },
+    ClaimCase { what: "expired, mine", before: Some(("me", 5, -20, -1)), claims: true, extends: true },
+    // The row was written (released, renewed) after this call read its
+    // clock: a stale reading must not extend it.
+    ClaimCase { what: "valid, mine, written later", before: Some(("me", 5, 2, 30)), claims: false, extends: false },
+];
+
+/// The row of `name` as (holder, fence, renewed_at, expires_at, terms) and
+/// the server's now.
+fn claim_row(c: &mut mysql::Conn, table: &str, name: &str) -> Option<((String, i64, i64, i64, i64), i64)> {
+    let q = format!(
+        "SELECT holder, fence, renewed_at, expires_at, terms, {NOW_SQL} FROM `{table}` WHERE name = {}",
+        hex(name.as_bytes())
+    );
+    let row: Option<(Vec<u8>, i64, i64, i64, i64, i64)> = c.query_first(&q).unwrap_or_else(|e| panic!("{q}: {e}"));
+    row.map(|(h, f, r, e, t, now)| ((String::from_utf8(h).unwrap(), f, r, e, t), now))
+}
+
+/// Runs `claim(table, name)` for every case on a session in `mode`, and
+/// returns the cases whose outcome was wrong, with what happened.
+fn run_claim_cases(mode: &str, table: &str, claim: &dyn Fn(&str, &str) -> String) -> Vec<String> {
+    let mut c = admin(SHARED);
+    exec(&mut c, &format!("SET SESSION sql_mode = CONCAT(@@sql_mode, '{mode}')"));
+    let ttl: i64 = 60_000_000;
+    let mut wrong = Vec::new();
+    for (k, case) in CLAIM_CASES.iter().enumerate() {
+        let name = format!("order-{k}-{}", random_tag());
+        if let Some((holder, fence, renewed, expires)) = case.before {
+            exec(
+                &mut c,
+                &format!(
+                    "INSERT INTO `{table}` (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
+                     VALUES ({}, {}, {fence}, {NOW_SQL} - 100000000, {NOW_SQL} + {renewed}000000, \
+                     {NOW_SQL} + {expires}000000, X'', 3)",
+                    hex(name.as_bytes()),
+                    hex(holder.as_bytes())
+                ),
+            );
+        }
+        let before = claim_row(&mut c, table, &name);
+        let q = claim(table, &name);
+        let ran = c.query_iter(&q).and_then(|mut r| {
+            while let Some(set) = r.iter() {
+                for row in set {
+                    row?;
+                }
+            }
+            Ok(())
+        });
+        ran.unwrap_or_else(|e| panic!("{}: {q}: {e}", case.what));
+        let Some((after, now)) = claim_row(&mut c, table, &name) else {
+            wrong.push(format!("{}: no row after the claim", case.what));
+            continue;
+        };
+        let (holder, fence, renewed, expires, terms) = after.clone();
+        let old = before.map(|(b, _)| b);
+        let ok = match (&old, case.claims, case.extends) {
+            (None, _, _) => holder == "me" && terms == 1 && expires - renewed == ttl,
+            (Some(b), true, _) => {
+                holder == "me" && fence > b.1 && terms == b.4 + 1 && expires - renewed == ttl && renewed <= now
+            }
+            (Some(b), false, true) => {
+                holder == b.0 && fence == b.1 && terms == b.4 && renewed > b.2 && expires == renewed + ttl
+            }
+            (Some(b), false, false) => after == *b,
+        };
+        if !ok {
+            wrong.push(format!("{}: {old:?} -> {after:?}", case.what));
+        }
+    }
+    wrong
+}
+
+/// The claim means the same whatever order the server evaluates its
+/// `ON DUPLICATE KEY UPDATE` assignments in: run bare (without the
+/// settings a call pins), on sessions with MariaDB's default order and with
+/// `SIMULTANEOUS_ASSIGNMENT` (every assignment reads the old row), each
+/// case leaves the row as it must. The negative control: the claim as it
+/// was (it relied on `holder` being assigned first and seen by the rest)
+/// is right under the default order and, under simultaneous assignment,
+/// takes over expired rows with the dead leader's fence and expiry.
+#[test]
+fn the_claim_means_the_same_under_every_assignment_order() {
+    let t = Scratch::new("le_order");
+    t.store().ensure_schema().unwrap();
+    let ttl = Duration::from_secs(60);
+    let current =
+        |table: &str, name: &str| leaderelection::mysql::__claim_unpinned(table, name, "me", ttl, b"").unwrap();
+    for mode in ["", ",SIMULTANEOUS_ASSIGNMENT"] {
+        let wrong = run_claim_cases(mode, &t.table, &current);
+        assert!(wrong.is_empty(), "sql_mode +'{mode}': {wrong:#?}");
+    }
+    let old = |table: &str, name: &str| {
+        let (n, i, p, t) = (hex(name.as_bytes()), hex(b"me"), "X''", 60_000_000);
+        format!(
+            "START TRANSACTION; \
+             INSERT INTO `{table}` (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
+             VALUES ({n}, {i}, GREATEST(1, {NOW_SQL}), {NOW_SQL}, {NOW_SQL}, {NOW_SQL} + {t}, {p}, 1) \
+             ON DUPLICATE KEY UPDATE \
+               holder = IF(expires_at <= {NOW_SQL}, {i}, holder), \
+               fence = IF(holder = {i} AND expires_at <= {NOW_SQL}, GREATEST(fence + 1, {NOW_SQL}), fence), \
+               acquired_at = IF(holder = {i} AND expires_at <= {NOW_SQL}, {NOW_SQL}, acquired_at), \
+               terms = IF(holder = {i} AND expires_at <= {NOW_SQL}, terms + 1, terms), \
+               renewed_at = IF(holder = {i}, {NOW_SQL}, renewed_at), \
+               payload = IF(holder = {i}, {p}, payload), \
+               expires_at = IF(holder = {i}, GREATEST(expires_at, {NOW_SQL} + {t}), expires_at); \
+             COMMIT;"
+        )
+    };
+    let default_order = run_claim_cases("", &t.table, &old);
+    assert!(
+        default_order.iter().all(|w| w.starts_with("valid, mine, written later")),
+        "the old claim under the default order: {default_order:#?}"
+    );
+    let simultaneous = run_claim_cases(",SIMULTANEOUS_ASSIGNMENT", &t.table, &old);
+    assert!(
+        simultaneous.iter().any(|w| w.starts_with("expired, another's")),
+        "the negative control was not caught: {simultaneous:#?}"
+    );
+    eprintln!("the old claim under SIMULTANEOUS_ASSIGNMENT: {simultaneous:#?}");
+}
+
+/// A table made by hand whose `name` column compares without case (a
+/// `VARCHAR` in a `_ci` collation): the row of election "Jobs" is the
+/// duplicate key of a claim of "jobs". The claim must leave that other
+/// election's row alone (it checks the name byte for byte before writing),
+/// and report the mix-up as fatal.
+#[test]
+fn a_case_insensitive_table_never_lets_one_election_claim_another() {
+    let t = Scratch::new("le_ci");
+    exec(
+        &mut admin(SHARED),
+        &format!(
+            "CREATE TABLE {} (name VARCHAR(255) COLLATE utf8mb4_general_ci NOT NULL, holder VARBINARY(255) NOT NULL, \
+             fence BIGINT NOT NULL, acquired_at BIGINT NOT NULL, renewed_at BIGINT NOT NULL, \
+             expires_at BIGINT NOT NULL, payload MEDIUMBLOB NOT NULL, terms BIGINT NOT NULL DEFAULT 0, \
+             PRIMARY KEY (name)) ENGINE = InnoDB",
+            t.quoted()
+        ),
+    );
+    let s = t.store();
+    let jobs = s.acquire("Jobs", "a", Duration::from_secs(1), b"", T).unwrap();
+    assert!(jobs.held_by("a"));
+    assert!(wait_for(Duration::from_secs(5), || s.inspect("Jobs", T).unwrap().expired()));
+    let e = s.acquire("jobs", "b", LONG, b"", T).expect_err("a claim that met another election's row");
+    assert!(e.is_fatal() && e.to_string().contains("another election"), "{e}");
+    let row = s.inspect("Jobs", T).unwrap();
+    assert_eq!((row.holder.as_str(), row.fence), ("a", jobs.fence), "the other election's row was written: {row:?}");
+}
+
+/// A TLS handshake that stalls (a path that passes the greeting and the
+/// client's TLS request, then swallows everything) runs into the socket's
+/// read timeout: that is a timeout, retryable, not a TLS failure that
+/// needs a person.
+#[test]
+fn a_tls_handshake_that_stalls_is_a_retryable_timeout() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let ca = tls_ca();
+    let target = port(PRIVATE);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for client in listener.incoming().take(4) {
+            let Ok(mut client) = client else { continue };
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
+            let mut buf = [0u8; 4096];
+            let n = server.read(&mut buf).unwrap_or(0);
+            let _ = client.write_all(&buf[..n]);
+            let mut req = [0u8; 36];
+            if client.read_exact(&mut req).is_ok() {
+                let _ = server.write_all(&req);
+            }
+            // The ClientHello is read and dropped; nothing ever answers.
+            let _ = client.read(&mut buf);
+            held.push((client, server));
+        }
+    });
+    let url = format!("mysql://root@localhost:{proxy_port}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}");
+    let s = MySqlStore::builder(&url).table(TABLE).socket_timeout(Duration::from_millis(400)).build().unwrap();
+    let start = Instant::now();
+    let e = s.inspect("e", Duration::from_secs(3)).unwrap_err();
+    eprintln!("TLS handshake stalled: after {:?}: {e}", start.elapsed());
+    assert!(e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("TLS handshake got no answer within the socket timeout"), "{e}");
+}
+
+/// `completion_type = RELEASE` (a server or session setting) ends the
+/// session at every plain `COMMIT`: every call's write committed and then
+/// its connection dropped, so every acquire looked failed and nobody ever
+/// led. The store commits with `COMMIT AND NO CHAIN NO RELEASE`, so calls
+/// succeed and the connection is kept.
+#[test]
+fn completion_type_release_does_not_end_the_session_at_each_commit() {
+    store();
+    let mut c = admin(SHARED);
+    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_release'@'127.0.0.1'");
+    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_release'@'127.0.0.1'"));
+    let url = url_via(SHARED, "le_release", "127.0.0.1", port(SHARED), "");
+    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url).unwrap())
+        .init(vec!["SET SESSION completion_type = 'RELEASE'".to_owned()]);
+    let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
+    let mut sessions = || -> Vec<u64> {
+        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_release' ORDER BY ID").unwrap()
+    };
+    let name = format!("release-mode-{}", random_tag());
+    let a = s.acquire(&name, "a", LONG, b"", T).expect("acquire under completion_type=RELEASE");
+    assert!(a.held_by("a"), "{a:?}");
+    let first = sessions();
+    assert!(s.renew(&name, "a", a.fence, LONG, b"", T).unwrap().held_by("a"));
+    s.release(&name, "a", a.fence, T).unwrap();
+    assert!(s.inspect(&name, T).unwrap().expired());
+    assert!(first.len() == 1 && sessions() == first, "the session did not survive the commits: {first:?}");
+}
+
+/// A statement over the server's `max_allowed_packet` (here 16 KiB, and a
+/// payload whose claim needs more) is refused by the driver before it is
+/// sent; that used to be retried for ever as a connection error. It is
+/// fatal now, with both sizes and the setting named, and a payload that
+/// fits works on the same store (the control).
+#[test]
+fn a_statement_over_max_allowed_packet_is_fatal_and_names_the_setting() {
+    let server = support::maria_server::MariaServer::start_with(&["--max-allowed-packet=16384"]);
+    let s = MySqlStore::builder(&server.url()).table("le_packet").build().unwrap();
+    s.ensure_schema().unwrap();
+    let fits = vec![7u8; 4 * 1024];
+    assert!(s.acquire("small", "a", LONG, &fits, T).unwrap().held_by("a"));
+    let big = vec![7u8; 12 * 1024];
+    let e = s.acquire("big", "a", LONG, &big, T).expect_err("a claim over max_allowed_packet");
+    eprintln!("over max_allowed_packet: {e}");
+    assert!(e.is_fatal(), "{e}");
+    assert!(e.to_string().contains("more than max_allowed_packet (16384 bytes)"), "{e}");
+    let e = s.renew("small", "a", 1, LONG, &big, T).expect_err("a renewal over max_allowed_packet");
+    assert!(e.is_fatal(), "{e}");
+    assert!(s.inspect("small", T).unwrap().held_by("a"), "the store still works");
+}

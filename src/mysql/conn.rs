@@ -253,8 +253,8 @@ impl Inner {
             match query(conn.conn(), sql) {
                 Ok(rows) => return Ok((rows, conn)),
                 Err(e) => {
-                    let err = sql::classify(op, &e);
-                    let again = sql::retry_elsewhere(&e) && (reused || is_deadlock(&e));
+                    let mut err = sql::classify(op, &e);
+                    let mut again = sql::retry_elsewhere(&e) && (reused || is_deadlock(&e));
                     let id = session.swap(NO_SESSION, Ordering::SeqCst);
                     if sql::is_timeout(&e) {
                         // The socket gave up (its timeout was shorter than
@@ -264,6 +264,16 @@ impl Inner {
                         kill(self, id, lasts);
                     }
                     self.discard(conn);
+                    if sql::may_be_too_large(&e) {
+                        // Measured, not read from the error's text: the
+                        // statement's packet against the limit in force
+                        // (after the discard, so a pool of one has a slot).
+                        let len = sql.len() + 1;
+                        if let Some(limit) = self.packet_limit().filter(|&l| len as u64 > l) {
+                            err = sql::too_large(op, len, limit);
+                            again = false;
+                        }
+                    }
                     if !again {
                         return Err(err);
                     }
@@ -432,6 +442,38 @@ impl Inner {
                     Err(e) => {
                         b.discard();
                         Err(e)
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The `max_allowed_packet` a statement must fit (a command byte and
+    /// the text): the server's, read on a connection of its own, or the
+    /// URL's own smaller limit. `None` when it cannot be read.
+    fn packet_limit(&self) -> Option<u64> {
+        let q = "SELECT @@max_allowed_packet";
+        match &self.source {
+            Source::Own(opts) => {
+                let server: Option<u64> = Conn::new(opts.clone()).ok()?.query_first(q).ok()??;
+                let client = opts.get_max_allowed_packet().map(|l| l as u64);
+                Some(client.map_or(server?, |c| server.map_or(c, |s| s.min(c))))
+            }
+            #[cfg(unix)]
+            Source::Shared { pool, socket_timeout } => {
+                let deadline = Instant::now() + *socket_timeout;
+                let mut b = Borrowed::take(pool, deadline, *socket_timeout, &self.warned).ok()??;
+                let limit = b.conn().query_first(q);
+                match limit {
+                    Ok(l) => {
+                        b.give_back();
+                        l
+                    }
+                    Err(_) => {
+                        b.discard();
+                        None
                     }
                 }
             }

@@ -494,6 +494,23 @@ impl MySqlStore {
     }
 }
 
+/// The claim as a call runs it, without the settings every call pins
+/// first (so with whatever `sql_mode` the session has): the statements
+/// after the call's clock reading, then the row read back. For the tests
+/// that run it on a server under each assignment order; not part of the
+/// API, and no store call sends it like this.
+#[doc(hidden)]
+pub fn __claim_unpinned(
+    table: &str,
+    name: &str,
+    identity: &str,
+    ttl: Duration,
+    payload: &[u8],
+) -> Result<String, StoreError> {
+    let quoted = quote_mysql("table", table).map_err(invalid_table)?;
+    Ok(format!("SET @leaderelection_now = {}; {}", sql::NOW, sql::acquire(&quoted, name, identity, ttl, payload)?))
+}
+
 fn deadline_after(timeout: Duration) -> Instant {
     Instant::now() + timeout.min(MAX_WAIT)
 }

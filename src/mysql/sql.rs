@@ -439,6 +439,13 @@ pub(crate) fn code_kind(code: u16, state: &str) -> ErrorKind {
         // CHECK constraint someone added (MySQL 3819, MariaDB 4025).
         1044 | 1045 | 1049 | 1146 | 1142 | 1143 | 1227 | 1054 | 1064 | 1149 | 1251 | 1698 | 1820 | 1862 | 3118
         | 4151 | 1153 | 1406 | 1366 | 1129 | 1370 | 1356 | 3819 | 4025 => ErrorKind::Fatal,
+        // Settings and names the server will never take, whatever the
+        // SQLSTATE (most are HY000): an unknown system variable, one that
+        // is global or session only or read-only, a value or type it cannot
+        // have, a string that is not valid in its character set (a table
+        // name the server cannot store), and a binlog format that refuses
+        // the statement.
+        1193 | 1228 | 1229 | 1231 | 1232 | 1238 | 1300 | 1665 => ErrorKind::Fatal,
         // Too many connections, server shutting down, lock wait timeout,
         // deadlock, read-only server or transaction, server gone away, lost
         // connection, connection killed, query interrupted or over its time
@@ -490,6 +497,11 @@ pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
                 _ => StoreError::retryable(message),
             }
         }
+        // The handshake ran into the socket's read timeout: a server or a
+        // path too slow to answer, not a certificate.
+        Error::TlsError(mysql::error::tls::TlsError::TlsHandshakeError(native_tls::HandshakeError::WouldBlock(_))) => {
+            StoreError::retryable(format!("mysql {op}: the TLS handshake got no answer within the socket timeout"))
+        }
         Error::TlsError(t) => {
             let text = crate::error::chain_text(t);
             // By cause: I/O during the handshake (reset, timeout) may fix
@@ -527,6 +539,25 @@ pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
             StoreError::fatal(format!("mysql {op}: cannot read the lease row"))
         }
     }
+}
+
+/// Whether `e` may be a packet over `max_allowed_packet`: the driver
+/// refuses such a statement before sending it (and such a reply), as a
+/// codec error with no I/O under it. Whether it was is then measured: see
+/// [`too_large`].
+pub(crate) fn may_be_too_large(e: &mysql::Error) -> bool {
+    matches!(e, mysql::Error::CodecError(c) if std::error::Error::source(c).is_none())
+}
+
+/// The fatal error for a statement of `len` bytes that the server's (or
+/// the URL's) `max_allowed_packet` of `limit` bytes cannot take. It names
+/// both sizes and the setting, and never retries: the same statement
+/// fails the same way every time.
+pub(crate) fn too_large(op: &str, len: usize, limit: u64) -> StoreError {
+    StoreError::fatal(format!(
+        "mysql {op}: the statement is {len} bytes, more than max_allowed_packet ({limit} bytes); raise \
+         max_allowed_packet on the server (and in the URL, if set there) or publish a smaller payload"
+    ))
 }
 
 /// A socket read or write that ran out of time: the server or the path is
@@ -588,6 +619,12 @@ mod tests {
             assert_eq!(code_kind(retry.0, retry.1), ErrorKind::Retryable, "{retry:?}");
         }
         assert_eq!(code_kind(9999, "42000"), ErrorKind::Fatal, "an unknown code in the access-rule class");
+        // Permanent HY000s: an unknown variable, a value it cannot take, a
+        // name invalid in its character set, a binlog format that refuses
+        // the statement.
+        for hy in [1193, 1231, 1232, 1238, 1300, 1665] {
+            assert_eq!(code_kind(hy, "HY000"), ErrorKind::Fatal, "{hy}");
+        }
         // Data the table cannot take (a column narrower than this store's
         // schema, a constraint someone added): the same call fails the same
         // way every time, so a person must look.
@@ -882,6 +919,11 @@ mod tests {
         assert!(is_timeout(&io(std::io::ErrorKind::TimedOut)) && is_timeout(&codec(std::io::ErrorKind::WouldBlock)));
         assert!(!is_timeout(&io(std::io::ErrorKind::ConnectionReset)) && !is_timeout(&server(1205, "HY000")));
         assert!(classify("renew", &codec(std::io::ErrorKind::WouldBlock)).to_string().contains("socket timeout"));
+        // A codec error over I/O is the connection, never the packet limit;
+        // the limit's error names the setting and both sizes, and is fatal.
+        assert!(!may_be_too_large(&codec(std::io::ErrorKind::WouldBlock)) && !may_be_too_large(&server(1153, "08S01")));
+        let big = too_large("acquire", 140_001, 65_536);
+        assert!(big.is_fatal() && big.to_string().contains("140001 bytes, more than max_allowed_packet (65536 bytes)"));
         let eof = classify("renew", &codec(std::io::ErrorKind::UnexpectedEof));
         assert!(eof.is_retryable() && eof.to_string().contains("connection error"), "{eof}");
     }

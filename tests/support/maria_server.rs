@@ -76,6 +76,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP ON test.* TO 'le'@'127.0.0.1'
 pub struct MariaServer {
     dir: PathBuf,
     port: u16,
+    /// Server options beyond the usual ones, on every start.
+    extra: Vec<String>,
     child: Mutex<Option<Child>>,
     started_in: Duration,
 }
@@ -106,12 +108,24 @@ impl MariaServer {
     /// When MariaDB is not installed, the process is not root, or the server
     /// does not come up (the error log's tail is in the message).
     pub fn start() -> MariaServer {
+        MariaServer::start_with(&[])
+    }
+
+    /// [`MariaServer::start`] with more server options (`--sql-mode=ORACLE`
+    /// and the like), kept for every later start.
+    pub fn start_with(extra: &[&str]) -> MariaServer {
         let began = Instant::now();
         let template = template();
         let dir = PathBuf::from(format!("{PREFIX}{}-{}", std::process::id(), random_tag()));
         fs::create_dir(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
         // From here on, Drop removes the directory, also if a step panics.
-        let mut server = MariaServer { dir, port: 0, child: Mutex::new(None), started_in: Duration::ZERO };
+        let mut server = MariaServer {
+            dir,
+            port: 0,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: Mutex::new(None),
+            started_in: Duration::ZERO,
+        };
         run(Command::new("cp").args(["-a", "--sparse=always"]).arg(template.join("data")).arg(server.dir.join("data")));
         fs::create_dir(server.dir.join("tmp")).unwrap();
         run(Command::new("chown").arg("mysql:").arg(&server.dir).arg(server.dir.join("tmp")));
@@ -301,6 +315,7 @@ impl MariaServer {
             .arg(format!("--log-error={}", d("error.log")))
             .arg(format!("--tmpdir={}", d("tmp")))
             .args(SPEED)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
