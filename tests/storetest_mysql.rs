@@ -1132,3 +1132,47 @@ fn a_statement_over_max_allowed_packet_is_fatal_and_names_the_setting() {
     assert!(e.is_fatal(), "{e}");
     assert!(s.inspect("small", T).unwrap().held_by("a"), "the store still works");
 }
+
+/// The race of a renewal and its holder's release (issue 16, item 8): the
+/// renewal reads its clock, then waits for the row behind another
+/// session's lock; meanwhile a release that read its clock later takes the
+/// row first and commits. The renewal then found `expires_at > now` still
+/// true and set a new expiry: a released lease held for a whole TTL more.
+/// The release is played by the session holding the row lock, stamping the
+/// row as the store's release does, with its own (later) clock reading.
+/// The renewal must change nothing.
+#[test]
+fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it() {
+    let s = store();
+    let name = format!("renew-release-{}", random_tag());
+    let ttl = Duration::from_secs(15);
+    let lease = s.acquire(&name, "a", ttl, b"", T).unwrap();
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let renewed = std::thread::scope(|sc| {
+        let renewal = sc.spawn(|| s.renew(&name, "a", lease.fence, ttl, b"late", T));
+        let mut watcher = admin(SHARED);
+        let q = format!(
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE '%{}%'",
+            hex(name.as_bytes()).trim_start_matches("X'").trim_end_matches('\'')
+        );
+        let waiting = wait_for(Duration::from_secs(3), || watcher.query_first::<i64, _>(&q).unwrap() == Some(1));
+        assert!(waiting, "the renewal never waited on the row lock");
+        exec(
+            &mut locker,
+            &format!(
+                "UPDATE {TABLE} SET renewed_at = GREATEST(renewed_at, {NOW_SQL}), expires_at = {NOW_SQL} WHERE name = {}",
+                hex(name.as_bytes())
+            ),
+        );
+        exec(&mut locker, "COMMIT");
+        renewal.join().unwrap()
+    });
+    let after = s.inspect(&name, T).unwrap();
+    eprintln!("renewal behind a release: {renewed:?}; the row after: {after:?}");
+    assert!(renewed.as_ref().is_err_and(|e| e.is_lease_lost()), "the late renewal landed: {renewed:?}");
+    assert!(after.expired() && after.payload.is_empty(), "the released lease was extended: {after:?}");
+    let next = s.acquire(&name, "b", ttl, b"", T).unwrap();
+    assert!(next.held_by("b") && next.fence > lease.fence, "the successor could not claim at once: {next:?}");
+}

@@ -115,7 +115,10 @@ fn one(c: &mut impl postgres::GenericClient, sql: &str) -> Option<String> {
 /// A renewal that waited behind a row lock commits after a newer renewal,
 /// with its older `now()`: the later expiry stands. The newer renewal is
 /// played by the session that holds the lock, writing
-/// `clock_timestamp() + 10 s` (later than the waiting renewal's `now()`).
+/// `clock_timestamp() + 10 s` (later than the waiting renewal's `now()`),
+/// and as `renewed_at` its own transaction's start, which is earlier than
+/// the waiting renewal's (a row written later than a renewal's clock
+/// reading refuses it: see `a_renewal_that_read_its_clock_before_a_release_cannot_extend_it`).
 /// Against `SET expires_at = now() + ttl` this fails: the lease shrinks.
 fn a_delayed_renewal_does_not_shorten_the_lease(var: &str) {
     let s = store(var);
@@ -140,7 +143,7 @@ fn a_delayed_renewal_does_not_shorten_the_lease(var: &str) {
         let newer = one(
             &mut tx,
             &format!(
-                "UPDATE {TABLE} SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '10 s', \
+                "UPDATE {TABLE} SET renewed_at = now(), expires_at = clock_timestamp() + interval '10 s', \
                  payload = 'newer' WHERE name = {} RETURNING (extract(epoch from expires_at) * 1000000)::int8::text",
                 lit(&name)
             ),
@@ -163,6 +166,60 @@ fn a_delayed_renewal_does_not_shorten_the_lease(var: &str) {
         newer - after.expires_at.as_unix_micros()
     );
     assert_eq!(older.expires_at, after.expires_at, "the delayed renewal reports the row it left");
+}
+
+/// The race of a renewal and its holder's release (issue 16, item 8): the
+/// renewal reads its clock (`now()`, its transaction's start), then waits
+/// for the row; meanwhile a release that read its clock later takes the
+/// row first and commits. The renewal then found `expires_at > now()` still
+/// true and set a new expiry: a released lease held for a whole TTL more,
+/// nobody leading. The release is played by the session holding the row
+/// lock, stamping the row as the store's release does with a clock reading
+/// later than the waiting renewal's. The renewal must change nothing.
+fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(var: &str) {
+    let s = store(var);
+    let name = format!("renew-release-{}", random_tag());
+    let ttl = Duration::from_secs(15);
+    let lease = s.acquire(&name, "a", ttl, b"", T).unwrap();
+    let mut locker = client(var);
+    let mut tx = locker.transaction().unwrap();
+    tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = {} FOR UPDATE", lit(&name))).unwrap();
+    let renewed = std::thread::scope(|sc| {
+        let renewal = sc.spawn(|| s.renew(&name, "a", lease.fence, ttl, b"late", T));
+        let mut admin = client(DIRECT);
+        let waiting = wait_for(Duration::from_secs(3), || {
+            let q = format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE {}",
+                lit(&format!("%UPDATE%{name}%"))
+            );
+            one(&mut admin, &q).as_deref() != Some("0")
+        });
+        assert!(waiting, "the renewal never waited on the row lock");
+        tx.batch_execute(&format!(
+            "UPDATE {TABLE} SET expires_at = clock_timestamp(), renewed_at = GREATEST(renewed_at, clock_timestamp()) \
+             WHERE name = {}",
+            lit(&name)
+        ))
+        .unwrap();
+        tx.commit().unwrap();
+        renewal.join().unwrap()
+    });
+    let after = s.inspect(&name, T).unwrap();
+    eprintln!("renewal behind a release via {var}: {renewed:?}; the row after: {after:?}");
+    assert!(renewed.as_ref().is_err_and(|e| e.is_lease_lost()), "the late renewal landed: {renewed:?}");
+    assert!(after.expired() && after.payload.is_empty(), "the released lease was extended: {after:?}");
+    let next = s.acquire(&name, "b", ttl, b"", T).unwrap();
+    assert!(next.held_by("b") && next.fence > lease.fence, "the successor could not claim at once: {next:?}");
+}
+
+#[test]
+fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_direct() {
+    a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(DIRECT);
+}
+
+#[test]
+fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_pgbouncer() {
+    a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(BOUNCER);
 }
 
 #[test]

@@ -343,7 +343,7 @@ impl PostgresStore {
         let deadline = deadline_after(self.ddl_timeout);
         let mut races = 0;
         loop {
-            let step = self.run("ensure_schema", &create, deadline, false).and_then(|rows| {
+            let step = self.run("ensure_schema", &create, deadline, sql::Pin::None).and_then(|rows| {
                 if sql::first_text(&rows) == Some("1") {
                     return Ok(());
                 }
@@ -351,7 +351,8 @@ impl PostgresStore {
                 // the last attempt, too, reports the lock (55P03).
                 let left = deadline.saturating_duration_since(Instant::now());
                 let wait = ALTER_LOCK_WAIT.min(left * 3 / 4).as_millis().max(1);
-                self.run("ensure_schema", &format!("SET LOCAL lock_timeout = {wait}; {add}"), deadline, false).map(drop)
+                self.run("ensure_schema", &format!("SET LOCAL lock_timeout = {wait}; {add}"), deadline, sql::Pin::None)
+                    .map(drop)
             });
             match step {
                 Ok(()) => return Ok(()),
@@ -369,15 +370,15 @@ impl PostgresStore {
         }
     }
 
-    /// Runs `body` (already prefixed by the caller if it wants) on a pooled
-    /// connection before `deadline`. With `bounded`, the server is told to
-    /// give up on lock waits and the statement before the client does.
+    /// Runs `body` on a pooled connection before `deadline`, with the
+    /// settings `pin` says (see [`sql::pinned`]: the bounds on lock waits and
+    /// the statement, and what a session may have been left with).
     fn run(
         &self,
         op: &'static str,
         body: &str,
         deadline: Instant,
-        bounded: bool,
+        pin: sql::Pin,
     ) -> Result<Vec<SimpleQueryMessage>, StoreError> {
         // Pooled connections can be dead (the server restarted or terminated
         // them): each fails fast. Every operation is idempotent for its
@@ -392,7 +393,7 @@ impl PostgresStore {
                 break;
             }
             let mut conn = self.checkout(op, remaining)?;
-            let text = if bounded { sql::bounded(body, remaining) } else { body.to_owned() };
+            let text = sql::pinned(body, remaining, pin);
             match conn.simple_query(&text, deadline) {
                 Ok(rows) => return Ok(rows),
                 Err(conn::CallError::Closed(e)) => last = Some(conn::closed_error(op, e.as_ref())),
@@ -497,9 +498,15 @@ impl PostgresStore {
         })
     }
 
-    fn lease_query(&self, op: &'static str, body: &str, timeout: Duration) -> Result<Option<Lease>, StoreError> {
+    fn lease_query(
+        &self,
+        op: &'static str,
+        body: &str,
+        timeout: Duration,
+        pin: sql::Pin,
+    ) -> Result<Option<Lease>, StoreError> {
         let deadline = deadline_after(timeout);
-        let rows = self.run(op, body, deadline, true)?;
+        let rows = self.run(op, body, deadline, pin)?;
         sql::first_lease(op, &rows)
     }
 }
@@ -551,7 +558,7 @@ impl Store for PostgresStore {
         let mut ran_again = false;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            match self.lease_query("acquire", &body, remaining) {
+            match self.lease_query("acquire", &body, remaining, sql::Pin::Write) {
                 Ok(Some(lease)) => return Ok(lease),
                 // The row was inserted by a transaction that committed after
                 // this statement's snapshot was taken, and it is not ours to
@@ -579,17 +586,17 @@ impl Store for PostgresStore {
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let body = sql::renew(&self.qualified, name, identity, fence, ttl, payload)?;
-        self.lease_query("renew", &body, timeout)?.ok_or_else(StoreError::lease_lost)
+        self.lease_query("renew", &body, timeout, sql::Pin::Write)?.ok_or_else(StoreError::lease_lost)
     }
 
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
         let body = sql::release(&self.qualified, name, identity, fence)?;
-        self.run("release", &body, deadline_after(timeout), true).map(|_| ())
+        self.run("release", &body, deadline_after(timeout), sql::Pin::Write).map(|_| ())
     }
 
     fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
         let body = sql::inspect(&self.qualified, name)?;
-        self.lease_query("inspect", &body, timeout)?.ok_or_else(|| StoreError::no_lease(name))
+        self.lease_query("inspect", &body, timeout, sql::Pin::Read)?.ok_or_else(|| StoreError::no_lease(name))
     }
 }
 
@@ -650,7 +657,7 @@ mod tests {
     #[test]
     fn extreme_durations_do_not_panic() {
         assert!(deadline_after(Duration::MAX) > Instant::now());
-        let text = sql::bounded("SELECT 1", Duration::MAX);
+        let text = sql::pinned("SELECT 1", Duration::MAX, sql::Pin::Read);
         assert!(text.contains("lock_timeout = 64800000;"), "{text}"); // 3/4 of a day, inside int32 ms
         let store = PostgresStore::builder("postgres://h/db").connect_timeout(Duration::ZERO).pool_size(0).build();
         assert!(store.is_ok());

@@ -76,15 +76,51 @@ pub(crate) fn has_terms(table: &str) -> Result<String, StoreError> {
     ))
 }
 
-/// Prefixes `body` with server-side bounds a little inside `remaining`, so
-/// the server gives up on a lock wait (55P03) or a long statement (57014)
-/// before the client drops the connection. `SET LOCAL` lasts only for the
-/// implicit transaction of this one simple query.
-pub(crate) fn bounded(body: &str, remaining: Duration) -> String {
+/// What a call's statement does, for the settings it pins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pin {
+    /// DDL, sent as it is.
+    None,
+    /// A read (inspect).
+    Read,
+    /// A write (acquire, renew, release).
+    Write,
+}
+
+/// Prefixes `body` with what every call pins, so that what a session was
+/// left with cannot change what the statement means. Behind PgBouncer in
+/// transaction mode a server connection is shared by every client of the
+/// pooler, and a session `SET` by any of them stays on it; a role's or a
+/// database's settings apply too. So, for this one transaction
+/// (`SET LOCAL`): `search_path` is `pg_catalog` (a function or operator of
+/// the same name in another schema, such as a test suite's `now()`, must
+/// not be called instead; the table is always schema-qualified), the
+/// isolation is `READ COMMITTED` (a claim that meets a concurrent one then
+/// waits and re-reads the row instead of failing with a serialization
+/// error), and the server gives up on a lock wait (55P03) or a long
+/// statement (57014) a little inside `remaining`, before the client drops
+/// the connection.
+///
+/// A write first runs a short transaction of its own that resets
+/// `default_transaction_read_only` and `synchronous_commit` to what the
+/// server, database or role says: a session `SET` of either (read-only
+/// writes that fail for ever; commits that a crash can lose, which the
+/// election cannot survive) goes, while a server made read-only on purpose
+/// still refuses the write. Time zone, date and interval styles change
+/// nothing here: every instant is read as microseconds since the epoch.
+pub(crate) fn pinned(body: &str, remaining: Duration, pin: Pin) -> String {
     let ms = remaining.min(super::MAX_WAIT).as_millis().max(4);
     let lock = (ms * 3 / 4).max(1);
     let stmt = (ms * 7 / 8).max(1);
-    format!("SET LOCAL lock_timeout = {lock}; SET LOCAL statement_timeout = {stmt}; {body}")
+    let reset = match pin {
+        Pin::None => return body.to_owned(),
+        Pin::Read => "",
+        Pin::Write => "BEGIN; RESET default_transaction_read_only; RESET synchronous_commit; COMMIT; ",
+    };
+    format!(
+        "{reset}SET LOCAL search_path = pg_catalog; SET LOCAL transaction_isolation = 'read committed'; \
+         SET LOCAL lock_timeout = {lock}; SET LOCAL statement_timeout = {stmt}; {body}"
+    )
 }
 
 /// A string literal that means `s` whatever `standard_conforming_strings` is.
@@ -121,6 +157,8 @@ pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
 
 /// Claims an absent, expired or own lease; otherwise reads the row as it now
 /// stands (`FOR SHARE` follows a concurrent update to its newest version).
+/// The holder's own lease is taken again only if it was last written no
+/// later than this statement's `now()` (see [`renew`]).
 ///
 /// The fence of a new term is `max(previous + 1, now() in microseconds)`
 /// (at least 1 for an absent row), so it is higher than every fence this
@@ -152,7 +190,7 @@ pub(crate) fn acquire(
              expires_at = GREATEST(t.expires_at, excluded.expires_at), \
              payload = excluded.payload, \
              terms = CASE WHEN t.expires_at <= now() THEN t.terms + 1 ELSE t.terms END \
-           WHERE t.expires_at <= now() OR t.holder = excluded.holder \
+           WHERE t.expires_at <= now() OR (t.holder = excluded.holder AND t.renewed_at <= now()) \
            RETURNING t.name, t.holder, t.fence, t.acquired_at, t.renewed_at, t.expires_at, t.payload\
          ), cur AS (\
            SELECT name, holder, fence, acquired_at, renewed_at, expires_at, payload FROM {table} \
@@ -165,6 +203,13 @@ pub(crate) fn acquire(
 /// Extends the holder's lease; a renewal that commits after a newer one (it
 /// waited behind a lock, or the server froze under it) carries an older
 /// `now()` and must not shorten the lease: `GREATEST(expires_at, now() + ttl)`.
+///
+/// `now()` is the transaction's start, read before any lock wait. A renewal
+/// that started before the holder's release and waited behind its row lock
+/// would still find `expires_at > now()` once the release committed, and
+/// extend a released lease by a whole TTL. So a renewal also needs
+/// `renewed_at <= now()`: the release moves `renewed_at` up to its own
+/// instant, and a renewal whose clock reading is older changes nothing.
 pub(crate) fn renew(
     table: &str,
     name: &str,
@@ -176,15 +221,18 @@ pub(crate) fn renew(
     let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
     Ok(format!(
         "UPDATE {table} SET renewed_at = now(), expires_at = GREATEST(expires_at, now() + {t}), payload = {p} \
-         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now() \
+         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now() AND renewed_at <= now() \
          RETURNING {COLS}"
     ))
 }
 
+/// Ends the term at `now()`; the row and its fence stay. `renewed_at` moves
+/// up to that instant too, so that a renewal of the term whose clock
+/// reading is older cannot land after it (see [`renew`]).
 pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Result<String, StoreError> {
     let (n, i) = (literal("election name", name)?, literal("identity", identity)?);
     Ok(format!(
-        "UPDATE {table} SET expires_at = now() \
+        "UPDATE {table} SET expires_at = now(), renewed_at = GREATEST(renewed_at, now()) \
          WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now()"
     ))
 }
@@ -370,10 +418,20 @@ mod tests {
     }
 
     #[test]
-    fn bounds_stay_inside_the_deadline() {
-        let s = bounded("SELECT 1", Duration::from_millis(800));
-        assert_eq!(s, "SET LOCAL lock_timeout = 600; SET LOCAL statement_timeout = 700; SELECT 1");
-        assert!(bounded("x", Duration::ZERO).contains("lock_timeout = 3;"));
+    fn bounds_stay_inside_the_deadline_and_settings_are_pinned() {
+        let s = pinned("SELECT 1", Duration::from_millis(800), Pin::Read);
+        assert_eq!(
+            s,
+            "SET LOCAL search_path = pg_catalog; SET LOCAL transaction_isolation = 'read committed'; \
+             SET LOCAL lock_timeout = 600; SET LOCAL statement_timeout = 700; SELECT 1"
+        );
+        let w = pinned("UPDATE x", Duration::from_millis(800), Pin::Write);
+        assert!(
+            w.starts_with("BEGIN; RESET default_transaction_read_only; RESET synchronous_commit; COMMIT; SET LOCAL")
+        );
+        assert!(w.ends_with(&s.replace("SELECT 1", "UPDATE x")), "{w}");
+        assert_eq!(pinned("CREATE TABLE x ()", Duration::ZERO, Pin::None), "CREATE TABLE x ()");
+        assert!(pinned("x", Duration::ZERO, Pin::Read).contains("lock_timeout = 3;"));
         assert!(interval(Duration::MAX).contains(&MAX_TTL.as_micros().to_string()));
     }
 }
