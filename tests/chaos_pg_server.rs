@@ -214,21 +214,42 @@ fn locks_make_acquire_fail_in_time_until_dropped() {
     assert!(acquire(&s, &name, "a").unwrap().held_by("a"), "acquire after the row lock");
 }
 
+/// A demoted server (a standby: restarted in recovery) refuses every write,
+/// retryable, with the reason; reads work; writes work again once it is
+/// promoted. `default_transaction_read_only` alone is no longer a read-only
+/// server to the store: its writes override that default (the control).
 #[test]
-fn read_only_fails_writes_with_25006_retryable_and_reads_work() {
+fn a_standby_refuses_writes_retryably_and_reads_work() {
     let (pg, s, name) = setup();
-    // The store holds a session from before: it must see the change too.
     acquire(&s, &name, "a").unwrap();
+    pg.sql("ALTER SYSTEM SET default_transaction_read_only = on");
+    pg.sql("SELECT pg_reload_conf()");
+    assert!(wait_for(Duration::from_secs(10), || pg.sql("SHOW default_transaction_read_only") == ["on"]));
+    assert!(acquire(&s, &name, "a").unwrap().held_by("a"), "a read-only default stopped the election's writes");
+    pg.sql("ALTER SYSTEM RESET default_transaction_read_only");
+    pg.sql("SELECT pg_reload_conf()");
     pg.set_read_only(true);
-    assert_eq!(pg.sql("SHOW default_transaction_read_only"), ["on"]);
-    let e = acquire(&s, &name, "a").expect_err("acquire on a read-only server");
+    // The restart ended the pool's sessions: the first calls may meet that.
+    let mut last = None;
+    let standby = wait_for(RECOVERS_WITHIN, || {
+        let e = acquire(&s, &name, "a").expect_err("acquire on a standby");
+        let seen = chain(&e).contains("standby");
+        last = Some(e);
+        seen
+    });
+    let e = last.unwrap();
+    assert!(standby, "no standby error: {}", chain(&e));
     let text = chain(&e);
-    eprintln!("acquire on a read-only server: kind {:?}: {text}", e.kind());
-    assert!(text.contains("25006"), "no SQLSTATE 25006 in {text}");
+    eprintln!("acquire on a standby: kind {:?}: {text}", e.kind());
+    assert!(text.contains("standby") && text.contains("0A000"), "{text}");
     assert_eq!(e.kind(), ErrorKind::Retryable, "{text}");
-    assert!(s.inspect(&name, OP).unwrap().held_by("a"), "reads work");
+    let renew = s.renew(&name, "a", 1, Duration::from_secs(60), b"", OP).expect_err("renew on a standby");
+    assert!(renew.is_retryable() && chain(&renew).contains("standby"), "{}", chain(&renew));
+    let seen = s.inspect(&name, OP).expect("reads work on a standby");
+    assert!(seen.held_by("a"), "{seen:?}");
     pg.set_read_only(false);
-    assert!(acquire(&s, &name, "a").unwrap().held_by("a"), "acquire after read-only is off");
+    recovers("acquire after the promotion", || acquire(&s, &name, "a"));
+    assert!(acquire(&s, &name, "a").unwrap().held_by("a"));
 }
 
 #[test]

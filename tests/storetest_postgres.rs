@@ -5,6 +5,7 @@
 mod pg_support;
 mod support;
 
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::{PgManager, PostgresStore};
@@ -28,6 +29,92 @@ mod direct {
     mod operator {
         leaderelection::storetest_suite!(operator: super::super::operated(super::super::DIRECT));
     }
+}
+
+/// What an application can leave on the sessions of its pool (here as the
+/// connection's `options`, as a role's or database's settings or a
+/// pooler's shared server connection would): a non-UTC time zone,
+/// serializable and read-only transactions by default, a 20 ms statement
+/// timeout (shorter than a claim that waits for a concurrent one; the first
+/// statement of a call, which pins the store's own bound, still runs under
+/// it), asynchronous commits, and a `search_path` that puts a schema
+/// of its own before `pg_catalog`. None may change what a store statement
+/// means (issue 16, items 2 and 4). Direct only: PgBouncer refuses the
+/// `options` startup parameter.
+const HOSTILE_OPTIONS: &str = "-c timezone=America/New_York -c default_transaction_isolation=serializable \
+     -c default_transaction_read_only=on -c statement_timeout=20 -c synchronous_commit=off \
+     -c search_path=le_evil,pg_catalog,public";
+
+/// A schema with a `now()` a day ahead, as a test suite that fakes the
+/// clock might define: under [`HOSTILE_OPTIONS`] it comes before
+/// `pg_catalog`, so a statement that calls `now()` unqualified calls it.
+fn evil_schema() {
+    let mut c = client(DIRECT);
+    // Concurrent tests create it at once; one of them may lose the race.
+    let _ = c.batch_execute(
+        "CREATE SCHEMA IF NOT EXISTS le_evil; \
+         CREATE OR REPLACE FUNCTION le_evil.now() RETURNS timestamptz LANGUAGE sql STABLE \
+         AS $$ SELECT pg_catalog.now() + interval '1 day' $$",
+    );
+    let q = "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'le_evil' AND p.proname = 'now'";
+    assert!(wait_for(Duration::from_secs(5), || one(&mut c, q).as_deref() == Some("1")), "le_evil.now() is missing");
+}
+
+/// A store on [`TABLE`] whose connections carry [`HOSTILE_OPTIONS`].
+fn hostile_store() -> PostgresStore {
+    store(DIRECT);
+    evil_schema();
+    let mut cfg = leaderelection::postgres::PgConfig::from_str(&dsn(DIRECT)).unwrap();
+    cfg.options(HOSTILE_OPTIONS);
+    let manager = PgManager::new(cfg, None, None).unwrap();
+    let pool = r2d2::Pool::builder().max_size(4).test_on_check_out(false).build_unchecked(manager);
+    PostgresStore::from_pool(pool, "public", TABLE).unwrap()
+}
+
+mod hostile {
+    leaderelection::storetest_suite!(super::hostile_store());
+}
+
+/// The settings really are on such sessions (else the suite above proves
+/// nothing): a plain client with the same options shows them, and its
+/// unqualified `now()` is the shadowing one.
+#[test]
+fn the_hostile_options_take_effect() {
+    evil_schema();
+    let mut cfg = postgres::Config::from_str(&dsn(DIRECT)).unwrap();
+    cfg.options(HOSTILE_OPTIONS);
+    let mut c = cfg.connect(postgres::NoTls).unwrap();
+    let got = one(
+        &mut c,
+        "SELECT concat_ws(' ', current_setting('TimeZone'), current_setting('transaction_isolation'), \
+         current_setting('transaction_read_only'), current_setting('synchronous_commit'), \
+         current_setting('statement_timeout'), (now() - pg_catalog.now())::text)",
+    );
+    assert_eq!(got.as_deref(), Some("America/New_York serializable on off 20ms 1 day"));
+}
+
+/// A lease valid for another minute, seen by a store whose sessions call a
+/// `now()` a day ahead (a `search_path` before `pg_catalog`): the claim
+/// found it expired and won, two leaders. The store pins `search_path` to
+/// `pg_catalog` in every call, so the claim loses and the holder renews.
+#[test]
+fn a_search_path_that_shadows_now_cannot_expire_a_live_lease() {
+    let (holder, hostile) = (store(DIRECT), hostile_store());
+    let name = format!("shadow-now-{}", random_tag());
+    let a = holder.acquire(&name, "a", LONG, b"", T).unwrap();
+    let seen = hostile.acquire(&name, "b", LONG, b"", T).unwrap();
+    assert!(seen.held_by("a") && seen.fence == a.fence, "a live lease was claimed under a shadowed now(): {seen:?}");
+    assert!(seen.ttl() > LONG - Duration::from_secs(5) && seen.ttl() <= LONG, "{seen:?}");
+    assert!(holder.renew(&name, "a", a.fence, LONG, b"", T).unwrap().held_by("a"));
+    assert!(hostile.inspect(&name, T).unwrap().ttl() <= LONG, "inspect read the shadowed clock");
+}
+
+/// A fleet on such sessions, its leader crashed twice: one leader at a
+/// time by the chaos oracle's sampler, a successor each time.
+#[test]
+fn a_fleet_on_hostile_sessions_survives_crashes_with_one_leader() {
+    support::elector::fleet_survives_leader_crashes("postgres, hostile sessions", hostile_store, 2);
 }
 
 mod pgbouncer {

@@ -134,11 +134,13 @@ pub(crate) fn pinned(body: &str, remaining: Duration) -> String {
     )
 }
 
-/// Starts the call's transaction: `REPEATABLE READ` whatever the session's
+/// Starts a write's transaction: `REPEATABLE READ` whatever the session's
 /// level (under `SERIALIZABLE` a follower's read would lock the row; under
-/// `READ COMMITTED` statement-based binlogs refuse the writes), and a plain
-/// `START TRANSACTION`, so a server made read-only still refuses the writes.
-const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION;";
+/// `READ COMMITTED` statement-based binlogs refuse the writes), and
+/// `READ WRITE` whatever the session's `transaction_read_only` default. A
+/// server made read-only (`read_only`, `super_read_only`, a replica) still
+/// refuses the writes.
+const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION READ WRITE;";
 
 /// Commits without chaining a transaction or ending the session, whatever
 /// `completion_type` says (`RELEASE` would close the connection after every

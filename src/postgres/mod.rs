@@ -397,7 +397,26 @@ impl PostgresStore {
             match conn.simple_query(&text, deadline) {
                 Ok(rows) => return Ok(rows),
                 Err(conn::CallError::Closed(e)) => last = Some(conn::closed_error(op, e.as_ref())),
-                Err(conn::CallError::Db(e)) => return Err(sql::classify(op, &e)),
+                Err(conn::CallError::Db(e)) => {
+                    // A standby refuses a write's `SET LOCAL
+                    // transaction_read_only = off` as a feature it does not
+                    // support (0A000); whether the server is one is asked,
+                    // not read from the message. A standby may be promoted,
+                    // or the DSN's next host may be the primary: retryable.
+                    let refused = e.as_db_error().is_some_and(|d| d.code().code() == "0A000");
+                    if pin == sql::Pin::Write && refused && in_recovery(&mut conn, deadline) {
+                        let db = e.as_db_error().cloned();
+                        let err = StoreError::retryable(format!(
+                            "postgres {op}: SQLSTATE 0A000: the server is a standby (in recovery, read-only); writes wait \
+                             for a primary"
+                        ));
+                        return Err(match db {
+                            Some(db) => err.with_source(db),
+                            None => err,
+                        });
+                    }
+                    return Err(sql::classify(op, &e));
+                }
                 Err(conn::CallError::Misuse) => return Err(conn::runtime_error()),
                 Err(conn::CallError::TimedOut) => {
                     return Err(StoreError::retryable(format!(
@@ -508,6 +527,15 @@ impl PostgresStore {
         let deadline = deadline_after(timeout);
         let rows = self.run(op, body, deadline, pin)?;
         sql::first_lease(op, &rows)
+    }
+}
+
+/// Whether the server behind `conn` is in recovery (a standby), asked
+/// before `deadline`; false when it cannot tell.
+fn in_recovery(conn: &mut PgConnection, deadline: Instant) -> bool {
+    match conn.simple_query("SELECT pg_catalog.pg_is_in_recovery()::text", deadline) {
+        Ok(rows) => sql::first_text(&rows) == Some("true"),
+        Err(_) => false,
     }
 }
 

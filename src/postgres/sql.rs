@@ -90,36 +90,41 @@ pub(crate) enum Pin {
 /// Prefixes `body` with what every call pins, so that what a session was
 /// left with cannot change what the statement means. Behind PgBouncer in
 /// transaction mode a server connection is shared by every client of the
-/// pooler, and a session `SET` by any of them stays on it; a role's or a
-/// database's settings apply too. So, for this one transaction
-/// (`SET LOCAL`): `search_path` is `pg_catalog` (a function or operator of
-/// the same name in another schema, such as a test suite's `now()`, must
-/// not be called instead; the table is always schema-qualified), the
-/// isolation is `READ COMMITTED` (a claim that meets a concurrent one then
-/// waits and re-reads the row instead of failing with a serialization
-/// error), and the server gives up on a lock wait (55P03) or a long
-/// statement (57014) a little inside `remaining`, before the client drops
-/// the connection.
+/// pooler, and a session `SET` by any of them stays on it; the
+/// connection's startup options and a role's or database's settings apply
+/// too. So, for this one transaction (`SET LOCAL`): `search_path` is
+/// `pg_catalog` (a function or operator of the same name in another
+/// schema, such as a test suite's `now()`, must not be called instead; the
+/// table is always schema-qualified), the isolation is `READ COMMITTED` (a
+/// claim that meets a concurrent one then waits and re-reads the row
+/// instead of failing with a serialization error), and the server gives up
+/// on a lock wait (55P03) or a long statement (57014) a little inside
+/// `remaining`, before the client drops the connection.
 ///
-/// A write first runs a short transaction of its own that resets
-/// `default_transaction_read_only` and `synchronous_commit` to what the
-/// server, database or role says: a session `SET` of either (read-only
-/// writes that fail for ever; commits that a crash can lose, which the
-/// election cannot survive) goes, while a server made read-only on purpose
-/// still refuses the write. Time zone, date and interval styles change
-/// nothing here: every instant is read as microseconds since the epoch.
+/// A write is also a read-write transaction whatever
+/// `default_transaction_read_only` says (it is a default every client may
+/// override; a standby still refuses the write, see
+/// [`super::PostgresStore`]), and a session's `synchronous_commit` goes
+/// back to what the server, database, role or connection configured (a
+/// leaked `off` would let a crash lose a write the store reported
+/// committed; it is read at commit, so the `RESET` applies to this very
+/// transaction). Time zone, date and interval styles change nothing here:
+/// every instant is read as microseconds since the epoch.
 pub(crate) fn pinned(body: &str, remaining: Duration, pin: Pin) -> String {
     let ms = remaining.min(super::MAX_WAIT).as_millis().max(4);
     let lock = (ms * 3 / 4).max(1);
     let stmt = (ms * 7 / 8).max(1);
-    let reset = match pin {
+    let write = match pin {
         Pin::None => return body.to_owned(),
         Pin::Read => "",
-        Pin::Write => "BEGIN; RESET default_transaction_read_only; RESET synchronous_commit; COMMIT; ",
+        Pin::Write => "SET LOCAL transaction_read_only = off; RESET synchronous_commit; ",
     };
+    // The bounds first: the server arms each statement's timeout with the
+    // value in force when it starts, so only this first `SET` runs under a
+    // session's own (a 1 ms one, say).
     format!(
-        "{reset}SET LOCAL search_path = pg_catalog; SET LOCAL transaction_isolation = 'read committed'; \
-         SET LOCAL lock_timeout = {lock}; SET LOCAL statement_timeout = {stmt}; {body}"
+        "SET LOCAL statement_timeout = {stmt}; SET LOCAL lock_timeout = {lock}; {write}\
+         SET LOCAL search_path = pg_catalog; SET LOCAL transaction_isolation = 'read committed'; {body}"
     )
 }
 
@@ -422,14 +427,16 @@ mod tests {
         let s = pinned("SELECT 1", Duration::from_millis(800), Pin::Read);
         assert_eq!(
             s,
-            "SET LOCAL search_path = pg_catalog; SET LOCAL transaction_isolation = 'read committed'; \
-             SET LOCAL lock_timeout = 600; SET LOCAL statement_timeout = 700; SELECT 1"
+            "SET LOCAL statement_timeout = 700; SET LOCAL lock_timeout = 600; \
+             SET LOCAL search_path = pg_catalog; SET LOCAL transaction_isolation = 'read committed'; SELECT 1"
         );
         let w = pinned("UPDATE x", Duration::from_millis(800), Pin::Write);
-        assert!(
-            w.starts_with("BEGIN; RESET default_transaction_read_only; RESET synchronous_commit; COMMIT; SET LOCAL")
+        assert_eq!(
+            w,
+            "SET LOCAL statement_timeout = 700; SET LOCAL lock_timeout = 600; \
+             SET LOCAL transaction_read_only = off; RESET synchronous_commit; \
+             SET LOCAL search_path = pg_catalog; SET LOCAL transaction_isolation = 'read committed'; UPDATE x"
         );
-        assert!(w.ends_with(&s.replace("SELECT 1", "UPDATE x")), "{w}");
         assert_eq!(pinned("CREATE TABLE x ()", Duration::ZERO, Pin::None), "CREATE TABLE x ()");
         assert!(pinned("x", Duration::ZERO, Pin::Read).contains("lock_timeout = 3;"));
         assert!(interval(Duration::MAX).contains(&MAX_TTL.as_micros().to_string()));

@@ -253,25 +253,25 @@ impl PgServer {
         Held { client: Some(client) }
     }
 
-    /// Makes every transaction read-only by default (writes fail with
-    /// SQLSTATE 25006, reads work), or back. Sets it with ALTER SYSTEM and
-    /// reloads, so sessions already open see it from their next statement;
-    /// returns once a fresh session sees it.
+    /// Makes the server read-only the way a demoted primary is, or back: a
+    /// fast shutdown, then a start as a standby (`standby.signal`, with no
+    /// primary to follow: hot standby, reads work, every write fails); off
+    /// promotes it (`pg_promote()`, a new timeline). Returns once a fresh
+    /// session sees the state. (`default_transaction_read_only` would not
+    /// do: it is a default that the store's writes override, as any client
+    /// may.)
     pub fn set_read_only(&self, on: bool) {
-        let want = if on { "on" } else { "off" };
-        let mut client = self.client();
-        // This session writes the setting whatever the default is now.
-        let q = format!(
-            "SET default_transaction_read_only = off; \
-             ALTER SYSTEM SET default_transaction_read_only = {want}"
-        );
-        // ALTER SYSTEM may not run in the implicit block of a multi-statement
-        // query: one statement per call.
-        for q in q.split("; ").chain(["SELECT pg_reload_conf()"]) {
-            client.batch_execute(q).unwrap_or_else(|e| self.fail(&format!("{q}: {e}")));
+        if on {
+            self.stop();
+            let signal = self.dir.join("standby.signal");
+            fs::write(&signal, "").unwrap_or_else(|e| self.fail(&format!("write {}: {e}", signal.display())));
+            self.start_again();
+        } else if self.sql("SELECT pg_promote(true, 30)::text") != ["true"] {
+            self.fail("pg_promote() did not finish within 30 s");
         }
-        if !wait_for(Duration::from_secs(10), || self.sql("SHOW default_transaction_read_only")[0] == want) {
-            self.fail(&format!("default_transaction_read_only is not {want} 10 s after the reload"));
+        let want = if on { "true" } else { "false" };
+        if !wait_for(Duration::from_secs(10), || self.sql("SELECT pg_is_in_recovery()::text")[0] == want) {
+            self.fail(&format!("pg_is_in_recovery() is not {want} 10 s after the change"));
         }
     }
 
@@ -326,7 +326,9 @@ impl PgServer {
             // file from a crash names the old one) and says "ready".
             let pidfile = fs::read_to_string(self.dir.join("postmaster.pid")).unwrap_or_default();
             let lines: Vec<&str> = pidfile.lines().collect();
-            if lines.first() == Some(&pid.to_string().as_str()) && lines.get(7).map(|s| s.trim()) == Some("ready") {
+            // A standby says "standby" once it takes read-only sessions.
+            let status = lines.get(7).map(|s| s.trim());
+            if lines.first() == Some(&pid.to_string().as_str()) && matches!(status, Some("ready" | "standby")) {
                 return true;
             }
             if let Ok(Some(status)) = child.as_mut().unwrap().try_wait() {
