@@ -680,21 +680,75 @@ fn followers_that_saw_a_takeover_at_the_same_instant_poll_out_of_step() {
     assert!(wide >= 3, "with ±20 % jitter alone no gap exceeds 0.4 periods (1.2 s): {gaps:?}");
 }
 
-// The poll timed for the observed expiry claims at once: no inspect first
-// to find the lease expired, so the takeover costs one round trip.
+// The poll timed for the observed expiry claims at once when the follower
+// has seen the row stall: the same expiry at two looks, unwritten for longer
+// than a renewing leader leaves it (renew interval + operation timeout, 8 s
+// here). No inspect first to find the lease expired, so the takeover costs
+// one round trip.
 #[test]
-fn a_poll_timed_for_the_expiry_claims_directly() {
+fn a_poll_timed_for_the_expiry_of_a_stalled_row_claims_directly() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    store.acquire(NAME, "crashed", timing().lease_duration, b"", OPT).unwrap();
+    let mut r = Rig::with("b", store.clone(), timing(), 5);
+    r.run_for(timing().lease_duration + ms(1_000));
+    let calls = r.calls();
+    let (claim, looks) = calls.split_last().unwrap();
+    assert_eq!(*claim, Op::Acquire { ttl: timing().lease_duration }, "{:?}", r.log);
+    assert!(looks.len() >= 4 && looks.iter().all(|op| *op == Op::Inspect), "{calls:?}");
+    assert_eq!(r.started().len(), 1);
+    // Timed from the last inspect's reply: the expiry (15 s on the server
+    // clock) plus half the acquire's round trip.
+    let lease = store.peek(NAME).unwrap();
+    let db_delay = lease.acquired_at.as_unix_micros() - (DB_START + 15_000_000);
+    assert!((0..=10_000).contains(&db_delay), "claimed {db_delay} us after the expiry");
+}
+
+// A lease seen once may belong to a leader that renews before it runs out,
+// so the poll timed for its expiry inspects, and claims at once when that
+// shows the lease expired: one round trip more.
+#[test]
+fn a_lease_seen_once_is_inspected_at_its_expiry_then_claimed() {
     let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
     store.acquire(NAME, "crashed", ms(1_000), b"", OPT).unwrap();
     let mut r = Rig::with("b", store.clone(), timing(), 5);
     r.run_for(ms(2_000));
-    assert_eq!(r.calls(), [Op::Inspect, Op::Acquire { ttl: timing().lease_duration }], "{:?}", r.log);
+    assert_eq!(r.calls(), [Op::Inspect, Op::Inspect, Op::Acquire { ttl: timing().lease_duration }], "{:?}", r.log);
     assert_eq!(r.started().len(), 1);
-    // Timed from the first inspect's reply: the expiry (1 s on the server
-    // clock) plus the acquire's round trip.
     let lease = store.peek(NAME).unwrap();
     let db_delay = lease.acquired_at.as_unix_micros() - (DB_START + 1_000_000);
-    assert!((0..=10_000).contains(&db_delay), "claimed {db_delay} us after the expiry");
+    assert!((0..=20_000).contains(&db_delay), "claimed {db_delay} us after the expiry");
+}
+
+// The follower's first poll after a new leader is drawn from 0.2 to 1.2
+// retry periods, so with a 12 s period it may look again within the
+// leader's 5 s renew interval and see the same expiry twice while the lease
+// has more left than its next poll's delay. Seeing the same expiry twice is
+// not enough: the row must also have gone unwritten for longer than a
+// renewing leader leaves it, so that poll inspects.
+#[test]
+fn the_same_expiry_seen_twice_within_a_renew_interval_is_no_stall() {
+    let t = Timing { retry_period: ms(12_000), ..timing() };
+    let mut timed_for_the_expiry = 0;
+    for seed in 0..300 {
+        let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+        store.acquire(NAME, "leader", t.lease_duration, b"", OPT).unwrap();
+        let mut r = Rig::with("b", store.clone(), t, seed);
+        r.tick();
+        r.answer(); // the leader's lease, just written
+        let wait = r.m.poll_timeout().unwrap().saturating_since(r.now);
+        if wait >= ms(4_000) {
+            continue; // the leader would have renewed before this look
+        }
+        r.sleep(wait);
+        r.tick();
+        r.answer(); // the same row, written less than a renew interval ago
+        let next = r.m.poll_timeout().unwrap();
+        r.sleep(next.saturating_since(r.now));
+        r.tick();
+        assert_eq!(r.pending.first().map(|c| c.op), Some(Op::Inspect), "seed {seed}: {:?}", r.calls());
+        timed_for_the_expiry += usize::from(store.peek(NAME).unwrap().expired());
+    }
+    assert!(timed_for_the_expiry >= 3, "only {timed_for_the_expiry} polls came at the expiry");
 }
 
 // A call the timer did not time for the expiry (the hold-back lifted, say)
