@@ -57,13 +57,13 @@ use std::time::Duration;
 
 use crate::config::Timing;
 use crate::error::{ElectionError, OpKind};
-use crate::lease::Lease;
+use crate::lease::{DbTime, Lease};
 use crate::store::{Store, StoreError};
 
 /// A reading of the local monotonic clock, as a distance from an origin the
 /// driver chooses (the elector's start, or zero in a simulation).
 ///
-/// It never meets a [`DbTime`](crate::DbTime): the two cannot be compared.
+/// It never meets a [`DbTime`]: the two cannot be compared.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct LocalTime(Duration);
 
@@ -317,6 +317,22 @@ pub struct Term {
     pub deadline: LocalTime,
 }
 
+/// A lease row just read, as the next follower poll is timed from it.
+#[derive(Clone, Copy, Debug)]
+struct Sighting {
+    /// How long the lease stays valid, by the statement that read it.
+    ttl: Duration,
+    /// Its holder has stopped renewing: this reading and the one before it
+    /// show the same holder, fence and `expires_at`, and this one finds the
+    /// row unwritten (`now - renewed_at`, both read by the statement) for
+    /// longer than a holder with these timings leaves it while its renewals
+    /// succeed. Either alone is not enough: two looks inside one renew
+    /// interval see a live holder's row unchanged (the first poll after a
+    /// new leader comes as soon as 0.2 retry periods), and `renewed_at` is
+    /// only as good as the store that writes it.
+    stalled: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct InFlight {
     id: CallId,
@@ -347,14 +363,25 @@ pub struct Machine {
     /// The next call, if it starts at or after this instant, claims instead
     /// of inspecting. Set to now when an inspect showed a claimable lease.
     /// Set to the observed lease's expiry when the next poll was timed for
-    /// it: inspecting first would only find the lease expired and cost a
-    /// round trip. That is set only after seeing another holder's live
-    /// lease. Once another holder has had the row, fences only grow, so the
-    /// claim cannot find this participant's own older lease and extend it,
-    /// unless an operator restores an old row in between; then the claim
-    /// extends it once and [`Machine::on_acquire`] releases it at once (as
-    /// after an inspect and a claim with the restore between them).
+    /// it and the lease's holder has stalled ([`Sighting::stalled`]):
+    /// inspecting first would only find the lease expired and cost a round
+    /// trip. A holder that is still renewing will have extended the lease by
+    /// then, and a claim would be a write that changes nothing (on
+    /// PostgreSQL it still locks the row, at the instant the holder renews
+    /// when the lease is a multiple of the renew interval), so without that
+    /// evidence the poll at the expiry inspects, and claims at once if it
+    /// finds the lease expired. The direct claim is set only after seeing
+    /// another holder's live lease. Once another holder has had the row,
+    /// fences only grow, so the claim cannot find this participant's own
+    /// older lease and extend it, unless an operator restores an old row in
+    /// between; then the claim extends it once and [`Machine::on_acquire`]
+    /// releases it at once (as after an inspect and a claim with the restore
+    /// between them).
     claim_at: Option<LocalTime>,
+    /// The expiry of the lease row last seen (beside `observed`, which has
+    /// its holder and fence), to tell a row that stayed the same from one
+    /// that was renewed. Cleared when the row was found absent.
+    observed_expiry: Option<DbTime>,
     /// A new leader was just observed: spread the next poll over the whole
     /// retry period, so followers that all saw the takeover at the same
     /// instant (they polled together at the old lease's expiry) do not stay
@@ -389,6 +416,7 @@ impl Machine {
             inflight: None,
             next_call_at: Some(LocalTime::ZERO),
             claim_at: None,
+            observed_expiry: None,
             spread_next_poll: false,
             pending_release: None,
             highest_fence: 0,
@@ -609,7 +637,7 @@ impl Machine {
         match r {
             Ok(lease) => {
                 self.succeeded();
-                self.observe(now, &lease);
+                let seen = self.observe(now, &lease);
                 if self.mode != Mode::Running {
                     return;
                 }
@@ -627,11 +655,12 @@ impl Machine {
                     self.next_call_at = Some(now);
                     self.claim_at = Some(now);
                 } else {
-                    self.schedule_poll(now, Some(lease.ttl()));
+                    self.schedule_poll(now, Some(seen));
                 }
             }
             Err(e) if e.is_no_lease() => {
                 self.succeeded();
+                self.observed_expiry = None;
                 if self.mode != Mode::Running {
                     return;
                 }
@@ -652,10 +681,10 @@ impl Machine {
             Err(e) => return self.fail(now, Op::Acquire { ttl }, ElectionError::store(OpKind::Acquire, e)),
         };
         self.succeeded();
-        self.observe(now, &lease);
+        let seen = self.observe(now, &lease);
         if !lease.held_by(&self.cfg.identity) {
             if self.mode == Mode::Running {
-                self.schedule_poll(now, Some(lease.ttl()));
+                self.schedule_poll(now, Some(seen));
             }
             return;
         }
@@ -803,9 +832,22 @@ impl Machine {
         self.last_error = None;
     }
 
-    fn observe(&mut self, now: LocalTime, lease: &Lease) {
+    /// Records the lease just read and says how the next poll may be timed
+    /// from it.
+    fn observe(&mut self, now: LocalTime, lease: &Lease) -> Sighting {
         let valid = !lease.expired();
         let changed = self.observed.as_ref().is_none_or(|o| o.identity != lease.holder || o.fence != lease.fence);
+        // Two readings of the row from the same database, compared with each
+        // other: never with a local clock.
+        let same_row = !changed && self.observed_expiry == Some(lease.expires_at);
+        // While its renewals succeed, a holder with these timings writes the
+        // row at least this often: each renewal is sent a renew interval
+        // after the one before (or when that one answered, if later) and
+        // lands within the operation timeout.
+        let t = &self.cfg.timing;
+        let writes_within = t.renew_interval.max(t.operation_timeout).saturating_add(t.operation_timeout);
+        let unwritten = lease.now.saturating_duration_since(lease.renewed_at);
+        let stalled = same_row && unwritten > writes_within;
         if valid && (changed || !self.observed.as_ref().is_some_and(|o| o.valid)) {
             self.outputs.push_back(Output::NewLeader { identity: lease.holder.clone(), fence: lease.fence });
             self.spread_next_poll = lease.holder != self.cfg.identity;
@@ -817,23 +859,28 @@ impl Machine {
             valid,
             at: now,
         });
+        self.observed_expiry = Some(lease.expires_at);
+        Sighting { ttl: lease.ttl(), stalled }
     }
 
     /// Next follower poll: the retry period, jittered ±20 % (the first
     /// after a new leader was observed: anywhere in 0.2 to 1.2 periods), or
-    /// when the observed lease runs out if that is sooner; that poll claims
-    /// directly.
-    fn schedule_poll(&mut self, now: LocalTime, ttl: Option<Duration>) {
+    /// when the lease just seen runs out if that is sooner. That poll claims
+    /// directly if the lease's holder has stalled ([`Sighting::stalled`]);
+    /// otherwise it inspects, and claims at once if the lease has expired.
+    fn schedule_poll(&mut self, now: LocalTime, seen: Option<Sighting>) {
         let period = self.cfg.timing.retry_period;
         let r = self.rng.next_u64();
         let jittered = if std::mem::take(&mut self.spread_next_poll) { spread(period, r) } else { jitter(period, r) };
         self.claim_at = None;
-        let wait = match ttl {
+        let wait = match seen {
             // The expiry is reckoned from the reply's arrival, after the
             // server read its clock, so it falls at or after the server's.
-            Some(ttl) if self.may_campaign(now) && ttl < jittered => {
-                self.claim_at = Some(now + ttl);
-                ttl
+            Some(seen) if self.may_campaign(now) && seen.ttl < jittered => {
+                if seen.stalled {
+                    self.claim_at = Some(now + seen.ttl);
+                }
+                seen.ttl
             }
             _ => jittered,
         };

@@ -292,9 +292,12 @@ pub fn lease_maths(data: &[u8]) -> Result<(), String> {
 /// Follower and retry delays: [`jitter`] stays in `[0.8 d, 1.2 d)` and
 /// [`spread`] in `[0.2 d, 1.2 d)`, both monotonic in both arguments; a
 /// machine polls a retry period (jittered) after a failure, spreads its first
-/// poll after a new leader, polls when an observed lease runs out if that is
-/// sooner and then claims, and a leader retries a failed renewal after
-/// exactly `retry_delay`.
+/// poll after a new leader, and polls when an observed lease runs out if
+/// that is sooner. That poll inspects after one look at the lease; it claims
+/// directly only after a second look found the same row unwritten for longer
+/// than a renewing holder leaves it (`max(renew_interval, operation_timeout)
+/// + operation_timeout`), and a look that finds the lease expired claims at
+/// once. A leader retries a failed renewal after exactly `retry_delay`.
 pub fn delays(data: &[u8]) -> Result<(), String> {
     let mut r = Bytes::new(data);
     let d = Duration::from_nanos(r.u64() >> (r.u8() % 64));
@@ -344,7 +347,12 @@ pub fn delays(data: &[u8]) -> Result<(), String> {
     m.handle_timeout(now);
     let call = only_call(&drain(&mut m)).ok_or("no poll")?;
     let left = Duration::from_micros(u64::from(r.u16()) * 100);
-    m.handle_reply(now, call.id, Outcome::Lease(Ok(lease("other", 3, DB_BASE_MICROS, left))));
+    // The row was written `age` before this look.
+    let age = Duration::from_micros(u64::from(r.u16()) * 100);
+    let mut row = lease("other", 3, DB_BASE_MICROS, left);
+    row.renewed_at = DbTime::from_unix_micros(DB_BASE_MICROS - age.as_micros() as i64);
+    row.acquired_at = row.renewed_at;
+    m.handle_reply(now, call.id, Outcome::Lease(Ok(row.clone())));
     let outs = drain(&mut m);
     if left.is_zero() {
         // An expired lease is claimable: campaign at once.
@@ -352,22 +360,47 @@ pub fn delays(data: &[u8]) -> Result<(), String> {
         ensure!(matches!(call.op, Op::Acquire { .. }), "expected an acquire, got {:?}", call.op);
     } else {
         ensure!(only_call(&outs).is_none(), "a call while a valid lease is held elsewhere: {outs:?}");
-        // The first poll after a new leader spreads over 0.2 to 1.2 periods;
-        // one timed for the lease's expiry comes at the expiry and claims.
+        // The first poll after a new leader spreads over 0.2 to 1.2 periods,
+        // or comes at the lease's expiry if that is sooner. After one look
+        // it inspects, at the expiry too: the holder may have renewed.
         let wait = m.poll_timeout().ok_or("no poll after seeing a leader")?.saturating_since(now);
         let (min, max) = (scale(p, 1, 5).min(left), scale(p, 6, 5).min(left));
         ensure!(wait >= min && wait <= max, "poll {wait:?} after a lease with {left:?} left, period {p:?}");
-        m.handle_timeout(now + wait);
+        let now = now + wait;
+        m.handle_timeout(now);
         let call = only_call(&drain(&mut m)).ok_or("no call when the poll fired")?;
-        let claims = matches!(call.op, Op::Acquire { .. });
-        // (A drawn delay exactly equal to what is left may do either.)
-        ensure!(!claims || wait == left, "{:?} by a poll {wait:?} after a lease with {left:?} left", call.op);
-        ensure!(
-            claims || wait < left || left >= scale(p, 1, 5),
-            "{:?} at the expiry ({left:?} left), not a claim",
-            call.op
-        );
-        ensure!(claims || call.op == Op::Inspect, "a follower's poll sent {:?}", call.op);
+        ensure!(call.op == Op::Inspect, "a follower's poll after one look sent {:?}", call.op);
+        // The second look finds the same row, unwritten since.
+        row.now = DbTime::from_unix_micros(DB_BASE_MICROS + wait.as_micros() as i64);
+        m.handle_reply(now, call.id, Outcome::Lease(Ok(row.clone())));
+        let outs = drain(&mut m);
+        if row.expired() {
+            let call = only_call(&outs).ok_or("no call after seeing the lease expire")?;
+            ensure!(matches!(call.op, Op::Acquire { .. }), "expected an acquire, got {:?}", call.op);
+        } else {
+            ensure!(only_call(&outs).is_none(), "a call while a valid lease is held elsewhere: {outs:?}");
+            let left = row.ttl();
+            let unwritten = row.now.saturating_duration_since(row.renewed_at);
+            let stalled = unwritten > timing.renew_interval.max(timing.operation_timeout) + timing.operation_timeout;
+            let wait = m.poll_timeout().ok_or("no poll after a second look")?.saturating_since(now);
+            let (min, max) = (scale(p, 4, 5).min(left), scale(p, 6, 5).min(left));
+            ensure!(wait >= min && wait <= max, "poll {wait:?} after a lease with {left:?} left, period {p:?}");
+            m.handle_timeout(now + wait);
+            let call = only_call(&drain(&mut m)).ok_or("no call when the poll fired")?;
+            let claims = matches!(call.op, Op::Acquire { .. });
+            // (A drawn delay exactly equal to what is left may do either.)
+            ensure!(
+                !claims || (wait == left && stalled),
+                "{:?} by a poll {wait:?} after a lease with {left:?} left, unwritten for {unwritten:?}",
+                call.op
+            );
+            ensure!(
+                claims || wait < left || left >= scale(p, 4, 5) || !stalled,
+                "{:?} at the expiry ({left:?} left) of a row unwritten for {unwritten:?}, not a claim",
+                call.op
+            );
+            ensure!(claims || call.op == Op::Inspect, "a follower's poll sent {:?}", call.op);
+        }
     }
 
     // A leader's retry after a failed renewal.

@@ -507,10 +507,11 @@ impl Schedule {
     /// runs out on the database clock at most `D + lease` later. A call hung
     /// by the faults is abandoned within `operation_timeout / r`, after which
     /// a follower polls at least every `1.2 * retry_period / r` (or when the
-    /// observed lease runs out, if that is sooner, and then claims at once;
-    /// the 1 ms is slack left from when that poll came 1 ms late). Then at
-    /// most a release of a stale fence, an inspect and an acquire, one round
-    /// trip each, plus the round trip of the poll itself. Hosts whose programs
+    /// observed lease runs out, if that is sooner: that poll claims directly
+    /// if the follower saw the holder stall, and otherwise inspects and
+    /// claims at once; the 1 ms is slack left from when that poll came 1 ms
+    /// late). Then at most a release of a stale fence, an inspect and an
+    /// acquire, one round trip each, plus the round trip of the poll itself. Hosts whose programs
     /// keep guards after a term ends ([`Host::guard_hold`]) add the longest
     /// hold to the local part.
     pub fn liveness_bound(&self) -> Duration {
