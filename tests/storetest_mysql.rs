@@ -915,16 +915,14 @@ fn claim_row(c: &mut mysql::Conn, table: &str, name: &str) -> Option<((String, i
 
 /// Runs `claim(table, name)` for every case on a session in `mode`, and
 /// returns the cases whose outcome was wrong, with what happened.
-fn run_claim_cases(mode: &str, table: &str, claim: &dyn Fn(&str, &str) -> String) -> Vec<String> {
-    let mut c = admin(SHARED);
-    exec(&mut c, &format!("SET SESSION sql_mode = CONCAT(@@sql_mode, '{mode}')"));
+fn run_claim_cases(c: &mut mysql::Conn, table: &str, claim: &dyn Fn(&str, &str) -> String) -> Vec<String> {
     let ttl: i64 = 60_000_000;
     let mut wrong = Vec::new();
     for (k, case) in CLAIM_CASES.iter().enumerate() {
         let name = format!("order-{k}-{}", random_tag());
         if let Some((holder, fence, renewed, expires)) = case.before {
             exec(
-                &mut c,
+                c,
                 &format!(
                     "INSERT INTO `{table}` (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
                      VALUES ({}, {}, {fence}, {NOW_SQL} - 100000000, {NOW_SQL} + {renewed}000000, \
@@ -934,7 +932,7 @@ fn run_claim_cases(mode: &str, table: &str, claim: &dyn Fn(&str, &str) -> String
                 ),
             );
         }
-        let before = claim_row(&mut c, table, &name);
+        let before = claim_row(c, table, &name);
         let q = claim(table, &name);
         let ran = c.query_iter(&q).and_then(|mut r| {
             while let Some(set) = r.iter() {
@@ -945,7 +943,7 @@ fn run_claim_cases(mode: &str, table: &str, claim: &dyn Fn(&str, &str) -> String
             Ok(())
         });
         ran.unwrap_or_else(|e| panic!("{}: {q}: {e}", case.what));
-        let Some((after, now)) = claim_row(&mut c, table, &name) else {
+        let Some((after, now)) = claim_row(c, table, &name) else {
             wrong.push(format!("{}: no row after the claim", case.what));
             continue;
         };
@@ -980,41 +978,114 @@ fn run_claim_cases(mode: &str, table: &str, claim: &dyn Fn(&str, &str) -> String
 fn the_claim_means_the_same_under_every_assignment_order() {
     let t = Scratch::new("le_order");
     t.store().ensure_schema().unwrap();
-    let ttl = Duration::from_secs(60);
-    let current =
-        |table: &str, name: &str| leaderelection::mysql::__claim_unpinned(table, name, "me", ttl, b"").unwrap();
+    let session = |mode: &str| {
+        let mut c = admin(SHARED);
+        exec(&mut c, &format!("SET SESSION sql_mode = CONCAT(@@sql_mode, '{mode}')"));
+        c
+    };
     for mode in ["", ",SIMULTANEOUS_ASSIGNMENT"] {
-        let wrong = run_claim_cases(mode, &t.table, &current);
+        let wrong = run_claim_cases(&mut session(mode), &t.table, &current_claim);
         assert!(wrong.is_empty(), "sql_mode +'{mode}': {wrong:#?}");
     }
-    let old = |table: &str, name: &str| {
-        let (n, i, p, t) = (hex(name.as_bytes()), hex(b"me"), "X''", 60_000_000);
-        format!(
-            "START TRANSACTION; \
-             INSERT INTO `{table}` (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
-             VALUES ({n}, {i}, GREATEST(1, {NOW_SQL}), {NOW_SQL}, {NOW_SQL}, {NOW_SQL} + {t}, {p}, 1) \
-             ON DUPLICATE KEY UPDATE \
-               holder = IF(expires_at <= {NOW_SQL}, {i}, holder), \
-               fence = IF(holder = {i} AND expires_at <= {NOW_SQL}, GREATEST(fence + 1, {NOW_SQL}), fence), \
-               acquired_at = IF(holder = {i} AND expires_at <= {NOW_SQL}, {NOW_SQL}, acquired_at), \
-               terms = IF(holder = {i} AND expires_at <= {NOW_SQL}, terms + 1, terms), \
-               renewed_at = IF(holder = {i}, {NOW_SQL}, renewed_at), \
-               payload = IF(holder = {i}, {p}, payload), \
-               expires_at = IF(holder = {i}, GREATEST(expires_at, {NOW_SQL} + {t}), expires_at); \
-             COMMIT;"
-        )
-    };
-    let default_order = run_claim_cases("", &t.table, &old);
+    let default_order = run_claim_cases(&mut session(""), &t.table, &old_claim);
     assert!(
         default_order.iter().all(|w| w.starts_with("valid, mine, written later")),
         "the old claim under the default order: {default_order:#?}"
     );
-    let simultaneous = run_claim_cases(",SIMULTANEOUS_ASSIGNMENT", &t.table, &old);
+    let simultaneous = run_claim_cases(&mut session(",SIMULTANEOUS_ASSIGNMENT"), &t.table, &old_claim);
     assert!(
         simultaneous.iter().any(|w| w.starts_with("expired, another's")),
         "the negative control was not caught: {simultaneous:#?}"
     );
     eprintln!("the old claim under SIMULTANEOUS_ASSIGNMENT: {simultaneous:#?}");
+}
+
+/// The claim as the store runs it, without the settings it pins.
+fn current_claim(table: &str, name: &str) -> String {
+    leaderelection::mysql::__claim_unpinned(table, name, "me", Duration::from_secs(60), b"").unwrap()
+}
+
+/// The claim as it was before issue 16: `holder` assigned first and read by
+/// the assignments after it, the clock read by each statement. The negative
+/// control of the assignment-order checks.
+fn old_claim(table: &str, name: &str) -> String {
+    let (n, i, p, t) = (hex(name.as_bytes()), hex(b"me"), "X''", 60_000_000);
+    format!(
+        "START TRANSACTION; \
+         INSERT INTO `{table}` (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
+         VALUES ({n}, {i}, GREATEST(1, {NOW_SQL}), {NOW_SQL}, {NOW_SQL}, {NOW_SQL} + {t}, {p}, 1) \
+         ON DUPLICATE KEY UPDATE \
+           holder = IF(expires_at <= {NOW_SQL}, {i}, holder), \
+           fence = IF(holder = {i} AND expires_at <= {NOW_SQL}, GREATEST(fence + 1, {NOW_SQL}), fence), \
+           acquired_at = IF(holder = {i} AND expires_at <= {NOW_SQL}, {NOW_SQL}, acquired_at), \
+           terms = IF(holder = {i} AND expires_at <= {NOW_SQL}, terms + 1, terms), \
+           renewed_at = IF(holder = {i}, {NOW_SQL}, renewed_at), \
+           payload = IF(holder = {i}, {p}, payload), \
+           expires_at = IF(holder = {i}, GREATEST(expires_at, {NOW_SQL} + {t}), expires_at); \
+         COMMIT;"
+    )
+}
+
+/// Every server mode at once that changed what a statement meant or broke
+/// a call (issue 16, item 4), on a private MariaDB started with them:
+/// `sql_mode=ORACLE` (which has `SIMULTANEOUS_ASSIGNMENT`),
+/// `completion_type=RELEASE`, a named global time zone (New York, with its
+/// daylight-saving rules), statement-based binary logging, and serializable
+/// transactions by default. The acceptance suite passes on it, and a fleet
+/// of four whose leader is crashed twice keeps one leader at a time by the
+/// chaos oracle's sampler. The negative control: on a session of that
+/// server, the old claim takes over an expired row with the dead leader's
+/// fence.
+#[test]
+fn the_store_and_a_fleet_under_hostile_server_modes() {
+    use support::maria_server::MariaServer;
+    let server = MariaServer::start_with(&[
+        "--sql-mode=ORACLE",
+        "--completion-type=RELEASE",
+        "--log-bin",
+        "--binlog-format=STATEMENT",
+        "--server-id=7",
+        "--transaction-isolation=SERIALIZABLE",
+    ]);
+    // The named zone needs the server's time zone tables.
+    let zone = std::process::Command::new("mariadb-tzinfo-to-sql")
+        .args(["/usr/share/zoneinfo/America/New_York", "America/New_York"])
+        .output()
+        .expect("mariadb-tzinfo-to-sql");
+    assert!(zone.status.success(), "{}", String::from_utf8_lossy(&zone.stderr));
+    let mut root = mysql::Conn::new(
+        mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&server.admin_url()).unwrap()).prefer_socket(false),
+    )
+    .unwrap();
+    exec(&mut root, "SET SESSION sql_mode = '', completion_type = 'NO_CHAIN', autocommit = 1");
+    exec(&mut root, "USE mysql");
+    root.query_drop(String::from_utf8(zone.stdout).unwrap()).expect("load America/New_York");
+    exec(&mut root, "SET GLOBAL time_zone = 'America/New_York'");
+    let modes: Vec<String> = server.query(
+        "SELECT CONCAT_WS(' | ', @@GLOBAL.sql_mode, @@GLOBAL.completion_type, @@GLOBAL.time_zone, \
+         @@GLOBAL.binlog_format, @@GLOBAL.log_bin, @@GLOBAL.tx_isolation)",
+    );
+    eprintln!("hostile modes: {modes:?}");
+    assert!(modes[0].contains("SIMULTANEOUS_ASSIGNMENT"), "{modes:?}");
+    assert!(
+        modes[0].ends_with("| RELEASE | America/New_York | STATEMENT | ON | SERIALIZABLE"),
+        "the server is not in the hostile modes: {modes:?}"
+    );
+
+    let store = || MySqlStore::builder(&server.url()).table("le_hostile").build().unwrap();
+    store().ensure_schema().expect("ensure_schema under the hostile modes");
+    leaderelection::storetest::run_all(&store());
+    support::elector::fleet_survives_leader_crashes("mariadb, hostile modes", store, 2);
+
+    // The negative control, on a session that keeps the server's sql_mode.
+    let mut c = mysql::Conn::new(
+        mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&server.admin_url()).unwrap()).prefer_socket(false),
+    )
+    .unwrap();
+    exec(&mut c, "SET SESSION completion_type = 'NO_CHAIN', autocommit = 1");
+    let wrong = run_claim_cases(&mut c, "le_hostile", &old_claim);
+    assert!(wrong.iter().any(|w| w.starts_with("expired, another's")), "not caught: {wrong:#?}");
+    assert!(run_claim_cases(&mut c, "le_hostile", &current_claim).is_empty(), "the current claim, bare, too");
 }
 
 /// A table made by hand whose `name` column compares without case (a
