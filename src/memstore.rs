@@ -288,7 +288,9 @@ impl Store for MemStore {
                     *row = fresh(row.fence.saturating_add(1).max(clock_fence));
                     row
                 }
-                Some(row) if row.holder == identity => {
+                // The holder's own lease, unless the row was written after
+                // this call's clock reading (a release it must not undo).
+                Some(row) if row.holder == identity && row.renewed_at <= now => {
                     st.stats.writes += 1;
                     row.renewed_at = now;
                     row.expires_at = row.expires_at.max(expires_at);
@@ -313,7 +315,12 @@ impl Store for MemStore {
         self.call(|st, now| {
             st.stats.renews += 1;
             match st.rows.get_mut(name) {
-                Some(row) if row.holder == identity && row.fence == fence && row.expires_at > now => {
+                Some(row)
+                    if row.holder == identity
+                        && row.fence == fence
+                        && row.expires_at > now
+                        && row.renewed_at <= now =>
+                {
                     st.stats.writes += 1;
                     row.renewed_at = now;
                     // Never backwards: a renewal computed from an older
@@ -334,6 +341,9 @@ impl Store for MemStore {
                 if row.holder == identity && row.fence == fence && row.expires_at > now {
                     st.stats.writes += 1;
                     row.expires_at = now;
+                    // A renewal whose clock reading is older than this must
+                    // not land after it (Store::renew).
+                    row.renewed_at = row.renewed_at.max(now);
                 }
             }
             Ok(())
@@ -425,19 +435,39 @@ mod tests {
     }
 
     #[test]
-    fn an_older_renewal_landing_after_a_newer_one_keeps_the_later_expiry() {
+    fn an_older_renewal_landing_after_a_newer_one_changes_nothing() {
         let s = store();
         let f = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
         // Renewal B is sent second but commits first, at a later clock reading.
         s.advance(Duration::from_secs(2));
-        let newer = s.renew("e", "a", f, TTL, b"", T).unwrap();
-        // Renewal A commits after it with the older reading it was given.
+        let newer = s.renew("e", "a", f, TTL, b"new", T).unwrap();
+        // Renewal A commits after it with the older reading it was given:
+        // the row was written after that reading, so A changes nothing.
         s.set_offset(-1_000_000);
-        let older = s.renew("e", "a", f, TTL, b"", T).unwrap();
-        assert_eq!(older.expires_at, newer.expires_at, "the older renewal shortened the lease");
-        // The holder's acquire with a shorter TTL does not shorten it either.
+        assert!(s.renew("e", "a", f, TTL, b"old", T).unwrap_err().is_lease_lost());
+        s.set_offset(0);
+        assert_eq!(s.peek("e").map(|l| (l.expires_at, l.payload)), Some((newer.expires_at, b"new".to_vec())));
+        // The holder's acquire with a shorter TTL does not shorten it.
         let again = s.acquire("e", "a", Duration::from_secs(1), b"", T).unwrap();
         assert_eq!((again.fence, again.expires_at), (f, newer.expires_at));
+    }
+
+    #[test]
+    fn a_renewal_or_reacquire_older_than_a_release_cannot_extend_it() {
+        let s = store();
+        let f = s.acquire("e", "a", TTL, b"", T).unwrap().fence;
+        s.advance(Duration::from_secs(1));
+        s.release("e", "a", f, T).unwrap();
+        let released = s.peek("e").unwrap();
+        assert!(released.expired() && released.renewed_at == released.expires_at, "{released:?}");
+        // A renewal and an acquire that read the clock before the release
+        // (they waited behind its lock) land after it.
+        s.set_offset(-500_000);
+        assert!(s.renew("e", "a", f, TTL, b"", T).unwrap_err().is_lease_lost());
+        let seen = s.acquire("e", "a", TTL, b"", T).unwrap();
+        assert_eq!(seen.expires_at, released.expires_at, "the stale re-acquire extended the released lease");
+        s.set_offset(0);
+        assert_eq!(s.peek("e").unwrap(), released);
     }
 
     #[test]

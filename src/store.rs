@@ -30,8 +30,10 @@ use crate::lease::Lease;
 pub trait Store: Send + Sync {
     /// Claims the lease for `identity` if the row is absent or expired (a new
     /// term), or already held by `identity` and still valid (same fence, new
-    /// expiry). Otherwise leaves the row untouched. In every case returns the
-    /// row as it stands after the statement, with the server's `now`.
+    /// expiry) and not written after this call's `now` (see
+    /// [`Store::renew`]). Otherwise leaves the row untouched. In every case
+    /// returns the row as it stands after the statement, with the server's
+    /// `now`.
     ///
     /// Losing the race is not an error: check [`Lease::held_by`].
     ///
@@ -59,11 +61,16 @@ pub trait Store: Send + Sync {
 
     /// Extends the lease that `identity` holds under `fence` to the later of
     /// its current expiry and the server's `now + ttl`, and replaces the
-    /// payload. Applies only while the row has that holder and fence and has
-    /// not expired on the server's clock. Never moving the expiry back
-    /// matters: a renewal the server delayed (behind a row lock, or frozen
-    /// with the server) can commit after a newer one with an older `now`,
-    /// and must not shorten the lease under the newer one's deadline.
+    /// payload. Applies only while the row has that holder and fence, has
+    /// not expired on the server's clock, and was last written no later than
+    /// this call's `now` (`renewed_at <= now < expires_at`). Never moving the
+    /// expiry back matters: a renewal the server delayed (behind a row lock,
+    /// or frozen with the server) can commit after a newer one with an older
+    /// `now`, and must not shorten the lease under the newer one's deadline.
+    /// And a renewal whose `now` was read before the holder's release (it
+    /// waited behind the release's lock) must not extend the released lease:
+    /// the release stamps `renewed_at` (see [`Store::release`]), so such a
+    /// renewal finds the row written after its `now` and changes nothing.
     ///
     /// # Errors
     ///
@@ -81,9 +88,10 @@ pub trait Store: Send + Sync {
     ) -> Result<Lease, StoreError>;
 
     /// Ends the term `identity` holds under `fence` by setting its expiry to
-    /// the server's `now`. The row and its fence stay, so the next claim gets
-    /// a higher fence. Releasing a lease the caller does not hold changes nothing
-    /// and is not an error.
+    /// the server's `now`, and `renewed_at` to the later of itself and that
+    /// `now`. The row and its fence stay, so the next claim gets a higher
+    /// fence. Releasing a lease the caller does not hold changes nothing and
+    /// is not an error.
     ///
     /// # Errors
     ///

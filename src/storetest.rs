@@ -279,7 +279,8 @@ pub fn atomic_takeover_after_expiry(s: &dyn Store) {
     assert!(!back.held_by("a") && back.holder == "b", "old holder must see the new one: {back:?}");
 }
 
-/// A released lease is claimable at once, with a higher fence.
+/// A released lease is claimable at once, with a higher fence, and the
+/// release stamped `renewed_at` with its own instant.
 pub fn takeover_after_release(s: &dyn Store) {
     let name = fresh_name("release");
     let a = acquire(s, &name, "a", LONG, b"");
@@ -287,6 +288,8 @@ pub fn takeover_after_release(s: &dyn Store) {
     let after = inspect(s, &name);
     assert!(after.expired(), "release sets expires_at to now: {after:?}");
     assert_eq!((after.holder.as_str(), after.fence), ("a", a.fence), "release keeps the row and its fence");
+    // So that a renewal whose clock reading is older cannot land after it.
+    assert!(after.renewed_at >= after.expires_at, "release stamps renewed_at with its instant: {after:?}");
     let b = acquire(s, &name, "b", LONG, b"");
     assert!(b.held_by("b"));
     assert!(b.fence > a.fence, "a claim after a release is a new term: {} -> {}", a.fence, b.fence);

@@ -902,9 +902,11 @@ const CLAIM_CASES: &[ClaimCase] = &[
     ClaimCase { what: "valid, mine, written later", before: Some(("me", 5, 2, 30)), claims: false, extends: false },
 ];
 
-/// The row of `name` as (holder, fence, renewed_at, expires_at, terms) and
-/// the server's now.
-fn claim_row(c: &mut mysql::Conn, table: &str, name: &str) -> Option<((String, i64, i64, i64, i64), i64)> {
+/// A claim case's row: holder, fence, renewed_at, expires_at, terms.
+type ClaimRow = (String, i64, i64, i64, i64);
+
+/// The row of `name` and the server's now.
+fn claim_row(c: &mut mysql::Conn, table: &str, name: &str) -> Option<(ClaimRow, i64)> {
     let q = format!(
         "SELECT holder, fence, renewed_at, expires_at, terms, {NOW_SQL} FROM `{table}` WHERE name = {}",
         hex(name.as_bytes())

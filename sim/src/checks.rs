@@ -438,8 +438,11 @@ pub fn ident_quoting(data: &[u8]) -> Result<(), String> {
             ensure!(e.to_string().starts_with("invalid table name: "), "message {e}");
         }
     }
-    let my_ok =
-        !name.is_empty() && name.chars().count() <= MAX_MYSQL_IDENT && !name.contains('\0') && !name.ends_with(' ');
+    let my_ok = !name.is_empty()
+        && name.chars().count() <= MAX_MYSQL_IDENT
+        && !name.contains('\0')
+        && !name.ends_with(' ')
+        && name.chars().all(|c| u32::from(c) <= 0xFFFF);
     match quote_mysql("schema", &name) {
         Ok(q) => {
             ensure!(my_ok, "mysql accepted {name:?}");
@@ -534,7 +537,7 @@ impl Model {
                 *r = fresh((r.fence + 1).max(clock));
                 self.stats.writes += 1;
             }
-            Some(r) if r.holder == id => {
+            Some(r) if r.holder == id && r.renewed_at <= now => {
                 r.renewed_at = now;
                 r.expires_at = r.expires_at.max(now.saturating_add(ttl));
                 r.payload = payload.to_vec();
@@ -552,7 +555,7 @@ impl Model {
         self.stats.renews += 1;
         let now = self.now;
         match self.rows.get_mut(name) {
-            Some(r) if r.holder == id && r.fence == fence && r.expires_at > now => {
+            Some(r) if r.holder == id && r.fence == fence && r.expires_at > now && r.renewed_at <= now => {
                 r.renewed_at = now;
                 r.expires_at = r.expires_at.max(now.saturating_add(ttl));
                 r.payload = payload.to_vec();
@@ -572,6 +575,7 @@ impl Model {
         if let Some(r) = self.rows.get_mut(name) {
             if r.holder == id && r.fence == fence && r.expires_at > now {
                 r.expires_at = now;
+                r.renewed_at = r.renewed_at.max(now);
                 self.stats.writes += 1;
             }
         }
