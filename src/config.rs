@@ -20,8 +20,14 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(3);
 pub const MIN_DEFAULT_SAFETY_MARGIN: Duration = Duration::from_secs(1);
 /// Longest election name, in bytes.
 pub const MAX_NAME_LEN: usize = 255;
-/// Longest identity, in bytes.
+/// Longest identity a lease row holds, in bytes: what
+/// [`Config::identity`] is given, then `#` and the elector's instance tag
+/// (16 hex digits), so a configured identity has at most
+/// `MAX_IDENTITY_LEN - 17` bytes.
 pub const MAX_IDENTITY_LEN: usize = 255;
+/// Bytes an elector adds to the identity it is configured with: `#` and
+/// 16 hex digits.
+pub(crate) const INSTANCE_TAG_LEN: usize = 17;
 /// Largest payload, in bytes.
 pub const MAX_PAYLOAD_LEN: usize = 64 * 1024;
 /// Longest any configured duration may be: 7 days.
@@ -193,12 +199,22 @@ impl Config {
         }
     }
 
-    /// This participant's identity, unique across restarts. Defaults to
-    /// [`generate_identity`](crate::generate_identity) (`hostname-pid-random`).
+    /// A readable name for this participant, such as the host or pod name,
+    /// shown in the lease row, in [`Status`](crate::Status) and in logs.
+    /// Defaults to `hostname-pid`.
     ///
-    /// Do not use a name that survives a restart (a pod name): a restarted
-    /// process could then renew a lease its stalled predecessor still
-    /// believes it holds.
+    /// It need not be unique. Each elector adds an instance tag of its own,
+    /// `#` and 16 random hex digits, and that whole string is the
+    /// participant's identity on the database
+    /// ([`Elector::identity`](crate::Elector::identity), [`Lease::holder`](crate::Lease::holder)):
+    /// `web#3f9c2b4e8a1d7c05`. So two electors given the same name (two
+    /// processes started with one `--identity`, a cron job overlapping its
+    /// own previous run, a restarted process whose stalled predecessor
+    /// still believes it leads) are two participants, and never both hold
+    /// the lease. [`base_identity`](crate::base_identity) gives the name
+    /// back from an identity.
+    ///
+    /// At most [`MAX_IDENTITY_LEN`]` - 17` bytes, no control characters.
     pub fn identity(mut self, identity: impl Into<String>) -> Config {
         self.identity = Some(identity.into());
         self
@@ -312,7 +328,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_text("name", &self.name, MAX_NAME_LEN)?;
         if let Some(identity) = &self.identity {
-            check_text("identity", identity, MAX_IDENTITY_LEN)?;
+            check_text("identity", identity, MAX_IDENTITY_LEN - INSTANCE_TAG_LEN)?;
         }
         if self.payload.len() > MAX_PAYLOAD_LEN {
             return Err(ConfigError::new(

@@ -15,7 +15,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::config::{Config, NewLeaderFn, StartedFn, StoppedFn};
 use crate::error::{ElectionError, Human, OpKind};
 use crate::guard::{Command, LeaderGuard, TermShared};
-use crate::identity::{generate_identity, IdentityError};
+use crate::identity::{default_identity, with_instance, IdentityError};
 use crate::machine::{
     Call, CallId, EndReason, LocalTime, Machine, MachineConfig, Observed, Op, Outcome, Output, TermId,
 };
@@ -159,12 +159,15 @@ impl Elector {
     /// be started.
     pub fn start(config: Config) -> Result<Elector, StartError> {
         config.validate()?;
-        let identity = match &config.identity {
-            Some(id) => id.clone(),
-            None => generate_identity().map_err(StartError::Identity)?,
-        };
-        let mut seed = [0u8; 8];
-        getrandom::fill(&mut seed).map_err(|e| StartError::Identity(IdentityError::from_getrandom(e)))?;
+        // The instance tag makes this elector a participant of its own,
+        // whatever name it was given: two electors with one name never both
+        // hold the lease (the row's holder is this whole string).
+        let mut random = [0u8; 16];
+        getrandom::fill(&mut random).map_err(|e| StartError::Identity(IdentityError::from_getrandom(e)))?;
+        let (instance, seed) = random.split_at(8);
+        let instance = u64::from_le_bytes(instance.try_into().expect("8 bytes"));
+        let identity = with_instance(config.identity.as_deref().unwrap_or(&default_identity()), instance);
+        let seed: [u8; 8] = seed.try_into().expect("8 bytes");
         let mut mcfg = MachineConfig::new(identity.clone(), config.timing, u64::from_le_bytes(seed));
         mcfg.release_on_shutdown = config.release_on_shutdown;
         let machine = Machine::new(mcfg);
@@ -221,7 +224,11 @@ impl Elector {
         Ok(Elector { shared, cmd_tx, threads: Mutex::new(threads) })
     }
 
-    /// This participant's identity.
+    /// This participant's identity as the lease row shows it: the
+    /// configured identity, `#` and this elector's instance tag
+    /// (`web#3f9c2b4e8a1d7c05`). Compare it with
+    /// [`Status::leader`](crate::Status::leader)'s identity; see
+    /// [`Config::identity`](crate::Config::identity).
     pub fn identity(&self) -> &str {
         &self.shared.identity
     }

@@ -1,14 +1,14 @@
-//! Identities: `hostname-pid-random`.
+//! Identities: the readable name a participant is configured with
+//! (`hostname-pid` by default) and the instance tag each elector adds to it.
 
 use std::fmt;
 
-/// Builds an identity for this process: hostname, process id and 64 random
+/// Builds a name unique to this call: hostname, process id and 64 random
 /// bits, joined by hyphens (`web-7f9c-4121-9f86d081884c7d65`).
 ///
-/// The random part is what makes it safe: a restarted process must never
-/// renew a lease its predecessor may still believe it holds (that
-/// predecessor could be alive, stopped in a pause), so every incarnation
-/// needs a name of its own.
+/// An elector no longer needs one: whatever it is configured with, it adds
+/// an instance tag of its own (see [`Config::identity`](crate::Config::identity)),
+/// so every incarnation is a participant of its own.
 ///
 /// # Errors
 ///
@@ -42,6 +42,39 @@ pub(crate) fn format_identity(host: &str, pid: u32, random: u64) -> String {
         clean.push_str("host");
     }
     format!("{clean}-{pid}-{random:016x}")
+}
+
+/// The identity an elector is configured with when none is given:
+/// `hostname-pid`.
+pub(crate) fn default_identity() -> String {
+    let host = format_identity(&hostname(), std::process::id(), 0);
+    host.rsplit_once('-').map_or(host.clone(), |(h, _)| h.to_owned())
+}
+
+/// The identity of one elector: `configured#` and 16 hex digits of
+/// `instance`.
+pub(crate) fn with_instance(configured: &str, instance: u64) -> String {
+    format!("{configured}#{instance:016x}")
+}
+
+/// The configured part of an elector's identity: `identity` without the
+/// instance tag (`#` and 16 hex digits) the elector added, or all of it
+/// when it has none.
+///
+/// # Examples
+///
+/// ```
+/// use leaderelection::base_identity;
+/// assert_eq!(base_identity("web#3f9c2b4e8a1d7c05"), "web");
+/// assert_eq!(base_identity("a#b#0123456789abcdef"), "a#b");
+/// assert_eq!(base_identity("web"), "web");
+/// assert_eq!(base_identity("web#not-a-tag"), "web#not-a-tag");
+/// ```
+pub fn base_identity(identity: &str) -> &str {
+    match identity.rsplit_once('#') {
+        Some((base, tag)) if tag.len() == 16 && tag.bytes().all(|b| b.is_ascii_hexdigit()) => base,
+        _ => identity,
+    }
 }
 
 fn hostname() -> String {
@@ -113,6 +146,17 @@ mod tests {
         assert!(text.starts_with("cannot generate an identity: system randomness failed: "), "{text}");
         assert!(text.ends_with(&getrandom::Error::UNSUPPORTED.to_string()), "{text}");
         assert!(std::error::Error::source(&e).is_none());
+    }
+
+    #[test]
+    fn the_default_identity_is_host_and_pid_and_an_instance_tag_round_trips() {
+        let id = default_identity();
+        assert!(id.ends_with(&format!("-{}", std::process::id())), "{id}");
+        let full = with_instance(&id, 0x3f9c_2b4e_8a1d_7c05);
+        assert_eq!(full, format!("{id}#3f9c2b4e8a1d7c05"));
+        assert_eq!(base_identity(&full), id);
+        assert_eq!(with_instance("x", 1), "x#0000000000000001");
+        assert_eq!(with_instance("x", 1).len(), 1 + crate::config::INSTANCE_TAG_LEN);
     }
 
     #[test]

@@ -208,7 +208,7 @@ fn a_crashed_leader_is_replaced_after_the_lease() {
     let crashed = Instant::now();
     a.shutdown_without_release();
     assert!(!guard.is_valid());
-    assert!(store.peek(NAME).unwrap().held_by("a"), "lease left in place");
+    assert!(store.peek(NAME).unwrap().held_by(a.identity()), "lease left in place");
     let next = lead(&b);
     let failover = crashed.elapsed();
     assert!(failover <= ms(1500 + 500), "failover took {failover:?}");
@@ -316,7 +316,8 @@ fn callbacks_run_in_order_on_their_own_threads() {
     a.shutdown().unwrap();
     let got = events.lock().unwrap().clone();
     let f = store.peek(NAME).unwrap().fence;
-    assert_eq!(got, [format!("new a {f}"), format!("started {f}"), "returning".into(), "stopped".into()]);
+    let a = a.identity();
+    assert_eq!(got, [format!("new {a} {f}"), format!("started {f}"), "returning".into(), "stopped".into()]);
     assert!(on_own_thread.load(Ordering::SeqCst));
 }
 
@@ -336,7 +337,7 @@ fn only_an_on_new_leader_callback_does_not_resign_terms() {
         thread::sleep(ms(5));
     }
     assert_eq!(store.stats().releases, 0);
-    assert_eq!(*seen.lock().unwrap(), [("a".to_owned(), f)]);
+    assert_eq!(*seen.lock().unwrap(), [(a.identity().to_owned(), f)]);
 }
 
 #[test]
@@ -361,7 +362,9 @@ fn followers_read_the_leaders_payload() {
     let _g = lead(&a);
     let b = start(&store, "b");
     assert!(eventually(Duration::from_secs(2), || {
-        b.status().leader.is_some_and(|l| l.identity == "a" && l.payload == b"https://a.internal:8443")
+        b.status().leader.is_some_and(|l| {
+            leaderelection::base_identity(&l.identity) == "a" && l.payload == b"https://a.internal:8443"
+        })
     }));
 }
 
@@ -373,7 +376,8 @@ fn status_of_a_leader() {
     let st = a.status();
     assert!(st.is_leader);
     assert_eq!(st.fence, Some(g.fence()));
-    assert_eq!(st.identity, "a");
+    assert_eq!(leaderelection::base_identity(&st.identity), "a");
+    assert!(st.identity.starts_with("a#") && st.identity.len() == 18, "{}", st.identity);
     let until = st.valid_until.unwrap();
     assert!(until > Instant::now());
     assert!(a.guard().is_some());
@@ -388,10 +392,114 @@ fn a_bad_config_is_refused_with_the_field_named() {
 }
 
 #[test]
-fn generated_identities_are_used_when_none_is_set() {
+fn host_and_pid_are_the_identity_when_none_is_set() {
     let a = Elector::start(Config::new(MemStore::new(), "x")).unwrap();
-    let pid = format!("-{}-", std::process::id());
+    let pid = format!("-{}#", std::process::id());
     assert!(a.identity().contains(&pid), "{}", a.identity());
+}
+
+/// One elector's view of a store that drops the instance tag from every
+/// identity, as the row's holder was before electors had one: the negative
+/// control of the test below. Rows it reads back name that elector (once
+/// it knows its identity) wherever they name the bare identity.
+struct OneHolderPerName {
+    inner: MemStore,
+    me: std::sync::OnceLock<String>,
+}
+
+impl OneHolderPerName {
+    fn back(&self, mut l: leaderelection::Lease) -> leaderelection::Lease {
+        if let Some(me) = self.me.get() {
+            if l.holder == leaderelection::base_identity(me) {
+                l.holder = me.clone();
+            }
+        }
+        l
+    }
+}
+
+impl leaderelection::Store for OneHolderPerName {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        let _ = self.me.set(identity.to_owned());
+        self.inner.acquire(name, leaderelection::base_identity(identity), ttl, payload, timeout).map(|l| self.back(l))
+    }
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        let l = self.inner.renew(name, leaderelection::base_identity(identity), fence, ttl, payload, timeout)?;
+        Ok(self.back(l))
+    }
+    fn release(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        timeout: Duration,
+    ) -> Result<(), leaderelection::StoreError> {
+        self.inner.release(name, leaderelection::base_identity(identity), fence, timeout)
+    }
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
+        self.inner.inspect(name, timeout).map(|l| self.back(l))
+    }
+}
+
+/// How long two electors were both leading while `pair` was sampled every
+/// millisecond for `within`.
+fn both_leading(pair: &[Elector; 2], within: Duration) -> usize {
+    let until = Instant::now() + within;
+    let mut both = 0;
+    while Instant::now() < until {
+        both += usize::from(pair.iter().all(Elector::is_leader));
+        thread::sleep(ms(1));
+    }
+    both
+}
+
+/// Two electors given one identity (two processes started with the same
+/// `--identity`, a cron job overlapping its own previous run) are two
+/// participants: each adds an instance tag, so the second's claim is not
+/// the holder renewing, and they never both lead. The negative control: a
+/// store that drops the tags, as the row's holder was before, lets both
+/// lead on one fence, and the sampler sees it.
+#[test]
+fn two_electors_with_one_identity_never_both_lead() {
+    let store = MemStore::new();
+    let pair = [start(&store, "web"), start(&store, "web")];
+    assert_ne!(pair[0].identity(), pair[1].identity());
+    assert!(eventually(Duration::from_secs(5), || pair.iter().any(Elector::is_leader)));
+    assert_eq!(both_leading(&pair, ms(1500)), 0, "two electors named web led at once");
+    let leader = pair.iter().position(Elector::is_leader).expect("one leads");
+    let other = &pair[1 - leader];
+    assert!(eventually(Duration::from_secs(2), || {
+        other.status().leader.is_some_and(|l| l.identity == pair[leader].identity() && l.valid)
+    }));
+    let fence = pair[leader].fence().unwrap();
+    pair[leader].shutdown_without_release();
+    let g = other.wait_leader_timeout(Duration::from_secs(5)).expect("the other takes over after the lease");
+    assert!(g.fence() > fence);
+
+    let shared = MemStore::new();
+    let control = [0, 1].map(|_| {
+        let untagged = std::sync::Arc::new(OneHolderPerName { inner: shared.clone(), me: Default::default() });
+        let e = Elector::start(Config::new(std::sync::Arc::clone(&untagged), NAME).identity("web").timing(timing()))
+            .unwrap();
+        let _ = untagged.me.set(e.identity().to_owned());
+        e
+    });
+    assert!(both_leading(&control, ms(1500)) > 0, "the negative control never saw two leaders");
 }
 
 #[test]

@@ -112,7 +112,7 @@ fn frozen_server_steps_the_leader_down_on_time_and_the_elector_recovers() {
         .unwrap();
     let follower = Elector::start(config(follower_store.clone(), &name, "follower")).expect("start");
     let sees = wait_for(Duration::from_secs(5), || {
-        follower.status().leader.is_some_and(|l| l.identity == "leader" && l.valid)
+        follower.status().leader.is_some_and(|l| leaderelection::base_identity(&l.identity) == "leader" && l.valid)
     });
     assert!(sees, "the follower does not see the leader: {:?}", follower.status());
     // A store with a pooled connection and one that must open one.

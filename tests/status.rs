@@ -179,7 +179,9 @@ fn the_status_line_shows_the_leader_a_follower_and_a_participant_that_is_held_ba
     let guard = lead(&a);
     let fence = guard.fence();
     let b = start(&store, "b");
-    let follows = until(&b, "b sees a", |s| s.leader.as_ref().is_some_and(|l| l.identity == "a" && l.valid));
+    let follows = until(&b, "b sees a", |s| {
+        s.leader.as_ref().is_some_and(|l| leaderelection::base_identity(&l.identity) == "a" && l.valid)
+    });
     let want = format!(
         "\"jobs\": b follows a (fence {fence}); terms 0 (ended: 0 resigned, 0 lost, 0 expired, 0 fatal, 0 shutdown), \
          renewals 0 ok 0 failed, 0 abandoned, last call "

@@ -41,7 +41,8 @@ Options:
                       $DATABASE_URL); visible in ps, prefer the variables
   --table T           postgres: SCHEMA.TABLE or TABLE; mysql: TABLE
                       (default: leader_election)
-  --identity ID       this participant's identity (default: host-pid-random)
+  --identity ID       a name for this run (default: host-pid); each run adds
+                      its own #tag, so runs given one name never lead at once
   --payload TEXT      data published with the lease (see `status`)
   --lease D           lease duration (15s)
   --renew D           renew interval (5s)
@@ -57,7 +58,8 @@ Options:
 Durations: 500ms, 1.5s, 2m, 1h.
 
 CMD runs in a new process group with LEADERELECTION_FENCE,
-LEADERELECTION_NAME and LEADERELECTION_IDENTITY set. When no renewal has
+LEADERELECTION_NAME and LEADERELECTION_IDENTITY (ID#tag, as `status`
+shows it) set. When no renewal has
 landed by (local deadline - grace - 250ms), or the term ends, the group gets
 SIGTERM, and SIGKILL at the latest 250ms before the local deadline. Needs
 grace + 250ms < lease - margin - renew - op-timeout. SIGINT, SIGTERM and

@@ -5,6 +5,11 @@ mod common;
 use common::*;
 
 #[test]
+fn two_runs_with_one_identity_never_overlap() {
+    one_identity(&Db::mysql());
+}
+
+#[test]
 fn two_tools_contend_and_children_never_overlap() {
     contention(&Db::mysql());
 }

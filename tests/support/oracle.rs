@@ -510,7 +510,8 @@ impl<S: Store> Store for Recorded<S> {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        self.call(OpKind::Acquire, |s| s.acquire(name, identity, ttl, payload, timeout), |l| l.held_by(&self.identity))
+        // The elector's identity (its instance tag included) is what it holds under.
+        self.call(OpKind::Acquire, |s| s.acquire(name, identity, ttl, payload, timeout), |l| l.held_by(identity))
     }
     fn renew(
         &self,
@@ -521,11 +522,7 @@ impl<S: Store> Store for Recorded<S> {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        self.call(
-            OpKind::Renew,
-            |s| s.renew(name, identity, fence, ttl, payload, timeout),
-            |l| l.held_by(&self.identity),
-        )
+        self.call(OpKind::Renew, |s| s.renew(name, identity, fence, ttl, payload, timeout), |l| l.held_by(identity))
     }
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
         self.call(OpKind::Release, |s| s.release(name, identity, fence, timeout), |_| false)

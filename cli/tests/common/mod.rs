@@ -380,7 +380,7 @@ pub fn contention(db: &Db) {
         let ev = events(&file);
         let ends = ev.iter().filter(|e| e.kind == "end").count();
         let who = |id: &str| ev.iter().any(|e| e.kind == "start" && e.rest.starts_with(id));
-        ends >= 5 && who("a ") && who("b ")
+        ends >= 5 && who("a#") && who("b#")
     });
     a.signal(libc::SIGTERM);
     b.signal(libc::SIGTERM);
@@ -396,6 +396,38 @@ pub fn contention(db: &Db) {
     let fences: Vec<u64> = spans.iter().map(|s| s.2.split(' ').nth(1).unwrap().parse().unwrap()).collect();
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences increase: {fences:?}");
     println!("cli {} contention: {} children, none overlapping, gaps between them {gaps:.3?} s", db.label, spans.len());
+}
+
+/// Two tools started at once with one `--identity` (two hosts given the
+/// same name, a cron job overlapping its own previous run on one host):
+/// each run is a participant of its own, so their children run one after
+/// the other, never at once, under different identities that share the
+/// name, with increasing fences. (Before runs had instance tags, the
+/// second's claim looked like the first renewing, and both children ran at
+/// once on one fence.)
+pub fn one_identity(db: &Db) {
+    let name = db.name("one-id");
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let script = child(&file, "1", 0);
+    let mut a = db.run(&name, &["--identity", "web"], &script);
+    let mut b = db.run(&name, &["--identity", "web"], &script);
+    let done = wait_for(Duration::from_secs(30), || events(&file).iter().filter(|e| e.kind == "end").count() >= 2);
+    let (ca, cb) = (a.code(Duration::from_secs(10)), b.code(Duration::from_secs(10)));
+    assert!(done, "both children did not run within 30 s: {:?}\n{}\n{}", events(&file), a.stderr(), b.stderr());
+    assert_eq!((ca, cb), (0, 0), "{}\n{}", a.stderr(), b.stderr());
+    let spans = disjoint_spans(&file);
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    let ids: Vec<&str> = spans.iter().map(|s| s.2.split(' ').next().unwrap()).collect();
+    assert_ne!(ids[0], ids[1], "two runs shared one identity: {spans:?}");
+    assert!(ids.iter().all(|id| leaderelection::base_identity(id) == "web"), "{ids:?}");
+    let fences: Vec<u64> = spans.iter().map(|s| s.2.split(' ').nth(1).unwrap().parse().unwrap()).collect();
+    assert!(fences[0] < fences[1], "{fences:?}");
+    println!(
+        "cli {} one identity: {ids:?} ran one after the other, {:.3} s apart",
+        db.label,
+        secs(spans[1].0 - spans[0].1)
+    );
 }
 
 /// The sentinel among a group's members, by its command line.
@@ -579,7 +611,12 @@ pub fn env_and_status(db: &Db) {
     assert!(wait_for(Duration::from_secs(5), || file.exists()), "no child: {}", tool.stderr());
     let env = fs::read_to_string(&file).unwrap();
     let parts: Vec<&str> = env.trim_end().split('|').collect();
-    assert_eq!(parts[1..], [name.as_str(), identity.as_str()]);
+    assert_eq!(parts[1], name.as_str());
+    // The identity given, and this run's instance tag.
+    let holder = parts[2];
+    assert!(holder.starts_with(&format!("{identity}#")) && holder.len() == identity.len() + 17, "{holder}");
+    assert_eq!(leaderelection::base_identity(holder), identity);
+    let identity = holder.to_owned();
 
     let out = db.status(&name, true);
     assert_eq!(out.status.code(), Some(0), "someone leads");
@@ -733,7 +770,7 @@ pub fn loop_after_loss(db: &Db) {
     proxy.swallow(false);
     assert!(stopped, "a's child was not stopped: {}", a.stderr());
     assert!(a.child.try_wait().unwrap().is_none(), "a exited instead of campaigning again: {}", a.stderr());
-    let a_starts = || events(&file).into_iter().filter(|e| e.kind == "start" && e.rest.starts_with("a ")).count();
+    let a_starts = || events(&file).into_iter().filter(|e| e.kind == "start" && e.rest.starts_with("a#")).count();
     let again = wait_for(Duration::from_secs(25), || a_starts() >= 2);
     a.signal(libc::SIGTERM);
     b.signal(libc::SIGTERM);
@@ -744,9 +781,9 @@ pub fn loop_after_loss(db: &Db) {
     }
     let spans = disjoint_spans(&file);
     let fence = |s: &(u128, u128, String)| -> u64 { s.2.split(' ').nth(1).unwrap().parse().unwrap() };
-    let a_fences: Vec<u64> = spans.iter().filter(|s| s.2.starts_with("a ")).map(fence).collect();
+    let a_fences: Vec<u64> = spans.iter().filter(|s| s.2.starts_with("a#")).map(fence).collect();
     assert!(a_fences[1] > a_fences[0], "a's second term has a higher fence: {a_fences:?}");
-    let b_runs = spans.iter().filter(|s| s.2.starts_with("b ")).count();
+    let b_runs = spans.iter().filter(|s| s.2.starts_with("b#")).count();
     assert!(b_runs >= 1, "b ran while a was cut off: {spans:?}");
     println!(
         "cli {} loop after loss: a's child stopped {:.3}s after the cut; {} children, none overlapping, \
