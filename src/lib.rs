@@ -86,6 +86,7 @@ mod metrics;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod slot;
 mod status;
 mod store;
 #[cfg(feature = "storetest")]
@@ -108,5 +109,6 @@ pub use memstore::{MemStats, MemStore};
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use slot::{period_slot, SlotClaim, MAX_SLOT_LEN};
 pub use status::{LeaderInfo, Status, TermsEnded};
 pub use store::{ErrorKind, Store, StoreError};

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::{Condvar, Mutex};
 
 use crate::lease::{DbTime, Lease};
+use crate::slot::SlotClaim;
 use crate::store::{ErrorKind, Store, StoreError};
 
 /// An in-memory [`Store`]: the reference implementation of the store
@@ -65,6 +66,8 @@ struct Shared {
 #[derive(Default)]
 struct State {
     rows: HashMap<String, Row>,
+    /// Claimed slots by (election, slot): the claiming fence and outcome.
+    slots: HashMap<(String, String), (u64, Option<i32>)>,
     clock: Clock,
     offset_micros: i64,
     paused: bool,
@@ -354,6 +357,56 @@ impl Store for MemStore {
         self.call(|st, now| {
             st.stats.inspects += 1;
             st.rows.get(name).map(|row| row.to_lease(name, now)).ok_or_else(|| StoreError::no_lease(name))
+        })
+    }
+
+    fn claim_slot(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        slot: &str,
+        retry_failed: bool,
+        _timeout: Duration,
+    ) -> Result<SlotClaim, StoreError> {
+        crate::slot::check(slot)?;
+        self.call(|st, now| {
+            let held = st
+                .rows
+                .get(name)
+                .is_some_and(|r| r.holder == identity && r.fence == fence && r.expires_at > now && r.renewed_at <= now);
+            if !held {
+                return Err(StoreError::lease_lost());
+            }
+            let key = (name.to_owned(), slot.to_owned());
+            match st.slots.get(&key).copied() {
+                Some((f, outcome)) if !(retry_failed && f < fence && outcome != Some(0)) => {
+                    Ok(SlotClaim::Taken { fence: f, outcome })
+                }
+                _ => {
+                    st.stats.writes += 1;
+                    st.slots.insert(key, (fence, None));
+                    Ok(SlotClaim::Claimed)
+                }
+            }
+        })
+    }
+
+    fn finish_slot(
+        &self,
+        name: &str,
+        fence: u64,
+        slot: &str,
+        outcome: i32,
+        _timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        self.call(|st, _now| match st.slots.get_mut(&(name.to_owned(), slot.to_owned())) {
+            Some(row) if row.0 == fence => {
+                st.stats.writes += 1;
+                row.1 = Some(outcome);
+                Ok(true)
+            }
+            _ => Ok(false),
         })
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::lease::Lease;
+use crate::slot::SlotClaim;
 
 /// Where an election's lease lives.
 ///
@@ -107,6 +108,65 @@ pub trait Store: Send + Sync {
     /// [`ErrorKind::NoLease`] when the election has no row yet;
     /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`] on failure.
     fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError>;
+
+    /// Claims `slot` of election `name` for the term `identity` holds under
+    /// `fence` (see [`crate::slot`]), in one statement or short transaction
+    /// that also checks the term: the row must have that holder and fence
+    /// and be valid on the server's clock, else [`ErrorKind::LeaseLost`] and
+    /// nothing is recorded.
+    ///
+    /// A slot no term has claimed is recorded with this fence:
+    /// [`SlotClaim::Claimed`]. A slot claimed before stays with its term:
+    /// [`SlotClaim::Taken`] with that term's fence and recorded outcome,
+    /// unless `retry_failed` is set, the earlier term's fence is lower, and
+    /// its run did not record success (outcome 0); then this term takes the
+    /// slot over (outcome cleared): `Claimed`. Claims of one slot are
+    /// serialised by the database, so a slot is claimed once, or once more
+    /// per retry of a run that did not succeed.
+    ///
+    /// The default refuses, with a fatal error: a store that keeps no slots.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LeaseLost`] as above; [`ErrorKind::Retryable`] or
+    /// [`ErrorKind::Fatal`] when the outcome is unknown (the claim may have
+    /// landed).
+    fn claim_slot(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        slot: &str,
+        retry_failed: bool,
+        timeout: Duration,
+    ) -> Result<SlotClaim, StoreError> {
+        let _ = (name, identity, fence, slot, retry_failed, timeout);
+        Err(StoreError::fatal("this store keeps no slots (it does not implement Store::claim_slot)"))
+    }
+
+    /// Records `outcome` (0 for success) for the run of `slot` that the
+    /// term with `fence` claimed; returns whether the slot was still that
+    /// term's (false when a later term took it over, or it was never
+    /// claimed). Needs no valid lease: a run records how it ended even
+    /// after its term did.
+    ///
+    /// The default refuses, with a fatal error, as [`Store::claim_slot`].
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`]; the outcome may
+    /// then be recorded or not.
+    fn finish_slot(
+        &self,
+        name: &str,
+        fence: u64,
+        slot: &str,
+        outcome: i32,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        let _ = (name, fence, slot, outcome, timeout);
+        Err(StoreError::fatal("this store keeps no slots (it does not implement Store::finish_slot)"))
+    }
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
@@ -136,6 +196,27 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
         (**self).inspect(name, timeout)
+    }
+    fn claim_slot(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        slot: &str,
+        retry_failed: bool,
+        timeout: Duration,
+    ) -> Result<SlotClaim, StoreError> {
+        (**self).claim_slot(name, identity, fence, slot, retry_failed, timeout)
+    }
+    fn finish_slot(
+        &self,
+        name: &str,
+        fence: u64,
+        slot: &str,
+        outcome: i32,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        (**self).finish_slot(name, fence, slot, outcome, timeout)
     }
 }
 

@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 
 use crate::lease::Lease;
 use crate::memstore::MemStore;
-use crate::store::Store;
+use crate::slot::SlotClaim;
+use crate::store::{Store, StoreError};
 
 /// The timeout every call of the suite passes.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
@@ -94,6 +95,10 @@ pub const CASES: &[(&str, Case)] = &[
     ("ttl_comes_from_the_database_clock", ttl_comes_from_the_database_clock),
     ("payload_round_trips", payload_round_trips),
     ("elections_share_one_table", elections_share_one_table),
+    ("a_slot_is_claimed_once", a_slot_is_claimed_once),
+    ("a_slot_claim_needs_the_term", a_slot_claim_needs_the_term),
+    ("a_slot_whose_run_did_not_succeed_may_be_retried", a_slot_whose_run_did_not_succeed_may_be_retried),
+    ("concurrent_slot_claims_one_wins", concurrent_slot_claims_one_wins),
 ];
 
 /// Every case that needs an [`Operator`], in the order
@@ -169,6 +174,10 @@ macro_rules! storetest_suite {
             ttl_comes_from_the_database_clock,
             payload_round_trips,
             elections_share_one_table,
+            a_slot_is_claimed_once,
+            a_slot_claim_needs_the_term,
+            a_slot_whose_run_did_not_succeed_may_be_retried,
+            concurrent_slot_claims_one_wins,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -629,4 +638,106 @@ pub fn fences_grow_across_a_recreated_table(s: &dyn Store, op: &dyn Operator) {
     assert!(s.inspect(&name, TIMEOUT).is_err_and(|e| e.is_no_lease()), "control: the table is empty");
     next_fence_is_higher(s, &name, &fences, "the table was re-created");
     next_fence_is_higher(s, &other, &[other_fence], "the table was re-created (another election)");
+}
+
+fn claim(s: &dyn Store, name: &str, id: &str, fence: u64, slot: &str, retry: bool) -> SlotClaim {
+    s.claim_slot(name, id, fence, slot, retry, TIMEOUT)
+        .unwrap_or_else(|e| panic!("claim_slot({name}, {id}, {fence}, {slot:?}) failed: {e}"))
+}
+
+/// A slot is claimed once across the election's terms: the term that
+/// claims it gets `Claimed`, the same term asking again and every later
+/// term get `Taken` with the claiming fence, and the run's outcome once
+/// recorded. Slots are per election and per name (quotes and all).
+pub fn a_slot_is_claimed_once(s: &dyn Store) {
+    let name = fresh_name("slot-once");
+    let slot = "2026-12-01 it's \\; -- ünï";
+    let a = acquire(s, &name, "a", LONG, b"");
+    assert_eq!(claim(s, &name, "a", a.fence, slot, false), SlotClaim::Claimed);
+    assert_eq!(claim(s, &name, "a", a.fence, slot, false), SlotClaim::Taken { fence: a.fence, outcome: None });
+    assert_eq!(claim(s, &name, "a", a.fence, "another slot", false), SlotClaim::Claimed);
+    assert!(s.finish_slot(&name, a.fence, slot, 0, TIMEOUT).expect("finish_slot"), "the run records its outcome");
+    s.release(&name, "a", a.fence, TIMEOUT).expect("release");
+    let b = acquire(s, &name, "b", LONG, b"");
+    assert!(b.held_by("b"));
+    assert_eq!(claim(s, &name, "b", b.fence, slot, false), SlotClaim::Taken { fence: a.fence, outcome: Some(0) });
+    assert_eq!(claim(s, &name, "b", b.fence, slot, true), SlotClaim::Taken { fence: a.fence, outcome: Some(0) });
+    // Another election's slot of the same name is its own.
+    let other = fresh_name("slot-other");
+    let o = acquire(s, &other, "b", LONG, b"");
+    assert_eq!(claim(s, &other, "b", o.fence, slot, false), SlotClaim::Claimed);
+    assert!(!s.finish_slot(&name, b.fence, slot, 0, TIMEOUT).expect("finish_slot"), "b never had the slot");
+    assert!(!s.finish_slot(&name, a.fence, "never claimed", 0, TIMEOUT).expect("finish_slot"));
+}
+
+/// Only the live term may claim a slot: another identity, another fence,
+/// or a lease that has expired or was released get LeaseLost, and nothing
+/// is recorded (the holder claims the slot afterwards).
+pub fn a_slot_claim_needs_the_term(s: &dyn Store) {
+    let name = fresh_name("slot-term");
+    let a = acquire(s, &name, "a", SHORT, b"");
+    for (id, fence) in [("b", a.fence), ("a", a.fence + 1), ("a", a.fence - 1)] {
+        let r = s.claim_slot(&name, id, fence, "s", false, TIMEOUT);
+        assert!(r.as_ref().is_err_and(StoreError::is_lease_lost), "{id}/{fence}: {r:?}");
+    }
+    wait_expired(s, &name);
+    let r = s.claim_slot(&name, "a", a.fence, "s", false, TIMEOUT);
+    assert!(r.as_ref().is_err_and(StoreError::is_lease_lost), "an expired lease claimed a slot: {r:?}");
+    let b = acquire(s, &name, "b", LONG, b"");
+    s.release(&name, "b", b.fence, TIMEOUT).expect("release");
+    let r = s.claim_slot(&name, "b", b.fence, "s", false, TIMEOUT);
+    assert!(r.as_ref().is_err_and(StoreError::is_lease_lost), "a released lease claimed a slot: {r:?}");
+    let c = acquire(s, &name, "c", LONG, b"");
+    assert_eq!(claim(s, &name, "c", c.fence, "s", false), SlotClaim::Claimed, "nothing was recorded before");
+    let r = s.claim_slot("storetest/no-such-election", "c", c.fence, "s", false, TIMEOUT);
+    assert!(r.as_ref().is_err_and(StoreError::is_lease_lost), "{r:?}");
+}
+
+/// A run that did not record success (it failed, or recorded nothing: it
+/// was killed) may be claimed again by a later term that asks to retry;
+/// not by one that does not, nor by its own term, and never once a run
+/// succeeded. The run that lost its slot can no longer record an outcome.
+pub fn a_slot_whose_run_did_not_succeed_may_be_retried(s: &dyn Store) {
+    let name = fresh_name("slot-retry");
+    let a = acquire(s, &name, "a", LONG, b"");
+    assert_eq!(claim(s, &name, "a", a.fence, "failed", false), SlotClaim::Claimed);
+    assert_eq!(claim(s, &name, "a", a.fence, "killed", false), SlotClaim::Claimed);
+    assert!(s.finish_slot(&name, a.fence, "failed", 3, TIMEOUT).unwrap());
+    assert_eq!(claim(s, &name, "a", a.fence, "failed", true), SlotClaim::Taken { fence: a.fence, outcome: Some(3) });
+    s.release(&name, "a", a.fence, TIMEOUT).expect("release");
+    let b = acquire(s, &name, "b", LONG, b"");
+    assert_eq!(claim(s, &name, "b", b.fence, "failed", false), SlotClaim::Taken { fence: a.fence, outcome: Some(3) });
+    assert_eq!(claim(s, &name, "b", b.fence, "killed", false), SlotClaim::Taken { fence: a.fence, outcome: None });
+    assert_eq!(claim(s, &name, "b", b.fence, "failed", true), SlotClaim::Claimed);
+    assert_eq!(claim(s, &name, "b", b.fence, "killed", true), SlotClaim::Claimed);
+    assert_eq!(claim(s, &name, "b", b.fence, "killed", true), SlotClaim::Taken { fence: b.fence, outcome: None });
+    assert!(!s.finish_slot(&name, a.fence, "failed", 0, TIMEOUT).unwrap(), "the run that lost its slot recorded");
+    assert!(s.finish_slot(&name, b.fence, "failed", 0, TIMEOUT).unwrap());
+    s.release(&name, "b", b.fence, TIMEOUT).expect("release");
+    let c = acquire(s, &name, "c", LONG, b"");
+    assert_eq!(claim(s, &name, "c", c.fence, "failed", true), SlotClaim::Taken { fence: b.fence, outcome: Some(0) });
+}
+
+/// Many threads of the live term claim one slot at once: exactly one is
+/// told `Claimed`.
+pub fn concurrent_slot_claims_one_wins(s: &dyn Store) {
+    const N: usize = 8;
+    let name = fresh_name("slot-race");
+    let a = acquire(s, &name, "a", LONG, b"");
+    let barrier = Arc::new(Barrier::new(N));
+    let claims: Vec<SlotClaim> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..N)
+            .map(|_| {
+                let (barrier, name) = (Arc::clone(&barrier), name.clone());
+                scope.spawn(move || {
+                    barrier.wait();
+                    claim(s, &name, "a", a.fence, "s", false)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("claiming thread panicked")).collect()
+    });
+    let won = claims.iter().filter(|c| c.is_claimed()).count();
+    assert_eq!(won, 1, "{claims:?}");
+    assert!(claims.iter().all(|c| c.is_claimed() || *c == SlotClaim::Taken { fence: a.fence, outcome: None }));
 }

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use leaderelection::storetest::{self, Operator};
-use leaderelection::{Lease, MemStore, Store, StoreError};
+use leaderelection::{Lease, MemStore, SlotClaim, Store, StoreError};
 
 leaderelection::storetest_suite!(MemStore::new());
 
@@ -66,6 +66,26 @@ impl Store for OldFenceRule {
     fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
         self.inner.inspect(n, t).map(|l| self.outer(l))
     }
+    fn claim_slot(
+        &self,
+        n: &str,
+        id: &str,
+        f: u64,
+        slot: &str,
+        retry: bool,
+        t: Duration,
+    ) -> Result<SlotClaim, StoreError> {
+        match self.inner.claim_slot(n, id, self.inner_fence(n, f), slot, retry, t)? {
+            SlotClaim::Taken { fence, outcome } => {
+                let fence = self.old.lock().unwrap().get(&(n.to_owned(), fence)).copied().unwrap_or(fence);
+                Ok(SlotClaim::Taken { fence, outcome })
+            }
+            claimed => Ok(claimed),
+        }
+    }
+    fn finish_slot(&self, n: &str, f: u64, slot: &str, outcome: i32, t: Duration) -> Result<bool, StoreError> {
+        self.inner.finish_slot(n, self.inner_fence(n, f), slot, outcome, t)
+    }
 }
 
 impl Operator for OldFenceRule {
@@ -109,7 +129,10 @@ struct Broken {
     acquire: Option<AcquireFn>,
     renew: Option<RenewFn>,
     inspect: Option<InspectFn>,
+    claim_slot: Option<ClaimFn>,
 }
+
+type ClaimFn = fn(&MemStore, &str, &str, u64, &str, bool, Duration) -> Result<SlotClaim, StoreError>;
 
 impl Store for Broken {
     fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
@@ -133,6 +156,56 @@ impl Store for Broken {
             None => self.inner.inspect(n, t),
         }
     }
+    fn claim_slot(
+        &self,
+        n: &str,
+        id: &str,
+        f: u64,
+        slot: &str,
+        retry: bool,
+        t: Duration,
+    ) -> Result<SlotClaim, StoreError> {
+        match self.claim_slot {
+            Some(c) => c(&self.inner, n, id, f, slot, retry, t),
+            None => self.inner.claim_slot(n, id, f, slot, retry, t),
+        }
+    }
+    fn finish_slot(&self, n: &str, f: u64, slot: &str, outcome: i32, t: Duration) -> Result<bool, StoreError> {
+        self.inner.finish_slot(n, f, slot, outcome, t)
+    }
+}
+
+/// The slot cases must be able to fail: a store that tells every claim it
+/// won (so a slot would run on every host), and one that claims without
+/// checking the term, are caught.
+#[test]
+fn the_suite_catches_slots_claimed_twice_or_without_the_term() {
+    let twice = Broken {
+        claim_slot: Some(|s, n, id, f, slot, retry, t| {
+            s.claim_slot(n, id, f, slot, retry, t).map(|_| SlotClaim::Claimed)
+        }),
+        ..Broken::default()
+    };
+    for (what, case) in [
+        ("a_slot_is_claimed_once", storetest::a_slot_is_claimed_once as fn(&dyn Store)),
+        ("concurrent_slot_claims_one_wins", storetest::concurrent_slot_claims_one_wins),
+    ] {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&twice)));
+        assert!(r.is_err(), "{what} passed a store that claims every slot again");
+    }
+    let unguarded = Broken {
+        claim_slot: Some(|s, n, _id, _f, slot, retry, t| {
+            // Claims for whoever holds the lease now, whoever asks.
+            let holder = s.peek(n).ok_or_else(StoreError::lease_lost)?;
+            let (holder, fence) = (holder.holder, holder.fence);
+            s.restore_row(&Lease { expires_at: s.now().saturating_add(Duration::from_secs(60)), ..s.peek(n).unwrap() });
+            s.claim_slot(n, &holder, fence, slot, retry, t)
+        }),
+        ..Broken::default()
+    };
+    let r =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::a_slot_claim_needs_the_term(&unguarded)));
+    assert!(r.is_err(), "the suite passed a slot claim that does not check the term");
 }
 
 /// The expiry case must be able to fail: a store whose renewals write

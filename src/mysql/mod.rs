@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use crate::ident::{quote_mysql, IdentError};
 use crate::lease::Lease;
+use crate::slot::SlotClaim;
 use crate::store::{Store, StoreError};
 
 /// Default name of the election table.
@@ -406,7 +407,8 @@ impl MySqlStore {
     /// The name is empty, longer than 64 characters, holds NUL or ends in a
     /// space.
     pub fn schema(table: &str) -> Result<String, IdentError> {
-        Ok(sql::create_table(&quote_mysql("table", table)?))
+        let slots = slots_table(table).map(|t| sql::create_slots(&t)).unwrap_or_default();
+        Ok(format!("{}{slots}", sql::create_table(&quote_mysql("table", table)?)))
     }
 
     /// The table this store uses.
@@ -443,7 +445,8 @@ impl MySqlStore {
     ///
     /// The store's classified error; fatal when privileges are missing.
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
-        let create = format!("{}{}", sql::create_table(&self.quoted), sql::has_terms(&self.table));
+        let slots = slots_table(&self.table).map(|t| sql::create_slots(&t)).unwrap_or_default();
+        let create = format!("{}{slots}{}", sql::create_table(&self.quoted), sql::has_terms(&self.table));
         // Lock waits bounded at 1 s, the smallest bound the server takes.
         let add = sql::pinned(&format!("{};", sql::add_terms(&self.quoted)), Duration::ZERO);
         let deadline = deadline_after(self.ddl_timeout);
@@ -511,6 +514,12 @@ pub fn __claim_unpinned(
     Ok(format!("SET @leaderelection_now = {}; {}", sql::NOW, sql::acquire(&quoted, name, identity, ttl, payload)?))
 }
 
+/// The slots table beside `table`: `table_slots`, quoted, when that name
+/// fits MySQL's 64 characters.
+fn slots_table(table: &str) -> Option<String> {
+    quote_mysql("table", &format!("{table}_slots")).ok()
+}
+
 fn deadline_after(timeout: Duration) -> Instant {
     Instant::now() + timeout.min(MAX_WAIT)
 }
@@ -566,6 +575,70 @@ impl Store for MySqlStore {
             Some(rb) => Ok(rb.lease),
             None => Err(StoreError::no_lease(name)),
         }
+    }
+
+    fn claim_slot(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        slot: &str,
+        retry_failed: bool,
+        timeout: Duration,
+    ) -> Result<SlotClaim, StoreError> {
+        crate::slot::check(slot)?;
+        let body = sql::claim_slot(&self.quoted, &self.slots()?, name, identity, fence, slot, retry_failed)?;
+        let rows = self.run("claim_slot", &body, deadline_after(timeout))?;
+        let bad = || StoreError::fatal("mysql claim_slot: cannot read what the claim did");
+        let claim = sql::tagged(&rows, "claim").next().filter(|r| r.len() == 2).ok_or_else(bad)?;
+        let (held, wrote) = (sql::int_value(&claim[0]).ok_or_else(bad)?, sql::int_value(&claim[1]).ok_or_else(bad)?);
+        if held != 1 {
+            return Err(StoreError::lease_lost());
+        }
+        // 1 inserted, 2 updated (a retry took it over), 0 left alone.
+        if wrote > 0 {
+            return Ok(SlotClaim::Claimed);
+        }
+        let slot_row = sql::tagged(&rows, "slot").next().filter(|r| r.len() == 2);
+        let taken = match slot_row {
+            Some(row) => Ok(SlotClaim::Taken {
+                fence: sql::int_value(&row[0]).and_then(|f| u64::try_from(f).ok()).ok_or_else(bad)?,
+                outcome: match &row[1] {
+                    mysql::Value::NULL => None,
+                    v => Some(sql::int_value(v).and_then(|o| i32::try_from(o).ok()).ok_or_else(bad)?),
+                },
+            }),
+            None => Err(StoreError::retryable("mysql claim_slot: the slot's row was not found after the claim")),
+        };
+        taken
+    }
+
+    fn finish_slot(
+        &self,
+        name: &str,
+        fence: u64,
+        slot: &str,
+        outcome: i32,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        crate::slot::check(slot)?;
+        let body = sql::finish_slot(&self.slots()?, name, fence, slot, outcome)?;
+        let rows = self.run("finish_slot", &body, deadline_after(timeout))?;
+        let changed = sql::tagged(&rows, "finish").next().and_then(|r| r.first().and_then(sql::int_value));
+        Ok(changed.ok_or_else(|| StoreError::fatal("mysql finish_slot: cannot read what it did"))? > 0)
+    }
+}
+
+impl MySqlStore {
+    /// The slots table, quoted, or why there is none.
+    fn slots(&self) -> Result<String, StoreError> {
+        slots_table(&self.table).ok_or_else(|| {
+            StoreError::fatal(format!(
+                "mysql: the slots table {}_slots would be longer than 64 characters; use a shorter election table \
+                 name",
+                self.table
+            ))
+        })
     }
 }
 

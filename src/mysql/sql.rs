@@ -20,7 +20,7 @@ use mysql::Value;
 
 use crate::lease::{DbTime, Lease};
 use crate::store::{ErrorKind, StoreError};
-use crate::{MAX_IDENTITY_LEN, MAX_NAME_LEN};
+use crate::{MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_SLOT_LEN};
 
 /// Longest TTL written, so `now + ttl` stays far inside `BIGINT`.
 const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);
@@ -39,6 +39,9 @@ const AT: &str = "@leaderelection_now";
 
 /// The payload, sent once (the claim needs it twice).
 const PAYLOAD: &str = "@leaderelection_payload";
+
+/// Whether the term a slot claim is for holds the lease (1 or 0).
+const HELD: &str = "@leaderelection_held";
 
 /// The columns every lease-reading statement yields, in this order, then
 /// the call's instant ([`AT`] for a write, the reading statement's own
@@ -70,6 +73,94 @@ pub(crate) fn create_table(table: &str) -> String {
          \x20   PRIMARY KEY (name)\n\
          ) ENGINE = InnoDB;\n"
     )
+}
+
+/// The table of slots claimed (see [`crate::slot`]): one row per election
+/// and slot, with the fence of the term that claimed it, when, and how its
+/// run ended (`outcome`, 0 for success; NULL while it runs, or when it was
+/// killed before it could say).
+pub(crate) fn create_slots(slots: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {slots} (\n\
+         \x20   name        VARBINARY({MAX_NAME_LEN}) NOT NULL,\n\
+         \x20   slot        VARBINARY({MAX_SLOT_LEN}) NOT NULL,\n\
+         \x20   fence       BIGINT      NOT NULL,\n\
+         \x20   claimed_at  BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
+         \x20   finished_at BIGINT      NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
+         \x20   outcome     INT         NULL COMMENT 'the run''s status, 0 for success; NULL: running, or killed',\n\
+         \x20   PRIMARY KEY (name, slot)\n\
+         ) ENGINE = InnoDB;\n"
+    )
+}
+
+/// Claims `slot` for the term (`identity`, `fence`) if it holds the lease
+/// at the call's instant, in one short transaction: the lease check (a
+/// plain read), the slot's row inserted only when it passed (or, with
+/// `retry_failed`, an earlier term's row taken over whose run did not
+/// record success: every assignment repeats that condition on the old row,
+/// `fence` last), then one row `'claim', held, ROW_COUNT()` and the slot's
+/// row as it stands, `'slot', fence, outcome` (a locking read, so a claim
+/// committed meanwhile is seen). The primary key serialises concurrent
+/// claims of one slot.
+pub(crate) fn claim_slot(
+    table: &str,
+    slots: &str,
+    name: &str,
+    identity: &str,
+    fence: u64,
+    slot: &str,
+    retry_failed: bool,
+) -> Result<String, StoreError> {
+    let (n, i, sl) = (
+        text("election name", name, MAX_NAME_LEN)?,
+        text("identity", identity, MAX_IDENTITY_LEN)?,
+        text("slot", slot, MAX_SLOT_LEN)?,
+    );
+    let retry = if retry_failed { "TRUE" } else { "FALSE" };
+    let take = format!("({retry} AND fence < {fence} AND NOT (outcome <=> 0))");
+    Ok(format!(
+        "{BEGIN} \
+         SELECT COUNT(*) INTO {HELD} FROM {table} WHERE name = {n} AND {} AND {} AND fence = {fence} \
+         AND expires_at > {AT} AND renewed_at <= {AT}; \
+         INSERT INTO {slots} (name, slot, fence, claimed_at) SELECT {n}, {sl}, {fence}, {AT} FROM DUAL WHERE {HELD} = 1 \
+         ON DUPLICATE KEY UPDATE \
+           claimed_at = IF({take}, {AT}, claimed_at), \
+           finished_at = IF({take}, NULL, finished_at), \
+           outcome = IF({take}, NULL, outcome), \
+           fence = IF({take}, {fence}, fence); \
+         SELECT 'claim', {HELD}, ROW_COUNT(); \
+         SELECT 'slot', fence, outcome FROM {slots} WHERE name = {n} AND slot = {sl} FOR UPDATE; \
+         {COMMIT}",
+        exactly("name", &n),
+        exactly("holder", &i),
+    ))
+}
+
+/// Records how the run of `slot` that the term with `fence` claimed ended;
+/// then one row `'finish', ROW_COUNT()`.
+pub(crate) fn finish_slot(slots: &str, name: &str, fence: u64, slot: &str, outcome: i32) -> Result<String, StoreError> {
+    let (n, sl) = (text("election name", name, MAX_NAME_LEN)?, text("slot", slot, MAX_SLOT_LEN)?);
+    Ok(format!(
+        "{BEGIN} \
+         UPDATE {slots} SET finished_at = {AT}, outcome = {outcome} WHERE name = {n} AND slot = {sl} AND fence = {fence}; \
+         SELECT 'finish', ROW_COUNT(); {COMMIT}"
+    ))
+}
+
+/// The rows among `rows` whose first column is the tag `tag`, without it.
+pub(crate) fn tagged<'a>(rows: &'a [Vec<Value>], tag: &'a str) -> impl Iterator<Item = &'a [Value]> + 'a {
+    rows.iter().filter(move |r| matches!(r.first(), Some(Value::Bytes(b)) if b == tag.as_bytes())).map(|r| &r[1..])
+}
+
+/// An integer column as the text protocol sends it; `None` for NULL or
+/// anything else.
+pub(crate) fn int_value(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(v) => Some(*v),
+        Value::UInt(v) => i64::try_from(*v).ok(),
+        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
 }
 
 /// The statement that gives a table made before the `terms` column existed
@@ -130,7 +221,8 @@ pub(crate) fn pinned(body: &str, remaining: Duration) -> String {
          character_set_results = 'utf8mb4', innodb_lock_wait_timeout = {s}, lock_wait_timeout = {s}; \
          SET {AT} = {NOW}; {body} \
          SET SESSION sql_mode = DEFAULT, sql_select_limit = DEFAULT, character_set_results = DEFAULT, \
-         innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT, {AT} = NULL, {PAYLOAD} = NULL"
+         innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT, {AT} = NULL, {PAYLOAD} = NULL, \
+         {HELD} = NULL"
     )
 }
 
@@ -662,7 +754,7 @@ mod tests {
         assert!(q.starts_with("SET SESSION timestamp = DEFAULT, sql_mode = 'STRICT_ALL_TABLES,"), "{q}");
         assert!(q.contains("innodb_lock_wait_timeout = 6, lock_wait_timeout = 6; SET @leaderelection_now = "), "{q}");
         assert!(q.contains("; SELECT 1; SET SESSION sql_mode = DEFAULT"), "{q}");
-        assert!(q.ends_with("lock_wait_timeout = DEFAULT, @leaderelection_now = NULL, @leaderelection_payload = NULL"));
+        assert!(q.ends_with("@leaderelection_now = NULL, @leaderelection_payload = NULL, @leaderelection_held = NULL"));
     }
 
     /// Every write commits with `COMMIT AND NO CHAIN NO RELEASE` (never a

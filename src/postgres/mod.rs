@@ -44,6 +44,7 @@ use tokio_postgres::SimpleQueryMessage;
 use crate::error::Human;
 use crate::ident::{quote_postgres, IdentError};
 use crate::lease::Lease;
+use crate::slot::SlotClaim;
 use crate::store::{Store, StoreError};
 
 pub use conn::{PgConnection, PgManager};
@@ -308,7 +309,8 @@ impl PostgresStore {
         } else {
             format!("CREATE SCHEMA IF NOT EXISTS {};\n", quote_postgres("schema", schema)?)
         };
-        Ok(format!("{create_schema}{}", sql::create_table(&q)))
+        let slots = slots_table(schema, table).map(|t| sql::create_slots(&t)).unwrap_or_default();
+        Ok(format!("{create_schema}{}{slots}", sql::create_table(&q)))
     }
 
     /// The schema and table this store uses.
@@ -572,6 +574,12 @@ fn qualified(schema: &str, table: &str) -> Result<String, IdentError> {
     Ok(format!("{}.{}", quote_postgres("schema", schema)?, quote_postgres("table", table)?))
 }
 
+/// The slots table beside `schema.table`: `table_slots`, when that name
+/// fits PostgreSQL's 63 bytes.
+fn slots_table(schema: &str, table: &str) -> Option<String> {
+    qualified(schema, &format!("{table}_slots")).ok()
+}
+
 impl Store for PostgresStore {
     fn acquire(
         &self,
@@ -625,6 +633,67 @@ impl Store for PostgresStore {
     fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
         let body = sql::inspect(&self.qualified, name)?;
         self.lease_query("inspect", &body, timeout, sql::Pin::Read)?.ok_or_else(|| StoreError::no_lease(name))
+    }
+
+    fn claim_slot(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        slot: &str,
+        retry_failed: bool,
+        timeout: Duration,
+    ) -> Result<SlotClaim, StoreError> {
+        crate::slot::check(slot)?;
+        let slots = self.slots()?;
+        let body = sql::claim_slot(&self.qualified, &slots, name, identity, fence, slot, retry_failed)?;
+        let msgs = self.run("claim_slot", &body, deadline_after(timeout), sql::Pin::Write)?;
+        let rows = sql::rows(&msgs);
+        let bad = || StoreError::fatal("postgres claim_slot: cannot read what the claim did");
+        let count = |v: Option<&str>| v.and_then(|t| t.parse::<u64>().ok()).ok_or_else(bad);
+        let (matched, wrote) = match rows.first() {
+            Some(r) if r.len() == 2 => (count(r[0])?, count(r[1])?),
+            _ => return Err(bad()),
+        };
+        if matched == 0 {
+            return Err(StoreError::lease_lost());
+        }
+        if wrote == 1 {
+            return Ok(SlotClaim::Claimed);
+        }
+        match rows.get(1) {
+            Some(r) if r.len() == 2 => Ok(SlotClaim::Taken {
+                fence: count(r[0])?,
+                outcome: r[1].map(|o| o.parse::<i32>().map_err(|_| bad())).transpose()?,
+            }),
+            _ => Err(StoreError::retryable("postgres claim_slot: the slot's row was not found after the claim")),
+        }
+    }
+
+    fn finish_slot(
+        &self,
+        name: &str,
+        fence: u64,
+        slot: &str,
+        outcome: i32,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        crate::slot::check(slot)?;
+        let body = sql::finish_slot(&self.slots()?, name, fence, slot, outcome)?;
+        let msgs = self.run("finish_slot", &body, deadline_after(timeout), sql::Pin::Write)?;
+        Ok(!sql::rows(&msgs).is_empty())
+    }
+}
+
+impl PostgresStore {
+    /// The slots table, or why there is none.
+    fn slots(&self) -> Result<String, StoreError> {
+        slots_table(&self.schema, &self.table).ok_or_else(|| {
+            StoreError::fatal(format!(
+                "postgres: the slots table {}_slots would be longer than 63 bytes; use a shorter election table name",
+                self.table
+            ))
+        })
     }
 }
 

@@ -58,6 +58,78 @@ pub(crate) fn create_table(table: &str) -> String {
     )
 }
 
+/// The table of slots claimed (see [`crate::slot`]): one row per election
+/// and slot, with the fence of the term that claimed it, when, and how its
+/// run ended (`outcome`, 0 for success; NULL while it runs, or when it was
+/// killed before it could say).
+pub(crate) fn create_slots(slots: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {slots} (\n\
+         \x20   name        text        NOT NULL,\n\
+         \x20   slot        text        NOT NULL,\n\
+         \x20   fence       bigint      NOT NULL,\n\
+         \x20   claimed_at  timestamptz NOT NULL,\n\
+         \x20   finished_at timestamptz,\n\
+         \x20   outcome     integer,\n\
+         \x20   PRIMARY KEY (name, slot)\n\
+         );\n"
+    )
+}
+
+/// Claims `slot` for the term (`identity`, `fence`), if the term holds the
+/// lease at the statement's `now()`: one statement that checks the lease
+/// and inserts the slot's row (or, with `retry_failed`, takes over the row
+/// of an earlier term whose run did not record success), answering one row
+/// (how many lease rows matched, how many slot rows it wrote); then, in a
+/// statement of its own (a fresh snapshot, so a row a concurrent claim
+/// committed meanwhile is seen), the slot's row as it stands: its fence and
+/// outcome. The primary key serialises concurrent claims of one slot.
+pub(crate) fn claim_slot(
+    table: &str,
+    slots: &str,
+    name: &str,
+    identity: &str,
+    fence: u64,
+    slot: &str,
+    retry_failed: bool,
+) -> Result<String, StoreError> {
+    let (n, i, sl) = (literal("election name", name)?, literal("identity", identity)?, literal("slot", slot)?);
+    Ok(format!(
+        "WITH lease AS (\
+           SELECT 1 FROM {table} WHERE name = {n} AND holder = {i} AND fence = {fence} \
+           AND expires_at > now() AND renewed_at <= now()\
+         ), claimed AS (\
+           INSERT INTO {slots} AS s (name, slot, fence, claimed_at) SELECT {n}, {sl}, {fence}, now() FROM lease \
+           ON CONFLICT (name, slot) DO UPDATE \
+             SET fence = excluded.fence, claimed_at = excluded.claimed_at, finished_at = NULL, outcome = NULL \
+             WHERE {retry_failed} AND s.fence < excluded.fence AND s.outcome IS DISTINCT FROM 0 \
+           RETURNING 1\
+         ) \
+         SELECT (SELECT count(*) FROM lease)::text, (SELECT count(*) FROM claimed)::text; \
+         SELECT fence::text, outcome::text FROM {slots} WHERE name = {n} AND slot = {sl}"
+    ))
+}
+
+/// Records how the run of `slot` that the term with `fence` claimed ended;
+/// a row back when it was still that term's slot.
+pub(crate) fn finish_slot(slots: &str, name: &str, fence: u64, slot: &str, outcome: i32) -> Result<String, StoreError> {
+    let (n, sl) = (literal("election name", name)?, literal("slot", slot)?);
+    Ok(format!(
+        "UPDATE {slots} SET finished_at = now(), outcome = {outcome} \
+         WHERE name = {n} AND slot = {sl} AND fence = {fence} RETURNING 1::text"
+    ))
+}
+
+/// Every row among `msgs`, as text columns (`None` for NULL).
+pub(crate) fn rows(msgs: &[SimpleQueryMessage]) -> Vec<Vec<Option<&str>>> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some((0..r.len()).map(|k| r.get(k)).collect()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The statement that gives a table made before the `terms` column existed
 /// that column (last, as in [`create_table`], so old and new tables match).
 /// Existing rows start at 0: their earlier terms were not counted. Adding a
