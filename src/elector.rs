@@ -14,7 +14,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::config::{Config, NewLeaderFn, StartedFn, StoppedFn};
 use crate::error::{ElectionError, Human, OpKind};
-use crate::guard::{Command, LeaderGuard, TermShared};
+use crate::guard::{Command, LeaderGuard, TermShared, TermStore};
 use crate::identity::{default_identity, with_instance, IdentityError};
 use crate::machine::{
     Call, CallId, EndReason, LocalTime, Machine, MachineConfig, Observed, Op, Outcome, Output, TermId,
@@ -598,8 +598,10 @@ impl Driver {
     }
 
     fn term_started(&mut self, id: TermId, fence: u64, deadline: LocalTime) {
-        let term =
-            Arc::new(TermShared::new(id, fence, self.shared.origin, deadline.as_duration(), Some(self.cmd_tx.clone())));
+        let term = Arc::new(
+            TermShared::new(id, fence, self.shared.origin, deadline.as_duration(), Some(self.cmd_tx.clone()))
+                .with_store(self.callers.term_store()),
+        );
         log::info!("leaderelection: {:?}: {:?} leads with fence {fence}", self.shared.name, self.shared.identity);
         {
             let mut st = self.shared.state.lock();
@@ -861,6 +863,16 @@ struct Job {
 }
 
 impl Callers {
+    /// What a term's guards need for calls of their own.
+    fn term_store(&self) -> Arc<TermStore> {
+        Arc::new(TermStore {
+            store: Arc::clone(&self.store),
+            name: Arc::clone(&self.name),
+            identity: Arc::clone(&self.identity),
+            timeout: self.timeout,
+        })
+    }
+
     fn new(config: &Config, identity: String) -> Callers {
         let (job_tx, job_rx) = crossbeam_channel::unbounded();
         let (reply_tx, reply_rx) = crossbeam_channel::unbounded();

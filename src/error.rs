@@ -8,6 +8,7 @@ use crate::store::StoreError;
 
 /// Which store operation an error came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OpKind {
     /// `Store::inspect`.
     Inspect,
@@ -17,6 +18,10 @@ pub enum OpKind {
     Renew,
     /// `Store::release`.
     Release,
+    /// `Store::claim_slot`, from [`LeaderGuard::claim_slot`](crate::LeaderGuard::claim_slot).
+    ClaimSlot,
+    /// `Store::finish_slot`, from [`LeaderGuard::finish_slot`](crate::LeaderGuard::finish_slot).
+    FinishSlot,
 }
 
 impl fmt::Display for OpKind {
@@ -26,6 +31,8 @@ impl fmt::Display for OpKind {
             OpKind::Acquire => "acquire",
             OpKind::Renew => "renew",
             OpKind::Release => "release",
+            OpKind::ClaimSlot => "claim_slot",
+            OpKind::FinishSlot => "finish_slot",
         })
     }
 }
@@ -66,6 +73,8 @@ pub enum ElectionError {
     },
     /// The elector has stopped.
     Stopped,
+    /// The guard's term has ended, so it cannot act for it (claim a slot).
+    NotLeading,
 }
 
 impl ElectionError {
@@ -103,6 +112,7 @@ impl fmt::Display for ElectionError {
                 write!(f, "{hung} store calls are still hung; not starting another")
             }
             ElectionError::Stopped => f.write_str("elector stopped"),
+            ElectionError::NotLeading => f.write_str("the term has ended"),
         }
     }
 }

@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
-use crate::error::ElectionError;
+use crate::error::{ElectionError, OpKind};
 use crate::machine::{EndReason, TermId};
+use crate::slot::SlotClaim;
+use crate::store::{Store, StoreError};
 use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// What a guard sends its elector.
@@ -72,6 +74,18 @@ pub(crate) struct TermShared {
     lost_rx: Receiver<()>,
     /// The elector's command channel; `None` for test terms.
     link: Option<Sender<Command>>,
+    /// Where the term's lease lives, for the guard's own store calls
+    /// (slots); `None` for test terms.
+    store: Option<Arc<TermStore>>,
+}
+
+/// The store, election, identity and call bound a term's guard uses for
+/// calls of its own.
+pub(crate) struct TermStore {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) name: Arc<str>,
+    pub(crate) identity: Arc<str>,
+    pub(crate) timeout: Duration,
 }
 
 impl TermShared {
@@ -93,7 +107,14 @@ impl TermShared {
             lost_tx: Mutex::new(Some(lost_tx)),
             lost_rx,
             link,
+            store: None,
         }
+    }
+
+    /// The term with `store` for its guards' own calls.
+    pub(crate) fn with_store(mut self, store: Arc<TermStore>) -> TermShared {
+        self.store = Some(store);
+        self
     }
 
     /// The term is live and its deadline, re-read against the monotonic
@@ -316,6 +337,103 @@ impl LeaderGuard {
     pub fn wait_lost(&self) {
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
         while self.wait_lost_deadline(far).timed_out() {}
+    }
+
+    /// Claims `slot` for this term: the first claim of a slot by any term
+    /// of any participant is [`SlotClaim::Claimed`], every other one
+    /// [`SlotClaim::Taken`] (with the claiming term's fence and the outcome
+    /// its run recorded). Run the slot's work only after `Claimed`, stamped
+    /// with [`fence`](LeaderGuard::fence) as always, then record how it
+    /// went with [`finish_slot`](LeaderGuard::finish_slot). The store
+    /// records the claim in the same statement that checks this term still
+    /// holds the lease on the database, so a host whose cron fired late, or
+    /// that waited for the lease while another ran the job, is told the
+    /// slot was taken. See [`crate::slot`] for what a run that fails or is
+    /// killed means: by default the slot stays taken (at most once).
+    ///
+    /// Blocks for one store call, at most the operation timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leaderelection::{period_slot, Config, Elector, MemStore};
+    /// use std::time::Duration;
+    ///
+    /// let store = MemStore::new();
+    /// let elector = Elector::start(Config::new(store.clone(), "nightly-report"))?;
+    /// let guard = elector.wait_leader_timeout(Duration::from_secs(5))?;
+    /// let slot = period_slot(store.now().as_unix_micros(), Duration::from_secs(86_400));
+    /// if guard.claim_slot(&slot)?.is_claimed() {
+    ///     // ... the day's report, stamped with guard.fence() ...
+    ///     guard.finish_slot(&slot, 0)?;
+    /// }
+    /// assert!(!guard.claim_slot(&slot)?.is_claimed(), "once per slot");
+    /// # drop(guard);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ElectionError::NotLeading`] when the term has ended (before the
+    /// claim, or while it was on its way: then the slot may be claimed by
+    /// this term and its work must not start); the store's error otherwise
+    /// (the claim may or may not have landed). A store that keeps no slots
+    /// fails with a fatal error, as does a slot name that is empty, longer
+    /// than [`MAX_SLOT_LEN`](crate::MAX_SLOT_LEN) bytes or holds a control
+    /// character.
+    pub fn claim_slot(&self, slot: &str) -> Result<SlotClaim, ElectionError> {
+        self.claim(slot, false)
+    }
+
+    /// Like [`claim_slot`](LeaderGuard::claim_slot), but a slot whose run
+    /// did not record success (it failed, or was killed before it could
+    /// say) is taken over from the earlier term that claimed it. Only an
+    /// earlier term's: that term has ended on the database, so its run no
+    /// longer leads. A slot whose run succeeded stays taken.
+    ///
+    /// # Errors
+    ///
+    /// As [`claim_slot`](LeaderGuard::claim_slot).
+    pub fn claim_slot_retrying_failed(&self, slot: &str) -> Result<SlotClaim, ElectionError> {
+        self.claim(slot, true)
+    }
+
+    fn claim(&self, slot: &str, retry_failed: bool) -> Result<SlotClaim, ElectionError> {
+        let ts = self.term_store(OpKind::ClaimSlot)?;
+        if !self.is_valid() {
+            return Err(ElectionError::NotLeading);
+        }
+        let claim = ts
+            .store
+            .claim_slot(&ts.name, &ts.identity, self.term.fence, slot, retry_failed, ts.timeout)
+            .map_err(|e| ElectionError::store(OpKind::ClaimSlot, e))?;
+        if claim.is_claimed() && !self.is_valid() {
+            return Err(ElectionError::NotLeading);
+        }
+        Ok(claim)
+    }
+
+    /// Records how this term's run of `slot` ended: `outcome` 0 for
+    /// success, anything else a failure (the command-line tool records the
+    /// child's exit status). Returns whether the slot was still this term's
+    /// (a later term may have taken it over). Works after the term ended:
+    /// a run says how it ended whenever it can.
+    ///
+    /// # Errors
+    ///
+    /// The store's error; then the outcome may or may not be recorded.
+    pub fn finish_slot(&self, slot: &str, outcome: i32) -> Result<bool, ElectionError> {
+        let ts = self.term_store(OpKind::FinishSlot)?;
+        ts.store
+            .finish_slot(&ts.name, self.term.fence, slot, outcome, ts.timeout)
+            .map_err(|e| ElectionError::store(OpKind::FinishSlot, e))
+    }
+
+    fn term_store(&self, op: OpKind) -> Result<&TermStore, ElectionError> {
+        self.term
+            .store
+            .as_deref()
+            .ok_or_else(|| ElectionError::store(op, StoreError::fatal("a test term has no store to keep slots in")))
     }
 
     /// Ends the term now and releases the lease so a successor can take over

@@ -1,0 +1,72 @@
+//! Slots through the guard (`LeaderGuard::claim_slot`), on MemStore with
+//! real threads: work that runs once per slot whoever leads when it comes
+//! round. The stores' own slot statements are the acceptance suite's
+//! (`storetest`); the command-line tool's `--slot` has its own suites.
+
+use leaderelection::testing::TestTerm;
+use leaderelection::{Config, ElectionError, Elector, MemStore, SlotClaim};
+
+mod threaded;
+use threaded::{lead, timing};
+
+fn start(store: &MemStore, id: &str) -> Elector {
+    Elector::start(Config::new(store.clone(), "nightly").identity(id).timing(timing())).expect("valid config")
+}
+
+/// Cron fires on two hosts; the first leads, runs the day's slot and hands
+/// over; the second, which waited, leads next and finds the slot taken,
+/// with the first run's fence and outcome. A slot of the next day is its
+/// own.
+#[test]
+fn a_slot_runs_once_whoever_leads_after() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let first = lead(&a);
+    let b = start(&store, "b");
+    assert_eq!(first.claim_slot("2026-12-01").unwrap(), SlotClaim::Claimed);
+    assert!(first.finish_slot("2026-12-01", 0).unwrap());
+    let fence = first.fence();
+    drop(first); // resigns: b takes over at once
+    let second = lead(&b);
+    assert!(second.fence() > fence);
+    let seen = second.claim_slot("2026-12-01").unwrap();
+    assert_eq!(seen, SlotClaim::Taken { fence, outcome: Some(0) }, "the second host ran the day again");
+    assert_eq!(second.claim_slot_retrying_failed("2026-12-01").unwrap(), seen, "a run that succeeded stays");
+    assert!(second.claim_slot("2026-12-02").unwrap().is_claimed());
+}
+
+/// A run that was killed (it recorded nothing) leaves its slot taken, at
+/// most once; the next term may take it over only when it asks to retry.
+#[test]
+fn a_killed_run_is_retried_only_on_request() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let first = lead(&a);
+    let b = start(&store, "b");
+    assert!(first.claim_slot("hourly 13:00").unwrap().is_claimed());
+    let fence = first.fence();
+    drop(first);
+    a.shutdown_without_release(); // the run never says how it ended
+    let second = lead(&b);
+    assert_eq!(second.claim_slot("hourly 13:00").unwrap(), SlotClaim::Taken { fence, outcome: None });
+    assert_eq!(second.claim_slot_retrying_failed("hourly 13:00").unwrap(), SlotClaim::Claimed);
+}
+
+/// A guard whose term has ended claims nothing, and says so; a bad slot
+/// name is a fatal error; a test term has no store.
+#[test]
+fn an_ended_term_claims_nothing() {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let guard = lead(&a);
+    let bad = guard.claim_slot("two\nlines").unwrap_err();
+    assert!(bad.is_fatal() && bad.to_string().contains("invalid slot name"), "{bad}");
+    a.shutdown().unwrap();
+    assert!(!guard.is_valid());
+    assert!(matches!(guard.claim_slot("s"), Err(ElectionError::NotLeading)));
+    let b = start(&store, "b");
+    assert!(lead(&b).claim_slot("s").unwrap().is_claimed(), "the ended term recorded nothing");
+    let test = TestTerm::new(7);
+    let e = test.guard().claim_slot("s").unwrap_err();
+    assert!(e.is_fatal() && e.to_string().contains("test term"), "{e}");
+}
