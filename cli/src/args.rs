@@ -51,11 +51,18 @@ Options:
   --margin D          safety margin (lease/10, at least 1s)
   --grace D           time between SIGTERM and SIGKILL of the child (2s)
   --wait D            give up when not leading within D (default: forever)
-  -E, --wait-exit-code N   exit status when --wait runs out (75)
+  --slot NAME         run CMD at most once for slot NAME across every run
+                      of this election (for cron: --slot \"$(date -u +%F)\")
+  --every P           the slot is the period P (1d, 1h, 15m) holding the
+                      database's clock, named by its UTC start
+  --retry-failed      take a slot over whose earlier run did not exit 0
+                      (failed or was killed) once its term has ended
+  -E, --wait-exit-code N   exit status instead of 75 and 76 (see below):
+                      CMD was not run because another run leads or ran it
   --loop              run CMD again at each new term until signalled
   -q, --quiet         no progress messages, errors only
   -h, --help          this text
-Durations: 500ms, 1.5s, 2m, 1h.
+Durations: 500ms, 1.5s, 2m, 1h, 1d.
 
 CMD runs in a new process group with LEADERELECTION_FENCE,
 LEADERELECTION_NAME and LEADERELECTION_IDENTITY (ID#tag, as `status`
@@ -64,7 +71,11 @@ landed by (local deadline - grace - 250ms), or the term ends, the group gets
 SIGTERM, and SIGKILL at the latest 250ms before the local deadline. Needs
 grace + 250ms < lease - margin - renew - op-timeout. SIGINT, SIGTERM and
 SIGHUP are forwarded to the group. When the child exits the lease is
-released. If the tool is SIGKILLed, the whole group is SIGKILLed too: the
+released. With a slot, the run claims it on becoming leader, in the
+statement that checks the lease; a slot already claimed by an earlier run
+(whatever its host) exits 76 without running CMD. The child's exit status
+is recorded for the slot; a run killed before it could record one counts
+as failed for --retry-failed. If the tool is SIGKILLed, the whole group is SIGKILLed too: the
 kernel kills CMD, and a sentinel in the group (`leaderelection __sentinel
 PID` in ps) kills the rest.
 
@@ -73,6 +84,7 @@ Exit status:
   64   bad usage (flags, durations, timings, DSN)
   69   database unreachable at start
   75   not leader within --wait (see -E)
+  76   the slot (--slot, --every) was already run: CMD not run (see -E)
   77   fatal database error (credentials, unknown database, missing table,
        privilege)
   79   leadership lost (or at risk); the child was stopped
@@ -153,12 +165,24 @@ pub struct RunArgs {
     pub timing: Timing,
     pub grace: Duration,
     pub wait: Option<Duration>,
-    pub wait_code: i32,
+    /// `-E N`: the exit status when CMD is not run because another run
+    /// leads (`--wait` ran out) or already ran the slot.
+    pub wait_code: Option<i32>,
     pub looping: bool,
+    pub slot: Option<Slot>,
+    pub retry_failed: bool,
     pub identity: Option<String>,
     pub payload: Option<String>,
     pub quiet: bool,
     pub cmd: Vec<OsString>,
+}
+
+/// What names a run's slot.
+pub enum Slot {
+    /// `--slot NAME`.
+    Named(String),
+    /// `--every P`: the period holding the database's clock.
+    Every(Duration),
 }
 
 pub struct StatusArgs {
@@ -219,8 +243,10 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
         timing,
         grace: Duration::from_secs(2),
         wait: None,
-        wait_code: crate::EX_TEMPFAIL,
+        wait_code: None,
         looping: false,
+        slot: None,
+        retry_failed: false,
         identity: None,
         payload: None,
         quiet: false,
@@ -243,10 +269,28 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
             Long("wait-exit-code") | Short('E') => {
                 let text = string(p)?;
                 r.wait_code = match text.parse::<u8>() {
-                    Ok(n) => i32::from(n),
+                    Ok(n) => Some(i32::from(n)),
                     Err(_) => return Err(Fail::usage(format!("--wait-exit-code: {text:?} is not 0..255"))),
                 };
             }
+            Long("slot") => {
+                let name = string(p)?;
+                if name.is_empty() || name.len() > leaderelection::MAX_SLOT_LEN || name.contains(char::is_control) {
+                    return Err(Fail::usage(format!(
+                        "--slot: {name:?} must be 1 to {} bytes with no control characters",
+                        leaderelection::MAX_SLOT_LEN
+                    )));
+                }
+                r.slot = Some(Slot::Named(name));
+            }
+            Long("every") => {
+                let period = duration(p, "every")?;
+                if period < Duration::from_secs(1) {
+                    return Err(Fail::usage("--every: the period must be at least 1s"));
+                }
+                r.slot = Some(Slot::Every(period));
+            }
+            Long("retry-failed") => r.retry_failed = true,
             Long("loop") => r.looping = true,
             Long("quiet") | Short('q') => r.quiet = true,
             Long("help") | Short('h') => return Ok(Cmd::Help(RUN_HELP)),
@@ -259,6 +303,12 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
         }
     }
     r.name = required_name(name, "run")?;
+    if r.slot.is_some() && r.looping {
+        return Err(Fail::usage("run: --slot and --every run CMD once per slot; they cannot be used with --loop"));
+    }
+    if r.retry_failed && r.slot.is_none() {
+        return Err(Fail::usage("run: --retry-failed needs --slot or --every"));
+    }
     if r.cmd.is_empty() {
         return Err(Fail::usage("run: missing the command: leaderelection run --name NAME -- CMD [ARGS...]"));
     }
@@ -296,7 +346,7 @@ fn parse_schema(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
     Ok(Cmd::Schema(s))
 }
 
-/// Parses `500ms`, `1.5s`, `2m`, `1h` (a decimal number and a unit, no
+/// Parses `500ms`, `1.5s`, `2m`, `1h`, `1d` (a decimal number and a unit, no
 /// sign, no spaces). `None` for anything else or an overflow.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
@@ -306,6 +356,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         "s" => 1_000_000_000,
         "m" => 60_000_000_000,
         "h" => 3_600_000_000_000,
+        "d" => 86_400_000_000_000,
         _ => return None,
     };
     let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
@@ -353,7 +404,8 @@ mod tests {
         assert_eq!(parse_duration("2m"), Some(ms(120_000)));
         assert_eq!(parse_duration("1h"), Some(ms(3_600_000)));
         assert_eq!(parse_duration("0.25s"), Some(ms(250)));
-        for junk in ["", "15", "s", "1.s", ".5s", "1.5.5s", "-1s", "1 s", "1sec", "5d", "1e3s", "99999999999999h"] {
+        assert_eq!(parse_duration("1d"), Some(ms(86_400_000)));
+        for junk in ["", "15", "s", "1.s", ".5s", "1.5.5s", "-1s", "1 s", "1sec", "5w", "1e3s", "99999999999999h"] {
             assert_eq!(parse_duration(junk), None, "{junk:?}");
         }
         assert_eq!(Human(ms(250)).to_string(), "250ms");

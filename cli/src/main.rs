@@ -15,6 +15,8 @@ pub const EX_USAGE: i32 = 64;
 pub const EX_UNAVAILABLE: i32 = 69;
 /// Not leader within `--wait` (EX_TEMPFAIL); `-E N` changes it.
 pub const EX_TEMPFAIL: i32 = 75;
+/// The run's slot was already run by an earlier run; `-E N` changes it.
+pub const EX_SLOT_DONE: i32 = 76;
 /// A fatal database error: credentials, unknown database, missing table,
 /// privilege (EX_NOPERM).
 pub const EX_NOPERM: i32 = 77;

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Config, Elector, LeaderGuard, WaitLeaderError};
+use leaderelection::{period_slot, Config, ElectionError, Elector, LeaderGuard, SlotClaim, Store, WaitLeaderError};
 
-use crate::args::{Fail, Human, RunArgs};
-use crate::{db, sys, EX_LOST, EX_NOPERM, EX_USAGE};
+use crate::args::{Fail, Human, RunArgs, Slot};
+use crate::{db, sys, EX_LOST, EX_NOPERM, EX_SLOT_DONE, EX_TEMPFAIL, EX_USAGE};
 
 /// How long before the term's local deadline the child is SIGKILLed at the
 /// latest, so that it is gone (signal delivered, process torn down) before
@@ -87,6 +87,7 @@ fn exit_code(status: ExitStatus) -> i32 {
 struct Runner {
     args: RunArgs,
     signals: Arc<Signals>,
+    store: Arc<dyn Store>,
 }
 
 impl Runner {
@@ -112,11 +113,55 @@ impl Runner {
                 Ok(guard) => return Ok(guard),
                 Err(WaitLeaderError::Timeout) if until.is_some_and(|u| Instant::now() >= u) => {
                     let wait = self.args.wait.unwrap_or_default();
-                    return Err(Fail::new(self.args.wait_code, format!("not leader within {}", Human(wait))));
+                    let code = self.args.wait_code.unwrap_or(EX_TEMPFAIL);
+                    return Err(Fail::new(code, format!("not leader within {}", Human(wait))));
                 }
                 Err(WaitLeaderError::Timeout) => {}
                 Err(WaitLeaderError::Stopped) => return Err(Fail::new(1, "the elector stopped")),
             }
+        }
+    }
+
+    /// The run's slot, claimed for the term: `Ok(None)` without a slot,
+    /// `Ok(Some(slot))` when this term claimed it (run CMD), `Err` to exit
+    /// without running CMD: 76 (or `-E`) when an earlier run claimed it,
+    /// 79 when the term ended on the way, 77 for a fatal store error, 75
+    /// when the claim's outcome is unknown (it may have landed: with
+    /// `--retry-failed` a later run takes it over).
+    fn claim_slot(&self, guard: &LeaderGuard) -> Result<Option<String>, Fail> {
+        let Some(how) = &self.args.slot else { return Ok(None) };
+        let slot = match how {
+            Slot::Named(name) => name.clone(),
+            // The database's clock, read now, inside the term.
+            Slot::Every(period) => match self.store.inspect(&self.args.name, self.args.timing.operation_timeout) {
+                Ok(lease) => period_slot(lease.now.as_unix_micros(), *period),
+                Err(e) => return Err(Fail::new(EX_TEMPFAIL, format!("reading the database clock for --every: {e}"))),
+            },
+        };
+        let claim =
+            if self.args.retry_failed { guard.claim_slot_retrying_failed(&slot) } else { guard.claim_slot(&slot) };
+        match claim {
+            Ok(SlotClaim::Taken { fence, outcome }) => {
+                let how = match outcome {
+                    Some(code) => format!("exited {code}"),
+                    None => "recorded no exit status (it runs, or was killed)".to_owned(),
+                };
+                let code = self.args.wait_code.unwrap_or(EX_SLOT_DONE);
+                Err(Fail::new(
+                    code,
+                    format!("slot {slot:?} was already run (fence {fence}, {how}); not running the command"),
+                ))
+            }
+            Ok(_) => {
+                self.say(format!("slot {slot:?} claimed"));
+                Ok(Some(slot))
+            }
+            Err(ElectionError::NotLeading) => Err(Fail::new(
+                EX_LOST,
+                format!("leadership lost while claiming slot {slot:?}; not running the command"),
+            )),
+            Err(e) if e.is_fatal() => Err(Fail::new(EX_NOPERM, format!("claiming slot {slot:?}: {e}"))),
+            Err(e) => Err(Fail::new(EX_TEMPFAIL, format!("claiming slot {slot:?}: {e}; not running the command"))),
         }
     }
 
@@ -237,15 +282,31 @@ impl Runner {
         loop {
             let guard = self.campaign(elector)?;
             self.say(format!("leading, fence {}", guard.fence()));
+            let slot = match self.claim_slot(&guard) {
+                Ok(slot) => slot,
+                Err(fail) => {
+                    let _ = guard.resign();
+                    return Err(fail);
+                }
+            };
             let Some(job) = self.spawn(elector, &guard)? else {
                 let _ = guard.resign();
                 let sig = self.signals.received().unwrap_or(libc::SIGTERM);
                 return Err(Fail::new(128 + sig, format!("signal {sig} received before the child started")));
             };
             let ended = self.supervise(job, &guard).map_err(|e| Fail::new(1, format!("watching the child: {e}")))?;
+            let code = exit_code(ended.status);
+            // Before the release: a retrying run that leads next must find
+            // how this one ended.
+            if let Some(slot) = &slot {
+                match guard.finish_slot(slot, code) {
+                    Ok(true) => {}
+                    Ok(false) => self.say(format!("slot {slot:?} was taken over by a later run; status not recorded")),
+                    Err(e) => self.say(format!("could not record the exit status for slot {slot:?}: {e}")),
+                }
+            }
             // Hands the lease over at once if the term is still ours.
             let _ = guard.resign();
-            let code = exit_code(ended.status);
             let signalled = self.signals.received().is_some();
             if !self.args.looping {
                 return match ended.stopped && !signalled {
@@ -305,7 +366,7 @@ pub fn run(args: RunArgs) -> Result<i32, Fail> {
         .name("signals".into())
         .spawn(move || s.forward_forever())
         .map_err(|e| Fail::new(1, format!("cannot start the signal thread: {e}")))?;
-    let runner = Runner { args, signals };
+    let runner = Runner { args, signals, store };
     let result = runner.terms(&elector);
     let _ = elector.shutdown();
     result

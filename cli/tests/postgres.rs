@@ -5,6 +5,21 @@ mod common;
 use common::*;
 
 #[test]
+fn a_slot_runs_once_across_staggered_runs() {
+    slot_runs_once(&Db::pg());
+}
+
+#[test]
+fn a_slot_killed_mid_run_stays_run_unless_retried() {
+    slot_killed_mid_run(&Db::pg());
+}
+
+#[test]
+fn a_failed_slot_is_retried_on_request_and_every_names_the_day() {
+    slot_failed_and_every(&Db::pg());
+}
+
+#[test]
 fn two_runs_with_one_identity_never_overlap() {
     one_identity(&Db::pg());
 }

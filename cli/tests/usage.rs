@@ -52,6 +52,11 @@ fn usage_errors_exit_64_with_one_line() {
     // A DSN of another kind; a bad table name.
     let err = usage_error(&["run", "--dsn", "redis://u:pw-s3cret@h/0", "--name", "x", "--", "true"]);
     assert!(err.contains("postgres:// or mysql://"), "{err}");
+    // Slots: once per slot, so not with --loop; retrying needs a slot.
+    assert!(usage_error(&["run", "--name", "x", "--slot", "d", "--loop", "--", "true"]).contains("--loop"));
+    assert!(usage_error(&["run", "--name", "x", "--retry-failed", "--", "true"]).contains("needs --slot"));
+    assert!(usage_error(&["run", "--name", "x", "--every", "500ms", "--", "true"]).contains("at least 1s"));
+    assert!(usage_error(&["run", "--name", "x", "--slot", "", "--", "true"]).contains("--slot"));
     assert!(usage_error(&["schema", "--dialect", "oracle"]).contains("--dialect"));
     assert!(usage_error(&["schema", "--table", ""]).contains("--table"));
 }

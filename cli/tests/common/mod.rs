@@ -826,3 +826,112 @@ pub fn no_zombies_in_loop(db: &Db) {
         events(&file).len()
     );
 }
+
+// ---------------------------------------------------------------- slots
+
+/// The runs' children in `file`: how many started.
+fn starts(file: &Path) -> usize {
+    events(file).iter().filter(|e| e.kind == "start").count()
+}
+
+/// Cron's habit on four hosts, one slot: runs start staggered across it
+/// (at once, 0.3 s later while the first one's child works, and after it
+/// has finished), three waiting to lead and one with `-E 0`. The child
+/// runs once; every other run exits 76, or 0 with `-E 0`, without running
+/// it. (Before slots, every run that led ran the child again: measured at
+/// :00 and :04 with two runs 0.5 s apart.)
+pub fn slot_runs_once(db: &Db) {
+    let name = db.name("slot-once");
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let script = child(&file, "1", 0);
+    let slot = ["--slot", "2026-12-01", "--wait", "20s"];
+    let mut runs = vec![db.run(&name, &slot, &script)];
+    thread::sleep(Duration::from_millis(300)); // staggered starts (not a wait for an outcome)
+    runs.push(db.run(&name, &slot, &script));
+    assert!(wait_for(Duration::from_secs(10), || events(&file).iter().any(|e| e.kind == "end")), "no child ran");
+    runs.push(db.run(&name, &slot, &script));
+    runs.push(db.run(&name, &[&slot[..], &["-E", "0"]].concat(), &script));
+    let codes: Vec<i32> = runs.iter_mut().map(|r| r.code(Duration::from_secs(30))).collect();
+    let stderrs: Vec<String> = runs.iter().map(Tool::stderr).collect();
+    assert_eq!(starts(&file), 1, "the slot's child ran more than once: {:?}\n{stderrs:#?}", events(&file));
+    let mut sorted = codes.clone();
+    sorted.sort();
+    assert_eq!(sorted, [0, 0, 76, 76], "exit codes {codes:?}: {stderrs:#?}");
+    assert!(stderrs.iter().filter(|e| e.contains("slot \"2026-12-01\" was already run")).count() == 3, "{stderrs:#?}");
+    println!("cli {} slot: 4 staggered runs, the child ran once; exit codes {codes:?}", db.label);
+
+    // The negative control: the same runs without a slot run the child
+    // whenever they lead, one after the other.
+    let name = db.name("slot-none");
+    let file = dir.path().join("none");
+    let script = child(&file, "1", 0);
+    let plain = ["--wait", "20s"];
+    let mut runs = vec![db.run(&name, &plain, &script)];
+    thread::sleep(Duration::from_millis(300));
+    runs.push(db.run(&name, &plain, &script));
+    let codes: Vec<i32> = runs.iter_mut().map(|r| r.code(Duration::from_secs(30))).collect();
+    assert_eq!(codes, [0, 0]);
+    assert_eq!(starts(&file), 2, "without a slot the second run should have run the job again: {:?}", events(&file));
+}
+
+/// A run killed in the middle of its slot (SIGKILL of the tool: its child
+/// dies with it and nothing is recorded). At most once by default: a later
+/// run exits 76. With `--retry-failed` a later run takes the slot over
+/// (its term is a new one, so the killed run no longer leads) and runs
+/// the child; once that run exited 0, a retrying run exits 76 too.
+pub fn slot_killed_mid_run(db: &Db) {
+    let name = db.name("slot-killed");
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let slot = ["--slot", "nightly", "--wait", "20s"];
+    let mut killed = db.run(&name, &slot, &child(&file, "30", 0));
+    assert!(wait_for(Duration::from_secs(10), || starts(&file) == 1), "no child: {}", killed.stderr());
+    killed.signal(libc::SIGKILL);
+    killed.wait(Duration::from_secs(2));
+    let mut later = db.run(&name, &slot, &child(&file, "0", 0));
+    assert_eq!(later.code(Duration::from_secs(30)), 76, "{}", later.stderr());
+    assert!(later.stderr().contains("recorded no exit status"), "{}", later.stderr());
+    assert_eq!(starts(&file), 1, "a later run ran the killed slot again: {:?}", events(&file));
+    let retry = [&slot[..], &["--retry-failed"]].concat();
+    let mut retrying = db.run(&name, &retry, &child(&file, "0", 0));
+    assert_eq!(retrying.code(Duration::from_secs(30)), 0, "{}", retrying.stderr());
+    assert_eq!(starts(&file), 2, "the retrying run did not run the child: {:?}", events(&file));
+    let mut again = db.run(&name, &retry, &child(&file, "0", 0));
+    assert_eq!(again.code(Duration::from_secs(30)), 76, "{}", again.stderr());
+    assert!(again.stderr().contains("exited 0"), "{}", again.stderr());
+    assert_eq!(starts(&file), 2);
+}
+
+/// A run whose child fails records its status: a later run exits 76 and
+/// says so; a retrying one runs the slot again, and its success sticks.
+/// `--every 1d` names the slot from the database's clock (today's UTC
+/// midnight), so two runs of the same day run the child once.
+pub fn slot_failed_and_every(db: &Db) {
+    let name = db.name("slot-failed");
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let slot = ["--slot", "hourly-13", "--wait", "20s"];
+    let fails = format!("{}; exit 3", child(&file, "0", 0));
+    assert_eq!(db.run(&name, &slot, &fails).code(Duration::from_secs(30)), 3);
+    let mut later = db.run(&name, &slot, &child(&file, "0", 0));
+    assert_eq!(later.code(Duration::from_secs(30)), 76);
+    assert!(later.stderr().contains("exited 3"), "{}", later.stderr());
+    let retry = [&slot[..], &["--retry-failed"]].concat();
+    assert_eq!(db.run(&name, &retry, &child(&file, "0", 0)).code(Duration::from_secs(30)), 0);
+    assert_eq!(db.run(&name, &retry, &child(&file, "0", 0)).code(Duration::from_secs(30)), 76);
+    assert_eq!(starts(&file), 2, "{:?}", events(&file));
+
+    let name = db.name("slot-every");
+    let every = ["--every", "1d", "--wait", "20s"];
+    let file = dir.path().join("every");
+    let mut first = db.run(&name, &every, &child(&file, "0", 0));
+    assert_eq!(first.code(Duration::from_secs(30)), 0, "{}", first.stderr());
+    let day = first.stderr();
+    let named = day.split("slot \"").nth(1).and_then(|r| r.split('"').next()).unwrap_or_else(|| panic!("{day}"));
+    assert!(named.len() == 20 && named.ends_with("T00:00:00Z"), "not a UTC day: {named:?}");
+    let mut second = db.run(&name, &every, &child(&file, "0", 0));
+    assert_eq!(second.code(Duration::from_secs(30)), 76, "{}", second.stderr());
+    assert!(second.stderr().contains(named), "{}", second.stderr());
+    assert_eq!(starts(&file), 1);
+}
