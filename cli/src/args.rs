@@ -144,7 +144,7 @@ impl From<lexopt::Error> for Fail {
 }
 
 pub enum Cmd {
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     Status(StatusArgs),
     Schema(SchemaArgs),
     /// Print this text and exit 0.
@@ -315,7 +315,7 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
     timing.safety_margin = margin.unwrap_or_else(|| default_safety_margin(timing.lease_duration));
     r.timing = timing;
     r.db = db;
-    Ok(Cmd::Run(r))
+    Ok(Cmd::Run(Box::new(r)))
 }
 
 fn parse_status(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {

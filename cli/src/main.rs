@@ -40,7 +40,7 @@ fn main() {
         }
     }
     let result = args::parse(argv).and_then(|cmd| match cmd {
-        Cmd::Run(a) => run::run(a),
+        Cmd::Run(a) => run::run(*a),
         Cmd::Status(a) => status::status(a),
         Cmd::Schema(a) => status::schema(a),
         Cmd::Help(text) => {

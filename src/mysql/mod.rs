@@ -599,18 +599,15 @@ impl Store for MySqlStore {
         if wrote > 0 {
             return Ok(SlotClaim::Claimed);
         }
-        let slot_row = sql::tagged(&rows, "slot").next().filter(|r| r.len() == 2);
-        let taken = match slot_row {
-            Some(row) => Ok(SlotClaim::Taken {
-                fence: sql::int_value(&row[0]).and_then(|f| u64::try_from(f).ok()).ok_or_else(bad)?,
-                outcome: match &row[1] {
-                    mysql::Value::NULL => None,
-                    v => Some(sql::int_value(v).and_then(|o| i32::try_from(o).ok()).ok_or_else(bad)?),
-                },
-            }),
-            None => Err(StoreError::retryable("mysql claim_slot: the slot's row was not found after the claim")),
+        let Some(row) = sql::tagged(&rows, "slot").next().filter(|r| r.len() == 2) else {
+            return Err(StoreError::retryable("mysql claim_slot: the slot's row was not found after the claim"));
         };
-        taken
+        let fence = sql::int_value(&row[0]).and_then(|f| u64::try_from(f).ok()).ok_or_else(bad)?;
+        let outcome = match &row[1] {
+            mysql::Value::NULL => None,
+            v => Some(sql::int_value(v).and_then(|o| i32::try_from(o).ok()).ok_or_else(bad)?),
+        };
+        Ok(SlotClaim::Taken { fence, outcome })
     }
 
     fn finish_slot(
