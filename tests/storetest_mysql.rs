@@ -670,19 +670,26 @@ fn a_row_that_is_not_what_was_written_is_an_error() {
     exec(&mut c, &format!("DROP TABLE `{table}`"));
 }
 
-/// The connection breaks in the middle of the TLS handshake (a proxy passes
-/// the greeting and the client's TLS request, then cuts both ends when the
-/// handshake starts): an I/O failure, so retryable, not a certificate
-/// problem.
-#[test]
-fn tls_handshake_cut_short_is_retryable() {
+/// What [`tls_proxy`] does when the client's TLS ClientHello comes.
+#[derive(Clone, Copy, PartialEq)]
+enum AtClientHello {
+    /// Shuts both ends down.
+    Cut,
+    /// Reads it and answers nothing, holding both ends open.
+    Swallow,
+}
+
+/// A proxy on a free port of 127.0.0.1 to the private (TLS) server that
+/// passes its greeting and the client's TLS request, then meets the
+/// ClientHello as `then` says; for four connections. Returns its port.
+fn tls_proxy(then: AtClientHello) -> u16 {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
-    let ca = tls_ca();
     let target = port(PRIVATE);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let proxy_port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
+        let mut held = Vec::new();
         for client in listener.incoming().take(4) {
             let Ok(mut client) = client else { continue };
             let Ok(mut server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
@@ -695,12 +702,26 @@ fn tls_handshake_cut_short_is_retryable() {
             if client.read_exact(&mut req).is_ok() {
                 let _ = server.write_all(&req);
             }
-            // The TLS ClientHello: cut both ends instead.
             let _ = client.read(&mut buf);
-            let _ = client.shutdown(std::net::Shutdown::Both);
-            let _ = server.shutdown(std::net::Shutdown::Both);
+            if then == AtClientHello::Cut {
+                let _ = client.shutdown(std::net::Shutdown::Both);
+                let _ = server.shutdown(std::net::Shutdown::Both);
+            } else {
+                held.push((client, server));
+            }
         }
     });
+    proxy_port
+}
+
+/// The connection breaks in the middle of the TLS handshake (a proxy passes
+/// the greeting and the client's TLS request, then cuts both ends when the
+/// handshake starts): an I/O failure, so retryable, not a certificate
+/// problem.
+#[test]
+fn tls_handshake_cut_short_is_retryable() {
+    let ca = tls_ca();
+    let proxy_port = tls_proxy(AtClientHello::Cut);
     let s =
         MySqlStore::builder(&format!("mysql://root@localhost:{proxy_port}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"))
             .table(TABLE)
@@ -1124,29 +1145,8 @@ fn a_case_insensitive_table_never_lets_one_election_claim_another() {
 /// needs a person.
 #[test]
 fn a_tls_handshake_that_stalls_is_a_retryable_timeout() {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
     let ca = tls_ca();
-    let target = port(PRIVATE);
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let proxy_port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for client in listener.incoming().take(4) {
-            let Ok(mut client) = client else { continue };
-            let Ok(mut server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
-            let mut buf = [0u8; 4096];
-            let n = server.read(&mut buf).unwrap_or(0);
-            let _ = client.write_all(&buf[..n]);
-            let mut req = [0u8; 36];
-            if client.read_exact(&mut req).is_ok() {
-                let _ = server.write_all(&req);
-            }
-            // The ClientHello is read and dropped; nothing ever answers.
-            let _ = client.read(&mut buf);
-            held.push((client, server));
-        }
-    });
+    let proxy_port = tls_proxy(AtClientHello::Swallow);
     let url = format!("mysql://root@localhost:{proxy_port}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}");
     let s = MySqlStore::builder(&url).table(TABLE).socket_timeout(Duration::from_millis(400)).build().unwrap();
     let start = Instant::now();

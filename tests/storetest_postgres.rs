@@ -199,6 +199,38 @@ fn one(c: &mut impl postgres::GenericClient, sql: &str) -> Option<String> {
     })
 }
 
+/// A renewal of `name` (holder "a", `fence`, `ttl`, `payload`) sent while
+/// another session holds the row with `FOR UPDATE`: once it waits for the
+/// row (its `now()` is read), `meanwhile` runs in the locking transaction,
+/// which then commits. Returns what `meanwhile` returned and the renewal's
+/// answer.
+fn renew_behind_a_row_lock<R>(
+    var: &str,
+    s: &PostgresStore,
+    name: &str,
+    (fence, ttl, payload): (u64, Duration, &[u8]),
+    meanwhile: impl FnOnce(&mut postgres::Transaction<'_>) -> R,
+) -> (R, Result<Lease, StoreError>) {
+    let mut locker = client(var);
+    let mut tx = locker.transaction().unwrap();
+    tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = {} FOR UPDATE", lit(name))).unwrap();
+    std::thread::scope(|sc| {
+        let renewal = sc.spawn(|| s.renew(name, "a", fence, ttl, payload, T));
+        let mut admin = client(DIRECT);
+        let waiting = wait_for(Duration::from_secs(3), || {
+            let q = format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE {}",
+                lit(&format!("%UPDATE%{name}%"))
+            );
+            one(&mut admin, &q).as_deref() != Some("0")
+        });
+        assert!(waiting, "the renewal never waited on the row lock");
+        let done = meanwhile(&mut tx);
+        tx.commit().unwrap();
+        (done, renewal.join().unwrap())
+    })
+}
+
 /// A renewal that waited behind a row lock commits after a newer renewal,
 /// with its older `now()`: the later expiry stands. The newer renewal is
 /// played by the session that holds the lock, writing
@@ -212,32 +244,13 @@ fn a_delayed_renewal_does_not_shorten_the_lease(var: &str) {
     let name = format!("delayed-{}", random_tag());
     let ttl = Duration::from_secs(10);
     let lease = s.acquire(&name, "a", ttl, b"", T).unwrap();
-    let mut locker = client(var);
-    let mut tx = locker.transaction().unwrap();
-    tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = {} FOR UPDATE", lit(&name))).unwrap();
-    let (older, newer) = std::thread::scope(|sc| {
-        let renewal = sc.spawn(|| s.renew(&name, "a", lease.fence, ttl, b"older", T));
-        // Wait until the renewal is queued behind the lock (its now() is taken).
-        let mut admin = client(DIRECT);
-        let waiting = wait_for(Duration::from_secs(3), || {
-            let q = format!(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE {}",
-                lit(&format!("%UPDATE%{name}%"))
-            );
-            one(&mut admin, &q).as_deref() != Some("0")
-        });
-        assert!(waiting, "the renewal never waited on the row lock");
-        let newer = one(
-            &mut tx,
-            &format!(
-                "UPDATE {TABLE} SET renewed_at = now(), expires_at = clock_timestamp() + interval '10 s', \
-                 payload = 'newer' WHERE name = {} RETURNING (extract(epoch from expires_at) * 1000000)::int8::text",
-                lit(&name)
-            ),
-        )
-        .expect("the newer renewal's expiry");
-        tx.commit().unwrap();
-        (renewal.join().unwrap(), newer.parse::<i64>().unwrap())
+    let (newer, older) = renew_behind_a_row_lock(var, &s, &name, (lease.fence, ttl, b"older"), |tx| {
+        let q = format!(
+            "UPDATE {TABLE} SET renewed_at = now(), expires_at = clock_timestamp() + interval '10 s', \
+             payload = 'newer' WHERE name = {} RETURNING (extract(epoch from expires_at) * 1000000)::int8::text",
+            lit(&name)
+        );
+        one(tx, &q).expect("the newer renewal's expiry").parse::<i64>().unwrap()
     });
     let older = older.expect("the delayed renewal still applies (holder, fence and expiry match)");
     let after = s.inspect(&name, T).unwrap();
@@ -268,28 +281,13 @@ fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(var: &str) {
     let name = format!("renew-release-{}", random_tag());
     let ttl = Duration::from_secs(15);
     let lease = s.acquire(&name, "a", ttl, b"", T).unwrap();
-    let mut locker = client(var);
-    let mut tx = locker.transaction().unwrap();
-    tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = {} FOR UPDATE", lit(&name))).unwrap();
-    let renewed = std::thread::scope(|sc| {
-        let renewal = sc.spawn(|| s.renew(&name, "a", lease.fence, ttl, b"late", T));
-        let mut admin = client(DIRECT);
-        let waiting = wait_for(Duration::from_secs(3), || {
-            let q = format!(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE {}",
-                lit(&format!("%UPDATE%{name}%"))
-            );
-            one(&mut admin, &q).as_deref() != Some("0")
-        });
-        assert!(waiting, "the renewal never waited on the row lock");
-        tx.batch_execute(&format!(
+    let ((), renewed) = renew_behind_a_row_lock(var, &s, &name, (lease.fence, ttl, b"late"), |tx| {
+        let q = format!(
             "UPDATE {TABLE} SET expires_at = clock_timestamp(), renewed_at = GREATEST(renewed_at, clock_timestamp()) \
              WHERE name = {}",
             lit(&name)
-        ))
-        .unwrap();
-        tx.commit().unwrap();
-        renewal.join().unwrap()
+        );
+        tx.batch_execute(&q).unwrap();
     });
     let after = s.inspect(&name, T).unwrap();
     eprintln!("renewal behind a release via {var}: {renewed:?}; the row after: {after:?}");
