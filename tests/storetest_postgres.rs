@@ -46,19 +46,24 @@ const HOSTILE_OPTIONS: &str = "-c timezone=America/New_York -c default_transacti
      -c search_path=le_evil,pg_catalog,public";
 
 /// A schema with a `now()` a day ahead, as a test suite that fakes the
-/// clock might define: under [`HOSTILE_OPTIONS`] it comes before
-/// `pg_catalog`, so a statement that calls `now()` unqualified calls it.
+/// clock might define, and a table named like the election table: under
+/// [`HOSTILE_OPTIONS`] it comes first in `search_path`, so a statement that
+/// calls `now()` or names the table unqualified gets these.
 fn evil_schema() {
+    store(DIRECT); // the election table the shadow is made like
     let mut c = client(DIRECT);
     // Concurrent tests create it at once; one of them may lose the race.
-    let _ = c.batch_execute(
+    let _ = c.batch_execute(&format!(
         "CREATE SCHEMA IF NOT EXISTS le_evil; \
          CREATE OR REPLACE FUNCTION le_evil.now() RETURNS timestamptz LANGUAGE sql STABLE \
-         AS $$ SELECT pg_catalog.now() + interval '1 day' $$",
-    );
+         AS $$ SELECT pg_catalog.now() + interval '1 day' $$; \
+         CREATE TABLE IF NOT EXISTS le_evil.{TABLE} (LIKE public.{TABLE})"
+    ));
     let q = "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
              WHERE n.nspname = 'le_evil' AND p.proname = 'now'";
     assert!(wait_for(Duration::from_secs(5), || one(&mut c, q).as_deref() == Some("1")), "le_evil.now() is missing");
+    let t = format!("SELECT count(*) FROM pg_tables WHERE schemaname = 'le_evil' AND tablename = '{TABLE}'");
+    assert!(wait_for(Duration::from_secs(5), || one(&mut c, &t).as_deref() == Some("1")), "le_evil.{TABLE} is missing");
 }
 
 /// A store on [`TABLE`] whose connections carry [`HOSTILE_OPTIONS`].
@@ -108,6 +113,8 @@ fn a_search_path_that_shadows_now_cannot_expire_a_live_lease() {
     assert!(seen.ttl() > LONG - Duration::from_secs(5) && seen.ttl() <= LONG, "{seen:?}");
     assert!(holder.renew(&name, "a", a.fence, LONG, b"", T).unwrap().held_by("a"));
     assert!(hostile.inspect(&name, T).unwrap().ttl() <= LONG, "inspect read the shadowed clock");
+    let shadow = one(&mut client(DIRECT), &format!("SELECT count(*) FROM le_evil.{TABLE}"));
+    assert_eq!(shadow.as_deref(), Some("0"), "a call wrote to the shadowing table");
 }
 
 /// A fleet on such sessions, its leader crashed twice: one leader at a
