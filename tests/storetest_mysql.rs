@@ -30,6 +30,22 @@ mod operator {
     leaderelection::storetest_suite!(operator: super::operated());
 }
 
+/// A store whose connections report rows found rather than rows changed
+/// (`CLIENT_FOUND_ROWS`, a connection option, here through the store's own
+/// options as a user's `mysql::Pool` may have it): `ROW_COUNT()` of a
+/// statement that leaves a row as it was says 1, not 0. No call may take
+/// that for a write of its own.
+fn found_rows_store() -> MySqlStore {
+    store();
+    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
+        .additional_capabilities(mysql::consts::CapabilityFlags::CLIENT_FOUND_ROWS);
+    MySqlStore::builder_from_opts(opts.into()).table(TABLE).build().unwrap()
+}
+
+mod found_rows {
+    leaderelection::storetest_suite!(super::found_rows_store());
+}
+
 /// Plain SQL on the store's table through a client of its own, as an
 /// operator or a failover would change it. Each operator has a table of its
 /// own, dropped when the operator is, because it may drop and re-create it.

@@ -590,24 +590,24 @@ impl Store for MySqlStore {
         let body = sql::claim_slot(&self.quoted, &self.slots()?, name, identity, fence, slot, retry_failed)?;
         let rows = self.run("claim_slot", &body, deadline_after(timeout))?;
         let bad = || StoreError::fatal("mysql claim_slot: cannot read what the claim did");
-        let claim = sql::tagged(&rows, "claim").next().filter(|r| r.len() == 2).ok_or_else(bad)?;
-        let (held, wrote) = (sql::int_value(&claim[0]).ok_or_else(bad)?, sql::int_value(&claim[1]).ok_or_else(bad)?);
-        if held != 1 {
+        let int = |tag: &str, k: usize| {
+            sql::tagged(&rows, tag).next().and_then(|r| r.get(k)).and_then(sql::int_value).ok_or_else(bad)
+        };
+        if int("inserted", 0)? != 1 {
             return Err(StoreError::lease_lost());
         }
-        // 1 inserted, 2 updated (a retry took it over), 0 left alone.
-        if wrote > 0 {
+        if int("inserted", 1)? == 1 || int("retaken", 0)? == 1 {
             return Ok(SlotClaim::Claimed);
         }
         let Some(row) = sql::tagged(&rows, "slot").next().filter(|r| r.len() == 2) else {
             return Err(StoreError::retryable("mysql claim_slot: the slot's row was not found after the claim"));
         };
-        let fence = sql::int_value(&row[0]).and_then(|f| u64::try_from(f).ok()).ok_or_else(bad)?;
+        let claimer = sql::int_value(&row[0]).and_then(|f| u64::try_from(f).ok()).ok_or_else(bad)?;
         let outcome = match &row[1] {
             mysql::Value::NULL => None,
             v => Some(sql::int_value(v).and_then(|o| i32::try_from(o).ok()).ok_or_else(bad)?),
         };
-        Ok(SlotClaim::Taken { fence, outcome })
+        Ok(SlotClaim::Taken { fence: claimer, outcome })
     }
 
     fn finish_slot(

@@ -95,13 +95,15 @@ pub(crate) fn create_slots(slots: &str) -> String {
 
 /// Claims `slot` for the term (`identity`, `fence`) if it holds the lease
 /// at the call's instant, in one short transaction: the lease check (a
-/// plain read), the slot's row inserted only when it passed (or, with
-/// `retry_failed`, an earlier term's row taken over whose run did not
-/// record success: every assignment repeats that condition on the old row,
-/// `fence` last), then one row `'claim', held, ROW_COUNT()` and the slot's
-/// row as it stands, `'slot', fence, outcome` (a locking read, so a claim
-/// committed meanwhile is seen). The primary key serialises concurrent
-/// claims of one slot.
+/// plain read); the slot's row inserted only when it passed (`INSERT
+/// IGNORE`, whose row count is 1 or 0 whatever the connection's
+/// `client_found_rows` says); with `retry_failed`, an earlier term's row
+/// taken over whose run did not record success (an `UPDATE` whose
+/// condition is on the old row and that always changes `fence`, so its
+/// count is 1 or 0 either way); then the slot's row as it stands (a
+/// locking read, so a claim committed meanwhile is seen). Rows back:
+/// `'inserted', held, count`, `'retaken', count`, `'slot', fence, outcome`.
+/// The primary key serialises concurrent claims of one slot.
 pub(crate) fn claim_slot(
     table: &str,
     slots: &str,
@@ -117,18 +119,16 @@ pub(crate) fn claim_slot(
         text("slot", slot, MAX_SLOT_LEN)?,
     );
     let retry = if retry_failed { "TRUE" } else { "FALSE" };
-    let take = format!("({retry} AND fence < {fence} AND NOT (outcome <=> 0))");
     Ok(format!(
         "{BEGIN} \
          SELECT COUNT(*) INTO {HELD} FROM {table} WHERE name = {n} AND {} AND {} AND fence = {fence} \
          AND expires_at > {AT} AND renewed_at <= {AT}; \
-         INSERT INTO {slots} (name, slot, fence, claimed_at) SELECT {n}, {sl}, {fence}, {AT} FROM DUAL WHERE {HELD} = 1 \
-         ON DUPLICATE KEY UPDATE \
-           claimed_at = IF({take}, {AT}, claimed_at), \
-           finished_at = IF({take}, NULL, finished_at), \
-           outcome = IF({take}, NULL, outcome), \
-           fence = IF({take}, {fence}, fence); \
-         SELECT 'claim', {HELD}, ROW_COUNT(); \
+         INSERT IGNORE INTO {slots} (name, slot, fence, claimed_at) SELECT {n}, {sl}, {fence}, {AT} FROM DUAL \
+         WHERE {HELD} = 1; \
+         SELECT 'inserted', {HELD}, ROW_COUNT(); \
+         UPDATE {slots} SET claimed_at = {AT}, finished_at = NULL, outcome = NULL, fence = {fence} \
+         WHERE name = {n} AND slot = {sl} AND {HELD} = 1 AND {retry} AND fence < {fence} AND NOT (outcome <=> 0); \
+         SELECT 'retaken', ROW_COUNT(); \
          SELECT 'slot', fence, outcome FROM {slots} WHERE name = {n} AND slot = {sl} FOR UPDATE; \
          {COMMIT}",
         exactly("name", &n),
