@@ -73,11 +73,14 @@ fn a_term_logs_one_line_at_its_start_and_one_at_its_end_and_nothing_while_it_ren
     let e = start(&MemStore::new(), "invoices", "web-1", Duration::from_secs(10));
     let guard = lead(&e);
     let f = guard.fence();
-    let started = format!("INFO leaderelection: \"invoices\": \"web-1\" leads with fence {f}");
+    // The identity as logged: the name given and the elector's instance tag.
+    let id = format!("{:?}", e.identity());
+    assert!(id.starts_with("\"web-1#"), "{id}");
+    let started = format!("INFO leaderelection: \"invoices\": {id} leads with fence {f}");
     until(&e, "a steady stretch of five renewals", |s| s.renewals_ok >= 5);
     assert_eq!(at("INFO", "invoices"), std::slice::from_ref(&started), "only the start at info while it renews");
     guard.resign().expect("released");
-    let ended = format!("INFO leaderelection: \"invoices\": \"web-1\" term with fence {f} ended: resigned");
+    let ended = format!("INFO leaderelection: \"invoices\": {id} term with fence {f} ended: resigned");
     wait_line("invoices", "for the resignation", |l| l == ended);
     e.shutdown().unwrap(); // no term is live: nothing more to say
     assert_eq!(lines("invoices"), [started, ended], "exactly one line each, no warning");
@@ -106,12 +109,12 @@ fn a_follower_logs_the_new_leader_once_and_a_shutdown_ends_the_term_at_info() {
     b.shutdown().unwrap();
     drop((guard, b_guard));
     let l = |s: &str| format!("INFO leaderelection: \"ledger\": {s}");
-    let a_lines =
-        [l(&format!("\"a\" leads with fence {fa}")), l(&format!("\"a\" term with fence {fa} ended: shutdown"))];
+    let (ia, ib) = (format!("{:?}", a.identity()), format!("{:?}", b.identity()));
+    let a_lines = [l(&format!("{ia} leads with fence {fa}")), l(&format!("{ia} term with fence {fa} ended: shutdown"))];
     let b_lines = [
-        l(&format!("leader is \"a\" with fence {fa}")), // once, though b polled a dozen times
-        l(&format!("\"b\" leads with fence {fb}")),
-        l(&format!("\"b\" term with fence {fb} ended: shutdown")),
+        l(&format!("leader is {ia} with fence {fa}")), // once, though b polled a dozen times
+        l(&format!("{ib} leads with fence {fb}")),
+        l(&format!("{ib} term with fence {fb} ended: shutdown")),
     ];
     // Two electors log from their own threads: each in its own order.
     let got = lines("ledger");
@@ -129,17 +132,18 @@ fn failing_renewals_warn_with_their_cause_and_the_early_end_says_why() {
     let f = guard.fence();
     store.set_failing(Some(ErrorKind::Retryable));
     assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
-    let failed = format!("WARN leaderelection: \"reports\": \"web-3\" renewal failed (fence {f}, ");
+    let id = format!("{:?}", e.identity());
+    let failed = format!("WARN leaderelection: \"reports\": {id} renewal failed (fence {f}, ");
     let cause = "left): memstore: failing on purpose (retryable)";
     wait_line("reports", "for the failed renewal", |l| l.starts_with(&failed) && l.ends_with(cause));
     let ended = format!(
-        "WARN leaderelection: \"reports\": \"web-3\" term with fence {f} ended: expired: no renewal confirmed the \
+        "WARN leaderelection: \"reports\": {id} term with fence {f} ended: expired: no renewal confirmed the \
          lease before its deadline; last failure: renew failed: memstore: failing on purpose (retryable)"
     );
     wait_line("reports", "for the expiry", |l| l == ended);
     e.shutdown_without_release();
     drop(guard);
-    assert_eq!(at("INFO", "reports"), [format!("INFO leaderelection: \"reports\": \"web-3\" leads with fence {f}")]);
+    assert_eq!(at("INFO", "reports"), [format!("INFO leaderelection: \"reports\": {id} leads with fence {f}")]);
 }
 
 #[test]
@@ -151,12 +155,13 @@ fn a_hung_store_ends_the_term_as_expired_with_the_timeout_as_cause() {
     let f = guard.fence();
     store.pause(); // renewals hang: only the deadline ends the term
     assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
-    let failed = format!("WARN leaderelection: \"audits\": \"web-2\" renewal failed (fence {f}, ");
+    let id = format!("{:?}", e.identity());
+    let failed = format!("WARN leaderelection: \"audits\": {id} renewal failed (fence {f}, ");
     wait_line("audits", "for the timed-out renewal", |l| {
         l.starts_with(&failed) && l.ends_with("left): renew gave no answer within 300ms")
     });
     let ended = format!(
-        "WARN leaderelection: \"audits\": \"web-2\" term with fence {f} ended: expired: no renewal confirmed the \
+        "WARN leaderelection: \"audits\": {id} term with fence {f} ended: expired: no renewal confirmed the \
          lease before its deadline; last failure: renew gave no answer within 300ms"
     );
     wait_line("audits", "for the expiry", |l| l == ended);
@@ -175,7 +180,8 @@ fn a_lost_lease_and_a_fatal_error_end_their_terms_with_a_warning_that_says_why()
     assert!(store.delete_row("billing"));
     assert!(!first.wait_lost_timeout(Duration::from_secs(5)).timed_out());
     drop(first);
-    let w = |s: &str| format!("WARN leaderelection: \"billing\": \"web-4\" {s}");
+    let id = format!("{:?}", e.identity());
+    let w = |s: &str| format!("WARN leaderelection: \"billing\": {id} {s}");
     let lost = w(&format!("term with fence {f} ended: lost: renew failed: lease lost"));
     wait_line("billing", "for the loss", |l| l == lost);
     let renewal = w(&format!("renewal failed (fence {f}, "));
@@ -189,6 +195,6 @@ fn a_lost_lease_and_a_fatal_error_end_their_terms_with_a_warning_that_says_why()
     wait_line("billing", "for the fatal end", |l| l == fatal);
     drop(second);
     e.shutdown_without_release();
-    let info = |s: &str| format!("INFO leaderelection: \"billing\": \"web-4\" {s}");
+    let info = |s: &str| format!("INFO leaderelection: \"billing\": {id} {s}");
     assert_eq!(at("INFO", "billing"), [info(&format!("leads with fence {f}")), info(&format!("leads with fence {g}"))]);
 }
