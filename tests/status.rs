@@ -86,7 +86,7 @@ fn a_fatal_renewal_ends_the_term_as_fatal_and_nobody_leads() {
     assert!(st.renewals_failed >= 1 && st.calls_abandoned == 0, "{st:?}");
     assert!(st.last_error.as_ref().is_some_and(|e| e.is_fatal()), "{st:?}");
     let line = st.to_string();
-    assert!(line.starts_with("\"jobs\": a: nobody leads (its own term with fence "), "{line}");
+    assert!(line.starts_with(&format!("\"jobs\": {}: nobody leads (its own term with fence ", a.identity())), "{line}");
     assert!(line.ends_with("; last error: renew failed: memstore: failing on purpose (fatal)"), "{line}");
     a.shutdown_without_release();
 }
@@ -182,13 +182,14 @@ fn the_status_line_shows_the_leader_a_follower_and_a_participant_that_is_held_ba
     let follows = until(&b, "b sees a", |s| {
         s.leader.as_ref().is_some_and(|l| leaderelection::base_identity(&l.identity) == "a" && l.valid)
     });
+    let (ia, ib) = (a.identity(), b.identity());
     let want = format!(
-        "\"jobs\": b follows a (fence {fence}); terms 0 (ended: 0 resigned, 0 lost, 0 expired, 0 fatal, 0 shutdown), \
-         renewals 0 ok 0 failed, 0 abandoned, last call "
+        "\"jobs\": {ib} follows {ia} (fence {fence}); terms 0 (ended: 0 resigned, 0 lost, 0 expired, 0 fatal, \
+         0 shutdown), renewals 0 ok 0 failed, 0 abandoned, last call "
     );
     assert!(follows.to_string().starts_with(&want), "{follows}\n{want}");
     let leads = a.status().to_string();
-    assert!(leads.starts_with(&format!("\"jobs\": a leads (fence {fence}, term ")), "{leads}");
+    assert!(leads.starts_with(&format!("\"jobs\": {ia} leads (fence {fence}, term ")), "{leads}");
     assert!(leads.contains(" left); terms 1 (ended: 0 resigned, "), "{leads}");
 
     // The lease disappears while a's program holds its guard: the term ends,
@@ -199,8 +200,8 @@ fn the_status_line_shows_the_leader_a_follower_and_a_participant_that_is_held_ba
     let held = until(&a, "held back", |s| s.held_back);
     let line = held.to_string();
     let want = format!(
-        "\"jobs\": a: nobody leads (its own term with fence {fence} has ended), held back by guards of an ended term; \
-         terms 1 (ended: 0 resigned, 1 lost, "
+        "\"jobs\": {ia}: nobody leads (its own term with fence {fence} has ended), held back by guards of an ended \
+         term; terms 1 (ended: 0 resigned, 1 lost, "
     );
     assert!(line.starts_with(&want), "{line}\n{want}");
     drop(guard);
@@ -216,7 +217,7 @@ fn the_status_line_says_why_nobody_leads() {
     let c = start(&store, "c");
     let st = until(&c, "a failed call", |s| s.last_error.is_some());
     let line = st.to_string();
-    assert!(line.starts_with("\"jobs\": c: nobody leads; terms 0 (ended: "), "{line}");
+    assert!(line.starts_with(&format!("\"jobs\": {}: nobody leads; terms 0 (ended: ", c.identity())), "{line}");
     assert!(line.ends_with("; last error: inspect failed: memstore: failing on purpose (fatal)"), "{line}");
     c.shutdown().unwrap();
 }
