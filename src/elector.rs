@@ -10,17 +10,16 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
 
 use crate::config::{Config, NewLeaderFn, StartedFn, StoppedFn};
-use crate::error::{ElectionError, Human, OpKind};
+use crate::error::{ElectionError, OpKind};
 use crate::guard::{Command, LeaderGuard, TermShared, TermStore};
+use crate::handoff::{watchdog_fired, Event, Handoff, Outside, Shared, State};
 use crate::identity::{default_identity, with_instance, IdentityError};
-use crate::machine::{
-    Call, CallId, EndReason, LocalTime, Machine, MachineConfig, Observed, Op, Outcome, Output, TermId,
-};
-use crate::status::{is_renewal, reason_name, Counters, Figures, LeaderInfo, Status};
+use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome};
+use crate::status::{Counters, LeaderInfo, Status};
 use crate::store::{Store, StoreError};
+use crate::sync::{Condvar, Mutex};
 use crate::ConfigError;
 
 /// How many worker threads may exist for store calls: one for the call in
@@ -66,26 +65,6 @@ struct Threads {
     watchdog: Option<JoinHandle<()>>,
     callbacks: Option<JoinHandle<()>>,
     result: Option<Result<(), ElectionError>>,
-}
-
-/// State shared by the elector handle, the renewal thread and the watchdog.
-/// The lock is never held across a store call.
-struct Shared {
-    origin: Instant,
-    name: String,
-    identity: String,
-    state: Mutex<State>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct State {
-    term: Option<Arc<TermShared>>,
-    observed: Option<Observed>,
-    last_error: Option<ElectionError>,
-    held_back: bool,
-    stopped: bool,
-    figures: Figures,
 }
 
 /// Why [`Elector::start`] refused.
@@ -205,21 +184,17 @@ impl Elector {
             None
         };
 
-        let driver = Driver {
-            machine,
-            shared: Arc::clone(&shared),
-            callers: Callers::new(&config, shared.identity.clone()),
-            counters: Counters::new(&config.name),
-            cmd_tx: cmd_tx.clone(),
-            dog_tx,
-            events,
-            started_callback: config.on_started_leading.is_some(),
-            held_back: None,
-            lease_duration: config.timing.lease_duration,
-            resigners: Vec::new(),
-            last_release: None,
-            shutdown_result: Ok(()),
-        };
+        let outside =
+            Threaded { origin: shared.origin, callers: Callers::new(&config, shared.identity.clone()), dog_tx, events };
+        let handoff = Handoff::new(
+            outside,
+            Arc::clone(&shared),
+            Counters::new(&config.name),
+            cmd_tx.clone(),
+            config.on_started_leading.is_some(),
+            config.timing.lease_duration,
+        );
+        let driver = Driver { machine, handoff };
         threads.renewal = Some(spawn("leaderelection-renewal", move || driver.run(cmd_rx))?);
         Ok(Elector { shared, cmd_tx, threads: Mutex::new(threads) })
     }
@@ -434,72 +409,75 @@ fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) 
     thread::Builder::new().name(name.to_owned()).spawn(f).map_err(StartError::Spawn)
 }
 
-/// An ended term whose guards are still alive, since when, and whether the
-/// warning about it was logged.
-struct HeldBack {
-    term: Arc<TermShared>,
-    since: Instant,
-    warned: bool,
-}
-
-/// Events for the callback thread, in the order they happened.
-enum Event {
-    Started(LeaderGuard),
-    Stopped,
-    NewLeader(String, u64),
-}
-
+/// The renewal thread: the state machine, and the hand-off around it with
+/// the real threads outside.
 struct Driver {
     machine: Machine,
-    shared: Arc<Shared>,
+    handoff: Handoff<Threaded>,
+}
+
+/// What the hand-off reaches outside itself: the clock, the store-call
+/// workers, the watchdog, the callback thread.
+struct Threaded {
+    origin: Instant,
     callers: Callers,
-    counters: Counters,
-    cmd_tx: Sender<Command>,
     dog_tx: Sender<Arc<TermShared>>,
     events: Option<Sender<Event>>,
-    /// `on_started_leading` is set.
-    started_callback: bool,
-    /// An ended term whose guards are still alive.
-    held_back: Option<HeldBack>,
-    lease_duration: Duration,
-    /// `resign()` calls waiting for their release.
-    resigners: Vec<(u64, Sender<Result<(), ElectionError>>)>,
-    /// The last release's fence and result.
-    last_release: Option<(u64, Result<(), ElectionError>)>,
-    shutdown_result: Result<(), ElectionError>,
+}
+
+impl Outside for Threaded {
+    fn now(&self) -> LocalTime {
+        LocalTime::from_duration(self.origin.elapsed())
+    }
+
+    fn start_call(&mut self, call: Call) -> Result<(), Outcome> {
+        self.callers.start(call)
+    }
+
+    fn term_store(&self) -> Option<Arc<TermStore>> {
+        Some(self.callers.term_store())
+    }
+
+    fn watch(&mut self, term: &Arc<TermShared>) {
+        let _ = self.dog_tx.send(Arc::clone(term));
+    }
+
+    fn event(&mut self, ev: Event) {
+        if let Some(tx) = &self.events {
+            let _ = tx.send(ev);
+        }
+    }
 }
 
 impl Driver {
     fn now(&self) -> LocalTime {
-        LocalTime::from_duration(self.shared.origin.elapsed())
+        self.handoff.outside.now()
     }
 
     fn run(mut self, cmd_rx: Receiver<Command>) -> Result<(), ElectionError> {
         let now = self.now();
         self.machine.handle_timeout(now);
         loop {
-            if self.drain() {
+            if self.handoff.drain(&mut self.machine) {
                 break;
             }
-            let wake = self.machine.poll_timeout().and_then(|t| self.shared.origin.checked_add(t.as_duration()));
-            let wake = [wake, self.check_hold()].into_iter().flatten().min();
+            let origin = self.handoff.outside.origin;
+            let wake = self.machine.poll_timeout().and_then(|t| origin.checked_add(t.as_duration()));
+            let wake = [wake, self.handoff.check_hold()].into_iter().flatten().min();
             let timeout = wake.map_or(crossbeam_channel::never(), crossbeam_channel::at);
             select! {
-                recv(self.callers.reply_rx) -> msg => {
+                recv(self.handoff.outside.callers.reply_rx) -> msg => {
                     let now = self.now();
                     if let Ok(reply) = msg {
-                        self.counters.call_returned(&mut self.shared.state.lock().figures, reply.op, reply.took);
+                        self.handoff.call_returned(reply.op, reply.took);
                         self.machine.handle_reply(now, reply.id, reply.outcome);
                     }
                 }
                 recv(cmd_rx) -> cmd => {
                     let now = self.now();
                     match cmd {
-                        Ok(Command::Shutdown { release: true }) | Err(_) => self.machine.shutdown(now),
-                        Ok(Command::Shutdown { release: false }) => self.machine.shutdown_without_release(now),
-                        Ok(Command::Resign(term, fence, reply)) => self.resign(now, term, fence, reply),
-                        Ok(Command::GuardsGone(term)) => self.guards_gone(now, term),
-                        Ok(Command::Expired(term)) => self.settle(now, term, EndReason::ExpiredLocally),
+                        Ok(cmd) => self.handoff.command(&mut self.machine, now, cmd),
+                        Err(_) => self.machine.shutdown(now),
                     }
                 }
                 recv(timeout) -> _ => {
@@ -508,248 +486,7 @@ impl Driver {
                 }
             }
         }
-        let mut st = self.shared.state.lock();
-        st.stopped = true;
-        st.term = None;
-        self.shared.changed.notify_all();
-        drop(st);
-        // Their release was abandoned by the shutdown: not confirmed.
-        for (_, reply) in self.resigners.drain(..) {
-            let _ = reply.send(Err(ElectionError::Stopped));
-        }
-        self.shutdown_result
-    }
-
-    /// Carries out the machine's outputs. Returns true once it has stopped.
-    fn drain(&mut self) -> bool {
-        // Status first, so whoever a term start wakes sees the lease behind it.
-        self.publish();
-        while let Some(out) = self.machine.poll_output() {
-            match out {
-                Output::Call(call) => {
-                    let now = self.now();
-                    if let Err(e) = self.callers.start(call) {
-                        self.machine.handle_reply(now, call.id, e);
-                    }
-                }
-                Output::CallAbandoned(id) => log::debug!("leaderelection: store call {} abandoned", id.0),
-                Output::TermStarted { term, fence, deadline } => self.term_started(term, fence, deadline),
-                Output::DeadlineExtended { term, deadline } => {
-                    // The term may have ended while the answer travelled (its
-                    // last guard dropped, its deadline seen passing): then it
-                    // stays over, for the reason that ended it.
-                    let ended = {
-                        let mut st = self.shared.state.lock();
-                        self.counters.renewed(&mut st.figures);
-                        st.term.as_ref().filter(|t| t.id == term).and_then(|t| t.extend(deadline.as_duration()))
-                    };
-                    if let Some(reason) = ended {
-                        let now = self.now();
-                        self.settle(now, term, reason);
-                    }
-                }
-                Output::TermEnded { term, reason, .. } => self.term_ended(term, reason),
-                Output::NewLeader { identity, fence } => {
-                    // Its own term's start has a line of its own.
-                    let level = if identity == self.shared.identity { log::Level::Debug } else { log::Level::Info };
-                    log::log!(
-                        level,
-                        "leaderelection: {:?}: leader is {identity:?} with fence {fence}",
-                        self.shared.name
-                    );
-                    self.event(Event::NewLeader(identity, fence));
-                }
-                Output::Released { fence, result } => {
-                    self.last_release = Some((fence, result.clone()));
-                    if self.machine.is_stopping() {
-                        self.shutdown_result = result.clone();
-                    }
-                    self.resigners.retain(|(f, reply)| {
-                        if *f == fence {
-                            let _ = reply.send(result.clone());
-                            false
-                        } else {
-                            true
-                        }
-                    });
-                }
-                Output::Failed(e) => self.call_failed(&e),
-                Output::Stopped => {
-                    self.publish();
-                    return true;
-                }
-            }
-        }
-        self.publish();
-        false
-    }
-
-    fn publish(&self) {
-        let mut st = self.shared.state.lock();
-        st.observed = self.machine.observed().cloned();
-        st.last_error = self.machine.last_error().cloned();
-        st.held_back = self.held_back.is_some();
-    }
-
-    fn event(&self, ev: Event) {
-        if let Some(tx) = &self.events {
-            let _ = tx.send(ev);
-        }
-    }
-
-    fn term_started(&mut self, id: TermId, fence: u64, deadline: LocalTime) {
-        let term = Arc::new(
-            TermShared::new(id, fence, self.shared.origin, deadline.as_duration(), Some(self.cmd_tx.clone()))
-                .with_store(self.callers.term_store()),
-        );
-        log::info!("leaderelection: {:?}: {:?} leads with fence {fence}", self.shared.name, self.shared.identity);
-        {
-            let mut st = self.shared.state.lock();
-            st.term = Some(Arc::clone(&term));
-            self.counters.term_started(&mut st.figures);
-            self.shared.changed.notify_all();
-        }
-        let _ = self.dog_tx.send(Arc::clone(&term));
-        if self.started_callback {
-            // Only a callback that will hold it gets a guard: a guard nobody
-            // holds would be dropped at once and resign the term.
-            let guard = term.guard();
-            self.event(Event::Started(guard));
-        }
-    }
-
-    fn term_ended(&mut self, id: TermId, reason: EndReason) {
-        let (ended, first) = {
-            let mut st = self.shared.state.lock();
-            let Some(term) = st.term.take_if(|t| t.id == id) else { return };
-            let first = term.end(reason);
-            // Counted and logged for the reason that won, once per term.
-            self.counters.term_ended(&mut st.figures, first.err().unwrap_or(reason));
-            self.shared.changed.notify_all();
-            (term, first)
-        };
-        self.log_end(ended.fence, first.err().unwrap_or(reason));
-        self.event(Event::Stopped);
-        if first == Err(EndReason::Resigned) {
-            // The program let go of the term before the machine's own end
-            // reached it: the term was resigned, and the back-off applies.
-            let now = self.now();
-            self.machine.resign(now, id);
-        }
-        if ended.guards() > 0 {
-            self.held_back = Some(HeldBack { term: ended, since: Instant::now(), warned: false });
-            let now = self.now();
-            self.machine.set_hold_back(now, true);
-        }
-    }
-
-    /// One line per term's end: `info` when the program or a shutdown ended
-    /// it, `warn` with the cause when it ended early.
-    fn log_end(&self, fence: u64, reason: EndReason) {
-        let (name, id, why) = (&self.shared.name, &self.shared.identity, reason_name(reason));
-        if matches!(reason, EndReason::Resigned | EndReason::Shutdown) {
-            log::info!("leaderelection: {name:?}: {id:?} term with fence {fence} ended: {why}");
-            return;
-        }
-        let cause = match self.machine.last_error() {
-            Some(ElectionError::LeaseExpiredLocally { cause: Some(c) }) => {
-                format!("no renewal confirmed the lease before its deadline; last failure: {c}")
-            }
-            Some(ElectionError::LeaseExpiredLocally { cause: None }) | None => {
-                "no renewal confirmed the lease before its deadline".to_owned()
-            }
-            Some(e) => e.to_string(),
-        };
-        log::warn!("leaderelection: {name:?}: {id:?} term with fence {fence} ended: {why}: {cause}");
-    }
-
-    /// A failed store call: counted, and logged at `warn` with its cause (a
-    /// renewal with the fence and how long the term has left).
-    fn call_failed(&mut self, e: &ElectionError) {
-        let (name, id) = (&self.shared.name, &self.shared.identity);
-        let term = {
-            let mut st = self.shared.state.lock();
-            self.counters.failed(&mut st.figures, e);
-            st.term.as_ref().map(|t| (t.fence, t.deadline()))
-        };
-        let renew = is_renewal(e);
-        let cause: &dyn fmt::Display = match e {
-            ElectionError::Store { error, .. } => error,
-            other => other,
-        };
-        match term {
-            Some((fence, deadline)) if renew => {
-                let left = Human::about(deadline.saturating_duration_since(Instant::now()));
-                log::warn!("leaderelection: {name:?}: {id:?} renewal failed (fence {fence}, {left} left): {cause}");
-            }
-            _ if renew => log::warn!("leaderelection: {name:?}: {id:?} renewal failed: {cause}"),
-            _ => log::warn!("leaderelection: {name:?}: {id:?}: {e}"),
-        }
-    }
-
-    /// Tells the machine how term `id` ended, as its shared state decided:
-    /// once, whoever got there first.
-    fn settle(&mut self, now: LocalTime, id: TermId, reason: EndReason) {
-        // Only the program resigns and only a deadline expires a term behind
-        // the machine's back; the other reasons come from the machine itself,
-        // which has then ended the term already, so `expire` finds nothing.
-        match reason {
-            EndReason::Resigned => self.machine.resign(now, id),
-            _ => self.machine.expire(now, id),
-        }
-    }
-
-    fn guards_gone(&mut self, now: LocalTime, id: TermId) {
-        let resigned = {
-            let st = self.shared.state.lock();
-            st.term.as_ref().is_some_and(|t| t.id == id && t.was_resigned())
-        };
-        if resigned {
-            // The program let go of a live term (its last guard ended it):
-            // hand it over.
-            self.settle(now, id, EndReason::Resigned);
-        }
-        if self.held_back.as_ref().is_some_and(|h| h.term.id == id && h.term.guards() == 0) {
-            self.held_back = None;
-            self.machine.set_hold_back(now, false);
-        }
-    }
-
-    fn resign(&mut self, now: LocalTime, id: TermId, fence: u64, reply: Sender<Result<(), ElectionError>>) {
-        self.machine.resign(now, id);
-        if self.machine.releasing() == Some(fence) {
-            self.resigners.push((fence, reply));
-            return;
-        }
-        // Nothing left to send: the release already finished (its result
-        // answers), or the lease was lost and nothing is held.
-        let result = match &self.last_release {
-            Some((f, result)) if *f == fence => result.clone(),
-            _ => Ok(()),
-        };
-        let _ = reply.send(result);
-    }
-
-    /// Warns once when guards of an ended term have held a new campaign back
-    /// for a whole lease duration; returns when to look again.
-    fn check_hold(&mut self) -> Option<Instant> {
-        let lease = self.lease_duration;
-        let held = self.held_back.as_mut().filter(|h| !h.warned)?;
-        let warn_at = held.since.checked_add(lease)?;
-        if Instant::now() < warn_at {
-            return Some(warn_at);
-        }
-        held.warned = true;
-        log::warn!(
-            "leaderelection: {:?}: {:?} does not campaign: a guard of its last term (fence {}) has been held for {} \
-             after the term ended; drop it (a `guard = elector.wait_leader()` assignment keeps the old guard alive \
-             while it waits)",
-            self.shared.name,
-            self.shared.identity,
-            held.term.fence,
-            crate::error::Human::about(held.since.elapsed()),
-        );
-        None
+        self.handoff.finish()
     }
 }
 
@@ -770,23 +507,7 @@ fn watchdog(shared: Arc<Shared>, terms: Receiver<Arc<TermShared>>) {
             recv(wake) -> _ => {
                 // Re-read: a renewal may have moved the deadline meanwhile.
                 let Some(term) = current.take() else { continue };
-                if Instant::now() < term.deadline() {
-                    current = Some(term);
-                    continue;
-                }
-                if term.expire() {
-                    // The renewal thread logs the term's end when it hears.
-                    log::debug!(
-                        "leaderelection: {:?}: {:?} stepped down at its local deadline (fence {})",
-                        shared.name, shared.identity, term.fence
-                    );
-                    let mut st = shared.state.lock();
-                    if st.term.as_ref().is_some_and(|t| Arc::ptr_eq(t, &term)) {
-                        let cause = st.last_error.take().map(Box::new);
-                        st.last_error = Some(ElectionError::LeaseExpiredLocally { cause });
-                    }
-                    shared.changed.notify_all();
-                }
+                current = watchdog_fired(&shared, term, Instant::now());
             }
         }
     }

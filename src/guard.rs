@@ -11,7 +11,7 @@ use crate::error::{ElectionError, OpKind};
 use crate::machine::{EndReason, TermId};
 use crate::slot::SlotClaim;
 use crate::store::{Store, StoreError};
-use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Link, Ordering};
 
 /// What a guard sends its elector.
 pub(crate) enum Command {
@@ -73,7 +73,7 @@ pub(crate) struct TermShared {
     lost_tx: Mutex<Option<Sender<()>>>,
     lost_rx: Receiver<()>,
     /// The elector's command channel; `None` for test terms.
-    link: Option<Sender<Command>>,
+    link: Option<Link<Command>>,
     /// Where the term's lease lives, for the guard's own store calls
     /// (slots); `None` for test terms.
     store: Option<Arc<TermStore>>,
@@ -94,7 +94,7 @@ impl TermShared {
         fence: u64,
         origin: Instant,
         deadline: Duration,
-        link: Option<Sender<Command>>,
+        link: Option<Link<Command>>,
     ) -> TermShared {
         let (lost_tx, lost_rx) = crossbeam_channel::bounded(0);
         TermShared {
@@ -511,7 +511,7 @@ mod tests {
     #[test]
     fn once_seen_expired_a_late_extension_cannot_revive_the_term() {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let term = Arc::new(TermShared::new(TermId(7), 3, Instant::now(), Duration::ZERO, Some(tx)));
+        let term = Arc::new(TermShared::new(TermId(7), 3, Instant::now(), Duration::ZERO, Some(crate::sync::link(tx))));
         let guard = term.guard();
         assert!(!guard.is_valid(), "deadline already passed");
         // A renewal answer taken just before the deadline lands just after.
@@ -556,7 +556,7 @@ mod loom_tests {
 
     fn term() -> (Arc<TermShared>, Receiver<Command>) {
         let (tx, rx) = crossbeam_channel::unbounded();
-        (Arc::new(TermShared::new(TermId(1), 7, Instant::now(), DEADLINE, Some(tx))), rx)
+        (Arc::new(TermShared::new(TermId(1), 7, Instant::now(), DEADLINE, Some(crate::sync::link(tx)))), rx)
     }
 
     /// The state machine as the driver settles it: it takes the first end

@@ -75,6 +75,7 @@ mod config;
 mod elector;
 mod error;
 mod guard;
+mod handoff;
 pub mod ident;
 mod identity;
 mod lease;

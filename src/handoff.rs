@@ -1,0 +1,424 @@
+//! The hand-off of a term between the elector's threads: what the renewal
+//! thread decides when the state machine starts, extends or ends a term,
+//! when the program (a guard's drop, `resign`) or the watchdog ends one
+//! behind the machine's back, and whether guards of an ended term hold the
+//! next campaign back.
+//!
+//! This is shipped code, not a model of it: the threaded driver in
+//! `elector.rs` owns the threads (the select loop, the store-call workers,
+//! the watchdog's timer, the callback thread) and reaches them only through
+//! [`Outside`]; everything that decides about a term's end is here, over the
+//! real [`Machine`] and the shared [`State`], so that a model can run this
+//! same code with a stand-in for the threads around it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::error::{ElectionError, Human, OpKind};
+use crate::guard::{Command, LeaderGuard, TermShared, TermStore};
+use crate::machine::{Call, EndReason, LocalTime, Machine, Observed, Outcome, Output, TermId};
+use crate::status::{is_renewal, reason_name, Counters, Figures};
+use crate::sync::{link, Condvar, Link, Mutex};
+
+/// State shared by the elector handle, the renewal thread and the watchdog.
+/// The lock is never held across a store call.
+pub(crate) struct Shared {
+    pub(crate) origin: Instant,
+    pub(crate) name: String,
+    pub(crate) identity: String,
+    pub(crate) state: Mutex<State>,
+    pub(crate) changed: Condvar,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) term: Option<Arc<TermShared>>,
+    pub(crate) observed: Option<Observed>,
+    pub(crate) last_error: Option<ElectionError>,
+    pub(crate) held_back: bool,
+    pub(crate) stopped: bool,
+    pub(crate) figures: Figures,
+}
+
+/// What the hand-off needs from the threads around it: the elector's real
+/// ones, or a loom model's stand-in with a clock it sets and lists it reads.
+pub(crate) trait Outside {
+    /// The local monotonic clock, as the machine counts it.
+    fn now(&self) -> LocalTime;
+    /// Starts a store call; `Err` is its outcome when it cannot start.
+    fn start_call(&mut self, call: Call) -> Result<(), Outcome>;
+    /// What a new term's guards need for store calls of their own (slots);
+    /// `None` leaves a term without (as a model's are).
+    fn term_store(&self) -> Option<Arc<TermStore>>;
+    /// Hands a new term to the watchdog.
+    fn watch(&mut self, term: &Arc<TermShared>);
+    /// Queues an event for the callback thread.
+    fn event(&mut self, ev: Event);
+    /// Sees each machine output before the hand-off acts on it (models
+    /// record them).
+    fn saw(&mut self, _out: &Output) {}
+}
+
+/// Events for the callback thread, in the order they happened.
+pub(crate) enum Event {
+    Started(LeaderGuard),
+    Stopped,
+    NewLeader(String, u64),
+}
+
+/// An ended term whose guards are still alive, since when, and whether the
+/// warning about it was logged.
+pub(crate) struct HeldBack {
+    pub(crate) term: Arc<TermShared>,
+    since: Instant,
+    warned: bool,
+}
+
+/// The renewal thread's side of the hand-off: what it knows beyond the
+/// machine and the shared state.
+pub(crate) struct Handoff<O> {
+    pub(crate) outside: O,
+    pub(crate) shared: Arc<Shared>,
+    counters: Counters,
+    /// Given to every term, for its guards' commands.
+    pub(crate) cmd_tx: Link<Command>,
+    /// `on_started_leading` is set.
+    started_callback: bool,
+    lease_duration: Duration,
+    /// An ended term whose guards are still alive.
+    pub(crate) held_back: Option<HeldBack>,
+    /// `resign()` calls waiting for their release.
+    resigners: Vec<(u64, Sender<Result<(), ElectionError>>)>,
+    /// The last release's fence and result.
+    last_release: Option<(u64, Result<(), ElectionError>)>,
+    shutdown_result: Result<(), ElectionError>,
+}
+
+impl<O: Outside> Handoff<O> {
+    pub(crate) fn new(
+        outside: O,
+        shared: Arc<Shared>,
+        counters: Counters,
+        cmd_tx: Sender<Command>,
+        started_callback: bool,
+        lease_duration: Duration,
+    ) -> Handoff<O> {
+        Handoff {
+            outside,
+            shared,
+            counters,
+            cmd_tx: link(cmd_tx),
+            started_callback,
+            lease_duration,
+            held_back: None,
+            resigners: Vec::new(),
+            last_release: None,
+            shutdown_result: Ok(()),
+        }
+    }
+
+    fn now(&self) -> LocalTime {
+        self.outside.now()
+    }
+
+    /// Carries out the machine's outputs. Returns true once it has stopped.
+    pub(crate) fn drain(&mut self, machine: &mut Machine) -> bool {
+        // Status first, so whoever a term start wakes sees the lease behind it.
+        self.publish(machine);
+        while let Some(out) = machine.poll_output() {
+            self.outside.saw(&out);
+            match out {
+                Output::Call(call) => {
+                    let now = self.now();
+                    if let Err(e) = self.outside.start_call(call) {
+                        machine.handle_reply(now, call.id, e);
+                    }
+                }
+                Output::CallAbandoned(id) => log::debug!("leaderelection: store call {} abandoned", id.0),
+                Output::TermStarted { term, fence, deadline } => self.term_started(term, fence, deadline),
+                Output::DeadlineExtended { term, deadline } => {
+                    // The term may have ended while the answer travelled (its
+                    // last guard dropped, its deadline seen passing): then it
+                    // stays over, for the reason that ended it.
+                    let ended = {
+                        let mut st = self.shared.state.lock();
+                        self.counters.renewed(&mut st.figures);
+                        st.term.as_ref().filter(|t| t.id == term).and_then(|t| t.extend(deadline.as_duration()))
+                    };
+                    if let Some(reason) = ended {
+                        let now = self.now();
+                        self.settle(machine, now, term, reason);
+                    }
+                }
+                Output::TermEnded { term, reason, .. } => self.term_ended(machine, term, reason),
+                Output::NewLeader { identity, fence } => {
+                    // Its own term's start has a line of its own.
+                    let level = if identity == self.shared.identity { log::Level::Debug } else { log::Level::Info };
+                    log::log!(
+                        level,
+                        "leaderelection: {:?}: leader is {identity:?} with fence {fence}",
+                        self.shared.name
+                    );
+                    self.outside.event(Event::NewLeader(identity, fence));
+                }
+                Output::Released { fence, result } => {
+                    self.last_release = Some((fence, result.clone()));
+                    if machine.is_stopping() {
+                        self.shutdown_result = result.clone();
+                    }
+                    self.resigners.retain(|(f, reply)| {
+                        if *f == fence {
+                            let _ = reply.send(result.clone());
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                }
+                Output::Failed(e) => self.call_failed(&e),
+                Output::Stopped => {
+                    self.publish(machine);
+                    return true;
+                }
+            }
+        }
+        self.publish(machine);
+        false
+    }
+
+    fn publish(&self, machine: &Machine) {
+        let mut st = self.shared.state.lock();
+        st.observed = machine.observed().cloned();
+        st.last_error = machine.last_error().cloned();
+        st.held_back = self.held_back.is_some();
+    }
+
+    /// A command from a guard (or the watchdog), or the elector's shutdown.
+    pub(crate) fn command(&mut self, machine: &mut Machine, now: LocalTime, cmd: Command) {
+        match cmd {
+            Command::Shutdown { release: true } => machine.shutdown(now),
+            Command::Shutdown { release: false } => machine.shutdown_without_release(now),
+            Command::Resign(term, fence, reply) => self.resign(machine, now, term, fence, reply),
+            Command::GuardsGone(term) => self.guards_gone(machine, now, term),
+            Command::Expired(term) => self.settle(machine, now, term, EndReason::ExpiredLocally),
+        }
+    }
+
+    fn term_started(&mut self, id: TermId, fence: u64, deadline: LocalTime) {
+        let mut term =
+            TermShared::new(id, fence, self.shared.origin, deadline.as_duration(), Some(self.cmd_tx.clone()));
+        if let Some(store) = self.outside.term_store() {
+            term = term.with_store(store);
+        }
+        let term = Arc::new(term);
+        log::info!("leaderelection: {:?}: {:?} leads with fence {fence}", self.shared.name, self.shared.identity);
+        {
+            let mut st = self.shared.state.lock();
+            st.term = Some(Arc::clone(&term));
+            self.counters.term_started(&mut st.figures);
+            self.shared.changed.notify_all();
+        }
+        self.outside.watch(&term);
+        if self.started_callback {
+            // Only a callback that will hold it gets a guard: a guard nobody
+            // holds would be dropped at once and resign the term.
+            let guard = term.guard();
+            self.outside.event(Event::Started(guard));
+        }
+    }
+
+    fn term_ended(&mut self, machine: &mut Machine, id: TermId, reason: EndReason) {
+        let (ended, first) = {
+            let mut st = self.shared.state.lock();
+            let Some(term) = st.term.take_if(|t| t.id == id) else { return };
+            let first = term.end(reason);
+            // Counted and logged for the reason that won, once per term.
+            self.counters.term_ended(&mut st.figures, first.err().unwrap_or(reason));
+            self.shared.changed.notify_all();
+            (term, first)
+        };
+        self.log_end(machine, ended.fence, first.err().unwrap_or(reason));
+        self.outside.event(Event::Stopped);
+        if first == Err(EndReason::Resigned) {
+            // The program let go of the term before the machine's own end
+            // reached it: the term was resigned, and the back-off applies.
+            let now = self.now();
+            machine.resign(now, id);
+        }
+        // Read after the end: no guard of this term can be handed out from
+        // here on, so the count only falls, and the last drop's notice comes
+        // after this read.
+        if ended.guards() > 0 {
+            self.held_back = Some(HeldBack { term: ended, since: Instant::now(), warned: false });
+            let now = self.now();
+            machine.set_hold_back(now, true);
+        }
+    }
+
+    /// One line per term's end: `info` when the program or a shutdown ended
+    /// it, `warn` with the cause when it ended early.
+    fn log_end(&self, machine: &Machine, fence: u64, reason: EndReason) {
+        let (name, id, why) = (&self.shared.name, &self.shared.identity, reason_name(reason));
+        if matches!(reason, EndReason::Resigned | EndReason::Shutdown) {
+            log::info!("leaderelection: {name:?}: {id:?} term with fence {fence} ended: {why}");
+            return;
+        }
+        let cause = match machine.last_error() {
+            Some(ElectionError::LeaseExpiredLocally { cause: Some(c) }) => {
+                format!("no renewal confirmed the lease before its deadline; last failure: {c}")
+            }
+            Some(ElectionError::LeaseExpiredLocally { cause: None }) | None => {
+                "no renewal confirmed the lease before its deadline".to_owned()
+            }
+            Some(e) => e.to_string(),
+        };
+        log::warn!("leaderelection: {name:?}: {id:?} term with fence {fence} ended: {why}: {cause}");
+    }
+
+    /// A failed store call: counted, and logged at `warn` with its cause (a
+    /// renewal with the fence and how long the term has left).
+    fn call_failed(&mut self, e: &ElectionError) {
+        let (name, id) = (&self.shared.name, &self.shared.identity);
+        let term = {
+            let mut st = self.shared.state.lock();
+            self.counters.failed(&mut st.figures, e);
+            st.term.as_ref().map(|t| (t.fence, t.deadline()))
+        };
+        let renew = is_renewal(e);
+        let cause: &dyn fmt::Display = match e {
+            ElectionError::Store { error, .. } => error,
+            other => other,
+        };
+        match term {
+            Some((fence, deadline)) if renew => {
+                let left = Human::about(deadline.saturating_duration_since(Instant::now()));
+                log::warn!("leaderelection: {name:?}: {id:?} renewal failed (fence {fence}, {left} left): {cause}");
+            }
+            _ if renew => log::warn!("leaderelection: {name:?}: {id:?} renewal failed: {cause}"),
+            _ => log::warn!("leaderelection: {name:?}: {id:?}: {e}"),
+        }
+    }
+
+    /// A store call answered: its round trip, for the status.
+    pub(crate) fn call_returned(&self, op: OpKind, took: Duration) {
+        self.counters.call_returned(&mut self.shared.state.lock().figures, op, took);
+    }
+
+    /// Tells the machine how term `id` ended, as its shared state decided:
+    /// once, whoever got there first.
+    fn settle(&mut self, machine: &mut Machine, now: LocalTime, id: TermId, reason: EndReason) {
+        // Only the program resigns and only a deadline expires a term behind
+        // the machine's back; the other reasons come from the machine itself,
+        // which has then ended the term already, so `expire` finds nothing.
+        match reason {
+            EndReason::Resigned => machine.resign(now, id),
+            _ => machine.expire(now, id),
+        }
+    }
+
+    fn guards_gone(&mut self, machine: &mut Machine, now: LocalTime, id: TermId) {
+        let resigned = {
+            let st = self.shared.state.lock();
+            st.term.as_ref().is_some_and(|t| t.id == id && t.was_resigned())
+        };
+        if resigned {
+            // The program let go of a live term (its last guard ended it):
+            // hand it over.
+            self.settle(machine, now, id, EndReason::Resigned);
+        }
+        // The count again, not the notice's: a guard taken as the last one
+        // dropped (invalid from the start) holds the next term back too.
+        if self.held_back.as_ref().is_some_and(|h| h.term.id == id && h.term.guards() == 0) {
+            self.held_back = None;
+            machine.set_hold_back(now, false);
+        }
+    }
+
+    fn resign(
+        &mut self,
+        machine: &mut Machine,
+        now: LocalTime,
+        id: TermId,
+        fence: u64,
+        reply: Sender<Result<(), ElectionError>>,
+    ) {
+        machine.resign(now, id);
+        if machine.releasing() == Some(fence) {
+            self.resigners.push((fence, reply));
+            return;
+        }
+        // Nothing left to send: the release already finished (its result
+        // answers), or the lease was lost and nothing is held.
+        let result = match &self.last_release {
+            Some((f, result)) if *f == fence => result.clone(),
+            _ => Ok(()),
+        };
+        let _ = reply.send(result);
+    }
+
+    /// Warns once when guards of an ended term have held a new campaign back
+    /// for a whole lease duration; returns when to look again.
+    pub(crate) fn check_hold(&mut self) -> Option<Instant> {
+        let lease = self.lease_duration;
+        let held = self.held_back.as_mut().filter(|h| !h.warned)?;
+        let warn_at = held.since.checked_add(lease)?;
+        if Instant::now() < warn_at {
+            return Some(warn_at);
+        }
+        held.warned = true;
+        log::warn!(
+            "leaderelection: {:?}: {:?} does not campaign: a guard of its last term (fence {}) has been held for {} \
+             after the term ended; drop it (a `guard = elector.wait_leader()` assignment keeps the old guard alive \
+             while it waits)",
+            self.shared.name,
+            self.shared.identity,
+            held.term.fence,
+            Human::about(held.since.elapsed()),
+        );
+        None
+    }
+
+    /// After the machine stopped: the elector is stopped, and `resign()`
+    /// calls still waiting learn that their release was abandoned.
+    pub(crate) fn finish(mut self) -> Result<(), ElectionError> {
+        let mut st = self.shared.state.lock();
+        st.stopped = true;
+        st.term = None;
+        self.shared.changed.notify_all();
+        drop(st);
+        // Their release was abandoned by the shutdown: not confirmed.
+        for (_, reply) in self.resigners.drain(..) {
+            let _ = reply.send(Err(ElectionError::Stopped));
+        }
+        self.shutdown_result
+    }
+}
+
+/// The watchdog's step when it wakes for `term` at `now`: ends the term if
+/// its deadline, read again now, has passed (a renewal may have moved it
+/// since the wake-up was set), and records why in the status. Returns the
+/// term if it is still to be watched.
+pub(crate) fn watchdog_fired(shared: &Shared, term: Arc<TermShared>, now: Instant) -> Option<Arc<TermShared>> {
+    if now < term.deadline() {
+        return Some(term);
+    }
+    if term.expire() {
+        // The renewal thread logs the term's end when it hears.
+        log::debug!(
+            "leaderelection: {:?}: {:?} stepped down at its local deadline (fence {})",
+            shared.name,
+            shared.identity,
+            term.fence
+        );
+        let mut st = shared.state.lock();
+        if st.term.as_ref().is_some_and(|t| Arc::ptr_eq(t, &term)) {
+            let cause = st.last_error.take().map(Box::new);
+            st.last_error = Some(ElectionError::LeaseExpiredLocally { cause });
+        }
+        shared.changed.notify_all();
+    }
+    None
+}
