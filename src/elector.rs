@@ -157,6 +157,8 @@ impl Elector {
             identity,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
+            #[cfg(loom)]
+            mutant: None,
         });
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (dog_tx, dog_rx) = crossbeam_channel::unbounded();

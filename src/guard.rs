@@ -457,7 +457,7 @@ impl LeaderGuard {
     /// down: nothing of it is ours to hand over, and whatever release it
     /// needed is under way), it is a test term, or the elector has stopped
     /// (and released on its way out).
-    fn begin_resign(&self) -> Option<Receiver<Result<(), ElectionError>>> {
+    pub(crate) fn begin_resign(&self) -> Option<Receiver<Result<(), ElectionError>>> {
         self.term.end(EndReason::Resigned).ok()?;
         let link = self.term.link.as_ref()?;
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -468,7 +468,7 @@ impl LeaderGuard {
 
 #[cfg(all(test, loom))]
 impl LeaderGuard {
-    fn is_valid_at_for_test(&self, elapsed: Duration) -> bool {
+    pub(crate) fn is_valid_at_for_test(&self, elapsed: Duration) -> bool {
         self.term.is_valid_at(elapsed)
     }
 }

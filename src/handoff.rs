@@ -8,8 +8,9 @@
 //! `elector.rs` owns the threads (the select loop, the store-call workers,
 //! the watchdog's timer, the callback thread) and reaches them only through
 //! [`Outside`]; everything that decides about a term's end is here, over the
-//! real [`Machine`] and the shared [`State`], so that a model can run this
-//! same code with a stand-in for the threads around it.
+//! real [`Machine`] and the shared [`State`]. The loom models in
+//! `handoff_loom.rs` run this same code with a model standing in for the
+//! threads around it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -31,6 +32,9 @@ pub(crate) struct Shared {
     pub(crate) identity: String,
     pub(crate) state: Mutex<State>,
     pub(crate) changed: Condvar,
+    /// A deliberate bug switched on for a loom negative control.
+    #[cfg(loom)]
+    pub(crate) mutant: Option<Mutant>,
 }
 
 #[derive(Default)]
@@ -41,6 +45,42 @@ pub(crate) struct State {
     pub(crate) held_back: bool,
     pub(crate) stopped: bool,
     pub(crate) figures: Figures,
+}
+
+/// Deliberate bugs in the hand-off, each a mistake the loom models must
+/// catch (their negative controls). Only under `cfg(loom)`: normal builds
+/// have no switch.
+#[cfg(loom)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mutant {
+    /// A renewal's extension is taken as done, whatever `extend` says about
+    /// a term that ended while the answer travelled.
+    IgnoreExtendAnswer,
+    /// The watchdog expires the term at the deadline it was armed for,
+    /// without reading the deadline again.
+    WatchdogSkipsReread,
+    /// A guards-gone notice is taken for "no guard is left", without
+    /// reading the count again: the count it carries may be stale.
+    StaleGuardCount,
+    /// A late command of an earlier term is applied to the current term.
+    CommandTermUnchecked,
+    /// The machine is not told that a resignation beat its own end of the
+    /// term, so it does not back off.
+    ResignationForgotten,
+}
+
+/// Whether the named mutant is switched on; always false outside loom.
+#[cfg(loom)]
+macro_rules! mutant {
+    ($shared:expr, $m:ident) => {
+        $shared.mutant == Some(Mutant::$m)
+    };
+}
+#[cfg(not(loom))]
+macro_rules! mutant {
+    ($shared:expr, $m:ident) => {
+        false
+    };
 }
 
 /// What the hand-off needs from the threads around it: the elector's real
@@ -148,7 +188,7 @@ impl<O: Outside> Handoff<O> {
                         self.counters.renewed(&mut st.figures);
                         st.term.as_ref().filter(|t| t.id == term).and_then(|t| t.extend(deadline.as_duration()))
                     };
-                    if let Some(reason) = ended {
+                    if let Some(reason) = ended.filter(|_| !mutant!(self.shared, IgnoreExtendAnswer)) {
                         let now = self.now();
                         self.settle(machine, now, term, reason);
                     }
@@ -202,9 +242,19 @@ impl<O: Outside> Handoff<O> {
             Command::Shutdown { release: true } => machine.shutdown(now),
             Command::Shutdown { release: false } => machine.shutdown_without_release(now),
             Command::Resign(term, fence, reply) => self.resign(machine, now, term, fence, reply),
-            Command::GuardsGone(term) => self.guards_gone(machine, now, term),
-            Command::Expired(term) => self.settle(machine, now, term, EndReason::ExpiredLocally),
+            Command::GuardsGone(term) => self.guards_gone(machine, now, self.about(term)),
+            Command::Expired(term) => self.settle(machine, now, self.about(term), EndReason::ExpiredLocally),
         }
+    }
+
+    /// The term a guard's command is about: the one it names, which may have
+    /// ended long ago (the machine and the checks below ignore such a term),
+    /// never whichever term happens to be current.
+    fn about(&self, id: TermId) -> TermId {
+        if mutant!(self.shared, CommandTermUnchecked) {
+            return self.shared.state.lock().term.as_ref().map_or(id, |t| t.id);
+        }
+        id
     }
 
     fn term_started(&mut self, id: TermId, fence: u64, deadline: LocalTime) {
@@ -242,7 +292,7 @@ impl<O: Outside> Handoff<O> {
         };
         self.log_end(machine, ended.fence, first.err().unwrap_or(reason));
         self.outside.event(Event::Stopped);
-        if first == Err(EndReason::Resigned) {
+        if first == Err(EndReason::Resigned) && !mutant!(self.shared, ResignationForgotten) {
             // The program let go of the term before the machine's own end
             // reached it: the term was resigned, and the back-off applies.
             let now = self.now();
@@ -331,7 +381,8 @@ impl<O: Outside> Handoff<O> {
         }
         // The count again, not the notice's: a guard taken as the last one
         // dropped (invalid from the start) holds the next term back too.
-        if self.held_back.as_ref().is_some_and(|h| h.term.id == id && h.term.guards() == 0) {
+        let stale = mutant!(self.shared, StaleGuardCount);
+        if self.held_back.as_ref().is_some_and(|h| h.term.id == id && (stale || h.term.guards() == 0)) {
             self.held_back = None;
             machine.set_hold_back(now, false);
         }
@@ -402,7 +453,7 @@ impl<O: Outside> Handoff<O> {
 /// since the wake-up was set), and records why in the status. Returns the
 /// term if it is still to be watched.
 pub(crate) fn watchdog_fired(shared: &Shared, term: Arc<TermShared>, now: Instant) -> Option<Arc<TermShared>> {
-    if now < term.deadline() {
+    if !mutant!(shared, WatchdogSkipsReread) && now < term.deadline() {
         return Some(term);
     }
     if term.expire() {
@@ -422,3 +473,7 @@ pub(crate) fn watchdog_fired(shared: &Shared, term: Arc<TermShared>, now: Instan
     }
     None
 }
+
+#[cfg(all(test, loom))]
+#[path = "handoff_loom.rs"]
+mod loom_tests;

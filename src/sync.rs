@@ -1,7 +1,7 @@
 //! The atomics and the lock a term's hand-off is built from, swapped for
-//! loom's under `cfg(loom)` so the model tests explore every interleaving of
-//! the code the elector runs (`RUSTFLAGS="--cfg loom" cargo test --release
-//! --lib loom`).
+//! loom's under `cfg(loom)` so the model tests in `guard.rs` and
+//! `handoff_loom.rs` explore every interleaving of the code the elector runs
+//! (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom`).
 //!
 //! Normally [`Mutex`] and [`Condvar`] are parking_lot's. Under loom they are
 //! thin wrappers over loom's with the same few methods the elector calls
@@ -22,7 +22,7 @@ pub(crate) use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 pub(crate) use parking_lot::{Condvar, Mutex};
 
 #[cfg(loom)]
-pub(crate) use self::model::{Condvar, Mutex};
+pub(crate) use self::model::{Condvar, Mutex, MutexGuard};
 
 /// The sending end of the command channel (see the module docs).
 #[cfg(not(loom))]
