@@ -208,8 +208,9 @@ impl Rig {
         self.shared.state.lock()
     }
 
-    /// Checks how term 1 ended: the machine said so once, on its own word
-    /// `own`, and the status counts the reason that won, once.
+    /// Checks how term 1 ended: the machine said so once, giving one of the
+    /// reasons in `own`, and the status counts the reason that won the
+    /// term's compare-and-swap, once. Returns that reason.
     fn ended_once(&self, own: &[EndReason]) -> EndReason {
         let won = self.term(1).end_reason().expect("term 1 ended");
         let ended: Vec<_> = self.handoff.outside.ended.iter().filter(|(t, _)| *t == TermId(1)).collect();
@@ -344,13 +345,15 @@ fn resign_as_the_lease_is_lost(mutant: Option<Mutant>) {
 }
 
 /// (b) The watchdog wakes at the first deadline and fires while the renewal
-/// thread takes the answer that extends it. A watchdog that wakes after the
-/// extension keeps the term; an extension taken after the watchdog ended the
-/// term does not revive it in the machine. Either way the machine and the
-/// shared state agree once the commands are read.
-fn watchdog_fires_as_the_deadline_moves(mutant: Option<Mutant>) {
+/// thread takes the answer that extends it (after reading the commands sent
+/// so far, if `commands_first`: its select may take either first). A
+/// watchdog that wakes after the extension keeps the term; an extension taken
+/// after the watchdog ended the term does not revive it in the machine.
+/// Either way the machine and the shared state agree once the commands are
+/// read.
+fn watchdog_fires_as_the_deadline_moves(mutant: Option<Mutant>, commands_first: bool) {
     let expected = ["kept", "expired", "extension after the end"];
-    explore(mutant, &expected, |mut rig, reached| {
+    explore(mutant, &expected, move |mut rig, reached| {
         let term = rig.term(1);
         let armed = term.deadline();
         assert_eq!(armed, rig.shared.origin + FIRST_DEADLINE);
@@ -367,6 +370,9 @@ fn watchdog_fires_as_the_deadline_moves(mutant: Option<Mutant>) {
             })
         };
         let after_fire = fired.load(Ordering::Acquire);
+        if commands_first {
+            rig.commands();
+        }
         rig.answer_at(ANSWERED);
         extended.store(true, Ordering::Release);
         if after_fire {
@@ -386,26 +392,34 @@ fn watchdog_fires_as_the_deadline_moves(mutant: Option<Mutant>) {
             None => {
                 reached.saw("expired");
                 assert_eq!(rig.ended_once(&[EndReason::ExpiredLocally]), EndReason::ExpiredLocally);
-                assert!(matches!(rig.state().last_error, Some(ElectionError::LeaseExpiredLocally { .. })));
+                // Taken after the expiry, the renewal's success clears the
+                // machine's last error, as any successful call does.
+                if !commands_first {
+                    assert!(matches!(rig.state().last_error, Some(ElectionError::LeaseExpiredLocally { .. })));
+                }
             }
         }
     });
 }
 
 /// (c) The last guard drops while the program takes a new one (as
-/// `Elector::guard` does) and the renewal's answer lands. A guard taken as the
-/// term ended is invalid from the start, and until it goes the machine is held
-/// back: it never campaigns while a guard of an ended term lives, and never
-/// stays held back once the last one has gone.
-fn a_guard_taken_as_the_last_one_drops(mutant: Option<Mutant>) {
+/// `Elector::guard` does) and the renewal's answer lands (after the commands
+/// sent so far, if `commands_first`). A guard taken as the term ended is
+/// invalid from the start, and until it goes the machine is held back: it
+/// never campaigns while a guard of an ended term lives, and never stays held
+/// back once the last one has gone.
+fn a_guard_taken_as_the_last_one_drops(mutant: Option<Mutant>, commands_first: bool) {
     let expected = ["late guard", "guard of the live term", "no guard"];
-    explore(mutant, &expected, |mut rig, reached| {
+    explore(mutant, &expected, move |mut rig, reached| {
         let guard = elector_guard(&rig.shared, ANSWERED).expect("term 1 is valid");
         let user = thread::spawn(move || drop(guard));
         let taker = {
             let shared = Arc::clone(&rig.shared);
             thread::spawn(move || elector_guard(&shared, ANSWERED))
         };
+        if commands_first {
+            rig.commands();
+        }
         rig.answer_at(ANSWERED);
         user.join().unwrap();
         let taken = taker.join().unwrap();
@@ -479,12 +493,14 @@ fn loom_resign_races_the_machine_ending_the_term() {
 
 #[test]
 fn loom_the_watchdog_fires_as_a_renewal_moves_the_deadline() {
-    watchdog_fires_as_the_deadline_moves(None);
+    watchdog_fires_as_the_deadline_moves(None, false);
+    watchdog_fires_as_the_deadline_moves(None, true);
 }
 
 #[test]
 fn loom_a_guard_taken_as_the_last_one_drops_holds_the_next_term_back() {
-    a_guard_taken_as_the_last_one_drops(None);
+    a_guard_taken_as_the_last_one_drops(None, false);
+    a_guard_taken_as_the_last_one_drops(None, true);
 }
 
 #[test]
@@ -495,19 +511,19 @@ fn loom_a_late_command_of_the_first_term_leaves_the_second_alone() {
 #[test]
 #[should_panic(expected = "an extension taken after the term's end must not revive it")]
 fn loom_mutant_ignore_extend_answer_is_caught() {
-    watchdog_fires_as_the_deadline_moves(Some(Mutant::IgnoreExtendAnswer));
+    watchdog_fires_as_the_deadline_moves(Some(Mutant::IgnoreExtendAnswer), false);
 }
 
 #[test]
 #[should_panic(expected = "a watchdog that wakes after the extension keeps the term")]
 fn loom_mutant_watchdog_skips_reread_is_caught() {
-    watchdog_fires_as_the_deadline_moves(Some(Mutant::WatchdogSkipsReread));
+    watchdog_fires_as_the_deadline_moves(Some(Mutant::WatchdogSkipsReread), false);
 }
 
 #[test]
 #[should_panic(expected = "held back exactly while a guard of the ended term lives")]
 fn loom_mutant_stale_guard_count_is_caught() {
-    a_guard_taken_as_the_last_one_drops(Some(Mutant::StaleGuardCount));
+    a_guard_taken_as_the_last_one_drops(Some(Mutant::StaleGuardCount), false);
 }
 
 #[test]
