@@ -135,6 +135,11 @@ pub(crate) struct Handoff<O> {
     /// The last release's fence and result.
     last_release: Option<(u64, Result<(), ElectionError>)>,
     shutdown_result: Result<(), ElectionError>,
+    /// The fatal error last logged at `warn`: the same one again (a
+    /// follower polling a store it cannot use: a missing table, a setting
+    /// the store cannot work under) is logged at `debug` until a call
+    /// succeeds or another error comes.
+    logged_fatal: Option<String>,
 }
 
 impl<O: Outside> Handoff<O> {
@@ -157,6 +162,7 @@ impl<O: Outside> Handoff<O> {
             resigners: Vec::new(),
             last_release: None,
             shutdown_result: Ok(()),
+            logged_fatal: None,
         }
     }
 
@@ -226,6 +232,9 @@ impl<O: Outside> Handoff<O> {
             }
         }
         self.publish(machine);
+        if machine.last_error().is_none() {
+            self.logged_fatal = None;
+        }
         false
     }
 
@@ -337,6 +346,13 @@ impl<O: Outside> Handoff<O> {
             self.counters.failed(&mut st.figures, e);
             st.term.as_ref().map(|t| (t.fence, t.deadline()))
         };
+        // A fatal error is reported once, not at every poll.
+        let repeated = e.is_fatal() && self.logged_fatal.as_deref() == Some(e.to_string().as_str());
+        self.logged_fatal = e.is_fatal().then(|| e.to_string());
+        if repeated {
+            log::debug!("leaderelection: {name:?}: {id:?}: {e} (again)");
+            return;
+        }
         let renew = is_renewal(e);
         let cause: &dyn fmt::Display = match e {
             ElectionError::Store { error, .. } => error,
