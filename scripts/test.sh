@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== loom: the guard/term hand-off in every interleaving (src/guard.rs)"
+echo "== loom: the guard/term hand-off and the driver's decisions in every interleaving (src/guard.rs, src/handoff_loom.rs)"
 # Before coverage is set up: a release build of its own with --cfg loom.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/loom" \
     cargo test --release -p leaderelection --lib loom
