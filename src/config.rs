@@ -491,6 +491,14 @@ mod tests {
     }
 
     #[test]
+    fn an_identity_leaves_room_for_the_instance_tag() {
+        let fits = "i".repeat(MAX_IDENTITY_LEN - INSTANCE_TAG_LEN);
+        assert!(cfg().identity(fits.clone()).validate().is_ok());
+        let e = cfg().identity(format!("{fits}i")).validate().unwrap_err();
+        assert_eq!(e.to_string(), "invalid config: identity: is 239 bytes, more than the limit of 238");
+    }
+
+    #[test]
     fn margin_follows_lease_unless_set() {
         let c = cfg().lease_duration(Duration::from_secs(60));
         assert_eq!(c.timing.safety_margin, Duration::from_secs(6));
