@@ -237,12 +237,15 @@ pub fn first(file: &Path, kind: &str) -> Option<Event> {
 }
 
 /// A child script: logs `start` (with identity and fence), on SIGTERM logs
-/// `term` and exits `term_exit`, otherwise works `secs` and logs `end`.
+/// `term` and exits `term_exit`, otherwise works `secs` and logs `end`. The
+/// trap is set before `start` is logged, so a test that signals the child
+/// once it has seen `start` always meets the trap (it used to race the
+/// shell between the two, which then died of the signal: exit 143).
 pub fn child(file: &Path, secs: &str, term_exit: i32) -> String {
     let f = file.display();
     format!(
-        "echo \"start $(date +%s%N) $$ $LEADERELECTION_IDENTITY $LEADERELECTION_FENCE\" >> {f}; \
-         trap 'echo \"term $(date +%s%N) $$\" >> {f}; exit {term_exit}' TERM; \
+        "trap 'echo \"term $(date +%s%N) $$\" >> {f}; exit {term_exit}' TERM; \
+         echo \"start $(date +%s%N) $$ $LEADERELECTION_IDENTITY $LEADERELECTION_FENCE\" >> {f}; \
          sleep {secs} & wait $!; echo \"end $(date +%s%N) $$\" >> {f}"
     )
 }
@@ -499,7 +502,7 @@ pub fn swallowed(db: &Db, stubborn: bool) {
     let script = if stubborn {
         // Ignores SIGTERM (its sleeps die of it; it starts new ones).
         format!(
-            "echo \"start $(date +%s%N) $$\" >> {f}; trap 'echo \"term $(date +%s%N) $$\" >> {f}' TERM; \
+            "trap 'echo \"term $(date +%s%N) $$\" >> {f}' TERM; echo \"start $(date +%s%N) $$\" >> {f}; \
              while :; do sleep 0.05; done"
         )
     } else {
@@ -603,8 +606,9 @@ pub fn env_and_status(db: &Db) {
     let dir = TempDir::new();
     let file = dir.path().join("env");
     let script = format!(
-        "echo \"$LEADERELECTION_FENCE|$LEADERELECTION_NAME|$LEADERELECTION_IDENTITY\" > {f}.tmp; mv {f}.tmp {f}; \
-         trap 'exit 0' TERM; sleep 30 & wait $!",
+        "trap 'exit 0' TERM; \
+         echo \"$LEADERELECTION_FENCE|$LEADERELECTION_NAME|$LEADERELECTION_IDENTITY\" > {f}.tmp; mv {f}.tmp {f}; \
+         sleep 30 & wait $!",
         f = file.display()
     );
     let mut tool = db.run(&name, &["--identity", &identity, "--payload", "p \"q\"\tx"], &script);
@@ -733,7 +737,7 @@ pub fn sentinel_quiet(db: &Db) {
     let file = dir.path().join("term");
     let f = file.display();
     let script = format!(
-        "echo \"start $(date +%s%N) $$\" >> {f}; trap 'echo \"term $(date +%s%N) $$\" >> {f}' TERM; \
+        "trap 'echo \"term $(date +%s%N) $$\" >> {f}' TERM; echo \"start $(date +%s%N) $$\" >> {f}; \
          sleep 30; st=$?; echo \"slept $(date +%s%N) $$ $st\" >> {f}; exit 3"
     );
     let mut tool = db.run(&name, &[], &script);
