@@ -1,9 +1,12 @@
 //! The chaos suite's own MariaDB servers (`tests/support/maria_server.rs`)
-//! do what their faults promise, seen through the real `MySqlStore`.
+//! do what their faults promise, seen through the real `MySqlStore`; and
+//! the store on servers started with settings the shared one lacks (every
+//! hostile mode at once, a small `max_allowed_packet`).
 //!
 //! Needs MariaDB installed (`bash scripts/test.sh` installs it) and root, to
 //! run `mariadbd --user=mysql`; it touches no shared server.
 
+mod mysql_support;
 mod support;
 
 use std::fs;
@@ -13,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
 use leaderelection::{ErrorKind, Lease, Store, StoreError};
+use mysql::prelude::Queryable;
+use mysql_support::claims::{current_claim, old_claim, run_claim_cases};
+use mysql_support::exec;
 use support::maria_server::MariaServer;
 use support::wait_for;
 
@@ -204,4 +210,87 @@ fn the_template_is_in_place_and_no_build_is_left() {
         .collect();
     assert!(stray.is_empty(), "half-built templates of this process left: {stray:?}");
     assert_eq!(s.query("SELECT 1"), ["1"]);
+}
+
+/// Every server mode at once that changed what a statement meant or broke
+/// a call (issue 16, item 4), on a private MariaDB started with them:
+/// `sql_mode=ORACLE` (which has `SIMULTANEOUS_ASSIGNMENT`),
+/// `completion_type=RELEASE`, a named global time zone (New York, with its
+/// daylight-saving rules), statement-based binary logging, and serializable
+/// transactions by default. The acceptance suite passes on it, and a fleet
+/// of four whose leader is crashed twice keeps one leader at a time by the
+/// chaos oracle's sampler. The negative control: on a session of that
+/// server, the old claim takes over an expired row with the dead leader's
+/// fence.
+#[test]
+fn the_store_and_a_fleet_under_hostile_server_modes() {
+    let server = MariaServer::start_with(&[
+        "--sql-mode=ORACLE",
+        "--completion-type=RELEASE",
+        "--log-bin",
+        "--binlog-format=STATEMENT",
+        "--server-id=7",
+        "--transaction-isolation=SERIALIZABLE",
+    ]);
+    // The named zone needs the server's time zone tables.
+    let zone = std::process::Command::new("mariadb-tzinfo-to-sql")
+        .args(["/usr/share/zoneinfo/America/New_York", "America/New_York"])
+        .output()
+        .expect("mariadb-tzinfo-to-sql");
+    assert!(zone.status.success(), "{}", String::from_utf8_lossy(&zone.stderr));
+    let mut root = mysql::Conn::new(
+        mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&server.admin_url()).unwrap()).prefer_socket(false),
+    )
+    .unwrap();
+    exec(&mut root, "SET SESSION sql_mode = '', completion_type = 'NO_CHAIN', autocommit = 1");
+    exec(&mut root, "USE mysql");
+    root.query_drop(String::from_utf8(zone.stdout).unwrap()).expect("load America/New_York");
+    exec(&mut root, "SET GLOBAL time_zone = 'America/New_York'");
+    let modes: Vec<String> = server.query(
+        "SELECT CONCAT_WS(' | ', @@GLOBAL.sql_mode, @@GLOBAL.completion_type, @@GLOBAL.time_zone, \
+         @@GLOBAL.binlog_format, @@GLOBAL.log_bin, @@GLOBAL.tx_isolation)",
+    );
+    eprintln!("hostile modes: {modes:?}");
+    assert!(modes[0].contains("SIMULTANEOUS_ASSIGNMENT"), "{modes:?}");
+    assert!(
+        modes[0].ends_with("| RELEASE | America/New_York | STATEMENT | ON | SERIALIZABLE"),
+        "the server is not in the hostile modes: {modes:?}"
+    );
+
+    let store = || MySqlStore::builder(&server.url()).table("le_hostile").build().unwrap();
+    store().ensure_schema().expect("ensure_schema under the hostile modes");
+    leaderelection::storetest::run_all(&store());
+    support::elector::fleet_survives_leader_crashes("mariadb, hostile modes", store, 2);
+
+    // The negative control, on a session that keeps the server's sql_mode.
+    let mut c = mysql::Conn::new(
+        mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&server.admin_url()).unwrap()).prefer_socket(false),
+    )
+    .unwrap();
+    exec(&mut c, "SET SESSION completion_type = 'NO_CHAIN', autocommit = 1");
+    let wrong = run_claim_cases(&mut c, "le_hostile", &old_claim);
+    assert!(wrong.iter().any(|w| w.starts_with("expired, another's")), "not caught: {wrong:#?}");
+    assert!(run_claim_cases(&mut c, "le_hostile", &current_claim).is_empty(), "the current claim, bare, too");
+}
+
+/// A statement over the server's `max_allowed_packet` (here 16 KiB, and a
+/// payload whose claim needs more) is refused by the driver before it is
+/// sent; that used to be retried for ever as a connection error. It is
+/// fatal now, with both sizes and the setting named, and a payload that
+/// fits works on the same store (the control).
+#[test]
+fn a_statement_over_max_allowed_packet_is_fatal_and_names_the_setting() {
+    let server = MariaServer::start_with(&["--max-allowed-packet=16384"]);
+    let s = MySqlStore::builder(&server.url()).table("le_packet").build().unwrap();
+    s.ensure_schema().unwrap();
+    let fits = vec![7u8; 4 * 1024];
+    assert!(s.acquire("small", "a", TTL, &fits, LONG).unwrap().held_by("a"));
+    let big = vec![7u8; 12 * 1024];
+    let e = s.acquire("big", "a", TTL, &big, LONG).expect_err("a claim over max_allowed_packet");
+    eprintln!("over max_allowed_packet: {e}");
+    assert!(e.is_fatal(), "{e}");
+    assert!(e.to_string().contains("more than max_allowed_packet (16384 bytes)"), "{e}");
+    let e = s.renew("small", "a", 1, TTL, &big, LONG).expect_err("a renewal over max_allowed_packet");
+    assert!(e.is_fatal(), "{e}");
+    assert!(s.inspect("small", LONG).unwrap().held_by("a"), "the store still works");
 }

@@ -11,6 +11,7 @@ use leaderelection::mysql::MySqlStore;
 use leaderelection::storetest::Operator;
 use leaderelection::{Lease, Store, StoreError};
 use mysql::prelude::Queryable;
+use mysql_support::claims::{current_claim, old_claim, run_claim_cases, NOW_SQL};
 use mysql_support::{admin, exec, port, url, url_via, PRIVATE, SHARED};
 use support::{at_once, random_tag, wait_for, Proxy};
 
@@ -915,96 +916,6 @@ fn ensure_schema_on_a_current_table_does_not_wait_behind_a_transaction() {
     assert_eq!(old.terms_columns(), 1);
 }
 
-/// The server's clock as the store reads it, in microseconds.
-const NOW_SQL: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
-
-/// One claim case: the row before (holder, fence, renewed_at and
-/// expires_at as seconds from the server's now; `None` for no row), and
-/// what the claim by `me` must do to it.
-struct ClaimCase {
-    what: &'static str,
-    before: Option<(&'static str, i64, i64, i64)>,
-    claims: bool,
-    extends: bool,
-}
-
-const CLAIM_CASES: &[ClaimCase] = &[
-    ClaimCase { what: "absent", before: None, claims: true, extends: true },
-    ClaimCase { what: "expired, another's", before: Some(("other", 5, -20, -1)), claims: true, extends: true },
-    ClaimCase { what: "valid, another's", before: Some(("other", 5, -5, 30)), claims: false, extends: false },
-    ClaimCase { what: "valid, mine", before: Some(("me", 5, -5, 30)), claims: false, extends: true },
-    ClaimCase { what: "expired, mine", before: Some(("me", 5, -20, -1)), claims: true, extends: true },
-    // The row was written (released, renewed) after this call read its
-    // clock: a stale reading must not extend it.
-    ClaimCase { what: "valid, mine, written later", before: Some(("me", 5, 2, 30)), claims: false, extends: false },
-];
-
-/// A claim case's row: holder, fence, renewed_at, expires_at, terms.
-type ClaimRow = (String, i64, i64, i64, i64);
-
-/// The row of `name` and the server's now.
-fn claim_row(c: &mut mysql::Conn, table: &str, name: &str) -> Option<(ClaimRow, i64)> {
-    let q = format!(
-        "SELECT holder, fence, renewed_at, expires_at, terms, {NOW_SQL} FROM `{table}` WHERE name = {}",
-        hex(name.as_bytes())
-    );
-    let row: Option<(Vec<u8>, i64, i64, i64, i64, i64)> = c.query_first(&q).unwrap_or_else(|e| panic!("{q}: {e}"));
-    row.map(|(h, f, r, e, t, now)| ((String::from_utf8(h).unwrap(), f, r, e, t), now))
-}
-
-/// Runs `claim(table, name)` for every case on a session in `mode`, and
-/// returns the cases whose outcome was wrong, with what happened.
-fn run_claim_cases(c: &mut mysql::Conn, table: &str, claim: &dyn Fn(&str, &str) -> String) -> Vec<String> {
-    let ttl: i64 = 60_000_000;
-    let mut wrong = Vec::new();
-    for (k, case) in CLAIM_CASES.iter().enumerate() {
-        let name = format!("order-{k}-{}", random_tag());
-        if let Some((holder, fence, renewed, expires)) = case.before {
-            exec(
-                c,
-                &format!(
-                    "INSERT INTO `{table}` (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
-                     VALUES ({}, {}, {fence}, {NOW_SQL} - 100000000, {NOW_SQL} + {renewed}000000, \
-                     {NOW_SQL} + {expires}000000, X'', 3)",
-                    hex(name.as_bytes()),
-                    hex(holder.as_bytes())
-                ),
-            );
-        }
-        let before = claim_row(c, table, &name);
-        let q = claim(table, &name);
-        let ran = c.query_iter(&q).and_then(|mut r| {
-            while let Some(set) = r.iter() {
-                for row in set {
-                    row?;
-                }
-            }
-            Ok(())
-        });
-        ran.unwrap_or_else(|e| panic!("{}: {q}: {e}", case.what));
-        let Some((after, now)) = claim_row(c, table, &name) else {
-            wrong.push(format!("{}: no row after the claim", case.what));
-            continue;
-        };
-        let (holder, fence, renewed, expires, terms) = after.clone();
-        let old = before.map(|(b, _)| b);
-        let ok = match (&old, case.claims, case.extends) {
-            (None, _, _) => holder == "me" && terms == 1 && expires - renewed == ttl,
-            (Some(b), true, _) => {
-                holder == "me" && fence > b.1 && terms == b.4 + 1 && expires - renewed == ttl && renewed <= now
-            }
-            (Some(b), false, true) => {
-                holder == b.0 && fence == b.1 && terms == b.4 && renewed > b.2 && expires == renewed + ttl
-            }
-            (Some(b), false, false) => after == *b,
-        };
-        if !ok {
-            wrong.push(format!("{}: {old:?} -> {after:?}", case.what));
-        }
-    }
-    wrong
-}
-
 /// The claim means the same whatever order the server evaluates its
 /// `ON DUPLICATE KEY UPDATE` assignments in: run bare (without the
 /// settings a call pins), on sessions with MariaDB's default order and with
@@ -1037,94 +948,6 @@ fn the_claim_means_the_same_under_every_assignment_order() {
         "the negative control was not caught: {simultaneous:#?}"
     );
     eprintln!("the old claim under SIMULTANEOUS_ASSIGNMENT: {simultaneous:#?}");
-}
-
-/// The claim as the store runs it, without the settings it pins.
-fn current_claim(table: &str, name: &str) -> String {
-    leaderelection::mysql::__claim_unpinned(table, name, "me", Duration::from_secs(60), b"").unwrap()
-}
-
-/// The claim as it was before issue 16: `holder` assigned first and read by
-/// the assignments after it, the clock read by each statement. The negative
-/// control of the assignment-order checks.
-fn old_claim(table: &str, name: &str) -> String {
-    let (n, i, p, t) = (hex(name.as_bytes()), hex(b"me"), "X''", 60_000_000);
-    format!(
-        "START TRANSACTION; \
-         INSERT INTO `{table}` (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
-         VALUES ({n}, {i}, GREATEST(1, {NOW_SQL}), {NOW_SQL}, {NOW_SQL}, {NOW_SQL} + {t}, {p}, 1) \
-         ON DUPLICATE KEY UPDATE \
-           holder = IF(expires_at <= {NOW_SQL}, {i}, holder), \
-           fence = IF(holder = {i} AND expires_at <= {NOW_SQL}, GREATEST(fence + 1, {NOW_SQL}), fence), \
-           acquired_at = IF(holder = {i} AND expires_at <= {NOW_SQL}, {NOW_SQL}, acquired_at), \
-           terms = IF(holder = {i} AND expires_at <= {NOW_SQL}, terms + 1, terms), \
-           renewed_at = IF(holder = {i}, {NOW_SQL}, renewed_at), \
-           payload = IF(holder = {i}, {p}, payload), \
-           expires_at = IF(holder = {i}, GREATEST(expires_at, {NOW_SQL} + {t}), expires_at); \
-         COMMIT;"
-    )
-}
-
-/// Every server mode at once that changed what a statement meant or broke
-/// a call (issue 16, item 4), on a private MariaDB started with them:
-/// `sql_mode=ORACLE` (which has `SIMULTANEOUS_ASSIGNMENT`),
-/// `completion_type=RELEASE`, a named global time zone (New York, with its
-/// daylight-saving rules), statement-based binary logging, and serializable
-/// transactions by default. The acceptance suite passes on it, and a fleet
-/// of four whose leader is crashed twice keeps one leader at a time by the
-/// chaos oracle's sampler. The negative control: on a session of that
-/// server, the old claim takes over an expired row with the dead leader's
-/// fence.
-#[test]
-fn the_store_and_a_fleet_under_hostile_server_modes() {
-    use support::maria_server::MariaServer;
-    let server = MariaServer::start_with(&[
-        "--sql-mode=ORACLE",
-        "--completion-type=RELEASE",
-        "--log-bin",
-        "--binlog-format=STATEMENT",
-        "--server-id=7",
-        "--transaction-isolation=SERIALIZABLE",
-    ]);
-    // The named zone needs the server's time zone tables.
-    let zone = std::process::Command::new("mariadb-tzinfo-to-sql")
-        .args(["/usr/share/zoneinfo/America/New_York", "America/New_York"])
-        .output()
-        .expect("mariadb-tzinfo-to-sql");
-    assert!(zone.status.success(), "{}", String::from_utf8_lossy(&zone.stderr));
-    let mut root = mysql::Conn::new(
-        mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&server.admin_url()).unwrap()).prefer_socket(false),
-    )
-    .unwrap();
-    exec(&mut root, "SET SESSION sql_mode = '', completion_type = 'NO_CHAIN', autocommit = 1");
-    exec(&mut root, "USE mysql");
-    root.query_drop(String::from_utf8(zone.stdout).unwrap()).expect("load America/New_York");
-    exec(&mut root, "SET GLOBAL time_zone = 'America/New_York'");
-    let modes: Vec<String> = server.query(
-        "SELECT CONCAT_WS(' | ', @@GLOBAL.sql_mode, @@GLOBAL.completion_type, @@GLOBAL.time_zone, \
-         @@GLOBAL.binlog_format, @@GLOBAL.log_bin, @@GLOBAL.tx_isolation)",
-    );
-    eprintln!("hostile modes: {modes:?}");
-    assert!(modes[0].contains("SIMULTANEOUS_ASSIGNMENT"), "{modes:?}");
-    assert!(
-        modes[0].ends_with("| RELEASE | America/New_York | STATEMENT | ON | SERIALIZABLE"),
-        "the server is not in the hostile modes: {modes:?}"
-    );
-
-    let store = || MySqlStore::builder(&server.url()).table("le_hostile").build().unwrap();
-    store().ensure_schema().expect("ensure_schema under the hostile modes");
-    leaderelection::storetest::run_all(&store());
-    support::elector::fleet_survives_leader_crashes("mariadb, hostile modes", store, 2);
-
-    // The negative control, on a session that keeps the server's sql_mode.
-    let mut c = mysql::Conn::new(
-        mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&server.admin_url()).unwrap()).prefer_socket(false),
-    )
-    .unwrap();
-    exec(&mut c, "SET SESSION completion_type = 'NO_CHAIN', autocommit = 1");
-    let wrong = run_claim_cases(&mut c, "le_hostile", &old_claim);
-    assert!(wrong.iter().any(|w| w.starts_with("expired, another's")), "not caught: {wrong:#?}");
-    assert!(run_claim_cases(&mut c, "le_hostile", &current_claim).is_empty(), "the current claim, bare, too");
 }
 
 /// A table made by hand whose `name` column compares without case (a
@@ -1200,28 +1023,6 @@ fn completion_type_release_does_not_end_the_session_at_each_commit() {
     assert!(first.len() == 1 && sessions() == first, "the session did not survive the commits: {first:?}");
 }
 
-/// A statement over the server's `max_allowed_packet` (here 16 KiB, and a
-/// payload whose claim needs more) is refused by the driver before it is
-/// sent; that used to be retried for ever as a connection error. It is
-/// fatal now, with both sizes and the setting named, and a payload that
-/// fits works on the same store (the control).
-#[test]
-fn a_statement_over_max_allowed_packet_is_fatal_and_names_the_setting() {
-    let server = support::maria_server::MariaServer::start_with(&["--max-allowed-packet=16384"]);
-    let s = MySqlStore::builder(&server.url()).table("le_packet").build().unwrap();
-    s.ensure_schema().unwrap();
-    let fits = vec![7u8; 4 * 1024];
-    assert!(s.acquire("small", "a", LONG, &fits, T).unwrap().held_by("a"));
-    let big = vec![7u8; 12 * 1024];
-    let e = s.acquire("big", "a", LONG, &big, T).expect_err("a claim over max_allowed_packet");
-    eprintln!("over max_allowed_packet: {e}");
-    assert!(e.is_fatal(), "{e}");
-    assert!(e.to_string().contains("more than max_allowed_packet (16384 bytes)"), "{e}");
-    let e = s.renew("small", "a", 1, LONG, &big, T).expect_err("a renewal over max_allowed_packet");
-    assert!(e.is_fatal(), "{e}");
-    assert!(s.inspect("small", T).unwrap().held_by("a"), "the store still works");
-}
-
 /// The race of a renewal and its holder's release (issue 16, item 8): the
 /// renewal reads its clock, then waits for the row behind another
 /// session's lock; meanwhile a release that read its clock later takes the
@@ -1240,13 +1041,16 @@ fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it() {
     exec(&mut locker, "START TRANSACTION");
     exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
     let renewed = std::thread::scope(|sc| {
-        let renewal = sc.spawn(|| s.renew(&name, "a", lease.fence, ttl, b"late", T));
+        // A long timeout (the server's lock-wait bound is 3/4 of it), so the
+        // renewal is still waiting whenever a loaded machine lets the
+        // watcher look.
+        let renewal = sc.spawn(|| s.renew(&name, "a", lease.fence, ttl, b"late", LONG));
         let mut watcher = admin(SHARED);
         let q = format!(
             "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE '%{}%'",
             hex(name.as_bytes()).trim_start_matches("X'").trim_end_matches('\'')
         );
-        let waiting = wait_for(Duration::from_secs(3), || watcher.query_first::<i64, _>(&q).unwrap() == Some(1));
+        let waiting = wait_for(Duration::from_secs(20), || watcher.query_first::<i64, _>(&q).unwrap() == Some(1));
         assert!(waiting, "the renewal never waited on the row lock");
         exec(
             &mut locker,

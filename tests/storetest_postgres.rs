@@ -222,9 +222,12 @@ fn renew_behind_a_row_lock<R>(
     let mut tx = locker.transaction().unwrap();
     tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = {} FOR UPDATE", lit(name))).unwrap();
     std::thread::scope(|sc| {
-        let renewal = sc.spawn(|| s.renew(name, "a", fence, ttl, payload, T));
+        // A long timeout (the server's lock bound is 3/4 of it), so the
+        // renewal is still waiting whenever a loaded machine lets the
+        // watcher look.
+        let renewal = sc.spawn(|| s.renew(name, "a", fence, ttl, payload, LONG));
         let mut admin = client(DIRECT);
-        let waiting = wait_for(Duration::from_secs(3), || {
+        let waiting = wait_for(Duration::from_secs(20), || {
             let q = format!(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE {}",
                 lit(&format!("%UPDATE%{name}%"))

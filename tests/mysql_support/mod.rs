@@ -3,6 +3,8 @@
 //! the proxy) are in `tests/support`; a suite declares both modules.
 #![allow(dead_code)]
 
+pub mod claims;
+
 use mysql::prelude::Queryable;
 
 pub const SHARED: &str = "LE_MYSQL_URL";
