@@ -22,6 +22,9 @@ pub enum OpKind {
     ClaimSlot,
     /// `Store::finish_slot`, from [`LeaderGuard::finish_slot`](crate::LeaderGuard::finish_slot).
     FinishSlot,
+    /// A lease check in a transaction of the program's, from
+    /// [`LeaderGuard::lease_check`](crate::LeaderGuard::lease_check).
+    CheckLease,
 }
 
 impl fmt::Display for OpKind {
@@ -33,6 +36,7 @@ impl fmt::Display for OpKind {
             OpKind::Release => "release",
             OpKind::ClaimSlot => "claim_slot",
             OpKind::FinishSlot => "finish_slot",
+            OpKind::CheckLease => "check_lease",
         })
     }
 }

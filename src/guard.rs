@@ -429,6 +429,24 @@ impl LeaderGuard {
             .map_err(|e| ElectionError::store(OpKind::FinishSlot, e))
     }
 
+    /// What a lease check of this term in a transaction of yours needs:
+    /// the election, this elector's identity and the term's fence (see
+    /// `PostgresStore::check_lease`, `MySqlStore::check_lease`, or their
+    /// `lease_check_sql` for another driver).
+    ///
+    /// # Errors
+    ///
+    /// [`ElectionError::NotLeading`] once the term has ended by this
+    /// process's clock (a check would fail anyway); a fatal error for a
+    /// test term, which has no election.
+    pub fn lease_check(&self) -> Result<LeaseCheck<'_>, ElectionError> {
+        let ts = self.term_store(OpKind::CheckLease)?;
+        if !self.is_valid() {
+            return Err(ElectionError::NotLeading);
+        }
+        Ok(LeaseCheck { name: &ts.name, identity: &ts.identity, fence: self.term.fence })
+    }
+
     fn term_store(&self, op: OpKind) -> Result<&TermStore, ElectionError> {
         self.term
             .store
@@ -489,6 +507,19 @@ impl fmt::Debug for LeaderGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaderGuard").field("fence", &self.term.fence).field("valid", &self.is_valid()).finish()
     }
+}
+
+/// The values of a lease check of one term, from
+/// [`LeaderGuard::lease_check`]: the parameters of the stores'
+/// `lease_check_sql`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseCheck<'a> {
+    /// The election's name.
+    pub name: &'a str,
+    /// The elector's identity, as the lease row holds it.
+    pub identity: &'a str,
+    /// The term's fence.
+    pub fence: u64,
 }
 
 /// Whether a timed wait ran out of time, as from

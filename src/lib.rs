@@ -102,7 +102,7 @@ pub use config::{
 };
 pub use elector::{Elector, StartError, WaitLeaderError};
 pub use error::{ElectionError, OpKind};
-pub use guard::{LeaderGuard, WaitTimeoutResult};
+pub use guard::{LeaderGuard, LeaseCheck, WaitTimeoutResult};
 pub use identity::{base_identity, generate_identity, IdentityError};
 pub use lease::{DbTime, Lease};
 pub use memstore::{MemStats, MemStore};

@@ -255,6 +255,11 @@ impl StoreError {
         StoreError { kind: ErrorKind::LeaseLost, message: "lease lost".into(), source: None }
     }
 
+    /// The lease is not held, with why: for checks that find it gone.
+    pub(crate) fn lease_lost_because(why: &str) -> StoreError {
+        StoreError { kind: ErrorKind::LeaseLost, message: format!("lease lost: {why}"), source: None }
+    }
+
     /// The election has no row.
     pub fn no_lease(name: &str) -> StoreError {
         StoreError { kind: ErrorKind::NoLease, message: format!("no lease for election {name:?}"), source: None }

@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod check;
 mod conn;
 mod sql;
 mod tls;
@@ -100,6 +101,8 @@ pub struct PostgresStore {
     /// the pool's connection timeout for a pool built elsewhere).
     connect_wait: Duration,
     server: Option<String>,
+    /// A lease check has found the unique index it needs.
+    fence_index_seen: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Settings for a [`PostgresStore`], from [`PostgresStore::builder`].
@@ -276,6 +279,7 @@ impl PostgresStore {
             ddl_timeout,
             connect_log: None,
             server: None,
+            fence_index_seen: Arc::default(),
         })
     }
 
@@ -310,7 +314,8 @@ impl PostgresStore {
             format!("CREATE SCHEMA IF NOT EXISTS {};\n", quote_postgres("schema", schema)?)
         };
         let slots = slots_table(schema, table).map(|t| sql::create_slots(&t)).unwrap_or_default();
-        Ok(format!("{create_schema}{}{slots}", sql::create_table(&q)))
+        let index = fence_index(schema, table).map(|(i, _)| sql::create_fence_index(&i, &q)).unwrap_or_default();
+        Ok(format!("{create_schema}{}{index}{slots}", sql::create_table(&q)))
     }
 
     /// The schema and table this store uses.
@@ -340,6 +345,12 @@ impl PostgresStore {
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
         let ddl = PostgresStore::schema(&self.schema, &self.table)
             .map_err(|e| StoreError::fatal("invalid election table").with_source(e))?;
+        // The index is made below, once the catalog says it is missing:
+        // `CREATE INDEX IF NOT EXISTS` takes the table's lock either way.
+        let ddl = match fence_index(&self.schema, &self.table) {
+            Some((index, _)) => ddl.replace(&sql::create_fence_index(&index, &self.qualified), ""),
+            None => ddl,
+        };
         let create = format!("{ddl}{}", sql::has_terms(&self.qualified)?);
         let add = sql::add_terms(&self.qualified);
         let deadline = deadline_after(self.ddl_timeout);
@@ -356,6 +367,7 @@ impl PostgresStore {
                 self.run("ensure_schema", &format!("SET LOCAL lock_timeout = {wait}; {add}"), deadline, sql::Pin::None)
                     .map(drop)
             });
+            let step = step.and_then(|()| self.ensure_fence_index(deadline));
             match step {
                 Ok(()) => return Ok(()),
                 // Two replicas creating the table or adding the column at
@@ -370,6 +382,21 @@ impl PostgresStore {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Makes the unique index lease checks need, when the catalog says it
+    /// is missing, under a short lock timeout (the build takes a `SHARE`
+    /// lock, which renewals queue behind; the table is tiny).
+    fn ensure_fence_index(&self, deadline: Instant) -> Result<(), StoreError> {
+        let Some((index, bare)) = fence_index(&self.schema, &self.table) else { return Ok(()) };
+        let rows = self.run("ensure_schema", &sql::has_fence_index(&self.schema, &bare)?, deadline, sql::Pin::None)?;
+        if sql::first_text(&rows) == Some("1") {
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let wait = ALTER_LOCK_WAIT.min(left * 3 / 4).as_millis().max(1);
+        let create = format!("SET LOCAL lock_timeout = {wait}; {}", sql::create_fence_index(&index, &self.qualified));
+        self.run("ensure_schema", &create, deadline, sql::Pin::None).map(drop)
     }
 
     /// Runs `body` on a pooled connection before `deadline`, with the
@@ -578,6 +605,14 @@ fn qualified(schema: &str, table: &str) -> Result<String, IdentError> {
 /// fits PostgreSQL's 63 bytes.
 fn slots_table(schema: &str, table: &str) -> Option<String> {
     qualified(schema, &format!("{table}_slots")).ok()
+}
+
+/// The unique index on `(name, fence)` that lease checks need:
+/// `table_name_fence` (in the table's schema), quoted, and its bare name;
+/// when that name fits PostgreSQL's 63 bytes.
+fn fence_index(_schema: &str, table: &str) -> Option<(String, String)> {
+    let name = format!("{table}_name_fence");
+    quote_postgres("index", &name).ok().map(|q| (q, name))
 }
 
 impl Store for PostgresStore {

@@ -58,6 +58,82 @@ pub(crate) fn create_table(table: &str) -> String {
     )
 }
 
+/// The unique index on `(name, fence)` that makes a lease check hold a
+/// claim off: a claim changes `fence`, a column of a unique index, so it
+/// needs the row lock that a check's `FOR KEY SHARE` blocks, while a
+/// renewal changes no indexed column and goes through (and stays a HOT
+/// update). `index_name` is quoted (the index lives in the table's
+/// schema), `table` quoted and schema-qualified. A plain
+/// `CREATE INDEX` (the table has one row per election, so it is built at
+/// once), under the caller's lock timeout.
+pub(crate) fn create_fence_index(index_name: &str, table: &str) -> String {
+    format!("CREATE UNIQUE INDEX IF NOT EXISTS {index_name} ON {table} (name, fence);\n")
+}
+
+/// Whether the valid unique index `index_name` (unquoted) of schema
+/// `schema` exists: `1` or `0`. A catalog read, so it takes no table lock.
+pub(crate) fn has_fence_index(schema: &str, index_name: &str) -> Result<String, StoreError> {
+    let (s, i) = (literal("schema", schema)?, literal("index", index_name)?);
+    Ok(format!(
+        "SELECT count(*)::text FROM pg_catalog.pg_index x \
+         JOIN pg_catalog.pg_class c ON c.oid = x.indexrelid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = {s} AND c.relname = {i} AND x.indisunique AND x.indisvalid"
+    ))
+}
+
+/// The lease check, with parameters `$1` (the election's name, text), `$2`
+/// (the identity, text) and `$3` (the fence, bigint): one row back while
+/// this term holds the lease, none otherwise. `FOR KEY SHARE` holds a
+/// claim of a new term off until the transaction ends, and lets the
+/// holder's renewals through; the expiry is compared with the clock as the
+/// check runs (`clock_timestamp()`), not with the transaction's start.
+pub(crate) fn lease_check(table: &str) -> String {
+    format!(
+        "SELECT 1 FROM {table} WHERE name = $1 AND holder = $2 AND fence = $3 \
+         AND expires_at > pg_catalog.clock_timestamp() FOR KEY SHARE"
+    )
+}
+
+/// The lease check with its values written in, as one statement that
+/// fails when the term no longer holds the lease (a `DO` block raising
+/// SQLSTATE `LE001`, so `psql -v ON_ERROR_STOP=1` stops and the transaction
+/// is rolled back), and also when the unique index it needs is missing
+/// (`LE002`). Every value is a literal, and the block's dollar quote is one
+/// no value contains, so nothing in a name can end it early.
+pub(crate) fn lease_check_literal(
+    table: &str,
+    schema: &str,
+    index_name: &str,
+    name: &str,
+    identity: &str,
+    fence: u64,
+) -> Result<String, StoreError> {
+    let (n, i) = (literal("election name", name)?, literal("identity", identity)?);
+    let index = has_fence_index(schema, index_name)?;
+    let no_index = literal(
+        "message",
+        &format!("leaderelection: the lease check needs the unique index {index_name} (ensure_schema makes it)"),
+    )?;
+    let lost = literal(
+        "message",
+        &format!("leaderelection: the term with fence {fence} no longer holds the lease of {name:?}"),
+    )?;
+    let body = format!(
+        " BEGIN \
+           IF ({index}) <> '1' THEN RAISE EXCEPTION USING MESSAGE = {no_index}, ERRCODE = 'LE002'; END IF; \
+           PERFORM 1 FROM {table} WHERE name = {n} AND holder = {i} AND fence = {fence} \
+             AND expires_at > pg_catalog.clock_timestamp() FOR KEY SHARE; \
+           IF NOT FOUND THEN RAISE EXCEPTION USING MESSAGE = {lost}, ERRCODE = 'LE001'; END IF; \
+         END "
+    );
+    let mut tag = String::from("leaderelection");
+    while body.contains(&format!("${tag}$")) {
+        tag.push('_');
+    }
+    Ok(format!("DO ${tag}${body}${tag}$;"))
+}
+
 /// The table of slots claimed (see [`crate::slot`]): one row per election
 /// and slot, with the fence of the term that claimed it, when, and how its
 /// run ended (`outcome`, 0 for success; NULL while it runs, or when it was
