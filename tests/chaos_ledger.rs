@@ -8,40 +8,49 @@
 //! of its own, owned by this process.
 //!
 //! One scenario per path (PostgreSQL direct, PostgreSQL through PgBouncer in
-//! transaction mode) and mode, four faults in a row, each on the leader of
-//! the moment, each in the middle of a transaction (after the check and the
-//! insert, before the clock and `COMMIT`):
+//! transaction mode, MariaDB) and mode, five faults in a row, each on the
+//! leader of the moment, each in the middle of a transaction (after the
+//! check and the insert, before the clock and `COMMIT`):
 //! 1. `sigstop`: the leader is SIGSTOPped for longer than the lease and
 //!    continued once a successor has committed a row;
-//! 2. `partition_silent`: the leader's path goes silent (blackhole: the
+//! 2. `sigstop_brief`: the leader is SIGSTOPped for [`BRIEF`], past the
+//!    lease and short of the server's idle timeout, and continued;
+//! 3. `partition_silent`: the leader's path goes silent (blackhole: the
 //!    connections stay up, nothing moves), held until a successor has
 //!    committed a row;
-//! 3. `partition_reset`: the leader's path refuses connections and resets
+//! 4. `partition_reset`: the leader's path refuses connections and resets
 //!    the ones it had, likewise;
-//! 4. `sigkill`: the leader is SIGKILLed.
+//! 5. `sigkill`: the leader is SIGKILLed.
 //!
-//! The workers' transactions end by the server when idle for [`IDLE`]
-//! (`idle_in_transaction_session_timeout`, by `SET LOCAL` in each, which
-//! PgBouncer carries): a checked transaction holds every claim off while
-//! it is open, so a stopped or silent leader would otherwise hold the
+//! The server ends a worker's transaction once it has been idle for [`IDLE`]
+//! (PostgreSQL: `idle_in_transaction_session_timeout`, by `SET LOCAL` in each
+//! transaction, which PgBouncer carries; MariaDB: the session's
+//! `idle_transaction_timeout`): a checked transaction holds every claim off
+//! while it is open, so a stopped or silent leader would otherwise hold the
 //! election forever.
 //!
 //! The oracle (`ledger_support/oracle.rs`), on the committed rows in commit
 //! order: fences never decrease, no row of term N commits after term N+1's
-//! first row, one writer per fence. Checked: it must pass, every paused
-//! leader's transaction must fail (and its row be absent), no successor may
-//! lead before the server ended the paused transaction, and someone must
-//! lead again after each fault within the stated bound. The negative
-//! control runs the same faults and writes with `guard.is_valid()` before
-//! each transaction instead of the check: the stopped and the silent
-//! leaders' rows must commit after the successor's, and the oracle must
-//! report both.
+//! first row, one writer per fence; and the ledger agrees with what the
+//! workers reported. Checked: the oracle must pass; the transactions of the
+//! leaders stopped or cut off until a successor led must fail (their rows
+//! absent), and no successor may lead before the server ended them; the
+//! briefly stopped leader's transaction commits, nobody having led during
+//! the stop; someone leads again after each fault within the stated bound
+//! ([`RECOVERY`], plus [`IDLE`] where the transaction stays open on the
+//! server). The negative control runs the same faults and writes, with the
+//! same idle timeout, with `guard.is_valid()` before each transaction
+//! instead of the check: the rows of the stopped, briefly stopped and
+//! silent leaders must commit after their successors' first rows, and the
+//! oracle must report each as a fence decrease and a late row.
 //!
 //! Each scenario prints `chaos-ledger <path>/<scenario> …` lines with what
 //! it measured. Run with `bash scripts/test.sh`, or alone after
-//! `source scripts/db.sh` (`--test-threads 4 --nocapture` keeps the figures).
+//! `source scripts/db.sh; source scripts/mysql.sh`:
+//! `cargo test --features postgres,mysql,storetest --test chaos_ledger -- --test-threads 4 --nocapture`.
 
 mod ledger_support;
+mod mysql_support;
 mod pg_support;
 mod support;
 
@@ -405,6 +414,11 @@ fn checked_writes_never_commit_after_a_successor_pgbouncer() {
 }
 
 #[test]
+fn checked_writes_never_commit_after_a_successor_mariadb() {
+    scenario(Path::Maria, Mode::Checked);
+}
+
+#[test]
 fn without_the_check_paused_writes_commit_after_a_successor_postgres() {
     scenario(Path::Pg, Mode::Unchecked);
 }
@@ -412,6 +426,11 @@ fn without_the_check_paused_writes_commit_after_a_successor_postgres() {
 #[test]
 fn without_the_check_paused_writes_commit_after_a_successor_pgbouncer() {
     scenario(Path::Bouncer, Mode::Unchecked);
+}
+
+#[test]
+fn without_the_check_paused_writes_commit_after_a_successor_mariadb() {
+    scenario(Path::Maria, Mode::Unchecked);
 }
 
 /// The oracle on hand-made ledgers: commit order with rising fences

@@ -12,8 +12,11 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use leaderelection::mysql::MySqlStore;
 use leaderelection::postgres::PostgresStore;
+use mysql::prelude::Queryable;
 
+use crate::mysql_support::{self, SHARED};
 use crate::pg_support::{self, BOUNCER, DIRECT};
 use crate::support::TIMING;
 use oracle::Row;
@@ -77,6 +80,8 @@ pub enum Path {
     Pg,
     /// PostgreSQL through PgBouncer in transaction mode.
     Bouncer,
+    /// MariaDB.
+    Maria,
 }
 
 impl fmt::Display for Path {
@@ -90,6 +95,7 @@ impl Path {
         match self {
             Path::Pg => "postgres",
             Path::Bouncer => "pgbouncer",
+            Path::Maria => "mariadb",
         }
     }
 
@@ -97,6 +103,7 @@ impl Path {
         match s {
             "postgres" => Path::Pg,
             "pgbouncer" => Path::Bouncer,
+            "mariadb" => Path::Maria,
             _ => panic!("unknown path {s:?}"),
         }
     }
@@ -107,11 +114,15 @@ impl Path {
         match self {
             Path::Pg => DIRECT,
             Path::Bouncer => BOUNCER,
+            Path::Maria => SHARED,
         }
     }
 
     /// Where the workers' fault proxies forward to.
     pub fn upstream(self) -> SocketAddr {
+        if self == Path::Maria {
+            return SocketAddr::from(([127, 0, 0, 1], mysql_support::port(SHARED)));
+        }
         let (host, port) = pg_support::host_port(self.var());
         let ip = if host == "localhost" { "127.0.0.1".to_owned() } else { host };
         SocketAddr::new(ip.parse().expect("the test server's host is an IP address"), port)
@@ -119,16 +130,64 @@ impl Path {
 
     /// The URL a worker uses, through local port `port` (its proxy's).
     pub fn url_via(self, port: u16) -> String {
-        pg_support::dsn_via(self.var(), "127.0.0.1", port, None, "")
+        match self {
+            Path::Maria => mysql_support::url_via(SHARED, "root", "127.0.0.1", port, ""),
+            _ => pg_support::dsn_via(self.var(), "127.0.0.1", port, None, ""),
+        }
     }
 }
 
-/// The tables of one scenario: the election's, the ledger and its clock.
+/// The tables of one scenario: the election's (and whatever else its
+/// store's `ensure_schema` makes, all named after it), the ledger and its
+/// clock. Every name holds the scenario's random tag.
 pub struct Tables {
     pub path: Path,
+    tag: String,
     pub election: String,
     pub ledger: String,
     pub clock: String,
+}
+
+/// One query's rows as text, on the path's admin connection (PostgreSQL
+/// direct for both PostgreSQL paths).
+fn text_rows(path: Path, q: &str) -> Vec<Vec<String>> {
+    match path {
+        Path::Maria => {
+            let mut c = mysql_support::admin(SHARED);
+            let rows: Vec<mysql::Row> = c.query(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+            rows.into_iter()
+                .map(|r| {
+                    (0..r.len())
+                        .map(|i| match r.as_ref(i) {
+                            Some(mysql::Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+                            Some(mysql::Value::Int(n)) => n.to_string(),
+                            Some(mysql::Value::UInt(n)) => n.to_string(),
+                            other => panic!("{q}: unexpected value {other:?}"),
+                        })
+                        .collect()
+                })
+                .collect()
+        }
+        _ => {
+            let mut c = pg_support::client(DIRECT);
+            let msgs = c.simple_query(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+            msgs.into_iter()
+                .filter_map(|m| match m {
+                    postgres::SimpleQueryMessage::Row(r) => {
+                        Some((0..r.len()).map(|i| r.get(i).unwrap_or_default().to_owned()).collect())
+                    }
+                    _ => None,
+                })
+                .collect()
+        }
+    }
+}
+
+fn execute(path: Path, q: &str) {
+    match path {
+        Path::Maria => mysql_support::exec(&mut mysql_support::admin(SHARED), q),
+        _ => pg_support::client(DIRECT).batch_execute(q).unwrap_or_else(|e| panic!("{q}: {e}")),
+    }
 }
 
 impl Tables {
@@ -140,43 +199,68 @@ impl Tables {
             election: format!("ledger_elect_{tag}"),
             ledger: format!("ledger_{tag}"),
             clock: format!("ledger_{tag}_clock"),
+            tag,
         };
-        let mut c = pg_support::client(DIRECT);
-        c.batch_execute(&format!(
-            "CREATE TABLE public.\"{l}\" (id bigserial PRIMARY KEY, fence bigint NOT NULL, worker text NOT NULL, \
-             seq bigint NOT NULL, checked boolean NOT NULL, stamp bigint UNIQUE, \
-             written_at timestamptz NOT NULL DEFAULT clock_timestamp());
-             CREATE TABLE public.\"{k}\" (n bigint NOT NULL);
-             INSERT INTO public.\"{k}\" VALUES (0);",
-            l = t.ledger,
-            k = t.clock
-        ))
-        .unwrap_or_else(|e| panic!("creating the ledger tables: {e}"));
-        let store = PostgresStore::builder(&pg_support::dsn(DIRECT))
-            .table("public", t.election.clone())
-            .build()
-            .unwrap_or_else(|e| panic!("election store: {e}"));
-        store.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+        let (l, k) = (&t.ledger, &t.clock);
+        match path {
+            Path::Maria => {
+                execute(
+                    path,
+                    &format!(
+                        "CREATE TABLE `{l}` (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, fence BIGINT NOT NULL, \
+                         worker VARCHAR(16) NOT NULL, seq BIGINT NOT NULL, checked BOOLEAN NOT NULL, \
+                         stamp BIGINT NULL UNIQUE, written_at DATETIME(6) NOT NULL DEFAULT NOW(6)) ENGINE = InnoDB"
+                    ),
+                );
+                execute(path, &format!("CREATE TABLE `{k}` (n BIGINT NOT NULL) ENGINE = InnoDB"));
+                execute(path, &format!("INSERT INTO `{k}` VALUES (0)"));
+                let store = MySqlStore::builder(&mysql_support::url(SHARED))
+                    .table(t.election.clone())
+                    .build()
+                    .unwrap_or_else(|e| panic!("election store: {e}"));
+                store.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+            }
+            _ => {
+                execute(
+                    path,
+                    &format!(
+                        "CREATE TABLE public.\"{l}\" (id bigserial PRIMARY KEY, fence bigint NOT NULL, \
+                         worker text NOT NULL, seq bigint NOT NULL, checked boolean NOT NULL, stamp bigint UNIQUE, \
+                         written_at timestamptz NOT NULL DEFAULT clock_timestamp());
+                         CREATE TABLE public.\"{k}\" (n bigint NOT NULL);
+                         INSERT INTO public.\"{k}\" VALUES (0);"
+                    ),
+                );
+                let store = PostgresStore::builder(&pg_support::dsn(DIRECT))
+                    .table("public", t.election.clone())
+                    .build()
+                    .unwrap_or_else(|e| panic!("election store: {e}"));
+                store.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+            }
+        }
         t
+    }
+
+    fn quoted(&self, table: &str) -> String {
+        match self.path {
+            Path::Maria => format!("`{table}`"),
+            _ => format!("public.\"{table}\""),
+        }
     }
 
     /// Every committed row of the ledger.
     pub fn rows(&self) -> Vec<Row> {
-        let mut c = pg_support::client(DIRECT);
         let q = format!(
-            "SELECT stamp::text, fence::text, worker, seq::text FROM public.\"{}\" WHERE stamp IS NOT NULL ORDER BY stamp",
-            self.ledger
+            "SELECT stamp, fence, worker, seq FROM {} WHERE stamp IS NOT NULL ORDER BY stamp",
+            self.quoted(&self.ledger)
         );
-        let rows = c.simple_query(&q).unwrap_or_else(|e| panic!("reading the ledger: {e}"));
-        rows.into_iter()
-            .filter_map(|m| match m {
-                postgres::SimpleQueryMessage::Row(r) => Some(Row {
-                    stamp: r.get(0).unwrap().parse().unwrap(),
-                    fence: r.get(1).unwrap().parse().unwrap(),
-                    worker: r.get(2).unwrap().to_owned(),
-                    seq: r.get(3).unwrap().parse().unwrap(),
-                }),
-                _ => None,
+        text_rows(self.path, &q)
+            .into_iter()
+            .map(|r| Row {
+                stamp: r[0].parse().unwrap(),
+                fence: r[1].parse().unwrap(),
+                worker: r[2].clone(),
+                seq: r[3].parse().unwrap(),
             })
             .collect()
     }
@@ -184,26 +268,23 @@ impl Tables {
     /// Rows without a stamp: there must be none (the stamp is written in
     /// the same transaction as the row).
     pub fn unstamped(&self) -> i64 {
-        let mut c = pg_support::client(DIRECT);
-        let q = format!("SELECT count(*)::text FROM public.\"{}\" WHERE stamp IS NULL", self.ledger);
-        let rows = c.simple_query(&q).unwrap_or_else(|e| panic!("counting unstamped rows: {e}"));
-        rows.iter()
-            .find_map(|m| match m {
-                postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|n| n.parse().ok()),
-                _ => None,
-            })
-            .expect("a count")
+        let q = format!("SELECT count(*) FROM {} WHERE stamp IS NULL", self.quoted(&self.ledger));
+        text_rows(self.path, &q)[0][0].parse().unwrap()
     }
 
-    /// Drops the scenario's tables.
+    /// Drops every table of the scenario (those `ensure_schema` made too).
     pub fn drop_all(&self) {
-        let mut c = pg_support::client(DIRECT);
-        let q = format!(
-            "DROP TABLE IF EXISTS public.\"{}\", public.\"{}\", public.\"{}\", public.\"{}_slots\"",
-            self.ledger, self.clock, self.election, self.election
-        );
-        if let Err(e) = c.batch_execute(&q) {
-            eprintln!("chaos-ledger: dropping {}: {e}", self.ledger);
+        let schema = match self.path {
+            Path::Maria => "DATABASE()",
+            _ => "current_schema()",
+        };
+        let q = format!("SELECT table_name FROM information_schema.tables WHERE table_schema = {schema}");
+        let names: Vec<String> =
+            text_rows(self.path, &q).into_iter().map(|r| r[0].clone()).filter(|n| n.contains(&self.tag)).collect();
+        if names.is_empty() {
+            return;
         }
+        let list: Vec<String> = names.iter().map(|n| self.quoted(n)).collect();
+        execute(self.path, &format!("DROP TABLE IF EXISTS {}", list.join(", ")));
     }
 }

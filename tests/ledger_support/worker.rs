@@ -12,6 +12,13 @@
 //! COMMIT
 //! ```
 //!
+//! (on MariaDB: the session's `idle_transaction_timeout`, `START
+//! TRANSACTION`, the same check and insert, `UPDATE clock SET n =
+//! LAST_INSERT_ID(n + 1)`, `SELECT LAST_INSERT_ID()`, the stamp, `COMMIT`).
+//! The clock comes after the hold point: a paused transaction holds no
+//! lock on it, so the successor's commits are not held up by it, and the
+//! clock's row lock, held to `COMMIT`, makes stamps commit order.
+//!
 //! It talks to the test on its standard streams. Out (one line per event,
 //! `@ledger <event> key=value ...`, `err=` last): `lead`, `lost`, `held`,
 //! `committed`, `failed` (with the stage that failed and the error),
@@ -28,8 +35,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use leaderelection::mysql::MySqlStore;
 use leaderelection::postgres::PostgresStore;
 use leaderelection::{Elector, ErrorKind, LeaderGuard};
+use mysql::prelude::Queryable;
 use postgres::types::Type;
 
 use super::{Mode, Path, PACE};
@@ -162,6 +171,7 @@ fn run(spec: Spec) -> ! {
     }
     let mut w: Box<dyn Writer> = match spec.path {
         Path::Pg | Path::Bouncer => Box::new(PgWriter::new(&spec)),
+        Path::Maria => Box::new(MariaWriter::new(&spec)),
     };
     let elector = w.start_elector(&spec.name, &spec.id);
     lead_and_write(&mut *w, &elector, spec.mode, &orders, &go_rx)
@@ -328,6 +338,118 @@ impl Writer for PgWriter {
         match c.batch_execute("COMMIT") {
             Ok(()) => Ok(n),
             Err(e) => Err(self.broken("commit", &e)),
+        }
+    }
+}
+
+/// MariaDB: the `mysql` crate's plain connection over TCP (to the proxy),
+/// its session ending transactions idle for longer than the spec says
+/// (`idle_transaction_timeout`, whole seconds). The clock is bumped with
+/// `LAST_INSERT_ID(n + 1)`, which hands the new value to this session.
+struct MariaWriter {
+    store: MySqlStore,
+    id: String,
+    opts: mysql::Opts,
+    conn: Option<mysql::Conn>,
+    session: String,
+    insert: String,
+    bump: String,
+    stamp: String,
+}
+
+impl MariaWriter {
+    fn new(spec: &Spec) -> MariaWriter {
+        let store = MySqlStore::builder(&spec.url)
+            .table(spec.election_table.clone())
+            .build()
+            .unwrap_or_else(|e| panic!("worker store: {e}"));
+        let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&spec.url).expect("worker URL"))
+            .prefer_socket(false)
+            .tcp_connect_timeout(Some(Duration::from_secs(2)))
+            .into();
+        let (l, k) = (&spec.ledger, &spec.clock);
+        MariaWriter {
+            store,
+            id: spec.id.clone(),
+            opts,
+            conn: None,
+            session: format!("SET SESSION idle_transaction_timeout = {}", spec.idle.as_secs().max(1)),
+            insert: format!("INSERT INTO `{l}` (fence, worker, seq, checked) VALUES (?, ?, ?, ?)"),
+            bump: format!("UPDATE `{k}` SET n = LAST_INSERT_ID(n + 1)"),
+            stamp: format!("UPDATE `{l}` SET stamp = ? WHERE id = ?"),
+        }
+    }
+
+    fn conn(&mut self) -> Result<&mut mysql::Conn, Failure> {
+        if self.conn.is_none() {
+            let mut c = mysql::Conn::new(self.opts.clone()).map_err(|e| Failure {
+                stage: "connect",
+                err: one_line(e),
+                lease_lost: false,
+            })?;
+            c.query_drop(&self.session).map_err(|e| Failure {
+                stage: "connect",
+                err: one_line(e),
+                lease_lost: false,
+            })?;
+            self.conn = Some(c);
+        }
+        Ok(self.conn.as_mut().unwrap())
+    }
+
+    /// Any error: the connection is closed, never reused (the crate may
+    /// leave a reply behind on it).
+    fn broken(&mut self, stage: &'static str, e: impl std::fmt::Display) -> Failure {
+        self.conn = None;
+        Failure { stage, err: one_line(e), lease_lost: false }
+    }
+}
+
+impl Writer for MariaWriter {
+    fn start_elector(&self, name: &str, id: &str) -> Elector {
+        Elector::start(config(self.store.clone(), name, id)).unwrap_or_else(|e| panic!("worker elector: {e}"))
+    }
+
+    fn begin(&mut self, guard: &LeaderGuard, seq: u64, checked: bool) -> Result<i64, Failure> {
+        let store = self.store.clone();
+        let c = self.conn()?;
+        if let Err(e) = c.query_drop("START TRANSACTION") {
+            return Err(self.broken("begin", e));
+        }
+        if checked {
+            if let Err(e) = store.check_lease(c, guard) {
+                if e.kind() == ErrorKind::LeaseLost {
+                    let _ = c.query_drop("ROLLBACK");
+                    return Err(Failure { stage: "check", err: one_line(e), lease_lost: true });
+                }
+                return Err(self.broken("check", e));
+            }
+        }
+        let params = (guard.fence() as i64, self.id.clone(), seq as i64, checked);
+        let insert = self.insert.clone();
+        let c = self.conn.as_mut().unwrap();
+        match c.exec_drop(&insert, params) {
+            Ok(()) => Ok(c.last_insert_id() as i64),
+            Err(e) => Err(self.broken("insert", e)),
+        }
+    }
+
+    fn finish(&mut self, id: i64) -> Result<i64, Failure> {
+        let (bump, stamp) = (self.bump.clone(), self.stamp.clone());
+        let c = self.conn()?;
+        let n = c.query_drop(&bump).and_then(|()| c.query_first::<i64, _>("SELECT LAST_INSERT_ID()"));
+        let n = match n {
+            Ok(Some(n)) => n,
+            Ok(None) => return Err(self.broken("stamp", "SELECT LAST_INSERT_ID() returned no row")),
+            Err(e) => return Err(self.broken("stamp", e)),
+        };
+        let c = self.conn.as_mut().unwrap();
+        if let Err(e) = c.exec_drop(&stamp, (n, id)) {
+            return Err(self.broken("stamp", e));
+        }
+        match c.query_drop("COMMIT") {
+            Ok(()) => Ok(n),
+            Err(e) => Err(self.broken("commit", e)),
         }
     }
 }
