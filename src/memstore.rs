@@ -21,9 +21,10 @@ use crate::store::{ErrorKind, Store, StoreError};
 /// or drive entirely by hand ([`MemStore::with_manual_clock`]). It can also
 /// play an outage: [`MemStore::set_failing`] makes calls fail, and
 /// [`MemStore::pause`] makes them hang until [`MemStore::resume`], like a
-/// stopped server. And it can play an operator or a failover on its rows:
+/// stopped server. And it can play an operator on its rows:
 /// [`MemStore::delete_row`], [`MemStore::restore_row`] (with a copy taken by
-/// [`MemStore::peek`]) and [`MemStore::clear`].
+/// [`MemStore::peek`]) and [`MemStore::clear`]; or a failover to a lagging
+/// replica ([`MemStore::fail_over`]), which it survives with one leader.
 ///
 /// # Examples
 ///
@@ -73,6 +74,13 @@ struct State {
     paused: bool,
     failing: Option<ErrorKind>,
     stats: MemStats,
+    /// The server history now answering: a failover
+    /// ([`MemStore::fail_over`]) moves it on. Every write stamps its row
+    /// with it.
+    history: u64,
+    /// The negative control of the failover rule: claim inherited rows at
+    /// once ([`MemStore::set_claims_inherited_rows`]).
+    claims_inherited: bool,
 }
 
 #[derive(Clone)]
@@ -83,6 +91,8 @@ struct Row {
     renewed_at: DbTime,
     expires_at: DbTime,
     payload: Vec<u8>,
+    /// The server history that last wrote the row.
+    history: u64,
 }
 
 enum Clock {
@@ -204,8 +214,58 @@ impl MemStore {
             renewed_at: row.renewed_at,
             expires_at: row.expires_at,
             payload: row.payload.clone(),
+            history: 0,
         };
-        self.shared.state.lock().rows.insert(row.name.clone(), restored);
+        let mut st = self.shared.state.lock();
+        let restored = Row { history: st.history, ..restored };
+        st.rows.insert(row.name.clone(), restored);
+    }
+
+    /// Plays a failover to a replica: the server that answers from now on
+    /// has a history of its own, and every row it holds was written under
+    /// the one before, so it may lack writes the old server acknowledged.
+    /// With `lagging`, the replica had only that older copy of its
+    /// election's row (take it earlier with [`MemStore::peek`]). A test and
+    /// fault-injection tool, not counted in [`MemStore::stats`].
+    ///
+    /// The store then keeps one leader all the same. A row inherited across
+    /// a failover may lack the renewals its holder was told of, or even the
+    /// claim of the term that leads now; so it is never claimed as it
+    /// stands. The first `acquire` that finds one instead holds it for
+    /// nobody: the holder becomes empty (no identity is), the fence stays,
+    /// and `expires_at` becomes at least the database clock plus a whole
+    /// lease (the longer of the caller's and the row's own), under this
+    /// history. Nobody can renew or release it, and it can be claimed only
+    /// a lease after the first participant asked for it on the new server,
+    /// by which time every deadline the old server's acknowledgements gave
+    /// (each reckoned from a send before the failover) has passed. Until
+    /// then, the holder it names may renew the inherited row, expired or
+    /// not, and carry on; its release changes nothing (the row stays
+    /// inherited). A row the replica never had (an election created
+    /// moments before the failover) cannot be told from one that never
+    /// existed, and is claimed at once.
+    pub fn fail_over(&self, lagging: Option<&Lease>) {
+        if let Some(row) = lagging {
+            self.restore_row(row);
+        }
+        self.shared.state.lock().history += 1;
+    }
+
+    /// Whether election `name`'s row was last written under an earlier
+    /// server history than the one answering now (before a
+    /// [`MemStore::fail_over`], and not written since).
+    pub fn is_inherited(&self, name: &str) -> bool {
+        let st = self.shared.state.lock();
+        st.rows.get(name).is_some_and(|r| r.history != st.history)
+    }
+
+    /// The negative control of the failover rule: with `on`, `acquire`
+    /// claims an expired row inherited across a failover at once, as a
+    /// store that does not know about failovers would. For the simulation's
+    /// control; never use it otherwise.
+    #[doc(hidden)]
+    pub fn set_claims_inherited_rows(&self, on: bool) {
+        self.shared.state.lock().claims_inherited = on;
     }
 
     /// Deletes every row, as dropping and re-creating the table would. A test
@@ -273,6 +333,7 @@ impl Store for MemStore {
             // A new term's fence: above the previous one and at least the
             // clock in microseconds, so it survives a deleted or restored row.
             let clock_fence = u64::try_from(now.as_unix_micros()).unwrap_or(0).max(1);
+            let history = st.history;
             let fresh = |fence| Row {
                 holder: identity.to_owned(),
                 fence,
@@ -280,11 +341,24 @@ impl Store for MemStore {
                 renewed_at: now,
                 expires_at,
                 payload: payload.to_vec(),
+                history,
             };
+            let claims_inherited = st.claims_inherited;
             let row = match st.rows.get_mut(name) {
                 None => {
                     st.stats.writes += 1;
                     st.rows.entry(name.to_owned()).or_insert(fresh(clock_fence))
+                }
+                // Inherited across a failover: held for nobody for a lease,
+                // not claimed (MemStore::fail_over).
+                Some(row) if row.history != history && !claims_inherited => {
+                    st.stats.writes += 1;
+                    let own = row.expires_at.saturating_duration_since(row.renewed_at);
+                    row.expires_at = row.expires_at.max(now.saturating_add(ttl.max(own)));
+                    row.renewed_at = row.renewed_at.max(now);
+                    row.holder.clear();
+                    row.history = history;
+                    row
                 }
                 Some(row) if row.expires_at <= now => {
                     st.stats.writes += 1;
@@ -298,6 +372,7 @@ impl Store for MemStore {
                     row.renewed_at = now;
                     row.expires_at = row.expires_at.max(expires_at);
                     row.payload = payload.to_vec();
+                    row.history = history;
                     row
                 }
                 Some(row) => row,
@@ -317,14 +392,19 @@ impl Store for MemStore {
     ) -> Result<Lease, StoreError> {
         self.call(|st, now| {
             st.stats.renews += 1;
+            let history = st.history;
             match st.rows.get_mut(name) {
+                // An inherited row may have lost renewals the holder was
+                // told of: it renews it, expired or not (nobody else can
+                // have claimed it; see MemStore::fail_over).
                 Some(row)
                     if row.holder == identity
                         && row.fence == fence
-                        && row.expires_at > now
+                        && (row.expires_at > now || row.history != history)
                         && row.renewed_at <= now =>
                 {
                     st.stats.writes += 1;
+                    row.history = history;
                     row.renewed_at = now;
                     // Never backwards: a renewal computed from an older
                     // clock reading must not shorten a newer one's lease.
@@ -340,9 +420,14 @@ impl Store for MemStore {
     fn release(&self, name: &str, identity: &str, fence: u64, _timeout: Duration) -> Result<(), StoreError> {
         self.call(|st, now| {
             st.stats.releases += 1;
+            let history = st.history;
             if let Some(row) = st.rows.get_mut(name) {
-                if row.holder == identity && row.fence == fence && row.expires_at > now {
+                // Not an inherited row: its release may be one of the
+                // writes the replica lacks, and cutting it short would undo
+                // the hold a claim of it starts (MemStore::fail_over).
+                if row.holder == identity && row.fence == fence && row.expires_at > now && row.history == history {
                     st.stats.writes += 1;
+                    row.history = history;
                     row.expires_at = now;
                     // A renewal whose clock reading is older than this must
                     // not land after it (Store::renew).
@@ -428,6 +513,64 @@ mod tests {
     fn store() -> MemStore {
         // Three days after an arbitrary base: nowhere near the local clock.
         MemStore::with_manual_clock(DbTime::from_unix_micros(1_700_000_000_000_000 + 3 * 86_400_000_000))
+    }
+
+    /// A failover to a replica that missed the holder's last renewals: the
+    /// row there has expired, but the holder was told it runs until later.
+    /// A follower's claim holds it for nobody instead of taking it, and can
+    /// claim only a whole lease after that; before anybody asked, the
+    /// holder renews the inherited row and carries on. Negative control: a store that claims
+    /// inherited rows at once hands out a second term inside the holder's
+    /// acknowledged lease.
+    #[test]
+    fn a_row_inherited_across_a_failover_is_re_armed_not_claimed() {
+        for claims_inherited in [false, true] {
+            let s = store();
+            s.set_claims_inherited_rows(claims_inherited);
+            let a = s.acquire("e", "a", TTL, b"", T).unwrap();
+            let lagging = s.peek("e").unwrap();
+            s.advance(Duration::from_secs(8));
+            // Acknowledged by the old server: valid until 18 s from the start.
+            let told = s.renew("e", "a", a.fence, TTL, b"", T).unwrap();
+            s.fail_over(Some(&lagging));
+            assert!(s.is_inherited("e"));
+            s.advance(Duration::from_secs(3)); // 11 s: expired on the replica's copy
+            let b = s.acquire("e", "b", TTL, b"", T).unwrap();
+            if claims_inherited {
+                assert!(b.held_by("b") && told.expires_at > b.now, "the control should claim inside the told lease");
+                continue;
+            }
+            assert!(b.holder.is_empty() && b.fence == a.fence, "an inherited row was claimed: {b:?}");
+            assert_eq!(b.expires_at, b.now.saturating_add(TTL), "held for a whole lease");
+            assert!(b.expires_at > told.expires_at && !s.is_inherited("e"));
+            // Nobody renews or releases the held row, not its old holder.
+            assert!(s.renew("e", "a", a.fence, TTL, b"", T).is_err());
+            s.release("e", "a", a.fence, T).unwrap();
+            s.advance(TTL - Duration::from_micros(1));
+            let early = s.acquire("e", "b", TTL, b"", T).unwrap();
+            assert!(early.holder.is_empty() && !early.expired(), "claimed before the held lease ran out: {early:?}");
+            s.advance(Duration::from_micros(1));
+            assert!(s.acquire("e", "b", TTL, b"", T).unwrap().held_by("b"));
+        }
+        // The holder renews its inherited row although it expired there.
+        let s = store();
+        let a = s.acquire("e", "a", TTL, b"", T).unwrap();
+        let lagging = s.peek("e").unwrap();
+        s.advance(Duration::from_secs(8));
+        s.renew("e", "a", a.fence, TTL, b"", T).unwrap();
+        s.fail_over(Some(&lagging));
+        s.advance(Duration::from_secs(3));
+        let renewed = s.renew("e", "a", a.fence, TTL, b"", T).expect("the holder renews an inherited row");
+        assert_eq!(renewed.expires_at, renewed.now.saturating_add(TTL));
+        assert!(!s.is_inherited("e"));
+        s.advance(TTL);
+        assert!(s.renew("e", "a", a.fence, TTL, b"", T).is_err(), "a row of this history expires as before");
+        // A release of an inherited row changes nothing: the lost writes
+        // may hold a claim that leads now.
+        let a = s.acquire("e", "a", TTL, b"", T).unwrap();
+        s.fail_over(None);
+        s.release("e", "a", a.fence, T).unwrap();
+        assert!(s.is_inherited("e") && !s.peek("e").unwrap().expired(), "the release of an inherited row applied");
     }
 
     #[test]

@@ -256,6 +256,7 @@ impl StoreError {
     }
 
     /// The lease is not held, with why: for checks that find it gone.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) fn lease_lost_because(why: &str) -> StoreError {
         StoreError { kind: ErrorKind::LeaseLost, message: format!("lease lost: {why}"), source: None }
     }

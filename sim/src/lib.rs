@@ -38,6 +38,17 @@
 //!   acceptance suite waits 2 ms of database clock before its operator
 //!   events, an operator fault is applied only once the database clock reads
 //!   [`OPERATOR_CLOCK_WAIT`] past the last fence issued.
+//! - **Failovers** ([`Fault::Failover`], two fault records in 256): the
+//!   database fails over to a replica that lags by up to two leases, through
+//!   [`MemStore`](leaderelection::MemStore)'s `fail_over`: the row as it
+//!   stood then comes back, written under the old server's history, so
+//!   renewals (or a claim) the old server acknowledged may be gone. Not an
+//!   operator fault: judged by the oracle as it is, with two consequences
+//!   spelled out below. The store's rule that keeps one leader across it
+//!   (an inherited row is held for nobody for a lease, never claimed as it
+//!   stands) is what the run checks; the negative control
+//!   [`Variant::ClaimsInheritedRows`] claims inherited rows at once and
+//!   must be caught.
 //!
 //! Time jumps from event to event; nothing sleeps. A schedule is decoded from
 //! a byte string ([`Schedule::from_bytes`]), so a fuzzer can drive it, and
@@ -63,7 +74,13 @@
 //!   operator set it back.
 //! - *always: a valid guard is backed by the record*: the record names its
 //!   holder and fence and has not expired on the database clock (for the
-//!   guard granted since the last operator fault).
+//!   guard granted since the last operator fault). A failover takes the
+//!   acknowledged writes behind a guard away, so a guard granted before the
+//!   last failover is exempt, and so is any guard while the record is
+//!   inherited or held for nobody; no other guard can be valid meanwhile,
+//!   which the first property checks. A failover whose replica's copy is
+//!   older than an operator fault brings that fault's doing back (a leader
+//!   finds its deleted row again and renews it) and is judged as part of it.
 //! - *always: an operator fault's overlap ends within a lease*, below.
 //! - *always: an invalid guard stays invalid*, *outputs match the machine*,
 //!   *timers make progress*, *shutdown completes within two operation
@@ -235,6 +252,10 @@ pub struct Exploration {
     pub operator_faults_deferred: u64,
     /// Schedules with at least one operator fault.
     pub operator_schedules: u64,
+    /// Failovers to a lagging replica, summed ([`RunReport::failovers`]).
+    pub failovers: u64,
+    /// Of those, how many lost writes the old server had acknowledged.
+    pub failovers_lost_writes: u64,
     /// Overlaps of a guard granted before an operator fault with a newer
     /// one, summed ([`RunReport::operator_overlaps`]).
     pub operator_overlaps: u64,
@@ -269,6 +290,8 @@ impl Exploration {
         self.operator_faults_under_leader += r.operator_faults_under_leader;
         self.operator_faults_deferred += r.operator_faults_deferred;
         self.operator_schedules += u64::from(r.deletes + r.restores + r.clears > 0);
+        self.failovers += r.failovers;
+        self.failovers_lost_writes += r.failovers_lost_writes;
         self.operator_overlaps += r.operator_overlaps;
         self.longest_operator_overlap = self.longest_operator_overlap.max(r.longest_operator_overlap);
         if let Some(v) = &r.violation {
@@ -296,6 +319,8 @@ impl Exploration {
         self.operator_faults_under_leader += o.operator_faults_under_leader;
         self.operator_faults_deferred += o.operator_faults_deferred;
         self.operator_schedules += o.operator_schedules;
+        self.failovers += o.failovers;
+        self.failovers_lost_writes += o.failovers_lost_writes;
         self.operator_overlaps += o.operator_overlaps;
         self.longest_operator_overlap = self.longest_operator_overlap.max(o.longest_operator_overlap);
         self.failures.extend(o.failures);
@@ -309,7 +334,7 @@ impl Exploration {
              largest fleet {} hosts, up to {} processes in one run; longest virtual time {:.1} h, {:.0} h in all; \
              slowest recovery {:?} of bound {:?}; operator faults in {} schedules: {} rows deleted, {} older rows \
              restored, {} tables cleared ({} under a live leader, {} waited for the clock), {} overlaps allowed \
-             (longest {:?}); {} failing",
+             (longest {:?}); {} failovers to a lagging replica ({} lost acknowledged writes); {} failing",
             self.schedules,
             self.schedules as f64 / secs,
             self.events as f64 / 1e6,
@@ -330,6 +355,8 @@ impl Exploration {
             self.operator_faults_deferred,
             self.operator_overlaps,
             self.longest_operator_overlap,
+            self.failovers,
+            self.failovers_lost_writes,
             self.failures.len()
         )
     }

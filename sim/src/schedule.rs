@@ -68,11 +68,16 @@ pub enum Variant {
     /// leader keeps renewing after its row was deleted or replaced. The
     /// overlap an operator fault allows must not cover it.
     RenewsLostLease,
+    /// **Broken on purpose.** A store that claims an expired row inherited
+    /// across a failover at once ([`Fault::Failover`]), as one that does
+    /// not know about failovers would: the holder, told by the old server
+    /// that its lease runs on, still leads when the claim lands.
+    ClaimsInheritedRows,
 }
 
 impl Variant {
     /// Every variant, the production one first.
-    pub const ALL: [Variant; 10] = [
+    pub const ALL: [Variant; 11] = [
         Variant::Normal,
         Variant::NoMarginSkewed,
         Variant::SkewedPastMargin,
@@ -83,6 +88,7 @@ impl Variant {
         Variant::OldFenceRule,
         Variant::NoOperatorClockWait,
         Variant::RenewsLostLease,
+        Variant::ClaimsInheritedRows,
     ];
 
     /// The name used in replay commands (`SIM_VARIANT=...`).
@@ -98,6 +104,7 @@ impl Variant {
             Variant::OldFenceRule => "old-fence-rule",
             Variant::NoOperatorClockWait => "no-operator-clock-wait",
             Variant::RenewsLostLease => "renews-lost-lease",
+            Variant::ClaimsInheritedRows => "claims-inherited-rows",
         }
     }
 
@@ -217,6 +224,18 @@ pub enum Fault {
     },
     /// **Operator.** The table is dropped and re-created: every row goes.
     ClearTable,
+    /// **Failover.** The database fails over to a replica that lags by
+    /// `lag`: the row as it stood then replaces the current one, written
+    /// under the old server's history, so renewals the old server
+    /// acknowledged may be gone ([`MemStore::fail_over`](leaderelection::MemStore::fail_over)).
+    /// Not an operator fault: the oracle's rules stay as they are. (A
+    /// replica that had no row yet keeps the current one: a row created
+    /// less than `lag` before the failover and lost with it is a case the
+    /// store cannot tell from a new election; see the README.)
+    Failover {
+        /// How far behind the promoted replica is.
+        lag: Duration,
+    },
 }
 
 impl Fault {
@@ -226,6 +245,21 @@ impl Fault {
     /// (see the crate docs).
     pub fn is_operator(&self) -> bool {
         matches!(self, Fault::DeleteRow | Fault::RestoreRow { .. } | Fault::ClearTable)
+    }
+
+    /// How old the replica's or backup's copy is, for a failover or a
+    /// restore; zero for every other fault.
+    pub fn lag(&self) -> Duration {
+        match *self {
+            Fault::RestoreRow { lag } | Fault::Failover { lag } => lag,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Whether it changes the database's rows behind the participants'
+    /// backs: an operator fault or a failover ([`Fault::Failover`]).
+    pub fn changes_rows(&self) -> bool {
+        self.is_operator() || matches!(self, Fault::Failover { .. })
     }
 }
 
@@ -329,11 +363,13 @@ impl Schedule {
     /// records `kind, at (u16), who, p1, p2`. A record's `kind % 16` picks a
     /// fault of the network, the database or a process; a `kind` of
     /// [`OPERATOR_KINDS`] (`0xf8`) or more picks an operator fault instead:
-    /// `0xf8..=0xfa` [`Fault::DeleteRow`], `0xfb..=0xfd` [`Fault::RestoreRow`]
-    /// with a lag of `p1 / 255` of three leases, `0xfe..=0xff`
-    /// [`Fault::ClearTable`]. (Before operator faults existed those eight
-    /// kinds decoded as `kind % 16`, i.e. a slow link, a failing database,
-    /// crashes, a shutdown or resignations.)
+    /// `0xf8..=0xfa` [`Fault::DeleteRow`], `0xfb` [`Fault::RestoreRow`]
+    /// with a lag of `p1 / 255` of three leases, `0xfc..=0xfd`
+    /// [`Fault::Failover`] with a lag of `p1 / 255` of two leases,
+    /// `0xfe..=0xff` [`Fault::ClearTable`]. (Before operator faults existed
+    /// those eight kinds decoded as `kind % 16`, i.e. a slow link, a failing
+    /// database, crashes, a shutdown or resignations; before failovers
+    /// existed `0xfc..=0xfd` were restores too.)
     ///
     /// The database clock's caveat: the fence rule `max(previous + 1, now in
     /// microseconds)` issues fences a little ahead of the clock when several
@@ -367,7 +403,8 @@ impl Schedule {
                 | Variant::NeverCampaigns
                 | Variant::OldFenceRule
                 | Variant::NoOperatorClockWait
-                | Variant::RenewsLostLease => match rate_b {
+                | Variant::RenewsLostLease
+                | Variant::ClaimsInheritedRows => match rate_b {
                     0..=15 => safe_lo,
                     16..=47 => PPM,
                     b => safe_lo + (safe_hi - safe_lo) * u64::from(b - 48) / 207,
@@ -426,7 +463,8 @@ impl Schedule {
             let fault = match kind {
                 // One record in 32: an operator's or a failover's hand.
                 OPERATOR_KINDS..=0xfa => Fault::DeleteRow,
-                0xfb..=0xfd => Fault::RestoreRow { lag: scale(lease * 3, u64::from(p1), 255) },
+                0xfb => Fault::RestoreRow { lag: scale(lease * 3, u64::from(p1), 255) },
+                0xfc..=0xfd => Fault::Failover { lag: scale(lease * 2, u64::from(p1), 255) },
                 0xfe..=0xff => Fault::ClearTable,
                 _ => match kind % 16 {
                     0 | 1 => Fault::PauseDb { dur },
@@ -490,6 +528,10 @@ impl Schedule {
                 // Applied once the database clock has moved past the last
                 // fence issued, normally within this wait.
                 Fault::DeleteRow | Fault::RestoreRow { .. } | Fault::ClearTable => OPERATOR_CLOCK_WAIT,
+                // The row the replica had may hold the lease for up to a
+                // lease more, and the first claim of it re-arms it for a
+                // whole lease.
+                Fault::Failover { .. } => self.timing.lease_duration * 2,
             }
         });
         starts.chain(faults).max().unwrap_or_default()

@@ -149,6 +149,14 @@ pub struct RunReport {
     pub restores: u64,
     /// See [`RunReport::deletes`].
     pub clears: u64,
+    /// Failovers to a lagging replica ([`Fault::Failover`]).
+    pub failovers: u64,
+    /// Of those, how many found the replica's copy of the row older than
+    /// the row on the old server (so acknowledged writes were lost).
+    pub failovers_lost_writes: u64,
+    /// Of those, how many brought back a copy older than an operator fault,
+    /// and were judged as part of it.
+    pub failovers_across_operator_faults: u64,
     /// Operator faults applied while somebody held a valid guard.
     pub operator_faults_under_leader: u64,
     /// Operator faults that waited for the database clock to pass the last
@@ -295,6 +303,8 @@ struct World<'a> {
     issued: Vec<(u64, usize, bool)>,
     /// Copies of the record for restores, by fault index (`None`: no row).
     snapshots: Vec<Option<Lease>>,
+    /// When the last failover happened.
+    last_failover: Option<u64>,
 }
 
 /// Runs `schedule` to its end, or to the first violation. With `trace`, the
@@ -303,7 +313,11 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
     let mut w = World {
         s: schedule,
         rng: SimRng::new(schedule.seed),
-        store: MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS)),
+        store: {
+            let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS));
+            store.set_claims_inherited_rows(schedule.variant == Variant::ClaimsInheritedRows);
+            store
+        },
         db_micros: 0,
         queue: BinaryHeap::new(),
         seq: 0,
@@ -326,6 +340,7 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         last_issue_micros: None,
         issued: Vec::new(),
         snapshots: vec![None; schedule.faults.len()],
+        last_failover: None,
     };
     w.report.faults_end = schedule.faults_end();
     w.report.liveness_bound = schedule.liveness_bound();
@@ -333,7 +348,7 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         w.push(nanos(h.start_at), Ev::Start { host });
     }
     for (i, f) in schedule.faults.iter().enumerate() {
-        if let Fault::RestoreRow { lag } = f.fault {
+        if let Fault::RestoreRow { lag } | Fault::Failover { lag } = f.fault {
             if lag <= f.at {
                 w.push(nanos(f.at - lag), Ev::Snapshot(i));
             }
@@ -793,6 +808,10 @@ impl World<'_> {
                 return;
             }
             Fault::DeleteRow | Fault::RestoreRow { .. } | Fault::ClearTable => return,
+            Fault::Failover { .. } => {
+                self.failover(t, i);
+                return;
+            }
             Fault::Resign { target } => {
                 let host = self.resolve(t, target);
                 self.note(t, 30, i as u64, host as u64, || format!("fault {i}: host {host} resigns"));
@@ -816,6 +835,47 @@ impl World<'_> {
     /// issued (the clock caveat of the fence rule, as the acceptance suite
     /// waits), then opens a new operator epoch: every grant made before it
     /// is exempt from the one-guard rule from now on.
+    /// The database fails over to a replica lagging by the fault's `lag`:
+    /// its copy of the row (taken then) replaces the current one, under a
+    /// new server history. Judged by the oracle as it is: no guard is
+    /// exempt. The record's own fence may go back with the lost writes, so
+    /// the check that it never does starts again from the replica's copy.
+    fn failover(&mut self, t: u64, i: usize) {
+        self.advance_db(t);
+        let before = self.store.peek(ELECTION);
+        let copy = self.snapshots[i].clone();
+        self.report.failovers += 1;
+        self.last_failover = Some(t);
+        let lost = copy
+            .as_ref()
+            .zip(before.as_ref())
+            .is_some_and(|(c, b)| (c.fence, c.renewed_at, c.expires_at) != (b.fence, b.renewed_at, b.expires_at));
+        self.report.failovers_lost_writes += u64::from(lost);
+        self.store.fail_over(copy.as_ref());
+        let after = self.store.peek(ELECTION);
+        self.note(t, 36, i as u64, after.as_ref().map_or(0, |r| r.fence), || {
+            format!(
+                "fault {i}: FAILOVER to a replica: record {} -> {}",
+                before.as_ref().map_or("no row".into(), show_lease),
+                after.as_ref().map_or("no row".into(), show_lease)
+            )
+        });
+        self.record_fence = after.as_ref().map(|r| r.fence);
+        if let Some(f) = self.record_fence {
+            self.store_fence = f;
+        }
+        // A replica whose copy predates an operator's change brings the
+        // operator's doing back with it (a leader whose row the operator
+        // deleted finds it again, unexpired, and renews it): that is judged
+        // as the operator fault it extends, by the relaxed rule.
+        let copied_at = t.saturating_sub(nanos(self.s.faults[i].fault.lag()));
+        if self.epoch_ends.last().is_some_and(|&op| op > copied_at) {
+            self.report.failovers_across_operator_faults += 1;
+            self.epoch += 1;
+            self.epoch_ends.push(t);
+        }
+    }
+
     fn operator_fault(&mut self, t: u64, i: usize) {
         self.advance_db(t);
         if let Some(last) = self.last_issue_micros.filter(|_| self.s.variant != Variant::NoOperatorClockWait) {
@@ -1080,8 +1140,24 @@ impl World<'_> {
             self.advance_db(t);
             let g = self.nodes[n].guard.expect("valid implies a guard");
             let row = self.store.peek(ELECTION);
-            let ok =
-                row.as_ref().is_some_and(|r| r.holder == self.nodes[n].identity && r.fence == g.fence && !r.expired());
+            // A row inherited across a failover may lack the renewals (or
+            // the claim) behind this guard: it backs nobody until it is
+            // written again, and nobody can claim it before then.
+            // So may the row a failover left: a guard granted before the last
+            // failover (or by a call the old server applied, answered after
+            // it) is backed by what the old server acknowledged, which the
+            // replica may lack (renewals, or the very claim): the row stays
+            // inherited, or is held for nobody, until its deadline has
+            // passed; nobody else can claim it meanwhile, which the
+            // one-guard rule checks.
+            let before_failover = self.last_failover.is_some_and(|f| g.start < f);
+            let held_for_nobody = row.as_ref().is_some_and(|r| r.holder.is_empty());
+            let ok = before_failover
+                || held_for_nobody
+                || self.store.is_inherited(ELECTION)
+                || row
+                    .as_ref()
+                    .is_some_and(|r| r.holder == self.nodes[n].identity && r.fence == g.fence && !r.expired());
             if !ok {
                 let detail = format!("{} holds fence {} but the record is {row:?}", self.nodes[n].identity, g.fence);
                 self.violate(t, Property::GuardBackedByRecord, detail);

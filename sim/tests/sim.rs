@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use leaderelection::Timing;
 use leaderelection_sim::{
-    describe_failure, explore, from_hex, replay_command, run, safe_rate_range, Fault, Host, Property, Schedule,
+    describe_failure, explore, from_hex, replay_command, run, safe_rate_range, Fault, Host, Property, Schedule, Target,
     TimedFault, Variant, OPERATOR_KINDS,
 };
 
@@ -50,6 +50,8 @@ fn explore_schedules() {
     assert_eq!(e.schedules, count);
     // The exploration reaches what it claims to.
     if count >= 1_000 {
+        // Failovers to lagging replicas happen, and lose acknowledged writes.
+        assert!(e.failovers > 0 && e.failovers_lost_writes > 0, "{}", e.summary());
         assert_eq!(e.max_hosts, 7, "no schedule with 7 hosts");
         assert!(e.terms > e.schedules, "too few terms: {}", e.terms);
         assert!(e.lost > 0 && e.late_replies > 0, "no lost messages or late replies");
@@ -233,9 +235,10 @@ fn liveness_bound_is_the_stated_formula() {
     assert!(r.recovery.is_some_and(|d| d <= s.liveness_bound()), "{r:?}");
 }
 
-/// The seeds among `0..max` whose schedules hold an operator fault.
+/// The seeds among `0..max` whose schedules hold an operator fault or a
+/// failover (a fault that changes the rows).
 fn operator_seeds(max: u64, variant: Variant) -> Vec<u64> {
-    (0..max).filter(|&s| Schedule::from_seed(s, variant).faults.iter().any(|f| f.fault.is_operator())).collect()
+    (0..max).filter(|&s| Schedule::from_seed(s, variant).faults.iter().any(|f| f.fault.changes_rows())).collect()
 }
 
 #[test]
@@ -363,8 +366,8 @@ fn an_older_row_restored_or_the_table_cleared_keeps_fences_increasing() {
 
 #[test]
 fn operator_faults_are_decoded_from_the_top_kinds_only() {
-    // Kinds 0xf8..=0xff are operator faults; every other kind decodes as
-    // before they existed (kind % 16).
+    // Kinds 0xf8..=0xff are operator faults and failovers; every other kind
+    // decodes as before they existed (kind % 16).
     let mut bytes = vec![0u8; 3 + 6 * 2 + 8];
     for kind in 0..=255u8 {
         bytes.extend([kind, 0x80, 0x00, 0x01, 0x40, 0x02]);
@@ -377,13 +380,16 @@ fn operator_faults_are_decoded_from_the_top_kinds_only() {
         bytes.extend([kind, 0x80, 0x00, 0x01, 0xff, 0x02]);
     }
     let s = Schedule::from_bytes(&bytes, Variant::Normal);
-    assert!(!s.faults[0].fault.is_operator());
+    assert!(!s.faults[0].fault.changes_rows());
     let ops: Vec<Fault> = s.faults[1..].iter().map(|f| f.fault).collect();
-    assert!(ops.iter().all(Fault::is_operator), "{ops:?}");
+    assert!(ops.iter().all(Fault::changes_rows), "{ops:?}");
     assert_eq!(ops.iter().filter(|f| matches!(f, Fault::DeleteRow)).count(), 3);
     assert_eq!(ops.iter().filter(|f| matches!(f, Fault::ClearTable)).count(), 2);
     let lag = Timing::default().lease_duration * 3;
-    assert!(ops.iter().filter(|f| **f == Fault::RestoreRow { lag }).count() == 3, "{ops:?}");
+    assert!(ops.iter().filter(|f| **f == Fault::RestoreRow { lag }).count() == 1, "{ops:?}");
+    let lag = Timing::default().lease_duration * 2;
+    assert!(ops.iter().filter(|f| **f == Fault::Failover { lag }).count() == 2, "{ops:?}");
+    assert_eq!(ops.iter().filter(|f| f.is_operator()).count(), 6, "failovers are not operator faults: {ops:?}");
 }
 
 #[test]
@@ -410,4 +416,45 @@ fn operator_faults_wait_for_the_database_clock_to_pass_the_last_fence() {
     let v = r.violation.expect("a repeated fence");
     assert_eq!(v.property, Property::FencesIncrease, "{v}");
     report(&format!("control {}: {v}", s.variant.name()));
+}
+
+/// The failover rule (issue 18): a row inherited across a failover is never
+/// claimed as it stands. Host 0 leads from the start and renews every 5 s;
+/// the database fails over, at various instants, to a replica that lags by
+/// 12 s, so the replica's row misses host 0's last two renewals, and host 0
+/// is cut off from it for 20 s (it cannot renew the inherited row). The
+/// row there expires while host 0 was told its lease runs on. Host 1,
+/// polling, must not lead while host 0's guard is valid. The control store
+/// claims inherited rows at once: the oracle must catch two leaders.
+#[test]
+fn a_failover_that_loses_renewals_keeps_one_leader() {
+    let (mut lost, mut caught) = (0, 0);
+    for k in 0..40u64 {
+        let at = Duration::from_secs(30) + Duration::from_millis(250 * k);
+        let mut s = two_hosts(vec![
+            TimedFault { at, fault: Fault::Failover { lag: Duration::from_secs(12) } },
+            TimedFault { at, fault: Fault::Partition { target: Target::Host(0), dur: Duration::from_secs(20) } },
+        ]);
+        let r = run(&s, false);
+        assert!(r.violation.is_none(), "at {at:?}: {}", describe_failure(None, &s));
+        assert_eq!(r.failovers, 1);
+        lost += r.failovers_lost_writes;
+        s.variant = Variant::ClaimsInheritedRows;
+        if let Some(v) = run(&s, false).violation {
+            assert_eq!(v.property, Property::AtMostOneValidGuard, "at {at:?}: {v}");
+            caught += 1;
+        }
+    }
+    assert!(lost == 40, "only {lost} of 40 failovers lost a renewal");
+    assert!(caught > 30, "the control that claims inherited rows gave a second leader in only {caught} of 40");
+    report(&format!(
+        "a failover to a replica 12 s behind, the leader cut off: 40 of 40 lost renewals, no second leader; \
+         claiming inherited rows at once gave two leaders in {caught} of 40"
+    ));
+}
+
+#[test]
+fn control_claiming_inherited_rows_is_caught() {
+    let (seed, _) = find_violation(Variant::ClaimsInheritedRows, Property::AtMostOneValidGuard, 10_000);
+    passes_when_fixed(seed, Variant::ClaimsInheritedRows);
 }
