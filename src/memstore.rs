@@ -231,8 +231,8 @@ impl MemStore {
     /// The store then keeps one leader all the same. A row inherited across
     /// a failover may lack the renewals its holder was told of, or even the
     /// claim of the term that leads now; so it is never claimed as it
-    /// stands. The first `acquire` that finds one instead holds it for
-    /// nobody: the holder becomes empty (no identity is), the fence stays,
+    /// stands. The first `acquire` that finds one expired instead holds it
+    /// for nobody (an unexpired one it leaves alone): the holder becomes empty (no identity is), the fence stays,
     /// and `expires_at` becomes at least the database clock plus a whole
     /// lease (the longer of the caller's and the row's own), under this
     /// history. Nobody can renew or release it, and it can be claimed only
@@ -349,8 +349,12 @@ impl Store for MemStore {
                     st.stats.writes += 1;
                     st.rows.entry(name.to_owned()).or_insert(fresh(clock_fence))
                 }
-                // Inherited across a failover: held for nobody for a lease,
-                // not claimed (MemStore::fail_over).
+                // Inherited across a failover: once expired, held for nobody
+                // for a lease, not claimed (MemStore::fail_over); before
+                // that, left for its holder to renew (its own acquire, the
+                // one of a process that no longer leads under that fence,
+                // must not make it a row of this history).
+                Some(row) if row.history != history && !claims_inherited && row.expires_at > now => row,
                 Some(row) if row.history != history && !claims_inherited => {
                     st.stats.writes += 1;
                     let own = row.expires_at.saturating_duration_since(row.renewed_at);

@@ -1169,8 +1169,9 @@ fn a_table_without_terms_names_the_alter(var: &str) {
     assert!(e.is_fatal() && text.contains("SQLSTATE 42703") && text.contains("\"terms\""), "{e:?}");
     let alter = text.split("needs: ").nth(1).and_then(|r| r.split("; or ").next()).unwrap_or_else(|| panic!("{text}"));
     let expected = format!(
-        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS terms bigint NOT NULL DEFAULT 0 CHECK (terms >= 0)",
-        t.quoted()
+        "ALTER TABLE {q} ADD COLUMN IF NOT EXISTS terms bigint NOT NULL DEFAULT 0 CHECK (terms >= 0); \
+         ALTER TABLE {q} ADD COLUMN IF NOT EXISTS history text",
+        q = t.quoted()
     );
     assert_eq!(alter, expected, "{text}");
     assert!(s.inspect("e", T).unwrap_err().is_no_lease());
@@ -1290,4 +1291,41 @@ fn adding_terms_never_holds_up_the_calls_for_long() {
     tx.rollback().unwrap();
     ddl.ensure_schema().expect("once the transaction ended");
     assert_eq!(old.terms_columns(), 1);
+}
+
+/// The failover rule (issue 18) at the SQL level: a row stamped with
+/// another server's history (a timeline no server here has, as a standby
+/// promoted by a failover inherits its rows) is never claimed as it
+/// stands; its holder may renew it; once expired, the first claim holds it
+/// for nobody for a lease; its release changes nothing.
+fn inherited_rows(var: &str) {
+    let s = store(var);
+    let tag = random_tag();
+    let admin = std::cell::RefCell::new(client(DIRECT));
+    let sql = |q: String| admin.borrow_mut().batch_execute(&q).unwrap_or_else(|e| panic!("{q}: {e}"));
+    support::inherited::rows_inherited_across_a_failover_are_never_claimed_as_they_stand(
+        &s,
+        |case| format!("inherited-{case}-{tag}"),
+        |n| sql(format!("UPDATE {TABLE} SET history = 'ffffffff' WHERE name = {}", lit(n))),
+        |n| sql(format!("UPDATE {TABLE} SET expires_at = now() - interval '1 second' WHERE name = {}", lit(n))),
+    );
+    // Every write stamps the row with the server's timeline.
+    let name = format!("inherited-stamp-{tag}");
+    s.acquire(&name, "a", Duration::from_secs(30), b"", Duration::from_secs(5)).unwrap();
+    let q = format!(
+        "SELECT history = substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) FROM {TABLE} WHERE name = {}",
+        lit(&name)
+    );
+    let row = admin.borrow_mut().query_one(&q, &[]).unwrap();
+    assert!(row.get::<_, bool>(0), "the row was not stamped with this server's timeline");
+}
+
+#[test]
+fn rows_inherited_across_a_failover_direct() {
+    inherited_rows(DIRECT);
+}
+
+#[test]
+fn rows_inherited_across_a_failover_pgbouncer() {
+    inherited_rows(BOUNCER);
 }

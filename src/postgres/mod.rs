@@ -323,13 +323,14 @@ impl PostgresStore {
         (&self.schema, &self.table)
     }
 
-    /// Creates the election table if it does not exist, and adds the
-    /// `terms` column to a table made before it existed. Idempotent, and
+    /// Creates the election table if it does not exist, and adds what a
+    /// table made by an older version lacks: the `terms` and `history`
+    /// columns, and the index lease checks need. Idempotent, and
     /// safe when every replica runs it at the same moment: a creation that
     /// races another is retried and then finds the table.
     ///
-    /// The column is looked up in the catalog first, so on an up-to-date
-    /// table this takes no table lock. Adding it needs a brief `ACCESS
+    /// The columns are looked up in the catalog first, so on an up-to-date
+    /// table this takes no table lock. Adding them needs a brief `ACCESS
     /// EXCLUSIVE` lock, which renewals queue behind: the `ALTER TABLE` waits
     /// for it at most 200 ms at a time, then lets the queue drain and tries
     /// again until the DDL timeout.
@@ -352,12 +353,12 @@ impl PostgresStore {
             None => ddl,
         };
         let create = format!("{ddl}{}", sql::has_terms(&self.qualified)?);
-        let add = sql::add_terms(&self.qualified);
+        let add = format!("{}; {}", sql::add_terms(&self.qualified), sql::add_history(&self.qualified));
         let deadline = deadline_after(self.ddl_timeout);
         let mut races = 0;
         loop {
             let step = self.run("ensure_schema", &create, deadline, sql::Pin::None).and_then(|rows| {
-                if sql::first_text(&rows) == Some("1") {
+                if sql::first_text(&rows) == Some("2") {
                     return Ok(());
                 }
                 // The server gives up on the lock before the client does, so

@@ -30,6 +30,15 @@ macro_rules! micros {
 /// The server's `now()` in microseconds: a fresh claim's fence candidate.
 const NOW_MICROS: &str = micros!("now()");
 
+/// The history of the server answering: its timeline, the first eight hex
+/// digits of the current WAL file's name. Promoting a standby starts a new
+/// timeline (so does a point-in-time recovery); a restart keeps it. Every
+/// write stamps its row with it (`history`), and a row whose stamp differs
+/// was written by an earlier server and may lack writes that server
+/// acknowledged (see [`acquire`]). Callable by any role, and only on a
+/// primary, which is where writes run.
+const HISTORY: &str = "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)";
+
 /// The columns every lease-returning statement yields, in this order.
 const COLS: &str = concat!(
     "name, holder, fence::text, ",
@@ -53,7 +62,8 @@ pub(crate) fn create_table(table: &str) -> String {
          \x20   renewed_at  timestamptz NOT NULL,\n\
          \x20   expires_at  timestamptz NOT NULL,\n\
          \x20   payload     bytea       NOT NULL DEFAULT ''::bytea,\n\
-         \x20   terms       bigint      NOT NULL DEFAULT 0 CHECK (terms >= 0)\n\
+         \x20   terms       bigint      NOT NULL DEFAULT 0 CHECK (terms >= 0),\n\
+         \x20   history     text\n\
          ) WITH (fillfactor = 70);\n"
     )
 }
@@ -214,13 +224,22 @@ pub(crate) fn add_terms(table: &str) -> String {
     format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS terms bigint NOT NULL DEFAULT 0 CHECK (terms >= 0)")
 }
 
-/// Whether `table` (a quoted, qualified name) has a `terms` column: `1` or
-/// `0`. A catalog read, so it takes no lock that a renewal could wait on.
+/// The statement that gives a table made before server histories were
+/// recorded the `history` column (last, as in [`create_table`]). Rows start
+/// with none (NULL), which counts as this server's until written. No
+/// default, so nothing is rewritten.
+pub(crate) fn add_history(table: &str) -> String {
+    format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS history text")
+}
+
+/// How many of the columns added since the first version (`terms`,
+/// `history`) `table` (a quoted, qualified name) has: `2` when up to date.
+/// A catalog read, so it takes no lock that a renewal could wait on.
 pub(crate) fn has_terms(table: &str) -> Result<String, StoreError> {
     let t = literal("table", table)?;
     Ok(format!(
         "SELECT count(*)::text FROM pg_attribute \
-         WHERE attrelid = to_regclass({t}) AND attname = 'terms' AND NOT attisdropped"
+         WHERE attrelid = to_regclass({t}) AND attname IN ('terms', 'history') AND NOT attisdropped"
     ))
 }
 
@@ -323,6 +342,18 @@ pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
 /// `terms` counts the election's terms for operators: 1 for an absent row,
 /// one more for each claim of an expired row (under the same condition as
 /// the fence), unchanged when the holder re-acquires its valid lease.
+///
+/// **A row inherited across a failover** (its `history` is not this
+/// server's [`HISTORY`]) may lack renewals, or the claim, that the old
+/// primary acknowledged. It is never claimed as it stands: while it has
+/// not expired nothing changes (its holder may renew it, see [`renew`]);
+/// once expired it is held for nobody, in this server's history: the
+/// holder becomes `''` (no identity is empty, so nobody can renew or
+/// release it), the fence stays, and it expires a whole lease from now
+/// (the longer of this caller's and the row's own). A claim is possible
+/// only then, when every deadline the old primary's acknowledgements gave
+/// has passed. Every `SET` expression reads the old row, so the branches
+/// cannot see each other's values.
 pub(crate) fn acquire(
     table: &str,
     name: &str,
@@ -331,19 +362,27 @@ pub(crate) fn acquire(
     payload: &[u8],
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
+    // Inherited (a NULL history, from before histories were recorded,
+    // counts as this server's) and expired: held for nobody.
+    let inherited = "COALESCE(t.history <> excluded.history, false)";
+    let held = format!("({inherited} AND t.expires_at <= now())");
     Ok(format!(
         "WITH up AS (\
-           INSERT INTO {table} AS t (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
-           VALUES ({n}, {i}, GREATEST(1, {NOW_MICROS}), now(), now(), now() + {t}, {p}, 1) \
+           INSERT INTO {table} AS t (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms, history) \
+           VALUES ({n}, {i}, GREATEST(1, {NOW_MICROS}), now(), now(), now() + {t}, {p}, 1, {HISTORY}) \
            ON CONFLICT (name) DO UPDATE SET \
-             holder = excluded.holder, \
-             fence = CASE WHEN t.expires_at <= now() THEN GREATEST(t.fence + 1, {NOW_MICROS}) ELSE t.fence END, \
-             acquired_at = CASE WHEN t.expires_at <= now() THEN now() ELSE t.acquired_at END, \
-             renewed_at = now(), \
-             expires_at = GREATEST(t.expires_at, excluded.expires_at), \
-             payload = excluded.payload, \
-             terms = CASE WHEN t.expires_at <= now() THEN t.terms + 1 ELSE t.terms END \
-           WHERE t.expires_at <= now() OR (t.holder = excluded.holder AND t.renewed_at <= now()) \
+             holder = CASE WHEN {held} THEN '' ELSE excluded.holder END, \
+             fence = CASE WHEN {held} THEN t.fence \
+               WHEN t.expires_at <= now() THEN GREATEST(t.fence + 1, {NOW_MICROS}) ELSE t.fence END, \
+             acquired_at = CASE WHEN NOT {held} AND t.expires_at <= now() THEN now() ELSE t.acquired_at END, \
+             renewed_at = CASE WHEN {held} THEN GREATEST(t.renewed_at, now()) ELSE now() END, \
+             expires_at = CASE WHEN {held} THEN GREATEST(t.expires_at, now() + GREATEST({t}, t.expires_at - t.renewed_at)) \
+               ELSE GREATEST(t.expires_at, excluded.expires_at) END, \
+             payload = CASE WHEN {held} THEN t.payload ELSE excluded.payload END, \
+             terms = CASE WHEN NOT {held} AND t.expires_at <= now() THEN t.terms + 1 ELSE t.terms END, \
+             history = excluded.history \
+           WHERE {held} OR (NOT {inherited} AND (t.expires_at <= now() \
+             OR (t.holder = excluded.holder AND t.renewed_at <= now()))) \
            RETURNING t.name, t.holder, t.fence, t.acquired_at, t.renewed_at, t.expires_at, t.payload\
          ), cur AS (\
            SELECT name, holder, fence, acquired_at, renewed_at, expires_at, payload FROM {table} \
@@ -363,6 +402,10 @@ pub(crate) fn acquire(
 /// extend a released lease by a whole TTL. So a renewal also needs
 /// `renewed_at <= now()`: the release moves `renewed_at` up to its own
 /// instant, and a renewal whose clock reading is older changes nothing.
+///
+/// The holder renews a row inherited across a failover expired or not
+/// (its renewals since the replica's copy may be lost; nobody else can
+/// have claimed it, see [`acquire`]), and the row becomes this server's.
 pub(crate) fn renew(
     table: &str,
     name: &str,
@@ -373,20 +416,26 @@ pub(crate) fn renew(
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
     Ok(format!(
-        "UPDATE {table} SET renewed_at = now(), expires_at = GREATEST(expires_at, now() + {t}), payload = {p} \
-         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now() AND renewed_at <= now() \
+        "UPDATE {table} SET renewed_at = now(), expires_at = GREATEST(expires_at, now() + {t}), payload = {p}, \
+         history = {HISTORY} \
+         WHERE name = {n} AND holder = {i} AND fence = {fence} \
+         AND (expires_at > now() OR history <> {HISTORY}) AND renewed_at <= now() \
          RETURNING {COLS}"
     ))
 }
 
 /// Ends the term at `now()`; the row and its fence stay. `renewed_at` moves
 /// up to that instant too, so that a renewal of the term whose clock
-/// reading is older cannot land after it (see [`renew`]).
+/// reading is older cannot land after it (see [`renew`]). A row inherited
+/// across a failover is left alone: the writes the replica lacks may hold
+/// a newer term's claim, and ending the lease would let a claim in at
+/// once (see [`acquire`]).
 pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Result<String, StoreError> {
     let (n, i) = (literal("election name", name)?, literal("identity", identity)?);
     Ok(format!(
         "UPDATE {table} SET expires_at = now(), renewed_at = GREATEST(renewed_at, now()) \
-         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now()"
+         WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now() \
+         AND (history IS NULL OR history = {HISTORY})"
     ))
 }
 
@@ -493,9 +542,10 @@ pub(crate) fn is_concurrent_ddl(e: &StoreError) -> bool {
 pub(crate) fn explain_undefined_column(e: StoreError, table: &str) -> StoreError {
     match db_error_of(&e) {
         Some(db) if db.code().code() == "42703" => StoreError::fatal(format!(
-            "postgres acquire: SQLSTATE 42703 (a table made before the terms column needs: {}; \
+            "postgres acquire: SQLSTATE 42703 (a table made by an older version needs: {}; {}; \
              or PostgresStore::ensure_schema)",
-            add_terms(table)
+            add_terms(table),
+            add_history(table)
         ))
         .with_source(db.clone()),
         _ => e,

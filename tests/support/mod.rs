@@ -11,6 +11,7 @@
 
 pub mod elector;
 pub mod faults;
+pub mod inherited;
 #[cfg(feature = "mysql")]
 pub mod maria_server;
 pub mod oracle;
