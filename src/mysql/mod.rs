@@ -426,8 +426,8 @@ impl MySqlStore {
     }
 
     /// Creates the election table if it does not exist, and adds what a
-    /// table made by an older version lacks: the `terms` column, and the
-    /// index lease checks lock ([`MySqlStore::check_lease`]). Idempotent, and
+    /// table made by an older version lacks: the `terms` and `history`
+    /// columns, and the index lease checks lock ([`MySqlStore::check_lease`]). Idempotent, and
     /// safe when every replica runs it at the same moment (the server
     /// serialises `CREATE TABLE IF NOT EXISTS` on the table's metadata lock;
     /// a replica whose `ALTER TABLE` finds the column just added by another
@@ -455,8 +455,11 @@ impl MySqlStore {
         // the same time made it first (duplicate column, duplicate key
         // name). Lock waits bounded at 1 s, the smallest bound the server
         // takes.
-        let changes =
-            [("terms", sql::add_terms(&self.quoted), 1060), ("index", sql::add_term_index(&self.quoted), 1061)];
+        let changes = [
+            ("terms", sql::add_terms(&self.quoted), 1060),
+            ("history", sql::add_history(&self.quoted), 1060),
+            ("index", sql::add_term_index(&self.quoted), 1061),
+        ];
         let deadline = deadline_after(self.ddl_timeout);
         let code = |e: &StoreError, code: u16| e.message().contains(&format!("server error {code} "));
         let mut attempt = 0;
@@ -496,9 +499,10 @@ impl MySqlStore {
             return e;
         }
         StoreError::fatal(format!(
-            "{} (a table made before the terms column needs: {}; or MySqlStore::ensure_schema)",
+            "{} (a table made by an older version needs: {}; {}; or MySqlStore::ensure_schema)",
             e.message(),
-            sql::add_terms(&self.quoted)
+            sql::add_terms(&self.quoted),
+            sql::add_history(&self.quoted)
         ))
     }
 

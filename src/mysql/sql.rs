@@ -43,6 +43,17 @@ const PAYLOAD: &str = "@leaderelection_payload";
 /// Whether the term a slot claim is for holds the lease (1 or 0).
 const HELD: &str = "@leaderelection_held";
 
+/// Whether the row an acquire found was written under another server's
+/// history (see [`acquire`]).
+const INHERITED: &str = "@leaderelection_inherited";
+
+/// The history of the server answering: its `server_id`, which every
+/// server of a replication topology must have of its own (so promoting a
+/// replica changes it; a restart keeps it). Every write stamps its row with
+/// it (`history`), and a row whose stamp differs was written by another
+/// server and may lack writes that server acknowledged.
+pub(crate) const HISTORY: &str = "CAST(@@server_id AS BINARY)";
+
 /// The columns every lease-reading statement yields, in this order, then
 /// the call's instant ([`AT`] for a write, the reading statement's own
 /// clock for an inspect), `ROW_COUNT()` of the statement before it, and the
@@ -70,6 +81,7 @@ pub(crate) fn create_table(table: &str) -> String {
          \x20   expires_at  BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
          \x20   payload     MEDIUMBLOB  NOT NULL,\n\
          \x20   terms       BIGINT      NOT NULL DEFAULT 0 COMMENT 'terms so far, for operators' CHECK (terms >= 0),\n\
+         \x20   history     VARBINARY(64) NULL COMMENT 'the server_id of the server that last wrote the row',\n\
          \x20   PRIMARY KEY (name),\n\
          \x20   KEY {TERM_INDEX} (name, fence, holder)\n\
          ) ENGINE = InnoDB;\n"
@@ -96,9 +108,17 @@ pub(crate) fn add_term_index(table: &str) -> String {
     format!("ALTER TABLE {table} ADD INDEX {TERM_INDEX} (name, fence, holder)")
 }
 
-/// How many `terms` columns and [`TERM_INDEX`] indexes the table `name`
-/// (unquoted) of the session's database has: rows `'terms', n` and
-/// `'index', n`, each 1 or 0. The comparison is binary (a hex literal), so
+/// The statement that gives a table made before server histories were
+/// recorded the `history` column (after `terms`, as in [`create_table`]).
+/// Rows start with none (NULL), which counts as this server's until
+/// written; a racing replica's duplicate column (1060) counts as done.
+pub(crate) fn add_history(table: &str) -> String {
+    format!("ALTER TABLE {table} ADD COLUMN history VARBINARY(64) NULL AFTER terms")
+}
+
+/// How many `terms` and `history` columns and [`TERM_INDEX`] indexes the
+/// table `name` (unquoted) of the session's database has: rows
+/// `'terms', n`, `'history', n` and `'index', n`, each 1 or 0. The comparison is binary (a hex literal), so
 /// a server with `lower_case_table_names` set may answer 0 for a table that
 /// has them; the `ALTER` then fails with 1060 or 1061, which count as done.
 pub(crate) fn schema_state(name: &str) -> String {
@@ -106,6 +126,8 @@ pub(crate) fn schema_state(name: &str) -> String {
     format!(
         "SELECT 'terms', COUNT(*) FROM information_schema.COLUMNS \
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {n} AND COLUMN_NAME = 'terms'; \
+         SELECT 'history', COUNT(*) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {n} AND COLUMN_NAME = 'history'; \
          SELECT 'index', COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS \
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {n} AND INDEX_NAME = '{TERM_INDEX}';"
     )
@@ -283,7 +305,7 @@ pub(crate) fn pinned(body: &str, remaining: Duration) -> String {
          SET {AT} = {NOW}; {body} \
          SET SESSION sql_mode = DEFAULT, sql_select_limit = DEFAULT, character_set_results = DEFAULT, \
          innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT, {AT} = NULL, {PAYLOAD} = NULL, \
-         {HELD} = NULL"
+         {HELD} = NULL, {INHERITED} = NULL"
     )
 }
 
@@ -370,6 +392,23 @@ fn exactly(col: &str, lit: &str) -> String {
 /// re-acquires its valid lease.
 ///
 /// The payload is sent once, in a session variable.
+///
+/// **A row inherited across a failover** (its `history` is not this
+/// server's [`HISTORY`]) may lack renewals, or the claim, that the old
+/// primary acknowledged. It is never claimed as it stands. The call first
+/// reads (and locks) whether the row is inherited into [`INHERITED`]; an
+/// expired inherited row is then held for nobody, in this server's
+/// history, by an `UPDATE` of its own: the holder becomes empty (no
+/// identity is, so nobody can renew or release it), the fence stays, and
+/// it expires a whole lease from the call's instant (the longer of this
+/// caller's and the row's own; `expires_at` is assigned first, so both
+/// assignment orders read the old `renewed_at`). The claim's conditions
+/// also require the row not inherited, so an unexpired inherited row is
+/// left for its holder to renew (see [`renew`]). A claim is possible only
+/// a lease after the first participant asked, when every deadline the old
+/// primary's acknowledgements gave has passed. The claim itself writes no
+/// `history` (it needs none: a row it writes is this server's or NULL,
+/// which counts as this server's; a new row gets this server's stamp).
 pub(crate) fn acquire(
     table: &str,
     name: &str,
@@ -384,15 +423,22 @@ pub(crate) fn acquire(
         ttl_micros(ttl),
     );
     let ours = exactly("name", &n);
-    let claim = format!("({ours} AND expires_at <= {AT})");
+    let claim = format!("({ours} AND NOT {INHERITED} AND expires_at <= {AT})");
     let write = format!(
-        "({ours} AND (expires_at <= {AT} OR ({} AND expires_at > {AT} AND renewed_at <= {AT})))",
+        "({ours} AND NOT {INHERITED} AND (expires_at <= {AT} OR ({} AND expires_at > {AT} AND renewed_at <= {AT})))",
         exactly("holder", &i)
     );
     Ok(format!(
         "SET {PAYLOAD} = {p}; {BEGIN} \
-         INSERT INTO {table} (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms) \
-         VALUES ({n}, {i}, GREATEST(1, {AT}), {AT}, {AT}, {AT} + {t}, {PAYLOAD}, 1) \
+         SET {INHERITED} = FALSE; \
+         SELECT COALESCE(history <> {HISTORY}, FALSE) INTO {INHERITED} FROM {table} {BY_KEY} \
+         WHERE name = {n} AND {ours} FOR UPDATE; \
+         UPDATE {table} {BY_KEY} SET expires_at = GREATEST(expires_at, {AT} + GREATEST({t}, expires_at - renewed_at)), \
+           renewed_at = GREATEST(renewed_at, {AT}), holder = X'', history = {HISTORY} \
+         WHERE name = {n} AND {ours} AND {INHERITED} AND expires_at <= {AT}; \
+         SET {INHERITED} = {INHERITED} AND ROW_COUNT() = 0; \
+         INSERT INTO {table} (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms, history) \
+         VALUES ({n}, {i}, GREATEST(1, {AT}), {AT}, {AT}, {AT} + {t}, {PAYLOAD}, 1, {HISTORY}) \
          ON DUPLICATE KEY UPDATE \
            fence = IF({claim}, GREATEST(fence + 1, {AT}), fence), \
            acquired_at = IF({claim}, {AT}, acquired_at), \
@@ -415,6 +461,10 @@ pub(crate) fn acquire(
 /// waited behind the release's row lock, or was sent earlier on another
 /// connection) finds `renewed_at` later than that and changes nothing, so
 /// it cannot extend a released lease.
+///
+/// The holder renews a row inherited across a failover expired or not
+/// (its renewals since the replica's copy may be lost; nobody else can
+/// have claimed it, see [`acquire`]), and the row becomes this server's.
 pub(crate) fn renew(
     table: &str,
     name: &str,
@@ -431,8 +481,10 @@ pub(crate) fn renew(
     );
     Ok(format!(
         "SET {PAYLOAD} = {p}; {BEGIN} \
-         UPDATE {table} {BY_KEY} SET renewed_at = {AT}, payload = {PAYLOAD}, expires_at = GREATEST(expires_at, {AT} + {t}) \
-         WHERE name = {n} AND {} AND {} AND fence = {fence} AND expires_at > {AT} AND renewed_at <= {AT}; \
+         UPDATE {table} {BY_KEY} SET renewed_at = {AT}, payload = {PAYLOAD}, expires_at = GREATEST(expires_at, {AT} + {t}), \
+         history = {HISTORY} \
+         WHERE name = {n} AND {} AND {} AND fence = {fence} \
+         AND (expires_at > {AT} OR COALESCE(history <> {HISTORY}, FALSE)) AND renewed_at <= {AT}; \
          SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; \
          {COMMIT}",
         exactly("name", &n),
@@ -444,6 +496,10 @@ pub(crate) fn renew(
 /// moves `renewed_at` up to that instant, so a renewal of the term whose
 /// clock was read before it cannot land after it (see [`renew`]).
 ///
+/// A row inherited across a failover is left alone: the writes the
+/// replica lacks may hold a newer term's claim, and ending the lease would
+/// let a claim in at once (see [`acquire`]).
+///
 /// Like every statement here, an explicit transaction: a session that
 /// starts with `autocommit = 0` (a server default some operators set, or an
 /// `init` statement) would otherwise leave the update uncommitted, holding
@@ -453,7 +509,8 @@ pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Re
     Ok(format!(
         "{BEGIN} \
          UPDATE {table} {BY_KEY} SET renewed_at = GREATEST(renewed_at, {AT}), expires_at = {AT} \
-         WHERE name = {n} AND {} AND {} AND fence = {fence} AND expires_at > {AT}; \
+         WHERE name = {n} AND {} AND {} AND fence = {fence} AND expires_at > {AT} \
+         AND (history IS NULL OR history = {HISTORY}); \
          {COMMIT}",
         exactly("name", &n),
         exactly("holder", &i),
@@ -815,7 +872,10 @@ mod tests {
         assert!(q.starts_with("SET SESSION timestamp = DEFAULT, sql_mode = 'STRICT_ALL_TABLES,"), "{q}");
         assert!(q.contains("innodb_lock_wait_timeout = 6, lock_wait_timeout = 6; SET @leaderelection_now = "), "{q}");
         assert!(q.contains("; SELECT 1; SET SESSION sql_mode = DEFAULT"), "{q}");
-        assert!(q.ends_with("@leaderelection_now = NULL, @leaderelection_payload = NULL, @leaderelection_held = NULL"));
+        assert!(q.ends_with(
+            "@leaderelection_now = NULL, @leaderelection_payload = NULL, @leaderelection_held = NULL, \
+         @leaderelection_inherited = NULL"
+        ));
     }
 
     /// Every write commits with `COMMIT AND NO CHAIN NO RELEASE` (never a
@@ -840,7 +900,8 @@ mod tests {
     /// The assignments of the claim's `ON DUPLICATE KEY UPDATE`, as
     /// (column, expression).
     fn assignments(q: &str) -> Vec<(String, String)> {
-        let update = &q[q.find("ON DUPLICATE KEY UPDATE").unwrap() + 23..q.find("; SELECT").unwrap()];
+        let from = q.find("ON DUPLICATE KEY UPDATE").unwrap() + 23;
+        let update = &q[from..from + q[from..].find("; SELECT").unwrap()];
         let mut out = Vec::new();
         let (mut depth, mut start) = (0, 0);
         for (k, c) in update.char_indices().chain([(update.len(), ',')]) {
