@@ -59,6 +59,7 @@ echo "== chaos suite (tests/chaos): its proxy, servers and oracle, then every sc
 # each scenario's figures (`chaos <path>/<scenario> …` lines) in the log.
 cargo test --features postgres,mysql,storetest --test chaos_faults --test chaos_oracle --test chaos_pg_server --test chaos_maria_server
 cargo test --features postgres,mysql,storetest --test chaos -- --test-threads 8 --nocapture
+cargo test --features postgres,mysql,storetest --test failover_servers -- --test-threads 8 --nocapture   # replicated servers (issue 18): `failover …` figures
 
 echo "== examples"
 cargo run --quiet --example quickstart
