@@ -63,6 +63,9 @@ cargo test --features postgres,mysql,storetest --test chaos -- --test-threads 8 
 # their leaders stopped, cut off and killed mid-transaction (`chaos-ledger …`
 # lines). Alone: it stops and kills processes and waits out idle timeouts.
 cargo test --features postgres,mysql,storetest --test chaos_ledger -- --test-threads 4 --nocapture
+# Replicated servers (issue 18): primaries killed, standbys promoted,
+# switchovers, a standby cut off before the kill (`failover …` figures).
+cargo test --features postgres,mysql,storetest --test failover_servers -- --test-threads 8 --nocapture
 
 echo "== examples"
 cargo run --quiet --example quickstart

@@ -13,9 +13,12 @@ pub mod elector;
 pub mod faults;
 pub mod inherited;
 #[cfg(feature = "mysql")]
+pub mod maria_replica;
+#[cfg(feature = "mysql")]
 pub mod maria_server;
 pub mod oracle;
 pub mod pause;
+pub mod pg_replica;
 pub mod pg_server;
 pub mod proxy;
 pub mod terms;
