@@ -66,6 +66,9 @@ cargo test --features postgres,mysql,storetest --test chaos_ledger -- --test-thr
 # Replicated servers (issue 18): primaries killed, standbys promoted,
 # switchovers, a standby cut off before the kill (`failover …` figures).
 cargo test --features postgres,mysql,storetest --test failover_servers -- --test-threads 8 --nocapture
+# The same failovers under a fleet judged by the chaos oracle, with the
+# failover rule's negative control (`chaos-failover …` lines).
+cargo test --features postgres,mysql,storetest --test chaos_failover -- --test-threads 8 --nocapture
 
 echo "== examples"
 cargo run --quiet --example quickstart

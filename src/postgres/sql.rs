@@ -392,6 +392,13 @@ pub(crate) fn acquire(
     ))
 }
 
+/// The claim as a store that knows nothing of server histories sends it:
+/// every row counts as this server's. For the failover tests' negative
+/// control only.
+pub(crate) fn without_failover_rule(acquire: &str) -> String {
+    acquire.replace("COALESCE(t.history <> excluded.history, false)", "false")
+}
+
 /// Extends the holder's lease; a renewal that commits after a newer one (it
 /// waited behind a lock, or the server froze under it) carries an older
 /// `now()` and must not shorten the lease: `GREATEST(expires_at, now() + ttl)`.
