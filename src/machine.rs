@@ -835,7 +835,10 @@ impl Machine {
     /// Records the lease just read and says how the next poll may be timed
     /// from it.
     fn observe(&mut self, now: LocalTime, lease: &Lease) -> Sighting {
-        let valid = !lease.expired();
+        // A row with no holder is held for nobody after a database failover
+        // (see `MemStore::fail_over`): unexpired, so not claimable, but
+        // nobody leads under it.
+        let valid = !lease.expired() && !lease.holder.is_empty();
         let changed = self.observed.as_ref().is_none_or(|o| o.identity != lease.holder || o.fence != lease.fence);
         // Two readings of the row from the same database, compared with each
         // other: never with a local clock.

@@ -609,6 +609,32 @@ fn followers_poll_with_inspect_and_never_write() {
     assert_eq!(b.m.observed().map(|o| o.identity.as_str()), Some("a"));
 }
 
+/// After a database failover a row may be held for nobody (its holder
+/// empty) for a lease: a follower announces no leader, claims nothing
+/// before it runs out, and takes over once it has (issue 18).
+#[test]
+fn a_row_held_for_nobody_after_a_failover_is_no_leader_and_is_claimed_once_it_runs_out() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    let mut a = Rig::with("a", store.clone(), timing(), 1);
+    a.run_for(ms(100));
+    let fence = a.started()[0].0;
+    store.fail_over(None);
+    // a stops (its renewals are lost); the row runs out, then b's first
+    // claim holds it for nobody.
+    let mut b = Rig::with("b", store.clone(), timing(), 2);
+    b.now = a.now;
+    b.run_for(timing().lease_duration + ms(2_000));
+    let held = store.peek(NAME).unwrap();
+    assert!(held.holder.is_empty() && held.fence == fence && !held.expired(), "{held:?}");
+    assert!(b.started().is_empty(), "b led under a row held for nobody");
+    assert!(!b.log.iter().any(|o| matches!(o, Output::NewLeader { identity, .. } if identity.is_empty())));
+    assert!(b.m.observed().is_some_and(|o| o.identity.is_empty() && !o.valid));
+    b.run_for(timing().lease_duration + timing().retry_period * 2);
+    let started = b.started();
+    assert_eq!(started.len(), 1, "b did not take over once the held row ran out: {:?}", b.calls());
+    assert!(started[0].0 > fence);
+}
+
 #[test]
 fn a_follower_takes_over_just_after_a_crashed_leaders_lease_runs_out() {
     let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));

@@ -142,6 +142,11 @@ impl fmt::Display for Status {
             (Some(l), _) if l.identity == self.identity => {
                 write!(f, ": nobody leads (its own term with fence {} has ended)", l.fence)?
             }
+            (Some(l), _) if l.identity.is_empty() => write!(
+                f,
+                ": nobody leads (the lease with fence {} is held for nobody after a database failover)",
+                l.fence
+            )?,
             (Some(l), _) if l.valid => write!(f, " follows {} (fence {})", l.identity, l.fence)?,
             (Some(l), _) => write!(f, ": nobody leads ({}'s lease with fence {} has expired)", l.identity, l.fence)?,
             (None, _) => f.write_str(": nobody leads")?,
@@ -365,6 +370,14 @@ mod tests {
         assert_eq!(
             expired.to_string(),
             format!("\"invoices\": node-2: nobody leads (node-1's lease with fence 17 has expired); {COUNTS}")
+        );
+        let held = Status { leader: seen("", false), ..status("node-2") };
+        assert_eq!(
+            held.to_string(),
+            format!(
+                "\"invoices\": node-2: nobody leads (the lease with fence 17 is held for nobody after a database \
+                 failover); {COUNTS}"
+            )
         );
         let own = Status { leader: seen("node-2", true), held_back: true, ..status("node-2") };
         assert_eq!(

@@ -9,7 +9,9 @@ use crate::db::{self, Dialect};
 pub fn status(args: StatusArgs) -> Result<i32, Fail> {
     let store = db::open(&args.db)?;
     let lease = db::inspect(&*store, &args.name, DEFAULT_OPERATION_TIMEOUT)?;
-    let live = lease.as_ref().filter(|l| !l.expired());
+    // A row with no holder is held for nobody after a database failover,
+    // until it runs out: nobody leads under it.
+    let live = lease.as_ref().filter(|l| !l.expired() && !l.holder.is_empty());
     if args.json {
         let payload = match live.map(|l| std::str::from_utf8(&l.payload)) {
             None => "\"payload\":null".to_string(),
@@ -33,6 +35,11 @@ pub fn status(args: StatusArgs) -> Result<i32, Fail> {
                     Err(_) => println!("payload (hex): {}", hex(&l.payload)),
                 }
             }
+            (None, Some(l)) if l.holder.is_empty() && !l.expired() => println!(
+                "nobody leads (held for nobody after a database failover, fence {}, for {} more)",
+                l.fence,
+                Human(l.ttl())
+            ),
             (None, Some(l)) => println!(
                 "nobody leads (last: {}, fence {}, expired {} ago)",
                 l.holder,

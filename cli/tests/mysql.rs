@@ -80,3 +80,8 @@ fn loop_leaves_no_zombies() {
 fn the_childs_lease_check_passes_in_the_term_and_fails_after_it() {
     checked_writes(&Db::mysql());
 }
+
+#[test]
+fn status_of_a_row_held_for_nobody_after_a_failover_is_nobody_leads() {
+    held_row_status(&Db::mysql());
+}

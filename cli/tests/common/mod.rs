@@ -1017,3 +1017,35 @@ pub fn checked_writes(db: &Db) {
     assert_eq!(rows.lines().collect::<Vec<_>>(), [fence], "a write after a failed check committed");
     let _ = db.sql(&format!("DROP TABLE {ledger};"));
 }
+
+/// A row held for nobody after a database failover (empty holder, not yet
+/// expired): `status` says nobody leads (exit 1, JSON leader null), and
+/// why.
+pub fn held_row_status(db: &Db) {
+    let name = db.name("held");
+    let insert = if db.label == "pg" {
+        format!(
+            "INSERT INTO {} (name, holder, fence, acquired_at, renewed_at, expires_at) \
+             VALUES ('{name}', '', 5, now(), now(), now() + interval '60 seconds');",
+            db.table
+        )
+    } else {
+        let now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+        format!(
+            "INSERT INTO {} (name, holder, fence, acquired_at, renewed_at, expires_at, payload) \
+             VALUES ('{name}', '', 5, {now}, {now}, {now} + 60000000, '');",
+            db.table
+        )
+    };
+    let (ok, _, err) = db.sql(&insert);
+    assert!(ok, "{err}");
+    let out = db.status(&name, false);
+    assert_eq!(out.status.code(), Some(1), "a held row is nobody leading");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("nobody leads (held for nobody after a database failover, fence 5, for "), "{text}");
+    let out = db.status(&name, true);
+    assert_eq!(out.status.code(), Some(1));
+    let json = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(json_field(&json, "leader"), "null", "{json}");
+    let _ = db.sql(&format!("DELETE FROM {} WHERE name = '{name}';", db.table));
+}
