@@ -28,6 +28,22 @@ use crate::slot::SlotClaim;
 /// blocking, and the elector bounds how many such calls it leaves behind.
 ///
 /// Every method must be safe to call from several threads at once.
+///
+/// # Failovers
+///
+/// A store whose database can fail over to a replica that lacks writes the
+/// old server acknowledged (asynchronous replication) must keep one leader
+/// across it, as the built-in stores and [`MemStore`](crate::MemStore) do:
+/// every write records which server history wrote the row (PostgreSQL's
+/// timeline, MySQL's `server_id`), and a row *inherited* from another
+/// history is never claimed as it stands. `acquire` leaves an unexpired
+/// one alone and, once it has expired, holds it for nobody (empty holder,
+/// same fence, expiry a whole lease after the call's `now`) instead of
+/// claiming it; `renew` applies to an inherited row of the holder's
+/// whether or not it has expired; `release` leaves an inherited row alone.
+/// A leader can only have been told of a deadline reckoned from a send
+/// before the failover, at most a lease long, so a lease after the first
+/// claim attempt on the new server no such deadline is left.
 pub trait Store: Send + Sync {
     /// Claims the lease for `identity` if the row is absent or expired (a new
     /// term), or already held by `identity` and still valid (same fence, new
