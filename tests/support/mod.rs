@@ -18,7 +18,9 @@ pub mod maria_replica;
 pub mod maria_server;
 pub mod oracle;
 pub mod pause;
+#[cfg(feature = "postgres")]
 pub mod pg_replica;
+#[cfg(feature = "postgres")]
 pub mod pg_server;
 pub mod proxy;
 pub mod terms;
