@@ -71,6 +71,8 @@
 // socket of a connection borrowed from a user's `mysql::Pool`.
 #![deny(unsafe_code)]
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod any;
 mod config;
 mod elector;
 mod error;
@@ -95,6 +97,8 @@ pub mod storetest;
 mod sync;
 pub mod testing;
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use any::{connect, connect_table, AnyStore};
 pub use config::{
     default_safety_margin, Config, ConfigError, Problem, Timing, DEFAULT_LEASE_DURATION, DEFAULT_OPERATION_TIMEOUT,
     DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,

@@ -185,56 +185,65 @@ pub trait Store: Send + Sync {
     }
 }
 
-impl<S: Store + ?Sized> Store for Arc<S> {
-    fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        (**self).acquire(name, identity, ttl, payload, timeout)
-    }
-    fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        (**self).renew(name, identity, fence, ttl, payload, timeout)
-    }
-    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        (**self).release(name, identity, fence, timeout)
-    }
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        (**self).inspect(name, timeout)
-    }
-    fn claim_slot(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        slot: &str,
-        retry_failed: bool,
-        timeout: Duration,
-    ) -> Result<SlotClaim, StoreError> {
-        (**self).claim_slot(name, identity, fence, slot, retry_failed, timeout)
-    }
-    fn finish_slot(
-        &self,
-        name: &str,
-        fence: u64,
-        slot: &str,
-        outcome: i32,
-        timeout: Duration,
-    ) -> Result<bool, StoreError> {
-        (**self).finish_slot(name, fence, slot, outcome, timeout)
-    }
+/// The store behind a smart pointer: `Arc<dyn Store>` to share one among
+/// electors, `Box<dyn Store>` to pick one at run time.
+macro_rules! forward_store {
+    ($ptr:ident) => {
+        impl<S: Store + ?Sized> Store for $ptr<S> {
+            fn acquire(
+                &self,
+                name: &str,
+                identity: &str,
+                ttl: Duration,
+                payload: &[u8],
+                timeout: Duration,
+            ) -> Result<Lease, StoreError> {
+                (**self).acquire(name, identity, ttl, payload, timeout)
+            }
+            fn renew(
+                &self,
+                name: &str,
+                identity: &str,
+                fence: u64,
+                ttl: Duration,
+                payload: &[u8],
+                timeout: Duration,
+            ) -> Result<Lease, StoreError> {
+                (**self).renew(name, identity, fence, ttl, payload, timeout)
+            }
+            fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+                (**self).release(name, identity, fence, timeout)
+            }
+            fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+                (**self).inspect(name, timeout)
+            }
+            fn claim_slot(
+                &self,
+                name: &str,
+                identity: &str,
+                fence: u64,
+                slot: &str,
+                retry_failed: bool,
+                timeout: Duration,
+            ) -> Result<SlotClaim, StoreError> {
+                (**self).claim_slot(name, identity, fence, slot, retry_failed, timeout)
+            }
+            fn finish_slot(
+                &self,
+                name: &str,
+                fence: u64,
+                slot: &str,
+                outcome: i32,
+                timeout: Duration,
+            ) -> Result<bool, StoreError> {
+                (**self).finish_slot(name, fence, slot, outcome, timeout)
+            }
+        }
+    };
 }
+
+forward_store!(Arc);
+forward_store!(Box);
 
 /// What went wrong in a store call, for callers that must branch on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -206,3 +206,19 @@ fn no_password_in_errors_debug_or_logs() {
     }
     eprintln!("mysql: {} log lines and {} errors and Debug outputs checked", logged.len(), texts.len());
 }
+
+/// A store picked from the URL by `leaderelection::connect`, boxed as a
+/// `Box<dyn Store>`, elects as the concrete store does; a PostgreSQL DSN
+/// names the feature this suite runs without.
+#[test]
+fn a_store_from_connect_in_a_box_elects() {
+    let store = leaderelection::connect_table(&url(SHARED), Some(TABLE)).expect("connect");
+    store.ensure_schema().expect("ensure_schema");
+    let boxed: Box<dyn leaderelection::Store> = Box::new(store);
+    let name = format!("connect-{}", random_tag());
+    let e = Elector::start(config(boxed, &name, "a")).expect("start");
+    assert!(e.wait_leader_timeout(Duration::from_secs(10)).is_ok(), "{}", e.status());
+    e.shutdown().unwrap();
+    let err = leaderelection::connect("postgres://app:hunter2@db.invalid/app").unwrap_err();
+    assert!(err.is_fatal() && err.to_string().contains("feature `postgres`"), "{err}");
+}

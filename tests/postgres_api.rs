@@ -90,3 +90,24 @@ fn a_unix_socket_host_shows_its_path_and_not_the_password() {
     assert!(!dbg.contains("hunter2"), "{dbg}");
     assert!(!m.uses_tls());
 }
+
+/// `leaderelection::connect` picks the store by the DSN's scheme; a scheme
+/// whose feature is off (this suite runs without `mysql`) or an unknown one
+/// is a fatal error that never shows the password.
+#[test]
+fn connect_picks_the_store_by_scheme_and_names_a_missing_feature() {
+    for dsn in [DSN, "postgresql://app:hunter2@db.invalid/app", "host=db.invalid user=app password=hunter2"] {
+        match leaderelection::connect(dsn) {
+            Ok(leaderelection::AnyStore::Postgres(s)) => assert_eq!(s.table(), (DEFAULT_SCHEMA, DEFAULT_TABLE)),
+            other => panic!("{dsn}: {other:?}"),
+        }
+    }
+    match leaderelection::connect_table(DSN, Some("ops.leases")) {
+        Ok(leaderelection::AnyStore::Postgres(s)) => assert_eq!(s.table(), ("ops", "leases")),
+        other => panic!("{other:?}"),
+    }
+    let e = leaderelection::connect("mysql://app:hunter2@db.invalid/app").unwrap_err();
+    assert!(e.is_fatal() && e.to_string().contains("feature `mysql`") && !e.to_string().contains("hunter2"), "{e}");
+    let e = leaderelection::connect("sqlite://app:hunter2@x").unwrap_err();
+    assert!(e.is_fatal() && e.to_string().contains("postgres://") && !e.to_string().contains("hunter2"), "{e}");
+}

@@ -163,3 +163,16 @@ fn swallowing_path_steps_down_and_recovers_direct() {
 fn swallowing_path_steps_down_and_recovers_pgbouncer() {
     swallowing_path(BOUNCER);
 }
+
+/// A store picked from the DSN by `leaderelection::connect`, boxed as a
+/// `Box<dyn Store>`, elects as the concrete store does.
+#[test]
+fn a_store_from_connect_in_a_box_elects() {
+    let store = leaderelection::connect_table(&dsn(DIRECT), Some(&format!("public.{TABLE}"))).expect("connect");
+    store.ensure_schema().expect("ensure_schema");
+    let boxed: Box<dyn leaderelection::Store> = Box::new(store);
+    let name = format!("connect-{}", support::random_tag());
+    let e = leaderelection::Elector::start(support::config(boxed, &name, "a")).expect("start");
+    assert!(e.wait_leader_timeout(Duration::from_secs(10)).is_ok(), "{}", e.status());
+    e.shutdown().unwrap();
+}

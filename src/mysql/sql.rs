@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use mysql::Value;
 
+use crate::config::{MAX_IDENTITY_LEN, MAX_NAME_LEN};
 use crate::lease::{DbTime, Lease};
+use crate::slot::MAX_SLOT_LEN;
 use crate::store::{ErrorKind, StoreError};
-use crate::{MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_SLOT_LEN};
 
 /// Longest TTL written, so `now + ttl` stays far inside `BIGINT`.
 const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);

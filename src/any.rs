@@ -1,0 +1,173 @@
+//! A store chosen by its DSN (features `postgres` and `mysql`).
+
+use std::time::Duration;
+
+use crate::lease::Lease;
+use crate::slot::SlotClaim;
+use crate::store::{Store, StoreError};
+#[cfg(feature = "mysql")]
+use crate::MySqlStore;
+#[cfg(feature = "postgres")]
+use crate::PostgresStore;
+
+/// A [`Store`] picked by the scheme of a DSN, from [`connect`]: a
+/// [`PostgresStore`](crate::PostgresStore) for `postgres://` and
+/// `postgresql://` URLs and libpq's `key=value` strings, a
+/// [`MySqlStore`](crate::MySqlStore) for `mysql://` URLs. Each needs its
+/// feature. Clones share the pool.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum AnyStore {
+    /// PostgreSQL (feature `postgres`).
+    #[cfg(feature = "postgres")]
+    Postgres(PostgresStore),
+    /// MySQL or MariaDB (feature `mysql`).
+    #[cfg(feature = "mysql")]
+    Mysql(MySqlStore),
+}
+
+/// Opens the store a DSN names, on the default table, with the store's
+/// defaults (see [`connect_table`] for another table). Opens no
+/// connection yet: a wrong password shows up in the first call.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use leaderelection::{Config, Elector};
+///
+/// let dsn = std::env::var("DATABASE_URL")?; // postgres://… or mysql://…
+/// let store = leaderelection::connect(&dsn)?;
+/// store.ensure_schema()?;
+/// let elector = Elector::start(Config::new(store, "invoice-reconciler"))?;
+/// # drop(elector);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// A fatal error when the scheme is neither PostgreSQL's nor MySQL's, when
+/// its feature is not enabled, or when the store refuses the DSN. The DSN
+/// (which may hold a password) is never part of the message.
+pub fn connect(dsn: &str) -> Result<AnyStore, StoreError> {
+    connect_table(dsn, None)
+}
+
+/// As [`connect`], on `table`: `schema.table` or `table` (schema `public`)
+/// on PostgreSQL, `table` in the URL's database on MySQL; `None` for the
+/// default table.
+///
+/// # Errors
+///
+/// As [`connect`]; a bad table name too.
+pub fn connect_table(dsn: &str, table: Option<&str>) -> Result<AnyStore, StoreError> {
+    let scheme = dsn.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("postgres" | "postgresql") | None => postgres(dsn, table),
+        Some("mysql") => mysql(dsn, table),
+        Some(_) => Err(StoreError::fatal("the DSN must start with postgres://, postgresql:// or mysql://")),
+    }
+}
+
+#[cfg(feature = "postgres")]
+fn postgres(dsn: &str, table: Option<&str>) -> Result<AnyStore, StoreError> {
+    let mut b = PostgresStore::builder(dsn);
+    if let Some(t) = table {
+        let (schema, table) = t.split_once('.').unwrap_or((crate::postgres::DEFAULT_SCHEMA, t));
+        b = b.table(schema, table);
+    }
+    b.build().map(AnyStore::Postgres)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres(_: &str, _: Option<&str>) -> Result<AnyStore, StoreError> {
+    Err(StoreError::fatal("a PostgreSQL DSN needs the leaderelection feature `postgres`"))
+}
+
+#[cfg(feature = "mysql")]
+fn mysql(dsn: &str, table: Option<&str>) -> Result<AnyStore, StoreError> {
+    let mut b = MySqlStore::builder(dsn);
+    if let Some(t) = table {
+        b = b.table(t);
+    }
+    b.build().map(AnyStore::Mysql)
+}
+
+#[cfg(not(feature = "mysql"))]
+fn mysql(_: &str, _: Option<&str>) -> Result<AnyStore, StoreError> {
+    Err(StoreError::fatal("a MySQL DSN needs the leaderelection feature `mysql`"))
+}
+
+/// Runs `$body` with `$s` bound to the store inside, whichever it is.
+macro_rules! each {
+    ($self:expr, $s:ident => $body:expr) => {
+        match $self {
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres($s) => $body,
+            #[cfg(feature = "mysql")]
+            AnyStore::Mysql($s) => $body,
+        }
+    };
+}
+
+impl AnyStore {
+    /// Creates the election table (and what it needs) if missing, and
+    /// upgrades an older one: the store's own `ensure_schema`.
+    ///
+    /// # Errors
+    ///
+    /// The store's classified error.
+    pub fn ensure_schema(&self) -> Result<(), StoreError> {
+        each!(self, s => s.ensure_schema())
+    }
+}
+
+impl Store for AnyStore {
+    fn acquire(
+        &self,
+        name: &str,
+        identity: &str,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        each!(self, s => s.acquire(name, identity, ttl, payload, timeout))
+    }
+    fn renew(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        each!(self, s => s.renew(name, identity, fence, ttl, payload, timeout))
+    }
+    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+        each!(self, s => s.release(name, identity, fence, timeout))
+    }
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+        each!(self, s => s.inspect(name, timeout))
+    }
+    fn claim_slot(
+        &self,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        slot: &str,
+        retry_failed: bool,
+        timeout: Duration,
+    ) -> Result<SlotClaim, StoreError> {
+        each!(self, s => s.claim_slot(name, identity, fence, slot, retry_failed, timeout))
+    }
+    fn finish_slot(
+        &self,
+        name: &str,
+        fence: u64,
+        slot: &str,
+        outcome: i32,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.finish_slot(name, fence, slot, outcome, timeout))
+    }
+}
