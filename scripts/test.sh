@@ -27,6 +27,10 @@ echo "== unit, simulation, doc and MemStore tests (default features)"
 # The CLI's suites need the servers; they run after the MySQL section.
 cargo test --all-targets --workspace --exclude leaderelection-cli
 cargo test --doc
+# The Rust blocks of README.md and docs/*.md (src/lib.rs, `mod doctests`):
+# they use both database stores, so they compile only with both features;
+# they are no_run, so no server is needed.
+cargo test -p leaderelection --features postgres,mysql --doc -- doctests
 
 echo "== feature metrics: the elector's figures through the metrics facade (tests/metrics.rs)"
 cargo test -p leaderelection --features metrics --test metrics

@@ -33,6 +33,130 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # In detail
+//!
+//! - **Versions.** MySQL 8.0 and later, MariaDB 10.5 and later, through one
+//!   code path. **Tested here: MariaDB 10.11 only.** MySQL 8 itself could not
+//!   be run on this machine (no MySQL server package in its repositories);
+//!   the store uses nothing MariaDB has and MySQL 8 lacks (no `RETURNING`, no
+//!   `SET STATEMENT`), but that is a reading of the manuals, not a test.
+//! - **URL.** `mysql://user:password@host:port/database`, with the `mysql`
+//!   crate's parameters (for example `tcp_connect_timeout_ms=2000`). A TCP URL
+//!   always uses TCP: the crate would otherwise move a loopback connection to
+//!   the server's unix socket; `socket=PATH` names a socket explicitly.
+//!   `MySqlStore::builder(url)` sets the table, pool size (default 4), connect
+//!   timeout (5 s), socket timeout (5 s), idle timeout (5 min; keep it below
+//!   the server's `wait_timeout`), `ensure_schema` timeout (30 s) and a CA
+//!   file.
+//! - **Your own `mysql::Pool`.** `MySqlStore::from_pool(pool)` (or
+//!   `builder_from_pool(pool)` for the table and timeouts; Unix only) runs the
+//!   store's calls on connections borrowed from a pool your program built and
+//!   keeps using. The calls are as bounded as on the store's own pool. The
+//!   `mysql` crate's pool alone would get three things wrong, and the store
+//!   covers each:
+//!   - a connection whose read timed out goes back into that pool on drop,
+//!     and was seen answering the next query with the previous one's result.
+//!     A connection the store gives up on has its socket shut down first, so
+//!     the pool's reset fails and the pool closes it and frees its slot;
+//!   - the pool frees such a slot without waking a thread waiting for one.
+//!     The store waits in short steps and, after closing a connection, takes
+//!     and returns one on a thread of its own, to wake your waiters;
+//!   - the store needs short socket timeouts and yours may be long or none.
+//!     While a call holds a connection, its socket uses the builder's
+//!     `socket_timeout`; the store resets the session under that timeout and
+//!     puts your timeouts back before the connection goes home.
+//!
+//!   What stays with your pool's options: TCP versus socket (`prefer_socket`
+//!   is on by default in the crate), TLS (so `uses_tls()` says `false`), the
+//!   connect timeout, the pool size, and the read timeout of the pool's own
+//!   health check on checkout. A pool without a read timeout is warned about
+//!   once. The pool opens connections while holding its lock, so a connect
+//!   that hangs holds up your program's checkouts; the store's calls still
+//!   return in time. `ca_file` and `connect_timeout` on this builder are
+//!   refused (set them on the pool). `MySqlStore::builder_from_opts(opts)`
+//!   instead takes the `mysql::Opts` (or `OptsBuilder`) you would build a
+//!   pool from (credentials, `init`, compression, `ssl_opts`, verified) and
+//!   keeps a pool of its own on them, forcing TCP for TCP hosts.
+//! - **TLS.** `ssl-mode=REQUIRED`, `VERIFY_CA` or `VERIFY_IDENTITY` (also
+//!   `ssl_mode=`) give TLS through `native-tls` (OpenSSL on Linux, the same
+//!   stack as the `postgres` feature) with the certificate chain **and** the
+//!   host name verified in all three modes — stricter than the `mysql`
+//!   command-line client's `REQUIRED`. `ssl-ca=PATH`, the crate's own
+//!   `root_cert_path=PATH`, or `builder(url).ca_file(path)` add a CA and turn
+//!   TLS on. A URL that asks for TLS never falls back to plaintext: a server
+//!   without TLS is a fatal error. `ssl-mode=PREFERRED`, the crate's
+//!   `danger_accept_invalid_certs`/`danger_skip_domain_validation`, and TLS
+//!   over a unix socket (which the crate would not encrypt) are refused.
+//! - **Schema.** One row per election in `leader_election` in the URL's
+//!   database (`builder(url).table(name)` for another; always quoted).
+//!   `MySqlStore::schema(table)` returns the DDL for a migration tool. Names
+//!   and holders are `VARBINARY(255)`, the payload `MEDIUMBLOB`, and every
+//!   instant a `BIGINT` of microseconds since 1970 UTC on the server's clock,
+//!   computed from `UTC_TIMESTAMP(6)`: the session time zone (and its
+//!   daylight-saving folds) cannot change any of them.
+//! - **Terms.** As on PostgreSQL, a `terms` column counts an election's terms
+//!   for operators (1 for an absent row, one more per claim of an expired or
+//!   released lease, nothing else changes it). In `ON DUPLICATE KEY UPDATE` it
+//!   is assigned before `expires_at`, so it still sees the old expiry (tested:
+//!   assigned after, a takeover was not counted). A table created by an
+//!   earlier version lacks it: acquire then fails with a fatal 1054 whose
+//!   message gives ``ALTER TABLE `leader_election` ADD COLUMN terms BIGINT NOT
+//!   NULL DEFAULT 0 CHECK (terms >= 0)`` (MySQL 8 has no `ADD COLUMN IF NOT
+//!   EXISTS`). `ensure_schema()` looks in `information_schema.COLUMNS` first
+//!   and runs that `ALTER` only when the column is missing; a replica whose
+//!   `ALTER` loses the race to another's (1060, duplicate column) takes it as
+//!   done. The `ALTER` waits for the table's metadata lock 1 s at a time (the
+//!   server's smallest bound), and calls queue behind it meanwhile: a
+//!   transaction left open on the table delays them up to 1 s per attempt
+//!   until the DDL timeout. Old rows start at 0.
+//! - **Privileges.** The store needs `SELECT`, `INSERT` and `UPDATE` on the
+//!   table; `ensure_schema` also needs `CREATE`, and `ALTER` to add `terms`
+//!   to an old table.
+//! - **One short transaction per operation**, sent as one query in one round
+//!   trip: the server's lock waits bounded for this call
+//!   (`SET SESSION innodb_lock_wait_timeout/lock_wait_timeout`, whole seconds,
+//!   at least 1, and set back to the defaults before the query ends; if a
+//!   statement fails first, the connection is closed, so the setting never
+//!   reaches another call), `START TRANSACTION`, `INSERT … ON DUPLICATE KEY
+//!   UPDATE` (acquire) or `UPDATE` (renew), `SELECT … FOR UPDATE` of the row,
+//!   `COMMIT`. Release and inspect are explicit transactions too, so servers
+//!   or sessions with `autocommit = 0` work the same (tested). Values are hex
+//!   literals, so no `sql_mode` or character set changes them. A row read
+//!   back that is not what the call wrote (another holder, fence, payload or
+//!   expiry; no row at all) is an error.
+//! - **A real operation timeout.** The store keeps its own pool (not
+//!   `mysql::Pool`, which opens connections under its lock and loses a slot
+//!   for good when a broken connection is kept out of it). Each call runs on a
+//!   thread of its own and the caller waits until its timeout; a late call is
+//!   abandoned and its connection closed when its thread gets control back —
+//!   within the socket timeout — and never reused. Any I/O, protocol or server
+//!   error also closes the connection. Abandoned calls still running are
+//!   capped at the pool size; past that, calls fail at once. The server's own
+//!   lock-wait bound is whole seconds (1 s at least), which can outlast a
+//!   shorter operation timeout, so when the store gives up on a call it also
+//!   asks the server to end that session (`KILL CONNECTION` on a connection
+//!   of its own, which any user may do to its own sessions): a statement still
+//!   waiting on a lock is rolled back instead of landing later (tested). The
+//!   same happens when a socket timeout shorter than the call's fires first.
+//!   The kill takes a connection and a round trip of its own (milliseconds):
+//!   a statement the server had already run, or runs because its lock went
+//!   or a frozen server resumed before the kill arrived, may still have
+//!   landed; its outcome is unknown, as for any store. An abandoned call is never retried on another
+//!   connection, and one abandoned while its connection was still being
+//!   opened is never sent. The error says what the call was waiting for: a
+//!   free connection of the pool, a new connection, or the answer.
+//! - **Errors** are classified from server error codes: unknown table (1146)
+//!   or database (1049), access denied (1044, 1045, 1142), syntax and the like
+//!   are fatal and come back from the first call at once, with the code,
+//!   SQLSTATE and message; lost connection (2013), server gone away (2006),
+//!   connection killed (1927), lock wait timeout (1205), deadlock (1213), too
+//!   many connections (1040), read-only (1290, 1792, 1836) and shutdown (1053)
+//!   are retryable. Values the table cannot take (SQLSTATE classes 22 and 23,
+//!   a CHECK constraint, for example a hand-made table whose `fence` column is
+//!   an `INT`) fail the same way every time and are fatal. A refused server is
+//!   reported at once too. No password appears in any error, log line or
+//!   `Debug` output (tested with a logger capturing every record).
 
 #[cfg(unix)]
 mod borrowed;

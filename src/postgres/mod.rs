@@ -29,6 +29,110 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # In detail
+//!
+//! - **Schema.** One row per election in `public.leader_election` by default
+//!   (`PostgresStore::builder(dsn).table(schema, table)` for another; names are
+//!   always quoted). `PostgresStore::schema(schema, table)` returns the DDL for
+//!   a migration tool when the application role may not create tables; the
+//!   store itself needs only `SELECT`, `INSERT` and `UPDATE` on the table. The
+//!   table has `fillfactor = 70` so renewals stay HOT updates (measured: at
+//!   least 90 % of renewals HOT in the tests).
+//! - **Terms.** The `terms` column counts an election's terms, for operators
+//!   (fences are not small consecutive numbers, so they do not show
+//!   flapping; see "Queries for operators" in the repository's
+//!   `docs/operating.md`). The claiming statement keeps it:
+//!   1 for an absent row, one more for each claim of an expired or released
+//!   lease (the condition that gives a new fence); renewals, the holder's
+//!   re-acquire of its valid lease, releases and reads leave it alone. No call
+//!   reads it. A table created by an earlier version lacks it: until it is
+//!   added, acquire fails with a fatal 42703 whose message gives the
+//!   statement, `ALTER TABLE "public"."leader_election" ADD COLUMN IF NOT
+//!   EXISTS terms bigint NOT NULL DEFAULT 0 CHECK (terms >= 0)` (your names,
+//!   quoted). `ensure_schema()` (as the table's owner) runs it when the catalog says the column is
+//!   missing (so an up-to-date table takes no lock), waiting for its `ACCESS
+//!   EXCLUSIVE` lock at most 200 ms at a time so renewals queued behind it
+//!   still answer (tested: inspects with a 500 ms timeout, slowest 201 ms),
+//!   until the DDL timeout. Old rows start at 0. A deleted row starts again
+//!   at 1; a restored older copy brings its count back.
+//! - **One statement per operation**, sent with the simple-query protocol as
+//!   `SET LOCAL lock_timeout …; SET LOCAL statement_timeout …; <statement>` in
+//!   one implicit transaction. Every instant, including `now()`, comes from
+//!   the server in that statement.
+//! - **Behind PgBouncer in transaction mode** nothing changes: no named prepared
+//!   statements, no session state, no advisory locks, no `LISTEN`/`NOTIFY`, no
+//!   cancel requests. Point the DSN at the pooler. After a server restart
+//!   PgBouncer turns logins away for `server_login_retry` (15 s by default);
+//!   during that time nobody can lead, so operators who want fast failover set
+//!   it to about 1 s.
+//! - **A real operation timeout.** Each pooled connection runs on its own
+//!   current-thread tokio runtime inside the store (nothing async in the API).
+//!   When a call passes its deadline, the store drops the connection, closing
+//!   the socket, and the connection never goes back to the pool. A stopped
+//!   server, a locked row, a table under `ACCESS EXCLUSIVE` or a path that
+//!   swallows packets all hand control back within the timeout.
+//! - **TLS.** `sslmode=require` (and `verify-ca`/`verify-full`) verifies the
+//!   certificate and host name, through `native-tls` (OpenSSL on Linux);
+//!   `sslrootcert=PATH` in the DSN or `builder(dsn).ca_file(path)` adds a CA
+//!   to the system's. A DSN that asks for TLS never falls back to plaintext.
+//!   `prefer`, the libpq default, and `disable` connect in plaintext: say
+//!   `require`.
+//! - **TLS errors are classified by cause.** A certificate or host name that
+//!   does not verify (`TLS handshake rejected: … certificate verify failed …
+//!   (self-signed certificate)`) and a server or pooler without TLS (`the server
+//!   does not support TLS`) are fatal. A handshake cut by the network — reset,
+//!   closed, broken pipe, as when PgBouncer or the server restarts — is
+//!   retryable (`TLS handshake cut off (connection reset): …`), so a leader
+//!   rides it out until its deadline like any other connection loss.
+//! - **Errors** are classified from SQLSTATE: undefined table, insufficient
+//!   privilege, missing database (3D000) or role (28000), bad password (28P01)
+//!   and the like are fatal (nobody leads until fixed, and
+//!   `status().last_error` says why, with the server's message); connection
+//!   loss, admin shutdown, a server starting up (57P03), read-only transaction
+//!   (25006), serialization failure, too many connections and lock timeouts
+//!   are retryable. A login that fails with the connection intact and no
+//!   SQLSTATE (the server asks for a password the DSN does not have, an
+//!   authentication method the driver does not speak) is fatal. PgBouncer
+//!   answers a missing database or unknown user itself with 08P01 (protocol
+//!   violation), the code it also uses for passing trouble, so through
+//!   PgBouncer those are retryable. No password appears in any error, log line
+//!   or `Debug` output.
+//! - **First mistakes come back at once.** `connect()` opens no connection;
+//!   the first call does, and reports what the server said as soon as it says
+//!   it, not after a pool timeout. Measured on the first `ensure_schema()`:
+//!
+//!   | Mistake | What the call returns | After |
+//!   |---|---|---|
+//!   | database does not exist | fatal, `postgres ensure_schema: cannot connect: SQLSTATE 3D000: FATAL: database "x" does not exist` | 5–25 ms |
+//!   | role does not exist | fatal, `SQLSTATE 28000` | ~10 ms |
+//!   | bad password (a fake server; the test servers trust) | fatal, `SQLSTATE 28P01` | 3–18 ms |
+//!   | certificate does not verify | fatal, `TLS handshake rejected: … certificate verify failed …` | 2–20 ms |
+//!   | `sslmode=require` against a server or pooler without TLS | fatal, `the server does not support TLS` | 3–35 ms |
+//!   | nothing listens on the port | retryable, `cannot connect: connection refused` | ~1 ms |
+//!   | the server accepts TCP but never answers | retryable, `cannot connect: no answer within 5s (connect timeout)` | the connect timeout |
+//!
+//!   Before this, each took 30 s (the DDL timeout) to report. Through an
+//!   `Elector`, `status().last_error` holds the fatal error 20–45 ms after
+//!   `Elector::start`. A call never waits for a connection longer than the
+//!   connect timeout (5 s by default, `builder(dsn).connect_timeout(d)` or
+//!   `connect_timeout=` in the DSN) nor past its own timeout: an elector call
+//!   bounded by `operation_timeout` returns within it. Once an attempt has
+//!   failed fatally, later calls return that error at once while the pool
+//!   keeps retrying in the background (at most every half connect timeout);
+//!   the first success clears it. A pool you build yourself
+//!   (`PostgresStore::from_pool`) keeps only the text of its last error, so
+//!   calls through it wait out its `connection_timeout` before reporting (the
+//!   kind is still read from the SQLSTATE or the TLS reason).
+//! - **Connections.** Each store keeps a pool of at most 4 connections by
+//!   default (`builder(dsn).pool_size(n)`), opened lazily. After an outage the
+//!   calls that waited for a connection leave the pool near its maximum until
+//!   the 5-minute idle timeout closes them, so a fleet of N participants can
+//!   hold about 4N sessions for that long after the database comes back; size
+//!   `max_connections` (or the pooler) for that.
+//! - **Durable commits.** Keep `synchronous_commit = on` for the election's
+//!   database (see "What is not guaranteed" in the repository's
+//!   `docs/design.md`).
 
 mod check;
 mod conn;
