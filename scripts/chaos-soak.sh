@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The chaos soak, opt-in (README "Failure modes"): ten minutes of random
+# The chaos soak, opt-in (docs/failure-modes.md): ten minutes of random
 # faults on each path (PostgreSQL direct, through PgBouncer, MariaDB; the
 # three run at once), with participants crashed, stopped and replaced
 # mid-flight, then the longer fleet scenarios the CI run has too: a rolling

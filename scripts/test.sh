@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's one test command (README "Test"). Run from the repository root.
+# The project's one test command (README "Try it", docs/testing.md). Run from the repository root.
 # It installs and starts what the database suites need, then runs every suite
 # once, instrumented for coverage, and ends with the line coverage of src/,
 # failing below the floor.

@@ -231,7 +231,7 @@ pub enum Fault {
     /// Not an operator fault: the oracle's rules stay as they are. (A
     /// replica that had no row yet keeps the current one: a row created
     /// less than `lag` before the failover and lost with it is a case the
-    /// store cannot tell from a new election; see the README.)
+    /// store cannot tell from a new election; see docs/design.md.)
     Failover {
         /// How far behind the promoted replica is.
         lag: Duration,
