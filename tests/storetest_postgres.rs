@@ -745,7 +745,7 @@ fn renewals_are_hot_updates() {
     c.batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
 }
 
-/// The reset without `DELETE` of docs/operating.md: the lease goes to a placeholder
+/// The reset without `DELETE` of docs/design.md: the lease goes to a placeholder
 /// holder until its current expiry, so the leader's next renewal fails, no
 /// one claims before the old expiry, and the next term has a higher fence.
 /// And the quick reset (`expires_at = now()`), which frees it at once.
