@@ -6,8 +6,8 @@ use std::fmt;
 use std::time::Duration;
 
 use leaderelection::{
-    default_safety_margin, Timing, DEFAULT_LEASE_DURATION, DEFAULT_OPERATION_TIMEOUT, DEFAULT_RENEW_INTERVAL,
-    DEFAULT_RETRY_PERIOD,
+    default_safety_margin, Config, ConfigError, MemStore, Problem, Timing, DEFAULT_LEASE_DURATION,
+    DEFAULT_OPERATION_TIMEOUT, DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD,
 };
 use lexopt::prelude::*;
 
@@ -19,14 +19,17 @@ Usage:
   leaderelection run --name NAME [OPTIONS] -- CMD [ARGS...]
   leaderelection status --name NAME [--json]
   leaderelection schema [--dialect postgres|mysql] [--table [SCHEMA.]TABLE]
+  leaderelection schema --apply [--dsn URL] [--table [SCHEMA.]TABLE]
   leaderelection --version
 
 The database comes from --dsn URL, else $LEADERELECTION_DSN, else
 $DATABASE_URL (postgres://... or mysql://...). Prefer the variables: other
-users can read command lines with ps.
+users can read command lines with ps. The URL is all there is: libpq's
+variables (PGPASSWORD, PGHOST, ...), ~/.pgpass and pg_service.conf are not
+read, so a password must be in the URL.
 
-Run `leaderelection SUBCOMMAND --help` for each subcommand's options and exit
-codes.
+Run `leaderelection SUBCOMMAND --help` (or `leaderelection help SUBCOMMAND`)
+for each subcommand's options and exit codes.
 ";
 
 pub const RUN_HELP: &str = "\
@@ -38,7 +41,11 @@ Usage: leaderelection run --name NAME [OPTIONS] -- CMD [ARGS...]
 Options:
   --name NAME         election name (required)
   --dsn URL           database URL (default: $LEADERELECTION_DSN, else
-                      $DATABASE_URL); visible in ps, prefer the variables
+                      $DATABASE_URL); visible in ps, prefer the variables.
+                      libpq's PGPASSWORD and ~/.pgpass are not read
+  --keep-dsn-env      pass $LEADERELECTION_DSN (and $DATABASE_URL when it
+                      was the DSN) on to CMD; by default CMD does not get
+                      them, so the password stays with the tool
   --table T           postgres: SCHEMA.TABLE or TABLE; mysql: TABLE
                       (default: leader_election)
   --identity ID       a name for this run (default: host-pid); each run adds
@@ -49,8 +56,13 @@ Options:
   --retry D           follower poll period (3s)
   --op-timeout D      bound on one database call (3s)
   --margin D          safety margin (lease/10, at least 1s)
-  --grace D           time between SIGTERM and SIGKILL of the child (2s)
-  --wait D            give up when not leading within D (default: forever)
+  --grace D           time from SIGTERM (the tool's own, or a forwarded
+                      SIGINT, SIGTERM or SIGHUP) to SIGKILL of the child's
+                      group, shortened to end 250ms before the local
+                      deadline when the term is at risk (2s)
+  --wait D            give up when not leading within D (default: forever);
+                      0 tries once (as flock -n): leads if nobody else
+                      holds the lease, else exits 75 (see -E)
   --slot NAME         run CMD at most once for slot NAME across every run
                       of this election (for cron: --slot \"$(date -u +%F)\")
   --every P           the slot is the period P (1d, 1h, 15m) holding the
@@ -60,11 +72,21 @@ Options:
   -E, --wait-exit-code N   exit status instead of 75 and 76 (see below):
                       CMD was not run because another run leads or ran it
   --loop              run CMD again at each new term until signalled
-  -q, --quiet         no progress messages, errors only
+  -q, --quiet         nothing on stdout or stderr unless something is
+                      wrong: no progress lines, and nothing when CMD is not
+                      run because another run leads or ran the slot (75,
+                      76 or -E); errors still print
   -h, --help          this text
-Durations: 500ms, 1.5s, 2m, 1h, 1d.
+Durations: 500ms, 1.5s, 2m, 1h, 1d (and 0). A flag's value may not start
+with `--` (`--name --dsn` is a mistake); write --payload=--x to mean it.
 
-CMD runs in a new process group with LEADERELECTION_FENCE,
+Progress goes to stderr, one line each: the term's start (fence), its end
+and why it ended (with the database error that caused it), signals
+forwarded, SIGTERM and SIGKILL of the child.
+
+CMD runs in a new process group, with every signal at its default
+disposition (SIGHUP stays ignored under nohup), without
+$LEADERELECTION_DSN (see --keep-dsn-env) and with LEADERELECTION_FENCE,
 LEADERELECTION_NAME and LEADERELECTION_IDENTITY (ID#tag, as `status`
 shows it) set, and LEADERELECTION_CHECK_SQL: the lease check as one
 statement, values written in, for CMD's own transactions on the election's
@@ -74,8 +96,12 @@ the transaction ends no other term can take the lease over. When no renewal has
 landed by (local deadline - grace - 250ms), or the term ends, the group gets
 SIGTERM, and SIGKILL at the latest 250ms before the local deadline. Needs
 grace + 250ms < lease - margin - renew - op-timeout. SIGINT, SIGTERM and
-SIGHUP are forwarded to the group. When the child exits the lease is
-released. With a slot, the run claims it on becoming leader, in the
+SIGHUP are forwarded to the group, and SIGKILL follows --grace later if
+it is still running. When stdin is the terminal (interactive use), the
+group is given the terminal while CMD runs, so CMD can read it and Ctrl-C
+reaches it directly; the tool takes the terminal back when it ends. When
+the child exits the lease is released (bounded by --op-timeout; not tried
+once the term was lost). With a slot, the run claims it on becoming leader, in the
 statement that checks the lease; a slot already claimed by an earlier run
 (whatever its host) exits 76 without running CMD. The child's exit status
 is recorded for the slot; a run killed before it could record one counts
@@ -114,27 +140,44 @@ unreachable, 77 fatal database error.
 ";
 
 pub const SCHEMA_HELP: &str = "\
-leaderelection schema: print the DDL that creates the election table.
+leaderelection schema: print the DDL that creates the election table, or
+create it.
 
-Usage: leaderelection schema [--dialect postgres|mysql] [--table T]
+Usage: leaderelection schema [--dialect postgres|mysql] [--dsn URL] [--table T]
+       leaderelection schema --apply [--dsn URL] [--table T] [-q]
 
---dialect defaults to the DSN's scheme when a DSN is set (--dsn,
-$LEADERELECTION_DSN, $DATABASE_URL), else postgres. --table: postgres
-SCHEMA.TABLE or TABLE (schema public), mysql TABLE; default leader_election.
+Without --apply, prints the DDL (CREATE TABLE IF NOT EXISTS ...) and
+touches no database. --dialect defaults to the DSN's scheme when a DSN is
+set (--dsn, $LEADERELECTION_DSN, $DATABASE_URL), else postgres. --table:
+postgres SCHEMA.TABLE or TABLE (schema public), mysql TABLE; default
+leader_election.
 
-Exit status: 0, or 64 for a bad dialect or table name.
+--apply connects to the DSN (PostgreSQL or MySQL/MariaDB) and creates the
+table if it does not exist, upgrading an older one; it needs the CREATE
+privilege. It prints one line on stdout saying so (nothing with -q).
+
+Exit status: 0; 64 bad usage (dialect, table name, DSN, --dialect with
+--apply); with --apply, 69 database unreachable, 77 fatal database error
+(credentials, unknown database, privilege).
 ";
 
-/// A failure to report: the message (one line) and the exit status.
+/// A failure to report: the message (one line, none when empty) and the
+/// exit status.
 #[derive(Debug)]
 pub struct Fail {
     pub code: i32,
     pub msg: String,
+    /// Not something wrong: CMD was not run because another run leads or
+    /// ran the slot, or a signal stopped the wait. `--quiet` says nothing.
+    pub losing: bool,
 }
 
 impl Fail {
     pub fn new(code: i32, msg: impl Into<String>) -> Fail {
-        Fail { code, msg: msg.into() }
+        Fail { code, msg: msg.into(), losing: false }
+    }
+    pub fn losing(code: i32, msg: impl Into<String>) -> Fail {
+        Fail { code, msg: msg.into(), losing: true }
     }
     pub fn usage(msg: impl Into<String>) -> Fail {
         Fail::new(crate::EX_USAGE, msg)
@@ -178,6 +221,8 @@ pub struct RunArgs {
     pub identity: Option<String>,
     pub payload: Option<String>,
     pub quiet: bool,
+    /// `--keep-dsn-env`: CMD gets the DSN variables too.
+    pub keep_dsn_env: bool,
     pub cmd: Vec<OsString>,
 }
 
@@ -197,7 +242,10 @@ pub struct StatusArgs {
 
 pub struct SchemaArgs {
     pub dialect: Option<String>,
-    pub table: Option<String>,
+    pub db: Db,
+    /// `--apply`: create the table over the DSN instead of printing the DDL.
+    pub apply: bool,
+    pub quiet: bool,
 }
 
 /// Parses the whole command line (without the program name).
@@ -208,7 +256,16 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cmd, Fail> {
             Some("run") => parse_run(&mut p),
             Some("status") => parse_status(&mut p),
             Some("schema") => parse_schema(&mut p),
-            Some("help") => Ok(Cmd::Help(MAIN_HELP)),
+            Some("help") => match p.next()? {
+                None => Ok(Cmd::Help(MAIN_HELP)),
+                Some(Value(topic)) => match topic.to_str() {
+                    Some("run") => Ok(Cmd::Help(RUN_HELP)),
+                    Some("status") => Ok(Cmd::Help(STATUS_HELP)),
+                    Some("schema") => Ok(Cmd::Help(SCHEMA_HELP)),
+                    _ => Err(Fail::usage(format!("help: unknown subcommand {topic:?} (run, status, schema)"))),
+                },
+                Some(arg) => Err(arg.unexpected().into()),
+            },
             _ => Err(Fail::usage(format!("unknown subcommand {sub:?} (run, status, schema)"))),
         },
         Some(Long("help") | Short('h')) => Ok(Cmd::Help(MAIN_HELP)),
@@ -218,12 +275,24 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cmd, Fail> {
     }
 }
 
-fn string(p: &mut lexopt::Parser) -> Result<String, Fail> {
-    Ok(p.value()?.string()?)
+/// A flag's value. A separate argument that starts with `--` is refused
+/// (`--name --dsn URL` forgot the name); attached with `=` it is taken as
+/// written (`--payload=--x`).
+fn string(p: &mut lexopt::Parser, flag: &str) -> Result<String, Fail> {
+    if let Some(v) = p.optional_value() {
+        return Ok(v.string()?);
+    }
+    let v = p.value()?.string()?;
+    if v.starts_with("--") {
+        return Err(Fail::usage(format!(
+            "--{flag}: missing value (the next argument, {v:?}, is a flag; write --{flag}={v} to mean it)"
+        )));
+    }
+    Ok(v)
 }
 
 fn duration(p: &mut lexopt::Parser, flag: &str) -> Result<Duration, Fail> {
-    let text = string(p)?;
+    let text = string(p, flag)?;
     parse_duration(&text)
         .ok_or_else(|| Fail::usage(format!("--{flag}: bad duration {text:?} (use 500ms, 1.5s, 2m, 1h)")))
 }
@@ -254,15 +323,16 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
         identity: None,
         payload: None,
         quiet: false,
+        keep_dsn_env: false,
         cmd: Vec::new(),
     };
     while let Some(arg) = p.next()? {
         match arg {
-            Long("dsn") => db.dsn = Some(string(p)?),
-            Long("table") => db.table = Some(string(p)?),
-            Long("name") => name = Some(string(p)?),
-            Long("identity") => r.identity = Some(string(p)?),
-            Long("payload") => r.payload = Some(string(p)?),
+            Long("dsn") => db.dsn = Some(string(p, "dsn")?),
+            Long("table") => db.table = Some(string(p, "table")?),
+            Long("name") => name = Some(string(p, "name")?),
+            Long("identity") => r.identity = Some(string(p, "identity")?),
+            Long("payload") => r.payload = Some(string(p, "payload")?),
             Long("lease") => timing.lease_duration = duration(p, "lease")?,
             Long("renew") => timing.renew_interval = duration(p, "renew")?,
             Long("retry") => timing.retry_period = duration(p, "retry")?,
@@ -271,14 +341,14 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
             Long("grace") => r.grace = duration(p, "grace")?,
             Long("wait") => r.wait = Some(duration(p, "wait")?),
             Long("wait-exit-code") | Short('E') => {
-                let text = string(p)?;
+                let text = string(p, "wait-exit-code")?;
                 r.wait_code = match text.parse::<u8>() {
                     Ok(n) => Some(i32::from(n)),
                     Err(_) => return Err(Fail::usage(format!("--wait-exit-code: {text:?} is not 0..255"))),
                 };
             }
             Long("slot") => {
-                let name = string(p)?;
+                let name = string(p, "slot")?;
                 if name.is_empty() || name.len() > leaderelection::MAX_SLOT_LEN || name.contains(char::is_control) {
                     return Err(Fail::usage(format!(
                         "--slot: {name:?} must be 1 to {} bytes with no control characters",
@@ -297,6 +367,7 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
             Long("retry-failed") => r.retry_failed = true,
             Long("loop") => r.looping = true,
             Long("quiet") | Short('q') => r.quiet = true,
+            Long("keep-dsn-env") => r.keep_dsn_env = true,
             Long("help") | Short('h') => return Ok(Cmd::Help(RUN_HELP)),
             // The command and everything after it are the child's, unparsed.
             Value(first) => {
@@ -319,40 +390,113 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
     timing.safety_margin = margin.unwrap_or_else(|| default_safety_margin(timing.lease_duration));
     r.timing = timing;
     r.db = db;
+    // Everything the library would refuse, refused here, before any
+    // database is touched: the same exit (64) whatever the database.
+    let mut config = Config::new(MemStore::new(), r.name.as_str()).timing(timing);
+    if let Some(id) = &r.identity {
+        config = config.identity(id.as_str());
+    }
+    if let Some(payload) = &r.payload {
+        config = config.payload(payload.as_bytes());
+    }
+    config.validate().map_err(|e| config_fail(&e, margin.is_none()))?;
     Ok(Cmd::Run(Box::new(r)))
+}
+
+/// The command-line flag behind a library `Config` field.
+fn flag_of(field: &str) -> &str {
+    match field {
+        "lease_duration" => "--lease",
+        "renew_interval" => "--renew",
+        "retry_period" => "--retry",
+        "operation_timeout" => "--op-timeout",
+        "safety_margin" => "--margin",
+        "name" => "--name",
+        "identity" => "--identity",
+        "payload" => "--payload",
+        other => other,
+    }
+}
+
+/// A refused configuration as a usage error naming the flags, with the
+/// numbers. `default_margin`: `--margin` was not given (its default,
+/// lease/10 and at least 1s, follows `--lease`).
+pub fn config_fail(e: &ConfigError, default_margin: bool) -> Fail {
+    let margin = if default_margin { " (--margin defaults to lease/10, at least 1s)" } else { "" };
+    let flag = flag_of(e.field());
+    let msg = match e.problem() {
+        Problem::Empty => format!("{flag}: must not be empty"),
+        Problem::TooLong { len, max } if flag == "--identity" => {
+            format!("{flag}: is {len} bytes, more than the limit of {max} (the run adds a 17-byte #tag)")
+        }
+        Problem::TooLong { len, max } => format!("{flag}: is {len} bytes, more than the limit of {max}"),
+        Problem::ControlCharacter { at } => format!("{flag}: holds a control character at byte {at}"),
+        Problem::Zero => format!("{flag}: must be greater than zero"),
+        Problem::TooLongDuration { value, max } => {
+            format!("{flag}: {} is longer than the limit of {}", Human(*value), Human(*max))
+        }
+        Problem::MarginNotBelowLease { margin: m, lease } => {
+            format!("--margin ({}) must be shorter than --lease ({}){margin}", Human(*m), Human(*lease))
+        }
+        Problem::TimingInvariant { timing, needed, available } => format!(
+            "timings do not fit: --renew + 2*--op-timeout + the renewal retry delay (renew/4, at least 50ms) \
+             ({} + 2*{} + {} = {}) must not exceed --lease - --margin ({} - {} = {}){margin}",
+            Human(timing.renew_interval),
+            Human(timing.operation_timeout),
+            Human(timing.retry_delay()),
+            Human(*needed),
+            Human(timing.lease_duration),
+            Human(timing.safety_margin),
+            Human(*available)
+        ),
+        _ => e.to_string(),
+    };
+    Fail::usage(msg)
 }
 
 fn parse_status(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
     let (mut name, mut db, mut json) = (None, Db::default(), false);
     while let Some(arg) = p.next()? {
         match arg {
-            Long("dsn") => db.dsn = Some(string(p)?),
-            Long("table") => db.table = Some(string(p)?),
-            Long("name") => name = Some(string(p)?),
+            Long("dsn") => db.dsn = Some(string(p, "dsn")?),
+            Long("table") => db.table = Some(string(p, "table")?),
+            Long("name") => name = Some(string(p, "name")?),
             Long("json") => json = true,
             Long("help") | Short('h') => return Ok(Cmd::Help(STATUS_HELP)),
             _ => return Err(arg.unexpected().into()),
         }
     }
-    Ok(Cmd::Status(StatusArgs { name: required_name(name, "status")?, db, json }))
+    let name = required_name(name, "status")?;
+    // As `run` does, before any database is touched.
+    Config::new(MemStore::new(), name.as_str()).validate().map_err(|e| config_fail(&e, false))?;
+    Ok(Cmd::Status(StatusArgs { name, db, json }))
 }
 
 fn parse_schema(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
-    let mut s = SchemaArgs { dialect: None, table: None };
+    let mut s = SchemaArgs { dialect: None, db: Db::default(), apply: false, quiet: false };
     while let Some(arg) = p.next()? {
         match arg {
-            Long("dialect") => s.dialect = Some(string(p)?),
-            Long("table") => s.table = Some(string(p)?),
+            Long("dialect") => s.dialect = Some(string(p, "dialect")?),
+            Long("dsn") => s.db.dsn = Some(string(p, "dsn")?),
+            Long("table") => s.db.table = Some(string(p, "table")?),
+            Long("apply") => s.apply = true,
+            Long("quiet") | Short('q') => s.quiet = true,
             Long("help") | Short('h') => return Ok(Cmd::Help(SCHEMA_HELP)),
             _ => return Err(arg.unexpected().into()),
         }
+    }
+    if s.apply && s.dialect.is_some() {
+        return Err(Fail::usage("schema: --apply takes the dialect from the DSN; drop --dialect"));
     }
     Ok(Cmd::Schema(s))
 }
 
 /// Parses `500ms`, `1.5s`, `2m`, `1h`, `1d` (a decimal number and a unit, no
-/// sign, no spaces). `None` for anything else or an overflow.
+/// sign, no spaces), and a bare `0`. `None` for anything else or an overflow.
 pub fn parse_duration(text: &str) -> Option<Duration> {
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
     let (number, unit) = text.split_at(split);
     let unit_ns: u128 = match unit {
@@ -378,7 +522,8 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     u64::try_from(ns).ok().map(Duration::from_nanos)
 }
 
-/// A duration as the help text writes them: `250ms`, `1.5s`, `2.25s`.
+/// A duration as the help text writes them: `250ms`, `1.5s`, `2.25s`, and
+/// from a minute on in whole seconds: `9m32s`, `2h`, `3d4h0m5s`.
 pub struct Human(pub Duration);
 
 impl fmt::Display for Human {
@@ -386,6 +531,17 @@ impl fmt::Display for Human {
         let ms = self.0.as_millis();
         if ms < 1000 {
             return write!(f, "{ms}ms");
+        }
+        if ms >= 60_000 {
+            let s = self.0.as_secs();
+            let parts = [(s / 86_400, "d"), (s / 3600 % 24, "h"), (s / 60 % 60, "m"), (s % 60, "s")];
+            // From the first unit that is not zero to the last that is not.
+            let first = parts.iter().position(|p| p.0 > 0).unwrap_or(3);
+            let last = parts.iter().rposition(|p| p.0 > 0).unwrap_or(3);
+            for (n, unit) in &parts[first..=last] {
+                write!(f, "{n}{unit}")?;
+            }
+            return Ok(());
         }
         let (s, rest) = (ms / 1000, ms % 1000);
         if rest == 0 {
@@ -415,5 +571,13 @@ mod tests {
         assert_eq!(Human(ms(250)).to_string(), "250ms");
         assert_eq!(Human(ms(2250)).to_string(), "2.25s");
         assert_eq!(Human(ms(15_000)).to_string(), "15s");
+        assert_eq!(Human(ms(59_999)).to_string(), "59.999s");
+        assert_eq!(Human(ms(572_247)).to_string(), "9m32s");
+        assert_eq!(Human(ms(120_000)).to_string(), "2m");
+        assert_eq!(Human(ms(3_600_000)).to_string(), "1h");
+        assert_eq!(Human(ms(3_661_000)).to_string(), "1h1m1s");
+        assert_eq!(Human(ms(86_400_000 + 5_000)).to_string(), "1d0h0m5s");
+        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leaderelection::{postgres, LeaseCheck, MySqlStore, PostgresStore, Store, StoreError};
+use leaderelection::{mysql, postgres, LeaseCheck, MySqlStore, PostgresStore, Store, StoreError};
 
 use crate::args::{Db, Fail};
 use crate::{EX_NOPERM, EX_UNAVAILABLE};
@@ -103,20 +103,81 @@ pub fn open_as(db: &Db) -> Result<Opened, Fail> {
     store.map_err(|e| Fail::usage(format!("bad database settings: {e}")))
 }
 
-/// A store error as an exit: fatal is 77, anything else 69.
-pub fn store_fail(e: &StoreError) -> Fail {
+/// A store error as an exit: fatal is 77, anything else 69. A missing
+/// table says how to create it.
+pub fn store_fail(e: &StoreError, db: &Db) -> Fail {
     if e.is_fatal() {
-        Fail::new(EX_NOPERM, format!("fatal database error: {e}"))
+        let hint =
+            if is_missing_table(e) { format!("; create it with `{}`", apply_command(db)) } else { String::new() };
+        Fail::new(EX_NOPERM, format!("fatal database error: {e}{hint}"))
     } else {
         Fail::new(EX_UNAVAILABLE, format!("database unreachable: {e}"))
     }
 }
 
+/// Whether the store found no election table: SQLSTATE 42P01 (undefined
+/// table) on PostgreSQL, server error 1146 on MySQL/MariaDB, as the
+/// stores write them.
+pub fn is_missing_table(e: &StoreError) -> bool {
+    let text = e.to_string();
+    text.contains("SQLSTATE 42P01") || text.contains("server error 1146 ")
+}
+
+/// The command that creates the table of `db`, as this run names it: `--dsn
+/// URL` only when the DSN came from `--dsn` (never the DSN itself), `--table`
+/// only when one was given.
+pub fn apply_command(db: &Db) -> String {
+    let mut cmd = "leaderelection schema --apply".to_owned();
+    if db.dsn.is_some() {
+        cmd.push_str(" --dsn URL");
+    }
+    if let Some(t) = &db.table {
+        cmd.push_str(&format!(" --table {t}"));
+    }
+    cmd
+}
+
 /// Reads the election once; a missing row is fine (nobody led yet).
-pub fn inspect(store: &dyn Store, name: &str, timeout: Duration) -> Result<Option<leaderelection::Lease>, Fail> {
+pub fn inspect(
+    store: &dyn Store,
+    db: &Db,
+    name: &str,
+    timeout: Duration,
+) -> Result<Option<leaderelection::Lease>, Fail> {
     match store.inspect(name, timeout) {
         Ok(lease) => Ok(Some(lease)),
         Err(e) if e.is_no_lease() => Ok(None),
-        Err(e) => Err(store_fail(&e)),
+        Err(e) => Err(store_fail(&e, db)),
+    }
+}
+
+/// Which variables a run took its DSN from, for the child's environment:
+/// `LEADERELECTION_DSN` always (it is the tool's), `DATABASE_URL` when it
+/// was the DSN.
+pub fn dsn_vars(db: &Db) -> Vec<&'static str> {
+    let set = |k| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    let mut vars = vec!["LEADERELECTION_DSN"];
+    if db.dsn.is_none() && !set("LEADERELECTION_DSN") && set("DATABASE_URL") {
+        vars.push("DATABASE_URL");
+    }
+    vars
+}
+
+/// `schema --apply`: creates the table over the DSN (or upgrades it);
+/// returns the line to print.
+pub fn apply_schema(db: &Db) -> Result<String, Fail> {
+    let opened = open_as(db)?;
+    let (result, what) = match &opened {
+        Opened::Postgres(s) => {
+            let (schema, table) = pg_table(db.table.as_deref());
+            (s.ensure_schema(), format!("PostgreSQL table {schema}.{table}"))
+        }
+        Opened::Mysql(s) => {
+            (s.ensure_schema(), format!("MySQL table {}", db.table.as_deref().unwrap_or(mysql::DEFAULT_TABLE)))
+        }
+    };
+    match result {
+        Ok(()) => Ok(format!("{what} is ready (created if it did not exist)")),
+        Err(e) => Err(store_fail(&e, db)),
     }
 }

@@ -3,6 +3,7 @@
 
 mod args;
 mod db;
+mod logger;
 mod run;
 mod status;
 mod sys;
@@ -38,9 +39,17 @@ fn main() {
             eprintln!("leaderelection: cannot block signals: {e}");
             std::process::exit(1);
         }
+    } else {
+        // `status | head -1`, `schema | true`: a closed pipe ends the
+        // printing subcommands quietly, as it does any Unix tool (`run`
+        // writes only stderr lines, and ignores their failures).
+        sys::default_sigpipe();
     }
     let result = args::parse(argv).and_then(|cmd| match cmd {
-        Cmd::Run(a) => run::run(*a),
+        Cmd::Run(a) => {
+            logger::install(a.quiet);
+            run::run(*a)
+        }
         Cmd::Status(a) => status::status(a),
         Cmd::Schema(a) => status::schema(a),
         Cmd::Help(text) => {
@@ -52,8 +61,10 @@ fn main() {
             Ok(0)
         }
     });
-    let code = result.unwrap_or_else(|Fail { code, msg }| {
-        eprintln!("leaderelection: {msg}");
+    let code = result.unwrap_or_else(|Fail { code, msg, .. }| {
+        if !msg.is_empty() {
+            sys::say(&msg);
+        }
         code
     });
     std::process::exit(code);

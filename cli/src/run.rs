@@ -1,6 +1,7 @@
 //! `leaderelection run`: campaign, run the command while leading, and stop
 //! it before the term can end under it.
 
+use std::cell::Cell;
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -10,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use leaderelection::{period_slot, Config, ElectionError, Elector, LeaderGuard, SlotClaim, Store, WaitLeaderError};
 
-use crate::args::{Fail, Human, RunArgs, Slot};
-use crate::{db, sys, EX_LOST, EX_NOPERM, EX_SLOT_DONE, EX_TEMPFAIL, EX_USAGE};
+use crate::args::{config_fail, Fail, Human, RunArgs, Slot};
+use crate::{db, sys, EX_LOST, EX_NOPERM, EX_SLOT_DONE, EX_TEMPFAIL};
 
 /// How long before the term's local deadline the child is SIGKILLed at the
 /// latest, so that it is gone (signal delivered, process torn down) before
@@ -70,6 +71,9 @@ struct Job {
     child: Child,
     sentinel: Child,
     pgid: i32,
+    /// The terminal, given to the group while it runs (interactive use);
+    /// dropped, the tool takes it back.
+    tty: Option<sys::Terminal>,
 }
 
 /// How one child's run ended.
@@ -85,6 +89,12 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 struct Runner {
+    /// stdin is the terminal and the tool its foreground: CMD's group gets it.
+    tty: bool,
+    /// The tool was started with SIGHUP ignored (nohup): so is CMD.
+    hup_ignored: bool,
+    /// The last term was lost or at risk and its child stopped.
+    lost: Cell<bool>,
     args: RunArgs,
     signals: Arc<Signals>,
     store: Arc<dyn Store>,
@@ -94,17 +104,71 @@ struct Runner {
 impl Runner {
     fn say(&self, msg: impl AsRef<str>) {
         if !self.args.quiet {
-            eprintln!("leaderelection: {}", msg.as_ref());
+            sys::say(msg.as_ref());
+        }
+    }
+
+    /// The elector's last failure, as a cause to name: `" (last failure:
+    /// …)"`, or nothing.
+    fn cause(&self, elector: &Elector) -> String {
+        elector.status().last_error.map(|e| format!(" (last failure: {e})")).unwrap_or_default()
+    }
+
+    /// `--wait 0`: one attempt, as `flock -n` makes one. Waits until the
+    /// elector has made its first attempt: it leads; or it saw another run's
+    /// valid lease (exit 75 or `-E`); or the attempt failed (75, 77 for a
+    /// fatal error); bounded by two operation timeouts and a little more.
+    fn try_once(&self, elector: &Elector) -> Result<LeaderGuard, Fail> {
+        let timeout = self.args.timing.operation_timeout;
+        let bound = timeout * 2 + Duration::from_millis(250);
+        let until = Instant::now() + bound;
+        let code = self.args.wait_code.unwrap_or(EX_TEMPFAIL);
+        loop {
+            if let Some(sig) = self.signals.received() {
+                return Err(Fail::losing(128 + sig, format!("signal {sig} received while waiting to lead")));
+            }
+            if let Some(guard) = elector.guard() {
+                return Ok(guard);
+            }
+            let status = elector.status();
+            if let Some(e) = status.last_error {
+                let exit = if e.is_fatal() { EX_NOPERM } else { code };
+                return Err(Fail::new(exit, format!("not leader: the attempt to lead failed: {e}")));
+            }
+            if let Some(l) = status.leader.filter(|l| l.valid && l.identity != elector.identity()) {
+                let who = match l.identity.as_str() {
+                    "" => "the lease is held for nobody after a database failover".to_owned(),
+                    id => format!("{id} leads"),
+                };
+                return Err(Fail::losing(
+                    code,
+                    format!("not leader: {who} (fence {}); tried once (--wait 0)", l.fence),
+                ));
+            }
+            if Instant::now() >= until {
+                return Err(Fail::new(
+                    code,
+                    format!("not leader: no answer from the database within {}; tried once (--wait 0)", Human(bound)),
+                ));
+            }
+            // The term's start wakes this at once; the observed lease and
+            // errors are polled. (A guard dropped here would resign.)
+            if let Ok(guard) = elector.wait_leader_deadline(Instant::now() + Duration::from_millis(5)) {
+                return Ok(guard);
+            }
         }
     }
 
     /// Waits for a term; `Err` is the exit: `--wait` ran out, a signal came,
     /// or the database reports a fatal error.
     fn campaign(&self, elector: &Elector) -> Result<LeaderGuard, Fail> {
+        if self.args.wait == Some(Duration::ZERO) {
+            return self.try_once(elector);
+        }
         let until = self.args.wait.and_then(|w| Instant::now().checked_add(w));
         loop {
             if let Some(sig) = self.signals.received() {
-                return Err(Fail::new(128 + sig, format!("signal {sig} received while waiting to lead")));
+                return Err(Fail::losing(128 + sig, format!("signal {sig} received while waiting to lead")));
             }
             if let Some(e) = elector.status().last_error.filter(|e| e.is_fatal()) {
                 return Err(Fail::new(EX_NOPERM, format!("fatal database error: {e}")));
@@ -115,7 +179,7 @@ impl Runner {
                 Err(WaitLeaderError::Timeout) if until.is_some_and(|u| Instant::now() >= u) => {
                     let wait = self.args.wait.unwrap_or_default();
                     let code = self.args.wait_code.unwrap_or(EX_TEMPFAIL);
-                    return Err(Fail::new(code, format!("not leader within {}", Human(wait))));
+                    return Err(Fail::losing(code, format!("not leader within {}", Human(wait))));
                 }
                 Err(WaitLeaderError::Timeout) => {}
                 Err(WaitLeaderError::Stopped) => return Err(Fail::new(1, "the elector stopped")),
@@ -148,7 +212,7 @@ impl Runner {
                     None => "recorded no exit status (it runs, or was killed)".to_owned(),
                 };
                 let code = self.args.wait_code.unwrap_or(EX_SLOT_DONE);
-                Err(Fail::new(
+                Err(Fail::losing(
                     code,
                     format!("slot {slot:?} was already run (fence {fence}, {how}); not running the command"),
                 ))
@@ -185,12 +249,21 @@ impl Runner {
             .spawn()
             .map_err(|e| Fail::new(1, format!("cannot start the sentinel, so not running the command: {e}")))?;
         let pgid = sentinel.id() as i32;
+        // Interactive: the group gets the terminal before CMD joins it, so
+        // CMD can read it from its first instruction on.
+        let tty = self.tty.then(|| sys::Terminal::give(pgid));
         let mut cmd = Command::new(&self.args.cmd[0]);
         cmd.args(&self.args.cmd[1..])
             .env("LEADERELECTION_FENCE", guard.fence().to_string())
             .env("LEADERELECTION_NAME", &self.args.name)
             .env("LEADERELECTION_IDENTITY", elector.identity())
             .process_group(pgid);
+        // The DSN, with its password, stays with the tool.
+        if !self.args.keep_dsn_env {
+            for var in db::dsn_vars(&self.args.db) {
+                cmd.env_remove(var);
+            }
+        }
         // The lease check for the child's own transactions. When it cannot
         // be written, the variable is unset (and said so), never empty, so
         // `${LEADERELECTION_CHECK_SQL:?}` stops a script rather than run
@@ -205,18 +278,19 @@ impl Runner {
             }
             Err(e) => {
                 cmd.env_remove("LEADERELECTION_CHECK_SQL");
-                eprintln!("leaderelection: LEADERELECTION_CHECK_SQL is not set for the command: {e}");
+                sys::say(&format!("LEADERELECTION_CHECK_SQL is not set for the command: {e}"));
             }
         }
-        sys::prepare_child(&mut cmd);
+        sys::prepare_child(&mut cmd, self.hup_ignored);
         match cmd.spawn() {
             Ok(child) => {
                 st.pgid = Some(pgid);
-                Ok(Some(Job { child, sentinel, pgid }))
+                Ok(Some(Job { child, sentinel, pgid, tty }))
             }
             Err(e) => {
                 sys::kill_group(pgid, libc::SIGKILL);
                 let _ = sentinel.wait();
+                drop(tty);
                 let code = if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 };
                 Err(Fail::new(code, format!("cannot run {:?}: {e}", self.args.cmd[0])))
             }
@@ -226,14 +300,18 @@ impl Runner {
     /// Watches the term while the child runs. SIGTERM to the group once no
     /// renewal has landed by `deadline - grace - KILL_AHEAD`, or at once
     /// when the term ends; SIGKILL at `deadline - KILL_AHEAD`, or `grace`
-    /// after a SIGTERM for an ended term if that comes first. Once stopping,
-    /// a renewal that lands late changes nothing.
-    fn supervise(&self, job: Job, guard: &LeaderGuard) -> io::Result<Ended> {
-        let Job { mut child, mut sentinel, pgid } = job;
+    /// after a SIGTERM for an ended term if that comes first. A forwarded
+    /// signal (the signal thread passes it on) is followed by SIGKILL
+    /// `grace` later, or at `deadline - KILL_AHEAD`. Once stopping, a
+    /// renewal that lands late changes nothing.
+    fn supervise(&self, elector: &Elector, job: Job, guard: &LeaderGuard) -> io::Result<Ended> {
+        let Job { mut child, mut sentinel, pgid, tty } = job;
         let pid = child.id() as i32;
         let grace = self.args.grace;
         let mut deadline = guard.valid_until();
         let mut kill_at: Option<Instant> = None;
+        // Stopping for the term (not for a forwarded signal).
+        let mut for_term = false;
         let mut killed = false;
         loop {
             if sys::exited_unreaped(pid)? {
@@ -241,17 +319,31 @@ impl Runner {
                 // with it. The group id is the sentinel's pid, which cannot
                 // be reused before the sentinel is reaped, below.
                 sys::kill_group(pgid, libc::SIGKILL);
+                drop(tty);
                 let status = {
                     let mut st = self.signals.lock();
                     st.pgid = None;
                     child.wait()?
                 };
                 sentinel.wait()?;
-                if kill_at.is_some() {
+                if for_term {
                     let left = deadline.saturating_duration_since(Instant::now());
                     self.say(format!("child gone {} before the local deadline", Human(left)));
                 }
-                return Ok(Ended { status, stopped: kill_at.is_some() });
+                return Ok(Ended { status, stopped: for_term });
+            }
+            // Stopped (Ctrl-Z at the terminal, or SIGSTOP): a stopped CMD
+            // would keep the terminal and the tool would lead on for
+            // nothing, so it is continued.
+            if let Some(sig) = sys::stopped(pid)? {
+                self.say(format!(
+                    "the command was stopped (signal {sig}); job control is not supported under \
+                     `leaderelection run`: continuing it"
+                ));
+                if let Some(t) = &tty {
+                    t.give_again();
+                }
+                sys::kill_group(pgid, libc::SIGCONT);
             }
             let now = Instant::now();
             if kill_at.is_none() {
@@ -263,8 +355,18 @@ impl Runner {
                     (now + grace >= kill).then_some(("term at risk: no renewal landed in time", kill))
                 };
                 if let Some((why, at)) = why {
-                    self.say(format!("{why}; SIGTERM to the child, SIGKILL in {}", Human(at - now.min(at))));
+                    let cause = self.cause(elector);
+                    self.say(format!("{why}{cause}; SIGTERM to the child, SIGKILL in {}", Human(at - now.min(at))));
                     sys::kill_group(pgid, libc::SIGTERM);
+                    kill_at = Some(at);
+                    for_term = true;
+                } else if let Some(sig) = self.signals.received() {
+                    // The signal thread has passed it on already.
+                    let at = (now + grace).min(deadline.checked_sub(KILL_AHEAD).unwrap_or(now));
+                    self.say(format!(
+                        "signal {sig} forwarded to the child; SIGKILL in {} if it is still running",
+                        Human(at - now.min(at))
+                    ));
                     kill_at = Some(at);
                 }
             }
@@ -298,8 +400,8 @@ impl Runner {
 
     fn terms(&self, elector: &Elector) -> Result<i32, Fail> {
         loop {
+            // The library logs the term's start (and the leader it sees).
             let guard = self.campaign(elector)?;
-            self.say(format!("leading, fence {}", guard.fence()));
             let slot = match self.claim_slot(&guard) {
                 Ok(slot) => slot,
                 Err(fail) => {
@@ -310,25 +412,37 @@ impl Runner {
             let Some(job) = self.spawn(elector, &guard)? else {
                 let _ = guard.resign();
                 let sig = self.signals.received().unwrap_or(libc::SIGTERM);
-                return Err(Fail::new(128 + sig, format!("signal {sig} received before the child started")));
+                return Err(Fail::losing(128 + sig, format!("signal {sig} received before the child started")));
             };
-            let ended = self.supervise(job, &guard).map_err(|e| Fail::new(1, format!("watching the child: {e}")))?;
+            let ended =
+                self.supervise(elector, job, &guard).map_err(|e| Fail::new(1, format!("watching the child: {e}")))?;
             let code = exit_code(ended.status);
+            self.lost.set(ended.stopped);
             // Before the release: a retrying run that leads next must find
-            // how this one ended.
-            if let Some(slot) = &slot {
+            // how this one ended. Only while the term lasts: once it has
+            // ended, the call cannot land, and would only delay the exit.
+            if let Some(slot) = slot.as_ref().filter(|_| guard.is_valid()) {
                 match guard.finish_slot(slot, code) {
                     Ok(true) => {}
                     Ok(false) => self.say(format!("slot {slot:?} was taken over by a later run; status not recorded")),
                     Err(e) => self.say(format!("could not record the exit status for slot {slot:?}: {e}")),
                 }
             }
-            // Hands the lease over at once if the term is still ours.
-            let _ = guard.resign();
+            let cause = self.cause(elector);
+            // Hands the lease over at once if the term is still ours (at
+            // most about one operation timeout). Not for a term stopped as
+            // lost or at risk: its database is failing, so the attempt
+            // would most likely only delay the exit, and the lease runs
+            // out on its own within about grace + margin.
+            if guard.is_valid() && !ended.stopped {
+                let _ = guard.resign();
+            } else {
+                drop(guard);
+            }
             let signalled = self.signals.received().is_some();
             if !self.args.looping {
                 return match ended.stopped && !signalled {
-                    true => Err(Fail::new(EX_LOST, "leadership lost; the child was stopped")),
+                    true => Err(Fail::new(EX_LOST, format!("leadership lost; the child was stopped{cause}"))),
                     false => Ok(code),
                 };
             }
@@ -345,10 +459,16 @@ impl Runner {
     }
 }
 
-/// Runs `leaderelection run`; returns the exit status.
+/// Runs `leaderelection run`; returns the exit status. Under `--quiet`, a
+/// run that did not run CMD because another run leads or ran its slot
+/// says nothing.
 pub fn run(args: RunArgs) -> Result<i32, Fail> {
+    let quiet = args.quiet;
+    run_inner(args).map_err(|f| if quiet && f.losing { Fail { msg: String::new(), ..f } } else { f })
+}
+
+fn run_inner(args: RunArgs) -> Result<i32, Fail> {
     let t = args.timing;
-    t.validate().map_err(|e| Fail::usage(e.to_string()))?;
     let floor = t.lease_duration.saturating_sub(t.safety_margin + t.renew_interval + t.operation_timeout);
     if args.grace + KILL_AHEAD >= floor {
         return Err(Fail::usage(format!(
@@ -365,7 +485,7 @@ pub fn run(args: RunArgs) -> Result<i32, Fail> {
     }
     let opened = db::open_as(&args.db)?;
     let store = opened.store();
-    db::inspect(&*store, &args.name, t.operation_timeout)?;
+    db::inspect(&*store, &args.db, &args.name, t.operation_timeout)?;
 
     let mut config = Config::new(Arc::clone(&store), args.name.clone()).timing(t);
     if let Some(id) = &args.identity {
@@ -375,7 +495,7 @@ pub fn run(args: RunArgs) -> Result<i32, Fail> {
         config = config.payload(p.as_bytes());
     }
     let elector = Elector::start(config).map_err(|e| match e {
-        leaderelection::StartError::Config(c) => Fail::new(EX_USAGE, c.to_string()),
+        leaderelection::StartError::Config(c) => config_fail(&c, false),
         other => Fail::new(1, other.to_string()),
     })?;
 
@@ -385,8 +505,28 @@ pub fn run(args: RunArgs) -> Result<i32, Fail> {
         .name("signals".into())
         .spawn(move || s.forward_forever())
         .map_err(|e| Fail::new(1, format!("cannot start the signal thread: {e}")))?;
-    let runner = Runner { args, signals, store, opened };
+    let tty = sys::foreground_terminal();
+    let runner = Runner { tty, hup_ignored: sys::hup_ignored(), lost: Cell::new(false), args, signals, store, opened };
     let result = runner.terms(&elector);
-    let _ = elector.shutdown();
+    if runner.lost.get() {
+        // The term was lost or at risk (the database unreachable, most
+        // likely): nothing of it is ours to hand over, and trying would
+        // only delay the exit by up to two operation timeouts.
+        elector.shutdown_without_release();
+    } else {
+        // Releases anything an attempt in flight may still have won, for
+        // at most one operation timeout; the process exits after that
+        // even if the call hangs (the lease then runs out on its own).
+        let elector = Arc::new(elector);
+        let e = Arc::clone(&elector);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stopper = thread::Builder::new().name("shutdown".into()).spawn(move || {
+            let _ = e.shutdown();
+            let _ = tx.send(());
+        });
+        if stopper.is_ok() {
+            let _ = rx.recv_timeout(t.operation_timeout);
+        }
+    }
     result
 }

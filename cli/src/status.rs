@@ -8,7 +8,7 @@ use crate::db::{self, Dialect};
 /// Prints who leads; 0 when someone does, 1 when nobody does.
 pub fn status(args: StatusArgs) -> Result<i32, Fail> {
     let store = db::open(&args.db)?;
-    let lease = db::inspect(&*store, &args.name, DEFAULT_OPERATION_TIMEOUT)?;
+    let lease = db::inspect(&*store, &args.db, &args.name, DEFAULT_OPERATION_TIMEOUT)?;
     // A row with no holder is held for nobody after a database failover,
     // until it runs out: nobody leads under it.
     let live = lease.as_ref().filter(|l| !l.expired() && !l.holder.is_empty());
@@ -29,8 +29,10 @@ pub fn status(args: StatusArgs) -> Result<i32, Fail> {
     } else {
         match (live, &lease) {
             (Some(l), _) => {
-                println!("leader: {}\nfence: {}\ntime left: {:.1}s", l.holder, l.fence, l.ttl().as_secs_f64());
+                println!("leader: {}\nfence: {}\ntime left: {}", l.holder, l.fence, Human(l.ttl()));
+                // No line for no payload.
                 match std::str::from_utf8(&l.payload) {
+                    _ if l.payload.is_empty() => {}
                     Ok(text) => println!("payload: {}", text.replace(|c: char| c.is_control(), "?")),
                     Err(_) => println!("payload (hex): {}", hex(&l.payload)),
                 }
@@ -52,21 +54,28 @@ pub fn status(args: StatusArgs) -> Result<i32, Fail> {
     Ok(if live.is_some() { 0 } else { 1 })
 }
 
-/// Prints the DDL of the election table.
+/// Prints the DDL of the election table, or with `--apply` creates it.
 pub fn schema(args: SchemaArgs) -> Result<i32, Fail> {
+    if args.apply {
+        let line = db::apply_schema(&args.db)?;
+        if !args.quiet {
+            println!("{line}");
+        }
+        return Ok(0);
+    }
     let dialect = match &args.dialect {
         Some(d) => Dialect::parse(d)?,
-        None => match db::dsn(&Default::default()) {
+        None => match db::dsn(&args.db) {
             Some(dsn) => Dialect::of_dsn(&dsn)?,
             None => Dialect::Postgres,
         },
     };
     let ddl = match dialect {
         Dialect::Postgres => {
-            let (schema, table) = db::pg_table(args.table.as_deref());
+            let (schema, table) = db::pg_table(args.db.table.as_deref());
             PostgresStore::schema(schema, table)
         }
-        Dialect::Mysql => MySqlStore::schema(args.table.as_deref().unwrap_or(leaderelection::mysql::DEFAULT_TABLE)),
+        Dialect::Mysql => MySqlStore::schema(args.db.table.as_deref().unwrap_or(leaderelection::mysql::DEFAULT_TABLE)),
     };
     let ddl = ddl.map_err(|e| Fail::usage(format!("--table: {e}")))?;
     println!("{}", ddl.trim_end());

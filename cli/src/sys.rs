@@ -1,9 +1,9 @@
 //! The system calls std does not wrap: signal masks, `sigwait`, signals to a
-//! process group, `waitid(WNOWAIT)`, `PR_SET_PDEATHSIG`, and the sentinel
-//! built from them. The only unsafe code of the tool, each block with the
+//! process group, `waitid(WNOWAIT)`, `PR_SET_PDEATHSIG`, the controlling
+//! terminal's foreground group, and the sentinel built from them. The only unsafe code of the tool, each block with the
 //! reason it is sound.
 
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -82,21 +82,108 @@ pub fn exited_unreaped(pid: i32) -> io::Result<bool> {
     }
 }
 
+/// One line on stderr, `leaderelection: ` first; a closed or full stderr is
+/// no reason to fail (`eprintln!` would panic, and take the supervisor down
+/// with it).
+pub fn say(msg: &str) {
+    let _ = writeln!(io::stderr(), "leaderelection: {msg}");
+}
+
+/// Whether the tool was started with SIGHUP ignored (`nohup`).
+pub fn hup_ignored() -> bool {
+    // SAFETY: sigaction with a null new action only reads the current
+    // disposition into `old`, plain data we own.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Sets `sig` to `SIG_IGN` (or back to `SIG_DFL`).
+fn set_ignored(sig: libc::c_int, ignore: bool) {
+    // SAFETY: signal(2) with SIG_IGN or SIG_DFL installs no handler.
+    unsafe { libc::signal(sig, if ignore { libc::SIG_IGN } else { libc::SIG_DFL }) };
+}
+
+/// Whether stdin is the controlling terminal and the tool's process group
+/// its foreground group (run interactively, not in the background): then
+/// CMD's group gets the terminal while it runs ([`Terminal`]).
+pub fn foreground_terminal() -> bool {
+    // SAFETY: isatty, tcgetpgrp and getpgrp take plain integers.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// The terminal on stdin, given to a child's process group; dropped, it is
+/// given back to the tool's group. SIGTTOU is ignored in the tool from the
+/// first give on, so that the tool, then in a background group, may take
+/// the terminal back and write to it; CMD gets it at its default again
+/// ([`prepare_child`]).
+pub struct Terminal {
+    pgid: libc::pid_t,
+}
+
+impl Terminal {
+    pub fn give(pgid: libc::pid_t) -> Terminal {
+        set_ignored(libc::SIGTTOU, true);
+        let t = Terminal { pgid };
+        t.give_again();
+        t
+    }
+
+    /// Makes the group the terminal's foreground again (after a stop).
+    pub fn give_again(&self) {
+        // SAFETY: tcsetpgrp takes plain integers; a failure changes nothing.
+        if unsafe { libc::tcsetpgrp(0, self.pgid) } != 0 {
+            say(&format!("cannot give the terminal to the command: {}", io::Error::last_os_error()));
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        // SAFETY: as above; getpgrp cannot fail.
+        unsafe { libc::tcsetpgrp(0, libc::getpgrp()) };
+    }
+}
+
+/// The signal that stopped child `pid`, if it stopped since last asked
+/// (`waitid(WSTOPPED)`: reports a stop once, and reaps nothing).
+pub fn stopped(pid: i32) -> io::Result<Option<i32>> {
+    // SAFETY: as in `exited_unreaped`.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let flags = libc::WSTOPPED | libc::WNOHANG;
+        if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((info.si_pid() != 0 && info.si_code == libc::CLD_STOPPED).then(|| info.si_status()))
+    }
+}
+
 /// Sets up the child between fork and exec: unblocks [`FORWARDED`] (the
-/// mask is inherited, and std keeps it), and makes the child receive SIGKILL
+/// mask is inherited, and std keeps it); sets every signal back to its
+/// default disposition (a shell's background job starts with SIGINT and
+/// SIGQUIT ignored, and the tool ignores SIGTTOU), except SIGHUP when
+/// `keep_hup_ignored` (nohup); and makes the child receive SIGKILL
 /// when the thread that spawned it dies (the tool's main thread, so: when
 /// the tool dies, even by SIGKILL). The latter covers the direct child only;
 /// the rest of its group is the sentinel's job ([`prepare_sentinel`]).
-pub fn prepare_child(cmd: &mut Command) {
+pub fn prepare_child(cmd: &mut Command, keep_hup_ignored: bool) {
     let parent = std::process::id() as libc::pid_t;
     let set = forwarded_set();
     // SAFETY: the closure runs between fork and exec and calls only
-    // async-signal-safe functions (sigprocmask, prctl, getppid), allocating
-    // nothing; `set` is an initialised copy it owns.
+    // async-signal-safe functions (sigprocmask, signal, prctl, getppid),
+    // allocating nothing; `set` is an initialised copy it owns.
     unsafe {
         cmd.pre_exec(move || {
             if libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) != 0 {
                 return Err(io::Error::last_os_error());
+            }
+            for sig in 1..32 {
+                if sig == libc::SIGKILL || sig == libc::SIGSTOP || (sig == libc::SIGHUP && keep_hup_ignored) {
+                    continue;
+                }
+                libc::signal(sig, libc::SIG_DFL);
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
@@ -168,4 +255,11 @@ pub fn sentinel(tool: Option<libc::pid_t>) -> i32 {
     }
     kill_group(pgid, libc::SIGKILL);
     1
+}
+
+/// SIGPIPE back to its default (Rust starts programs with it ignored), so
+/// that writing to a closed pipe ends the process quietly instead of
+/// failing `println!` with a panic.
+pub fn default_sigpipe() {
+    set_ignored(libc::SIGPIPE, false);
 }

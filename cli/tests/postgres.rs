@@ -92,3 +92,28 @@ fn the_childs_lease_check_passes_in_the_term_and_fails_after_it() {
 fn status_of_a_row_held_for_nobody_after_a_failover_is_nobody_leads() {
     held_row_status(&Db::pg());
 }
+
+#[test]
+fn wait_0_tries_once_and_quiet_says_nothing_when_losing() {
+    try_once_and_quiet(&Db::pg());
+}
+
+#[test]
+fn schema_apply_creates_the_table_a_missing_one_says_how() {
+    schema_apply(&Db::pg());
+}
+
+#[test]
+fn a_forwarded_sigterm_the_child_ignores_is_followed_by_sigkill_after_grace() {
+    forwarded_signal_escalates(&Db::pg());
+}
+
+#[test]
+fn the_child_gets_neither_the_dsn_nor_ignored_signals() {
+    child_env_and_signals(&Db::pg());
+}
+
+#[test]
+fn a_child_reading_the_terminal_gets_it() {
+    terminal_child(&Db::pg());
+}

@@ -522,7 +522,14 @@ pub fn swallowed(db: &Db, stubborn: bool) {
     assert!(term - began <= budget, "SIGTERM {:.3}s after the swallow began", secs(term - began));
     assert!(gone_at - began <= budget, "child gone {:.3}s after the swallow began", secs(gone_at - began));
     assert_eq!(tool.code(Duration::from_secs(5)), 79, "stderr: {}", tool.stderr());
+    // No release is tried for a term lost with its database: the tool
+    // exits at once (it used to try, for up to 2.5 operation timeouts).
+    let exited_after = Duration::from_nanos((now_ns() - gone_at) as u64);
+    assert!(exited_after < Duration::from_millis(400), "the tool exited {exited_after:?} after its child");
     let err = tool.stderr();
+    // Lines naming the cause: the database's failure, with the stop and the exit.
+    assert!(err.contains("term at risk: no renewal landed in time (last failure: "), "{err}");
+    assert!(err.contains("leadership lost; the child was stopped (last failure: "), "{err}");
     let line = err.lines().find(|l| l.contains("before the local deadline")).expect("a `child gone` line");
     // The tool's own measure against its deadline: `child gone 739ms before ...`.
     let ahead = line.split("child gone ").nth(1).and_then(|r| r.split(' ').next()).unwrap();
@@ -532,7 +539,8 @@ pub fn swallowed(db: &Db, stubborn: bool) {
     };
     assert!(ahead_s >= 0.1, "child gone only {ahead} before the tool's local deadline");
     println!(
-        "cli {} swallow{}: SIGTERM {:.3}s and child gone {:.3}s after the swallow began (budget {:.3}s); tool: {line}",
+        "cli {} swallow{}: SIGTERM {:.3}s and child gone {:.3}s after the swallow began (budget {:.3}s), \
+         tool exited {exited_after:?} after the child; tool: {line}",
         db.label,
         if stubborn { " (child ignores SIGTERM)" } else { "" },
         secs(term - began),
@@ -1048,4 +1056,200 @@ pub fn held_row_status(db: &Db) {
     let json = String::from_utf8(out.stdout).unwrap();
     assert_eq!(json_field(&json, "leader"), "null", "{json}");
     let _ = db.sql(&format!("DELETE FROM {} WHERE name = '{name}';", db.table));
+}
+
+// ---------------------------------------------------------------- first contact (issue 19)
+
+impl Db {
+    /// `leaderelection run` to completion with `extra` flags; (exit code, stderr).
+    pub fn run_to_end(&self, name: &str, extra: &[&str], script: &str) -> (i32, String) {
+        run_once(&self.dsn, &self.table, name, extra, script)
+    }
+}
+
+/// A holder that runs until dropped (SIGKILLed), once `status` sees it lead.
+fn holder(db: &Db, name: &str) -> Tool {
+    let tool = db.run(name, &[], "exec sleep 30");
+    assert!(wait_for(Duration::from_secs(5), || db.status(name, false).status.code() == Some(0)), "no holder");
+    tool
+}
+
+/// `--wait 0` (and `0s`) tries once, as `flock -n`: with nobody leading it
+/// runs the command; with another run leading it exits 75 (or `-E`) at
+/// once, saying who leads. `--quiet` says nothing when it wins, nor when it
+/// loses (75, `-E 0`, a slot already run); `status` prints no empty
+/// `payload:` line.
+pub fn try_once_and_quiet(db: &Db) {
+    let name = db.name("once");
+    for wait in ["0", "0s"] {
+        let (code, err) = db.run_to_end(&name, &["--wait", wait], "exit 4");
+        assert_eq!(code, 4, "--wait {wait} with nobody leading runs the command: {err}");
+    }
+    let (code, err) = db.run_to_end(&name, &["-q", "--wait", "0"], "echo out; exit 0");
+    assert_eq!((code, err.as_str()), (0, ""), "a quiet winner prints nothing");
+
+    let _holder = holder(db, &name);
+    let text = String::from_utf8(db.status(&name, false).stdout).unwrap();
+    assert!(!text.contains("payload"), "no payload line without a payload: {text:?}");
+    let began = Instant::now();
+    let (code, err) = db.run_to_end(&name, &["--wait", "0"], "exit 0");
+    let took = began.elapsed();
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains("not leader: ") && err.contains(" leads (fence "), "{err}");
+    assert!(took < Duration::from_secs(2), "one try took {took:?}");
+    assert_eq!(db.run_to_end(&name, &["--wait", "0", "-E", "0"], "exit 3").0, 0);
+    for extra in [&["-q", "--wait", "0"][..], &["-q", "--wait", "0", "-E", "0"], &["--quiet", "--wait", "300ms"]] {
+        let (code, err) = db.run_to_end(&name, extra, "exit 3");
+        assert_eq!(err, "", "{extra:?} printed on stderr");
+        assert_eq!(code, if extra.contains(&"-E") { 0 } else { 75 }, "{extra:?}");
+    }
+    println!("cli {} try once: lost in {took:?}", db.label);
+
+    let name = db.name("once-slot");
+    let slot = ["-q", "--slot", "s1", "--wait", "5s"];
+    assert_eq!(db.run_to_end(&name, &slot, "exit 0"), (0, String::new()));
+    assert_eq!(db.run_to_end(&name, &slot, "exit 0"), (76, String::new()), "a slot already run, quietly");
+}
+
+/// `schema --apply` creates the table over the DSN and says so in one
+/// line (none with `-q`); before, `run` and `status` on the missing table
+/// exit 77 saying how to create it.
+pub fn schema_apply(db: &Db) {
+    let table = format!("le_cli_apply_{}_{}", db.label, std::process::id());
+    let other = Db { table: table.clone(), ..db.clone() };
+    let name = other.name("apply");
+    let want = format!("create it with `leaderelection schema --apply --dsn URL --table {table}`");
+    let (code, err) = other.run_to_end(&name, &[], "exit 0");
+    assert_eq!(code, 77, "{err}");
+    assert!(err.contains(&want) && err.lines().count() == 1, "{err}");
+    let out = other.status(&name, false);
+    assert_eq!(out.status.code(), Some(77));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&want), "{out:?}");
+
+    let apply = |extra: &[&str]| {
+        Command::new(BIN).args(["schema", "--apply", "--dsn", &db.dsn, "--table", &table]).args(extra).output().unwrap()
+    };
+    let out = apply(&[]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.lines().count() == 1 && text.contains(" is ready (created if it did not exist)"), "{text:?}");
+    let out = apply(&["-q"]);
+    assert_eq!((out.status.code(), out.stdout.len(), out.stderr.len()), (Some(0), 0, 0), "again, quietly");
+    assert_eq!(other.run_to_end(&name, &[], "exit 0").0, 0, "run on the table made");
+    let drop = if db.label == "pg" { format!("DROP TABLE public.{table};") } else { format!("DROP TABLE {table};") };
+    let (ok, _, err) = db.sql(&drop);
+    assert!(ok, "{err}");
+}
+
+/// A forwarded SIGTERM that the child ignores: SIGKILL follows `--grace`
+/// (500 ms) later; the tool exits 137 and nothing of the group is left.
+pub fn forwarded_signal_escalates(db: &Db) {
+    let name = db.name("escalate");
+    let dir = TempDir::new();
+    let file = dir.path().join("log");
+    let f = file.display();
+    let script = format!(
+        "trap 'echo \"term $(date +%s%N) $$\" >> {f}' TERM; echo \"start $(date +%s%N) $$\" >> {f}; \
+         while :; do sleep 0.05; done"
+    );
+    let mut tool = db.run(&name, &[], &script);
+    assert!(wait_for(Duration::from_secs(5), || first(&file, "start").is_some()), "no child: {}", tool.stderr());
+    let group = Group::of(&first(&file, "start").unwrap());
+    let sent = Instant::now();
+    tool.signal(libc::SIGTERM);
+    let code = tool.code(Duration::from_secs(3));
+    let took = sent.elapsed();
+    assert_eq!(code, 137, "the child was SIGKILLed: {}", tool.stderr());
+    assert!(first(&file, "term").is_some(), "SIGTERM was forwarded first");
+    assert!(took >= Duration::from_millis(450) && took < Duration::from_millis(1500), "exit {took:?} after SIGTERM");
+    assert!(tool.stderr().contains("signal 15 forwarded to the child; SIGKILL in 500ms"), "{}", tool.stderr());
+    assert!(wait_for(Duration::from_secs(1), || group.left().is_empty()), "left: {:?}", group.left());
+    println!("cli {} forwarded SIGTERM ignored: SIGKILL, exit {took:?} after it", db.label);
+}
+
+/// The child's environment and signals: the DSN's variable is not passed
+/// on (`LEADERELECTION_DSN`, or `DATABASE_URL` when it was the DSN) unless
+/// `--keep-dsn-env`; SIGINT and SIGQUIT, ignored by the shell that started
+/// the tool (a script's background job), are at their defaults in the child.
+pub fn child_env_and_signals(db: &Db) {
+    let dir = TempDir::new();
+    let file = dir.path().join("env");
+    let script = format!(
+        "echo \"dsn=${{LEADERELECTION_DSN:-unset}} url=${{DATABASE_URL:-unset}}\" > {f}; \
+         grep SigIgn /proc/$$/status >> {f}",
+        f = file.display()
+    );
+    let name = db.name("childenv");
+    let run = |var: &str, extra: &[&str]| -> String {
+        let _ = fs::remove_file(&file);
+        let mut cmd = Command::new("sh");
+        // A background job's shell ignores SIGINT and SIGQUIT; so does `trap ''`.
+        cmd.args(["-c", "trap '' INT QUIT; exec \"$@\"", "sh", BIN, "run", "--table", &db.table, "--name", &name]);
+        cmd.args(TIMING).args(extra).args(["--", "sh", "-c", &script]);
+        cmd.env_remove("LEADERELECTION_DSN").env_remove("DATABASE_URL").env(var, &db.dsn);
+        let out = cmd.stdin(Stdio::null()).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        fs::read_to_string(&file).unwrap()
+    };
+    let env = run("LEADERELECTION_DSN", &[]);
+    assert!(env.starts_with("dsn=unset url=unset\n"), "{env}");
+    let ign = u64::from_str_radix(env.lines().nth(1).unwrap().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    assert_eq!(ign & (bit(libc::SIGINT) | bit(libc::SIGQUIT)), 0, "the child ignores SIGINT or SIGQUIT: {env}");
+    assert!(run("DATABASE_URL", &[]).starts_with("dsn=unset url=unset\n"), "DATABASE_URL as the DSN is removed");
+    let kept = run("LEADERELECTION_DSN", &["--keep-dsn-env"]);
+    assert!(kept.starts_with(&format!("dsn={} url=unset\n", db.dsn)), "{kept}");
+}
+
+/// Interactive use: the tool on a terminal (a pseudo-terminal, its
+/// controlling terminal, the tool's group in the foreground), its child
+/// reading a line from it. The child's group gets the terminal, so the read
+/// is not stopped by SIGTTIN; Ctrl-Z at the terminal stops the child, and
+/// the tool continues it (no job control under it); the tool exits with
+/// the child's status, the terminal back with the tool's group.
+pub fn terminal_child(db: &Db) {
+    use std::io::Write;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let (mut master, slave) = {
+        let (mut m, mut s) = (0, 0);
+        // SAFETY: openpty fills two fds we then own; the other pointers may be null.
+        let rc = unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+        assert_eq!(rc, 0, "openpty");
+        // SAFETY: fresh fds from openpty, owned here only.
+        unsafe { (fs::File::from_raw_fd(m), OwnedFd::from_raw_fd(s)) }
+    };
+    let dir = TempDir::new();
+    let (file, stderr) = (dir.path().join("got"), dir.path().join("stderr"));
+    let name = db.name("tty");
+    let script = format!("echo ready > {f}.r; read line; echo \"got $line\" > {f}; exit 6", f = file.display());
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "--dsn", &db.dsn, "--table", &db.table, "--name", &name]).args(TIMING);
+    cmd.args(["--", "sh", "-c", &script]);
+    cmd.stdin(slave.try_clone().unwrap()).stdout(slave).stderr(fs::File::create(&stderr).unwrap());
+    // SAFETY: setsid and ioctl(TIOCSCTTY) are async-signal-safe; fd 0 is
+    // the pty's slave by then: it becomes the controlling terminal, with
+    // the tool's group (the new session's) in the foreground.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    let mut tool = Tool { child, stderr, _dir: dir };
+    let ready = file.with_extension("r");
+    assert!(wait_for(Duration::from_secs(5), || ready.exists()), "no child: {}", tool.stderr());
+    // Ctrl-Z (the terminal's VSUSP) while the child reads, then the line.
+    master.write_all(b"\x1a").unwrap();
+    assert!(
+        wait_for(Duration::from_secs(3), || tool.stderr().contains("job control is not supported")),
+        "the stop was not seen: {}",
+        tool.stderr()
+    );
+    master.write_all(b"hello\n").unwrap();
+    let code = tool.code(Duration::from_secs(5));
+    let got = fs::read_to_string(&file).unwrap_or_default();
+    assert_eq!((code, got.as_str()), (6, "got hello\n"), "stderr: {}", tool.stderr());
 }
