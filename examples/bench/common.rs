@@ -358,7 +358,8 @@ impl Db {
     }
 }
 
-/// A table of the run's own, dropped when this goes out of scope.
+/// A table of the run's own, dropped when this goes out of scope, with the
+/// slots table `ensure_schema` makes beside it (`<name>_slots`).
 pub struct OwnTable {
     pub name: String,
     url: String,
@@ -372,7 +373,8 @@ impl OwnTable {
 
 impl Drop for OwnTable {
     fn drop(&mut self) {
-        let r = Db::connect(&self.url).and_then(|mut db| db.exec(&format!("DROP TABLE IF EXISTS {}", self.name)));
+        let r = Db::connect(&self.url)
+            .and_then(|mut db| db.exec(&format!("DROP TABLE IF EXISTS {0}, {0}_slots", self.name)));
         if let Err(e) = r {
             eprintln!("bench: could not drop table {}: {e}", self.name);
         }
