@@ -47,7 +47,7 @@ echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)
 source scripts/mysql.sh
 cargo test --features mysql,storetest --lib mysql
 cargo test --features mysql,storetest --doc -- mysql
-cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause
+cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check
 
 echo "== the leaderelection command-line tool (cli/): the real binary on PostgreSQL and MariaDB"
 cargo test -p leaderelection-cli
@@ -59,6 +59,10 @@ echo "== chaos suite (tests/chaos): its proxy, servers and oracle, then every sc
 # each scenario's figures (`chaos <path>/<scenario> …` lines) in the log.
 cargo test --features postgres,mysql,storetest --test chaos_faults --test chaos_oracle --test chaos_pg_server --test chaos_maria_server
 cargo test --features postgres,mysql,storetest --test chaos -- --test-threads 8 --nocapture
+# Lease-checked writes (issue 17): fleets of worker processes writing a ledger,
+# their leaders stopped, cut off and killed mid-transaction (`chaos-ledger …`
+# lines). Alone: it stops and kills processes and waits out idle timeouts.
+cargo test --features postgres,mysql,storetest --test chaos_ledger -- --test-threads 4 --nocapture
 
 echo "== examples"
 cargo run --quiet --example quickstart

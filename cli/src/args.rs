@@ -66,7 +66,11 @@ Durations: 500ms, 1.5s, 2m, 1h, 1d.
 
 CMD runs in a new process group with LEADERELECTION_FENCE,
 LEADERELECTION_NAME and LEADERELECTION_IDENTITY (ID#tag, as `status`
-shows it) set. When no renewal has
+shows it) set, and LEADERELECTION_CHECK_SQL: the lease check as one
+statement, values written in, for CMD's own transactions on the election's
+database (`psql -v ON_ERROR_STOP=1 -1`, or `mariadb` inside START
+TRANSACTION): it fails once this term no longer holds the lease, and until
+the transaction ends no other term can take the lease over. When no renewal has
 landed by (local deadline - grace - 250ms), or the term ends, the group gets
 SIGTERM, and SIGKILL at the latest 250ms before the local deadline. Needs
 grace + 250ms < lease - margin - renew - op-timeout. SIGINT, SIGTERM and

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leaderelection::{postgres, MySqlStore, PostgresStore, Store, StoreError};
+use leaderelection::{postgres, LeaseCheck, MySqlStore, PostgresStore, Store, StoreError};
 
 use crate::args::{Db, Fail};
 use crate::{EX_NOPERM, EX_UNAVAILABLE};
@@ -50,22 +50,54 @@ pub fn pg_table(table: Option<&str>) -> (&str, &str) {
     }
 }
 
+/// The store as the database it is, for what only it can do: the lease
+/// check's statement for the child's own transactions.
+#[derive(Clone)]
+pub enum Opened {
+    Postgres(PostgresStore),
+    Mysql(MySqlStore),
+}
+
+impl Opened {
+    pub fn store(&self) -> Arc<dyn Store> {
+        match self {
+            Opened::Postgres(s) => Arc::new(s.clone()),
+            Opened::Mysql(s) => Arc::new(s.clone()),
+        }
+    }
+
+    /// The lease check of `check`'s term as one complete statement (ending
+    /// in `;`) that fails by itself once the term no longer holds the
+    /// lease: `LEADERELECTION_CHECK_SQL`.
+    pub fn check_sql(&self, check: &LeaseCheck<'_>) -> Result<String, StoreError> {
+        match self {
+            Opened::Postgres(s) => s.lease_check_literal(check),
+            Opened::Mysql(s) => s.lease_check_literal(check).map(|q| format!("{q};")),
+        }
+    }
+}
+
 /// Builds the store (no connection yet). A DSN that does not parse or a bad
 /// table name is a usage error.
 pub fn open(db: &Db) -> Result<Arc<dyn Store>, Fail> {
+    open_as(db).map(|o| o.store())
+}
+
+/// As [`open`], keeping which database it is.
+pub fn open_as(db: &Db) -> Result<Opened, Fail> {
     let dsn =
         dsn(db).ok_or_else(|| Fail::usage("no database: pass --dsn or set LEADERELECTION_DSN (or DATABASE_URL)"))?;
-    let store: Result<Arc<dyn Store>, StoreError> = match Dialect::of_dsn(&dsn)? {
+    let store: Result<Opened, StoreError> = match Dialect::of_dsn(&dsn)? {
         Dialect::Postgres => {
             let (schema, table) = pg_table(db.table.as_deref());
-            PostgresStore::builder(&dsn).table(schema, table).build().map(|s| Arc::new(s) as Arc<dyn Store>)
+            PostgresStore::builder(&dsn).table(schema, table).build().map(Opened::Postgres)
         }
         Dialect::Mysql => {
             let mut b = MySqlStore::builder(&dsn);
             if let Some(t) = &db.table {
                 b = b.table(t.as_str());
             }
-            b.build().map(|s| Arc::new(s) as Arc<dyn Store>)
+            b.build().map(Opened::Mysql)
         }
     };
     store.map_err(|e| Fail::usage(format!("bad database settings: {e}")))

@@ -88,6 +88,7 @@ struct Runner {
     args: RunArgs,
     signals: Arc<Signals>,
     store: Arc<dyn Store>,
+    opened: db::Opened,
 }
 
 impl Runner {
@@ -190,6 +191,23 @@ impl Runner {
             .env("LEADERELECTION_NAME", &self.args.name)
             .env("LEADERELECTION_IDENTITY", elector.identity())
             .process_group(pgid);
+        // The lease check for the child's own transactions. When it cannot
+        // be written, the variable is unset (and said so), never empty, so
+        // `${LEADERELECTION_CHECK_SQL:?}` stops a script rather than run
+        // its writes unchecked.
+        match guard
+            .lease_check()
+            .map_err(|e| e.to_string())
+            .and_then(|c| self.opened.check_sql(&c).map_err(|e| e.to_string()))
+        {
+            Ok(q) => {
+                cmd.env("LEADERELECTION_CHECK_SQL", q);
+            }
+            Err(e) => {
+                cmd.env_remove("LEADERELECTION_CHECK_SQL");
+                eprintln!("leaderelection: LEADERELECTION_CHECK_SQL is not set for the command: {e}");
+            }
+        }
         sys::prepare_child(&mut cmd);
         match cmd.spawn() {
             Ok(child) => {
@@ -345,7 +363,8 @@ pub fn run(args: RunArgs) -> Result<i32, Fail> {
             Human(floor)
         )));
     }
-    let store = db::open(&args.db)?;
+    let opened = db::open_as(&args.db)?;
+    let store = opened.store();
     db::inspect(&*store, &args.name, t.operation_timeout)?;
 
     let mut config = Config::new(Arc::clone(&store), args.name.clone()).timing(t);
@@ -366,7 +385,7 @@ pub fn run(args: RunArgs) -> Result<i32, Fail> {
         .name("signals".into())
         .spawn(move || s.forward_forever())
         .map_err(|e| Fail::new(1, format!("cannot start the signal thread: {e}")))?;
-    let runner = Runner { args, signals, store };
+    let runner = Runner { args, signals, store, opened };
     let result = runner.terms(&elector);
     let _ = elector.shutdown();
     result

@@ -82,3 +82,8 @@ fn loop_campaigns_again_after_losing_leadership() {
 fn loop_leaves_no_zombies() {
     no_zombies_in_loop(&Db::pg());
 }
+
+#[test]
+fn the_childs_lease_check_passes_in_the_term_and_fails_after_it() {
+    checked_writes(&Db::pg());
+}

@@ -36,6 +36,7 @@
 
 #[cfg(unix)]
 mod borrowed;
+mod check;
 mod conn;
 mod sql;
 mod url;
@@ -399,6 +400,7 @@ impl MySqlStore {
     /// assert!(ddl.starts_with("CREATE TABLE IF NOT EXISTS `leader election`"));
     /// assert!(ddl.contains("ENGINE = InnoDB"));
     /// assert!(ddl.contains("terms       BIGINT      NOT NULL DEFAULT 0"));
+    /// assert!(ddl.contains("KEY leaderelection_term (name, fence, holder)"));
     /// # }
     /// ```
     ///
@@ -423,20 +425,22 @@ impl MySqlStore {
         self.tls
     }
 
-    /// Creates the election table if it does not exist, and adds the
-    /// `terms` column to a table made before it existed. Idempotent, and
+    /// Creates the election table if it does not exist, and adds what a
+    /// table made by an older version lacks: the `terms` column, and the
+    /// index lease checks lock ([`MySqlStore::check_lease`]). Idempotent, and
     /// safe when every replica runs it at the same moment (the server
     /// serialises `CREATE TABLE IF NOT EXISTS` on the table's metadata lock;
     /// a replica whose `ALTER TABLE` finds the column just added by another
     /// takes that as done).
     ///
-    /// The column is looked up in `information_schema` first, so on an
-    /// up-to-date table this takes no exclusive lock. Adding it takes the
+    /// Both are looked up in `information_schema` first, so on an
+    /// up-to-date table this takes no exclusive lock. Adding one takes the
     /// table's metadata lock, which calls queue behind: the `ALTER TABLE`
     /// waits for it 1 s at a time (the server's smallest bound), then lets
-    /// the queue drain and tries again until the DDL timeout.
+    /// the queue drain and tries again until the DDL timeout. The index is
+    /// built online (rows stay writable while it builds).
     ///
-    /// Needs the `CREATE` privilege (and `ALTER` to add the column); a user
+    /// Needs the `CREATE` privilege (`ALTER` and `INDEX` to upgrade); a user
     /// with only `SELECT`, `INSERT` and `UPDATE` on the table can run the
     /// store but not this (create the table with [`MySqlStore::schema`] in a
     /// migration instead).
@@ -446,29 +450,36 @@ impl MySqlStore {
     /// The store's classified error; fatal when privileges are missing.
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
         let slots = slots_table(&self.table).map(|t| sql::create_slots(&t)).unwrap_or_default();
-        let create = format!("{}{slots}{}", sql::create_table(&self.quoted), sql::has_terms(&self.table));
-        // Lock waits bounded at 1 s, the smallest bound the server takes.
-        let add = sql::pinned(&format!("{};", sql::add_terms(&self.quoted)), Duration::ZERO);
+        let create = format!("{}{slots}{}", sql::create_table(&self.quoted), sql::schema_state(&self.table));
+        // Each change, with the error that means a replica running this at
+        // the same time made it first (duplicate column, duplicate key
+        // name). Lock waits bounded at 1 s, the smallest bound the server
+        // takes.
+        let changes =
+            [("terms", sql::add_terms(&self.quoted), 1060), ("index", sql::add_term_index(&self.quoted), 1061)];
         let deadline = deadline_after(self.ddl_timeout);
         let code = |e: &StoreError, code: u16| e.message().contains(&format!("server error {code} "));
         let mut attempt = 0;
         loop {
             attempt += 1;
             let step = self.run("ensure_schema", &create, deadline).and_then(|rows| {
-                if sql::first_count(&rows).unwrap_or(0) > 0 {
-                    return Ok(());
+                for (what, alter, done) in &changes {
+                    if sql::tagged(&rows, what).next().and_then(|r| r.first()).and_then(sql::int_value).unwrap_or(0) > 0
+                    {
+                        continue;
+                    }
+                    let alter = sql::pinned(&format!("{alter};"), Duration::ZERO);
+                    match self.pool.run("ensure_schema", alter, deadline) {
+                        Err(e) if code(&e, *done) => {}
+                        r => r.map(drop)?,
+                    }
                 }
-                match self.pool.run("ensure_schema", add.clone(), deadline) {
-                    // Duplicate column: a replica running this at the same
-                    // time added it first.
-                    Err(e) if code(&e, 1060) => Ok(()),
-                    r => r.map(drop),
-                }
+                Ok(())
             });
             match step {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt < 5 && (code(&e, 1050) || code(&e, 1213)) => continue,
-                // The ALTER gave up on the metadata lock (1205): let the
+                // An ALTER gave up on the metadata lock (1205): let the
                 // calls queued behind it through, then try again while time
                 // is left.
                 Err(e) if code(&e, 1205) && Instant::now() + ALTER_PAUSE < deadline => std::thread::sleep(ALTER_PAUSE),

@@ -70,9 +70,92 @@ pub(crate) fn create_table(table: &str) -> String {
          \x20   expires_at  BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
          \x20   payload     MEDIUMBLOB  NOT NULL,\n\
          \x20   terms       BIGINT      NOT NULL DEFAULT 0 COMMENT 'terms so far, for operators' CHECK (terms >= 0),\n\
-         \x20   PRIMARY KEY (name)\n\
+         \x20   PRIMARY KEY (name),\n\
+         \x20   KEY {TERM_INDEX} (name, fence, holder)\n\
          ) ENGINE = InnoDB;\n"
     )
+}
+
+/// The index lease checks lock (see [`lease_check`]). A claim changes
+/// `fence` and `holder`, so it must change this index's entry; a renewal or
+/// a release changes neither.
+pub(crate) const TERM_INDEX: &str = "leaderelection_term";
+
+/// Every statement that reads or writes the lease row by its name goes
+/// through the primary key. Left to itself, MariaDB's range optimizer picks
+/// [`TERM_INDEX`] for an `UPDATE … WHERE name = …` (both find one row), and
+/// an exclusive lock taken through it locks the index entry that lease
+/// checks hold shared: a renewal would wait for every checked transaction.
+const BY_KEY: &str = "FORCE INDEX (PRIMARY)";
+
+/// The statement that gives a table made before lease checks existed the
+/// index they lock. Online in InnoDB (no lock on rows, a short metadata
+/// lock at the start and the end); a racing replica's duplicate (1061)
+/// counts as done.
+pub(crate) fn add_term_index(table: &str) -> String {
+    format!("ALTER TABLE {table} ADD INDEX {TERM_INDEX} (name, fence, holder)")
+}
+
+/// How many `terms` columns and [`TERM_INDEX`] indexes the table `name`
+/// (unquoted) of the session's database has: rows `'terms', n` and
+/// `'index', n`, each 1 or 0. The comparison is binary (a hex literal), so
+/// a server with `lower_case_table_names` set may answer 0 for a table that
+/// has them; the `ALTER` then fails with 1060 or 1061, which count as done.
+pub(crate) fn schema_state(name: &str) -> String {
+    let n = hex(name.as_bytes());
+    format!(
+        "SELECT 'terms', COUNT(*) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {n} AND COLUMN_NAME = 'terms'; \
+         SELECT 'index', COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {n} AND INDEX_NAME = '{TERM_INDEX}';"
+    )
+}
+
+/// The lease check (see `MySqlStore::check_lease`), with parameters `?`
+/// the election's name, the identity and the fence, in that order: one row
+/// back while this term holds the lease, none otherwise.
+///
+/// How it holds a claim off and lets renewals through: `LOCK IN SHARE
+/// MODE` through [`TERM_INDEX`] with a covering condition sets a shared
+/// lock on that index's entry only (InnoDB locks the row itself too only
+/// for exclusive locks or when it must read columns the index lacks). A
+/// claim changes `fence`, so it must replace that entry, and waits for the
+/// lock until the checking transaction ends; a renewal changes no column
+/// of the index and takes only the row's own lock. The expiry, which the
+/// index cannot hold (renewals move it), is read by a subquery, which a
+/// locking clause of the outer query does not make a locking read (except
+/// under `SERIALIZABLE`, where every read locks). `FORCE INDEX` makes a
+/// table without the index an error (1176) rather than a check that locks
+/// the whole row. The clock is `UTC_TIMESTAMP(6)` as the store's own
+/// statements read it.
+pub(crate) fn lease_check(table: &str) -> String {
+    lease_check_with(table, "?", "?", "?", "1")
+}
+
+fn lease_check_with(table: &str, name: &str, identity: &str, fence: &str, what: &str) -> String {
+    format!(
+        "SELECT {what} FROM {table} AS term FORCE INDEX ({TERM_INDEX}) \
+         WHERE term.name = {name} AND CAST(term.holder AS BINARY) = {identity} AND term.fence = {fence} \
+         AND (SELECT lease.expires_at > {NOW} FROM {table} AS lease {BY_KEY} WHERE lease.name = term.name) \
+         LOCK IN SHARE MODE"
+    )
+}
+
+/// The lease check with its values written in, as one statement that
+/// fails by itself when the term no longer holds the lease, for the
+/// `mariadb` and `mysql` clients (which stop a script at the first error,
+/// and roll back the open transaction as they disconnect). Neither server
+/// can raise an error of one's choosing outside a stored program, so the
+/// failure is a subquery of two rows where one is expected: error 1242
+/// (SQLSTATE 21000, "Subquery returns more than 1 row"). A missing index
+/// fails it with 1176. The values are hex literals: nothing in them can
+/// end the statement.
+pub(crate) fn lease_check_literal(table: &str, name: &str, identity: &str, fence: u64) -> Result<String, StoreError> {
+    let (n, i) = (text("election name", name, MAX_NAME_LEN)?, text("identity", identity, MAX_IDENTITY_LEN)?);
+    let what = "IF(COUNT(*) = 1, 'leaderelection: lease held', \
+                (SELECT 'leaderelection: lease lost' UNION ALL SELECT 'leaderelection: lease lost')) \
+                AS leaderelection_lease_check";
+    Ok(lease_check_with(table, &n, &i, &fence.to_string(), what))
 }
 
 /// The table of slots claimed (see [`crate::slot`]): one row per election
@@ -166,32 +249,10 @@ pub(crate) fn int_value(v: &Value) -> Option<i64> {
 /// The statement that gives a table made before the `terms` column existed
 /// that column (last, as in [`create_table`], so old and new tables match).
 /// Existing rows start at 0: their earlier terms were not counted. MySQL 8
-/// has no `ADD COLUMN IF NOT EXISTS`, so [`has_terms`] looks first and a
+/// has no `ADD COLUMN IF NOT EXISTS`, so [`schema_state`] looks first and a
 /// racing replica's duplicate column (1060) counts as done.
 pub(crate) fn add_terms(table: &str) -> String {
     format!("ALTER TABLE {table} ADD COLUMN terms BIGINT NOT NULL DEFAULT 0 CHECK (terms >= 0)")
-}
-
-/// How many `terms` columns the table `name` (unquoted) of the session's
-/// database has: 1 or 0. The comparison is binary (a hex literal), so a
-/// server with `lower_case_table_names` set may answer 0 for a table that
-/// has it; the `ALTER` then fails with 1060, which counts as done.
-pub(crate) fn has_terms(name: &str) -> String {
-    format!(
-        "SELECT COUNT(*) FROM information_schema.COLUMNS \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {} AND COLUMN_NAME = 'terms';",
-        hex(name.as_bytes())
-    )
-}
-
-/// The first column of the first one-column row among `rows`, as an integer.
-pub(crate) fn first_count(rows: &[Vec<Value>]) -> Option<i64> {
-    rows.iter().filter(|r| r.len() == 1).find_map(|r| match &r[0] {
-        Value::Int(v) => Some(*v),
-        Value::UInt(v) => i64::try_from(*v).ok(),
-        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    })
 }
 
 /// Whole seconds the server may wait for a row or metadata lock: a little
@@ -340,7 +401,7 @@ pub(crate) fn acquire(
            renewed_at = IF({write}, {AT}, renewed_at), \
            holder = IF({claim}, {i}, holder), \
            expires_at = IF({write}, GREATEST(expires_at, {AT} + {t}), expires_at); \
-         SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} WHERE name = {n} FOR UPDATE; \
+         SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; \
          {COMMIT}"
     ))
 }
@@ -370,9 +431,9 @@ pub(crate) fn renew(
     );
     Ok(format!(
         "SET {PAYLOAD} = {p}; {BEGIN} \
-         UPDATE {table} SET renewed_at = {AT}, payload = {PAYLOAD}, expires_at = GREATEST(expires_at, {AT} + {t}) \
+         UPDATE {table} {BY_KEY} SET renewed_at = {AT}, payload = {PAYLOAD}, expires_at = GREATEST(expires_at, {AT} + {t}) \
          WHERE name = {n} AND {} AND {} AND fence = {fence} AND expires_at > {AT} AND renewed_at <= {AT}; \
-         SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} WHERE name = {n} FOR UPDATE; \
+         SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; \
          {COMMIT}",
         exactly("name", &n),
         exactly("holder", &i),
@@ -391,7 +452,7 @@ pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Re
     let (n, i) = (text("election name", name, MAX_NAME_LEN)?, text("identity", identity, MAX_IDENTITY_LEN)?);
     Ok(format!(
         "{BEGIN} \
-         UPDATE {table} SET renewed_at = GREATEST(renewed_at, {AT}), expires_at = {AT} \
+         UPDATE {table} {BY_KEY} SET renewed_at = GREATEST(renewed_at, {AT}), expires_at = {AT} \
          WHERE name = {n} AND {} AND {} AND fence = {fence} AND expires_at > {AT}; \
          {COMMIT}",
         exactly("name", &n),

@@ -939,3 +939,81 @@ pub fn slot_failed_and_every(db: &Db) {
     assert!(second.stderr().contains(named), "{}", second.stderr());
     assert_eq!(starts(&file), 1);
 }
+
+impl Db {
+    /// The database's own command-line client, reading SQL on stdin and
+    /// stopping at the first error: `psql` or `mariadb`, as the README's
+    /// shell examples call them.
+    pub fn client(&self) -> String {
+        if self.label == "pg" {
+            return format!("psql '{}' -q -X -v ON_ERROR_STOP=1", self.dsn);
+        }
+        let (head, hostport, tail) = split_dsn(&self.dsn);
+        let user = head.trim_start_matches("mysql://").trim_end_matches('@');
+        let (host, port) = hostport.rsplit_once(':').unwrap_or((hostport, "3306"));
+        let db = tail.trim_start_matches('/').split('?').next().unwrap_or("test");
+        format!("mariadb -h {host} -P {port} -u {user} {db}")
+    }
+
+    /// Runs `sql` through [`Db::client`]; (success, stdout, stderr).
+    pub fn sql(&self, sql: &str) -> (bool, String, String) {
+        let flags = if self.label == "pg" { "-At" } else { "-N -B" };
+        let mut child = Command::new("sh")
+            .args(["-c", &format!("{} {flags}", self.client())])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// The child's lease check (`LEADERELECTION_CHECK_SQL`) in its own
+/// transaction through `psql` or `mariadb`, as the README shows: inside the
+/// term it passes and the write commits; run again once the term has ended
+/// (the tool exited and released), the same statement fails by itself, the
+/// client stops, and the write after it never commits.
+pub fn checked_writes(db: &Db) {
+    let ledger = format!("le_cli_ledger_{}_{}", db.label, std::process::id());
+    let (ok, _, err) =
+        db.sql(&format!("DROP TABLE IF EXISTS {ledger}; CREATE TABLE {ledger} (fence BIGINT NOT NULL);"));
+    assert!(ok, "create the ledger: {err}");
+    let dir = TempDir::new();
+    let saved = dir.path().join("check.sql");
+    let script = format!(
+        "set -e; printf '%s' \"$LEADERELECTION_CHECK_SQL\" > {saved}; \
+         {client} <<SQL\nSTART TRANSACTION;\n${{LEADERELECTION_CHECK_SQL:?}}\n\
+         INSERT INTO {ledger} (fence) VALUES ($LEADERELECTION_FENCE);\nCOMMIT;\nSQL\n",
+        saved = saved.display(),
+        client = db.client(),
+    );
+    let name = db.name("checked");
+    let (code, err) = run_once(&db.dsn, &db.table, &name, &[], &script);
+    assert_eq!(code, 0, "the checked write inside the term: {err}");
+    let check = fs::read_to_string(&saved).unwrap();
+    assert!(check.trim_end().ends_with(';'), "one complete statement: {check}");
+    let (ok, rows, err) = db.sql(&format!("SELECT fence FROM {ledger};"));
+    assert!(ok, "{err}");
+    let fences: Vec<&str> = rows.lines().collect();
+    assert_eq!(fences.len(), 1, "one row written in the term: {rows:?}");
+    let fence = fences[0];
+
+    // The term has ended: the same statement now fails, and stops the
+    // client before the write.
+    let (ok, _, err) =
+        db.sql(&format!("START TRANSACTION;\n{check}\nINSERT INTO {ledger} (fence) VALUES (-1);\nCOMMIT;\n"));
+    assert!(!ok, "the check of an ended term passed");
+    let want = if db.label == "pg" { "no longer holds the lease" } else { "ERROR 1242" };
+    assert!(err.contains(want), "{want:?} not in {err:?}");
+    let (_, rows, _) = db.sql(&format!("SELECT fence FROM {ledger};"));
+    assert_eq!(rows.lines().collect::<Vec<_>>(), [fence], "a write after a failed check committed");
+    let _ = db.sql(&format!("DROP TABLE {ledger};"));
+}

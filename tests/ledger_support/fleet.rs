@@ -1,0 +1,393 @@
+//! The fleet: worker processes (this test binary run again as
+//! [`worker`](super::worker)s), each reaching the database through a fault
+//! proxy of its own that this process owns, and what they report, in the
+//! order this process read it. Dropping the fleet kills every worker (a
+//! stopped one is continued first, so nothing is left behind after a
+//! failed assertion) and prints each one's log when the test panicked.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::oracle::{self, Report, Violation};
+use super::worker::Spec;
+use super::{Mode, Path, Tables, IDLE};
+use crate::support::faults::FaultProxy;
+use crate::support::{random_tag, wait_for};
+
+// Linux's numbers for the signals (x86-64 and arm64 agree).
+const SIGCONT: i32 = 18;
+const SIGSTOP: i32 = 19;
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// What a worker reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Lead,
+    Lost,
+    Held,
+    Committed,
+    Failed,
+    CheckLost,
+    Quiet,
+}
+
+/// One reported event, with the instant this process read it.
+#[derive(Clone, Debug)]
+pub struct Ev {
+    /// Its place in the fleet's list.
+    pub idx: usize,
+    pub at: Instant,
+    pub worker: usize,
+    pub kind: Kind,
+    pub fence: i64,
+    pub seq: i64,
+    pub stamp: i64,
+    pub stage: String,
+    pub err: String,
+}
+
+impl Ev {
+    fn parse(worker: usize, line: &str) -> Option<Ev> {
+        let rest = &line[line.find("@ledger ")? + "@ledger ".len()..];
+        let (head, err) = match rest.find(" err=") {
+            Some(i) => (&rest[..i], rest[i + " err=".len()..].to_owned()),
+            None => (rest, String::new()),
+        };
+        let mut words = head.split_whitespace();
+        let kind = match words.next()? {
+            "lead" => Kind::Lead,
+            "lost" => Kind::Lost,
+            "held" => Kind::Held,
+            "committed" => Kind::Committed,
+            "failed" => Kind::Failed,
+            "check_lost" => Kind::CheckLost,
+            "quiet" => Kind::Quiet,
+            _ => return None,
+        };
+        let mut ev =
+            Ev { idx: 0, at: Instant::now(), worker, kind, fence: 0, seq: 0, stamp: 0, stage: String::new(), err };
+        for w in words {
+            let (k, v) = w.split_once('=')?;
+            match k {
+                "fence" => ev.fence = v.parse().ok()?,
+                "seq" => ev.seq = v.parse().ok()?,
+                "stamp" => ev.stamp = v.parse().ok()?,
+                "stage" => ev.stage = v.to_owned(),
+                _ => {}
+            }
+        }
+        Some(ev)
+    }
+}
+
+#[derive(Default)]
+struct Events {
+    list: Mutex<Vec<Ev>>,
+    changed: Condvar,
+}
+
+struct Worker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// Everything else it printed (its harness's lines, panics), last lines.
+    log: Arc<Mutex<VecDeque<String>>>,
+    killed: bool,
+}
+
+const LOG_LINES: usize = 40;
+
+fn keep(log: &Mutex<VecDeque<String>>, line: String) {
+    let mut l = log.lock().unwrap();
+    if l.len() == LOG_LINES {
+        l.pop_front();
+    }
+    l.push_back(line);
+}
+
+/// A fleet of worker processes in one election, with its tables.
+pub struct Fleet {
+    pub label: String,
+    pub path: Path,
+    pub mode: Mode,
+    pub tables: Tables,
+    proxies: Vec<FaultProxy>,
+    workers: Vec<Worker>,
+    events: Arc<Events>,
+    started: Instant,
+}
+
+impl Fleet {
+    /// `n` workers in a new election with new tables; `scenario` names it
+    /// in what it prints.
+    pub fn start(path: Path, mode: Mode, scenario: &str, n: usize) -> Fleet {
+        let tables = Tables::create(path);
+        let name = format!("ledger-{}", random_tag());
+        let mut f = Fleet {
+            label: format!("{path}/{scenario}"),
+            path,
+            mode,
+            tables,
+            proxies: Vec::new(),
+            workers: Vec::new(),
+            events: Arc::new(Events::default()),
+            started: Instant::now(),
+        };
+        let exe = std::env::current_exe().expect("the test binary's path");
+        for i in 0..n {
+            let proxy = FaultProxy::start(path.upstream());
+            let spec = Spec {
+                path,
+                url: path.url_via(proxy.port()),
+                election_table: f.tables.election.clone(),
+                name: name.clone(),
+                ledger: f.tables.ledger.clone(),
+                clock: f.tables.clock.clone(),
+                id: format!("w{i}"),
+                mode,
+                idle: IDLE,
+            };
+            let mut child = Command::new(&exe)
+                .args(["ledger_worker", "--exact", "--nocapture", "--test-threads", "1"])
+                .envs(spec.env())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting worker w{i} ({}): {e}", exe.display()));
+            let log = Arc::new(Mutex::new(VecDeque::new()));
+            let out = child.stdout.take().unwrap();
+            let (events, out_log) = (f.events.clone(), log.clone());
+            thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    match Ev::parse(i, &line) {
+                        Some(mut ev) => {
+                            let mut l = events.list.lock().unwrap();
+                            ev.idx = l.len();
+                            l.push(ev);
+                            events.changed.notify_all();
+                        }
+                        None => keep(&out_log, line),
+                    }
+                }
+            });
+            let err = child.stderr.take().unwrap();
+            let err_log = log.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    keep(&err_log, format!("stderr: {line}"));
+                }
+            });
+            let stdin = child.stdin.take();
+            f.workers.push(Worker { child, stdin, log, killed: false });
+            f.proxies.push(proxy);
+        }
+        f
+    }
+
+    /// One line of what the scenario measured.
+    pub fn say(&self, what: &str) {
+        eprintln!("chaos-ledger {} [{:>5.1} s]: {what}", self.label, self.started.elapsed().as_secs_f64());
+    }
+
+    pub fn proxy(&self, i: usize) -> &FaultProxy {
+        &self.proxies[i]
+    }
+
+    /// How many events have been reported so far (a mark to wait from).
+    pub fn mark(&self) -> usize {
+        self.events.list.lock().unwrap().len()
+    }
+
+    /// Every event so far.
+    pub fn events(&self) -> Vec<Ev> {
+        self.events.list.lock().unwrap().clone()
+    }
+
+    /// Waits up to `within` for an event at or after `from` that `pred`
+    /// accepts; the first one.
+    pub fn wait_event(&self, from: usize, within: Duration, pred: impl Fn(&Ev) -> bool) -> Option<Ev> {
+        self.wait_events(within, |l| l[from.min(l.len())..].iter().find(|e| pred(e)).cloned())
+    }
+
+    /// Waits up to `within` until `f` finds something in the events.
+    pub fn wait_events<T>(&self, within: Duration, f: impl Fn(&[Ev]) -> Option<T>) -> Option<T> {
+        let deadline = Instant::now() + within;
+        let mut l = self.events.list.lock().unwrap();
+        loop {
+            if let Some(t) = f(&l) {
+                return Some(t);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            l = self.events.changed.wait_timeout(l, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Waits for a steady leader after `from`: three commits in a row of
+    /// one live worker under one fence. Its index and fence.
+    pub fn steady(&self, from: usize, within: Duration) -> (usize, i64) {
+        let alive: Vec<bool> = self.workers.iter().map(|w| !w.killed).collect();
+        self.wait_events(within, |l| {
+            let last: Vec<&Ev> =
+                l[from.min(l.len())..].iter().filter(|e| e.kind == Kind::Committed).rev().take(3).collect();
+            match &last[..] {
+                [a, b, c]
+                    if (a.worker, a.fence) == (b.worker, b.fence)
+                        && (b.worker, b.fence) == (c.worker, c.fence)
+                        && alive[a.worker] =>
+                {
+                    Some((a.worker, a.fence))
+                }
+                _ => None,
+            }
+        })
+        .unwrap_or_else(|| panic!("{}: no steady leader within {within:?}\n{}", self.label, self.tail()))
+    }
+
+    /// Asks worker `i` to stop in its next transaction after the check and
+    /// the insert, and waits for it to say it has; the `held` event.
+    pub fn hold(&mut self, i: usize) -> Ev {
+        let from = self.mark();
+        self.send(i, "hold");
+        self.wait_event(from, Duration::from_secs(5), |e| e.worker == i && e.kind == Kind::Held)
+            .unwrap_or_else(|| panic!("{}: w{i} did not reach its hold point\n{}", self.label, self.tail()))
+    }
+
+    /// Lets worker `i` carry on from its hold point.
+    pub fn go(&mut self, i: usize) {
+        self.send(i, "go");
+    }
+
+    fn send(&mut self, i: usize, line: &str) {
+        let w = &mut self.workers[i];
+        let stdin = w.stdin.as_mut().unwrap_or_else(|| panic!("w{i} has no input"));
+        writeln!(stdin, "{line}").and_then(|()| stdin.flush()).unwrap_or_else(|e| panic!("to w{i}: {e}"));
+    }
+
+    fn pid(&self, i: usize) -> i32 {
+        self.workers[i].child.id() as i32
+    }
+
+    /// SIGSTOPs worker `i` and returns once every thread of it is stopped.
+    pub fn sigstop(&self, i: usize) {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        assert_eq!(unsafe { kill(self.pid(i), SIGSTOP) }, 0, "SIGSTOP w{i}");
+        let pid = self.pid(i);
+        assert!(wait_for(Duration::from_secs(2), || proc_state(pid) == Some('T')), "w{i} did not stop");
+    }
+
+    pub fn sigcont(&self, i: usize) {
+        // SAFETY: as in sigstop.
+        assert_eq!(unsafe { kill(self.pid(i), SIGCONT) }, 0, "SIGCONT w{i}");
+    }
+
+    /// SIGKILLs worker `i` and reaps it.
+    pub fn sigkill(&mut self, i: usize) {
+        let w = &mut self.workers[i];
+        w.child.kill().unwrap_or_else(|e| panic!("SIGKILL w{i}: {e}"));
+        w.child.wait().unwrap_or_else(|e| panic!("reaping w{i}: {e}"));
+        w.killed = true;
+        w.stdin = None;
+    }
+
+    /// The outcome worker `i` reports for its transaction `seq`
+    /// (`committed` or `failed`), waited for up to `within`.
+    pub fn outcome(&self, i: usize, seq: i64, from: usize, within: Duration) -> Ev {
+        self.wait_event(from, within, |e| {
+            e.worker == i && e.seq == seq && matches!(e.kind, Kind::Committed | Kind::Failed)
+        })
+        .unwrap_or_else(|| panic!("{}: w{i} reported no outcome of transaction {seq}\n{}", self.label, self.tail()))
+    }
+
+    /// Asks every live worker to write no more and waits until each says
+    /// it has no transaction under way: from then on the ledger and the
+    /// reported events are final.
+    pub fn quiesce(&mut self) {
+        let from = self.mark();
+        let alive: Vec<usize> = (0..self.workers.len()).filter(|&i| !self.workers[i].killed).collect();
+        for &i in &alive {
+            self.send(i, "quit");
+        }
+        let quiet = self.wait_events(Duration::from_secs(15), |l| {
+            let q: Vec<usize> = l[from..].iter().filter(|e| e.kind == Kind::Quiet).map(|e| e.worker).collect();
+            alive.iter().all(|i| q.contains(i)).then_some(())
+        });
+        quiet.unwrap_or_else(|| panic!("{}: the workers did not all go quiet\n{}", self.label, self.tail()));
+    }
+
+    /// Judges the ledger as it is now.
+    pub fn judge(&self) -> Result<Report, Vec<Violation>> {
+        oracle::judge(&self.tables.rows())
+    }
+
+    /// The last events and every worker's log, for a failure message.
+    pub fn tail(&self) -> String {
+        let l = self.events.list.lock().unwrap();
+        let mut s = String::from("last events:\n");
+        for e in l.iter().rev().take(25).collect::<Vec<_>>().into_iter().rev() {
+            s += &format!(
+                "  +{:.3}s w{} {:?} fence={} seq={} stamp={} {} {}\n",
+                (e.at - self.started).as_secs_f64(),
+                e.worker,
+                e.kind,
+                e.fence,
+                e.seq,
+                e.stamp,
+                e.stage,
+                e.err
+            );
+        }
+        drop(l);
+        for (i, w) in self.workers.iter().enumerate() {
+            let log = w.log.lock().unwrap();
+            if !log.is_empty() {
+                s += &format!("w{i} log:\n");
+                for line in log.iter() {
+                    s += &format!("  {line}\n");
+                }
+            }
+        }
+        s
+    }
+
+    /// The instant this fleet started (figures are printed relative to it).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!("chaos-ledger {}: tables {} (kept)\n{}", self.label, self.tables.ledger, self.tail());
+        }
+        for w in &mut self.workers {
+            if !w.killed {
+                // SAFETY: as in sigstop; a stopped child is continued so that
+                // it can die (SIGKILL works on stopped processes too).
+                unsafe { kill(w.child.id() as i32, SIGCONT) };
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+                w.killed = true;
+            }
+        }
+        if !thread::panicking() {
+            self.tables.drop_all();
+        }
+    }
+}
+
+/// The state letter of /proc/PID/stat (read after the command's ')').
+fn proc_state(pid: i32) -> Option<char> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+}
