@@ -1,4 +1,7 @@
-//! Row 7: lease-checked transactions (issue 17), per path.
+//! Row 7: lease-checked transactions (issue 17), per path: PostgreSQL
+//! direct and through PgBouncer (`PostgresStore::check_lease` on a
+//! `postgres::Client`), MariaDB (`MySqlStore::check_lease` on a
+//! `mysql::Conn`), each transaction the server's default isolation level.
 //!
 //! - Cost: on one connection of a plain client (not the store's), 2 × N
 //!   transactions `BEGIN; <statement>; COMMIT`, the statement alternately
@@ -16,16 +19,19 @@
 //!   and ends when they are told to stop. The holder must keep its one term
 //!   throughout (no term ended, the fence unchanged). A design whose checks
 //!   blocked renewals would show here as a MISSED latency and lost terms,
-//!   not as a failed run: with `FOR SHARE` in place of `FOR KEY SHARE` the
-//!   overlapping share locks never let a renewal through and the term ends.
+//!   not as a failed run: on PostgreSQL with `FOR SHARE` in place of `FOR
+//!   KEY SHARE` the overlapping share locks never let a renewal through and
+//!   the term ends (tried once by hand, see BENCHMARKS.md).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use leaderelection::mysql::MySqlStore;
 use leaderelection::postgres::PostgresStore;
 use leaderelection::{Config, Elector, LeaderGuard, Store, StoreError, Timing};
+use mysql::prelude::Queryable;
 
 use crate::common::{ms, pct, poll, random_below, random_tag, Counting, OwnTable, Table, Verdict};
 
@@ -72,6 +78,7 @@ impl Sizes {
 /// The store whose lease check is measured, for one path.
 pub enum Checker {
     Pg(PostgresStore),
+    My(MySqlStore),
 }
 
 impl Checker {
@@ -81,9 +88,16 @@ impl Checker {
         Ok(Checker::Pg(s))
     }
 
+    pub fn mysql(url: &str, table: &str) -> Result<Checker, String> {
+        let s = MySqlStore::builder(url).table(table).build().map_err(|e| e.to_string())?;
+        s.ensure_schema().map_err(|e| format!("ensure_schema: {e}"))?;
+        Ok(Checker::My(s))
+    }
+
     fn store(&self) -> Arc<dyn Store> {
         match self {
             Checker::Pg(s) => Arc::new(s.clone()),
+            Checker::My(s) => Arc::new(s.clone()),
         }
     }
 
@@ -91,6 +105,7 @@ impl Checker {
     fn connect(&self, url: &str) -> Result<Conn, String> {
         match self {
             Checker::Pg(_) => crate::common::pg_client(url).map(|c| Conn::Pg(Box::new(c))),
+            Checker::My(_) => crate::common::my_client(url).map(Conn::My),
         }
     }
 }
@@ -98,6 +113,7 @@ impl Checker {
 /// A connection of the program's own, on which it opens transactions.
 enum Conn {
     Pg(Box<postgres::Client>),
+    My(mysql::Conn),
 }
 
 impl Conn {
@@ -105,6 +121,7 @@ impl Conn {
     fn exec(&mut self, sql: &str) -> Result<(), String> {
         match self {
             Conn::Pg(c) => c.batch_execute(sql).map_err(|e| format!("{sql}: {e}")),
+            Conn::My(c) => c.query_drop(sql).map_err(|e| format!("{sql}: {e}")),
         }
     }
 
@@ -114,11 +131,18 @@ impl Conn {
             Conn::Pg(_) => {
                 self.exec(&format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, fence bigint NOT NULL)"))
             }
+            Conn::My(_) => self.exec(&format!(
+                "CREATE TABLE {table} (id bigint AUTO_INCREMENT PRIMARY KEY, fence bigint unsigned NOT NULL) \
+                 ENGINE=InnoDB"
+            )),
         }
     }
 
     fn begin(&mut self) -> Result<(), String> {
-        self.exec("BEGIN")
+        match self {
+            Conn::Pg(_) => self.exec("BEGIN"),
+            Conn::My(_) => self.exec("START TRANSACTION"),
+        }
     }
 
     fn commit(&mut self) -> Result<(), String> {
@@ -129,14 +153,19 @@ impl Conn {
     fn check(&mut self, checker: &Checker, guard: &LeaderGuard) -> Result<(), StoreError> {
         match (self, checker) {
             (Conn::Pg(c), Checker::Pg(s)) => s.check_lease(c.as_mut(), guard),
+            (Conn::My(c), Checker::My(s)) => s.check_lease(c, guard),
+            _ => Err(StoreError::fatal("a connection of one server and a store of the other")),
         }
     }
 
     /// `SELECT 1`, sent as the check is (PostgreSQL: `query_typed`, an
-    /// unnamed statement: parse, bind, execute in one round trip).
+    /// unnamed statement: parse, bind, execute in one round trip; MySQL: a
+    /// prepared statement, prepared once and then executed from the
+    /// connection's statement cache, one round trip).
     fn select_one(&mut self) -> Result<(), String> {
         match self {
             Conn::Pg(c) => c.query_typed("SELECT 1", &[]).map(drop).map_err(|e| format!("SELECT 1: {e}")),
+            Conn::My(c) => c.exec_first::<i64, _, _>("SELECT 1", ()).map(drop).map_err(|e| format!("SELECT 1: {e}")),
         }
     }
 }

@@ -104,10 +104,18 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
         }
     }
     if want(7) {
-        for (label, url) in [("PostgreSQL", &pg), ("PgBouncer", &bouncer)] {
+        for (label, kind, url) in [
+            ("PostgreSQL", Kind::Postgres, &pg),
+            ("PgBouncer", Kind::Postgres, &bouncer),
+            ("MariaDB", Kind::MariaDb, &my),
+        ] {
             step(&format!("row 7: lease-checked transactions on {label}"));
             let own = common::OwnTable::new(url, "check");
-            check::run(label, url, &check::Checker::postgres(url, &own.name)?, a.quick, table)?;
+            let checker = match kind {
+                Kind::Postgres => check::Checker::postgres(url, &own.name)?,
+                Kind::MariaDb => check::Checker::mysql(url, &own.name)?,
+            };
+            check::run(label, url, &checker, a.quick, table)?;
         }
     }
     step("done");
