@@ -1,14 +1,16 @@
 //! Row 7: lease-checked transactions (issue 17), per path: PostgreSQL
 //! direct and through PgBouncer (`PostgresStore::check_lease` on a
 //! `postgres::Client`), MariaDB (`MySqlStore::check_lease` on a
-//! `mysql::Conn`), each transaction the server's default isolation level.
+//! `mysql::Conn`), each transaction at the server's default isolation level.
 //!
-//! - Cost: on one connection of a plain client (not the store's), 2 × N
-//!   transactions `BEGIN; <statement>; COMMIT`, the statement alternately
-//!   the store's `check_lease` of a live term and a plain `SELECT 1` sent
-//!   the same way; the statement's round trip is timed, and so is the
-//!   `COMMIT` after it (a check locks the lease row, which a `SELECT 1`
-//!   does not). The first transactions are a warm-up and not counted (the
+//! - Cost: on one connection of a plain client (not the store's), N
+//!   transactions `BEGIN; <statement>; COMMIT` of each kind, alternating,
+//!   the statement either the store's `check_lease` of a live term or a
+//!   plain `SELECT 1` sent the same way; the statement's round trip is
+//!   timed, and so is the `COMMIT` after it (a check locks the lease row,
+//!   which a `SELECT 1` does not). Then transactions that insert one row,
+//!   with and without a check first, timed from `BEGIN` to `COMMIT`. The
+//!   first transactions of each loop are a warm-up and not counted (the
 //!   first check also reads the catalog for the index it needs).
 //! - Renewals not delayed: a leader renewing every 20 ms, every store call
 //!   timed by the counting wrapper, through phases with no checked
@@ -16,13 +18,15 @@
 //!   own, keep checked transactions open back to back (`BEGIN; check; 50–100
 //!   ms; COMMIT`), alternating; each renewal counts for the phase it started
 //!   in. A checked phase starts once every thread has made its first check
-//!   and ends when they are told to stop. The holder must keep its one term
-//!   throughout (no term ended, the fence unchanged). A design whose checks
-//!   blocked renewals would show here as a MISSED latency and lost terms,
-//!   not as a failed run: on PostgreSQL with `FOR SHARE` in place of `FOR
-//!   KEY SHARE` the overlapping share locks never let a renewal through and
-//!   the term ends (tried once by hand, see BENCHMARKS.md).
+//!   and ends when they are told to stop. On MariaDB the row also gives the
+//!   server's `Innodb_row_lock_waits` over the checked phases (every
+//!   client's waits: a renewal that waited for a check would count). The
+//!   holder must keep its one term throughout (no term ended, the fence
+//!   unchanged). A design whose checks blocked renewals shows here as a
+//!   MISSED latency, and lost terms, not as a failed run (tried by hand, see
+//!   BENCHMARKS.md).
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread;
@@ -155,6 +159,18 @@ impl Conn {
             (Conn::Pg(c), Checker::Pg(s)) => s.check_lease(c.as_mut(), guard),
             (Conn::My(c), Checker::My(s)) => s.check_lease(c, guard),
             _ => Err(StoreError::fatal("a connection of one server and a store of the other")),
+        }
+    }
+
+    /// The server's count of row lock waits since it started (InnoDB's
+    /// `Innodb_row_lock_waits`, every client's), where there is one.
+    fn row_lock_waits(&mut self) -> Result<Option<u64>, String> {
+        match self {
+            Conn::Pg(_) => Ok(None),
+            Conn::My(c) => c
+                .query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_waits'")
+                .map(|r| r.map(|(_, n)| n))
+                .map_err(|e| format!("Innodb_row_lock_waits: {e}")),
         }
     }
 
@@ -312,6 +328,9 @@ fn renewals(label: &str, url: &str, checker: &Checker, sizes: &Sizes, table: &mu
     let guard = e.wait_leader_timeout(Duration::from_secs(20)).map_err(|e| format!("{label}: leader: {e}"))?;
     let fence = guard.fence();
     let mut conns = (0..THREADS).map(|_| checker.connect(url)).collect::<Result<Vec<_>, _>>()?;
+    let mut monitor = checker.connect(url)?;
+    // Row lock waits on the server during the checked phases, where counted.
+    let mut lock_waits = Some(0u64);
     thread::sleep(Duration::from_millis(200));
     let calls0 = counting.calls();
     let load = Load::default();
@@ -323,6 +342,7 @@ fn renewals(label: &str, url: &str, checker: &Checker, sizes: &Sizes, table: &mu
         windows.push((t, Instant::now(), false));
         load.stop.store(false, Relaxed);
         load.started.store(0, Relaxed);
+        let waits_before = monitor.row_lock_waits()?;
         thread::scope(|s| {
             let workers: Vec<_> =
                 conns.iter_mut().map(|c| s.spawn(|| keep_checking(c, checker, &guard, &load))).collect();
@@ -340,6 +360,8 @@ fn renewals(label: &str, url: &str, checker: &Checker, sizes: &Sizes, table: &mu
             }
             all_started.ok_or_else(|| format!("{label}: the checking threads had not all made a check within 5 s"))
         })?;
+        let waits = monitor.row_lock_waits()?.zip(waits_before).map(|(after, before)| after - before);
+        lock_waits = lock_waits.zip(waits).map(|(sum, w)| sum + w);
     }
     let status = e.status();
     let calls = counting.calls().since(&calls0);
@@ -373,8 +395,8 @@ fn renewals(label: &str, url: &str, checker: &Checker, sizes: &Sizes, table: &mu
     } else {
         let (p99_with, p99_without) = (pct(&mut with, 99.0) / 1000.0, pct(&mut without, 99.0) / 1000.0);
         let (max_with, max_without) = (pct(&mut with, 100.0) / 1000.0, pct(&mut without, 100.0) / 1000.0);
-        let measured = format!(
-            "{} ms, max {} / {} ({} / {} renewals, {} phases of {:.0} s each; {} checked transactions)",
+        let mut measured = format!(
+            "{} ms, max {} / {} ({} / {} renewals, {} phases of {:.0} s each; {} checked transactions",
             p50_p99(&mut with, &mut without),
             num(max_with),
             ms(max_without),
@@ -384,6 +406,10 @@ fn renewals(label: &str, url: &str, checker: &Checker, sizes: &Sizes, table: &mu
             sizes.phase.as_secs_f64(),
             load.committed.load(Relaxed)
         );
+        if let Some(w) = lock_waits {
+            let _ = write!(measured, "; InnoDB row lock waits on the server during the checked phases: {w}");
+        }
+        measured.push(')');
         table.add(row, measured, target, Verdict::of(p99_with <= 2.0 * p99_without + 5.0));
     }
     // Terms that ended, or began after the first (one lost and won back);
