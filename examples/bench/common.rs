@@ -118,8 +118,17 @@ pub struct Counting {
     inspect: AtomicU64,
     /// Calls started and not yet returned.
     in_flight: AtomicU64,
-    /// When each call started and its latency in microseconds, when kept.
-    latencies: Option<Mutex<Vec<(Instant, u32)>>>,
+    /// Each call's timing, when kept.
+    latencies: Option<Mutex<Vec<Timed>>>,
+}
+
+/// One call through a [`Counting`] store that keeps latencies.
+#[derive(Clone, Copy)]
+pub struct Timed {
+    pub start: Instant,
+    pub micros: u32,
+    /// The call was a renewal.
+    pub renewal: bool,
 }
 
 impl Counting {
@@ -147,8 +156,12 @@ impl Counting {
     /// The latencies (microseconds) of the calls that started at `since` or
     /// later, emptying the record.
     pub fn take_latencies(&self, since: Instant) -> Vec<u32> {
-        let all = self.latencies.as_ref().map(|l| std::mem::take(&mut *l.lock())).unwrap_or_default();
-        all.into_iter().filter(|(t, _)| *t >= since).map(|(_, l)| l).collect()
+        self.take_timed().into_iter().filter(|c| c.start >= since).map(|c| c.micros).collect()
+    }
+
+    /// Every kept call's timing, emptying the record.
+    pub fn take_timed(&self) -> Vec<Timed> {
+        self.latencies.as_ref().map(|l| std::mem::take(&mut *l.lock())).unwrap_or_default()
     }
 
     /// Calls started through this wrapper that have not returned yet (an
@@ -165,7 +178,8 @@ impl Counting {
         self.in_flight.fetch_sub(1, Relaxed);
         counter.fetch_add(1, Relaxed);
         if let Some(l) = &self.latencies {
-            l.lock().push((t, t.elapsed().as_micros().min(u32::MAX as u128) as u32));
+            let micros = t.elapsed().as_micros().min(u32::MAX as u128) as u32;
+            l.lock().push(Timed { start: t, micros, renewal: std::ptr::eq(counter, &self.renew) });
         }
         r
     }
@@ -358,7 +372,8 @@ impl Db {
     }
 }
 
-/// A table of the run's own, dropped when this goes out of scope.
+/// A table of the run's own, dropped when this goes out of scope, with the
+/// slots table `ensure_schema` makes beside it (`<name>_slots`).
 pub struct OwnTable {
     pub name: String,
     url: String,
@@ -372,7 +387,8 @@ impl OwnTable {
 
 impl Drop for OwnTable {
     fn drop(&mut self) {
-        let r = Db::connect(&self.url).and_then(|mut db| db.exec(&format!("DROP TABLE IF EXISTS {}", self.name)));
+        let r = Db::connect(&self.url)
+            .and_then(|mut db| db.exec(&format!("DROP TABLE IF EXISTS {0}, {0}_slots", self.name)));
         if let Err(e) = r {
             eprintln!("bench: could not drop table {}: {e}", self.name);
         }

@@ -102,8 +102,11 @@ fn trial(store: Arc<dyn Store>, name: &str, handovers_per_trial: usize) -> Resul
     drop(guard);
     let renewal_in_flight = drain(&a_calls)?;
     let dead = store.inspect(name, CALL).map_err(|e| format!("inspect after the crash: {e}"))?;
-    if dead.holder != "a" {
-        return Err(format!("the crashed lease is held by {:?}, not \"a\"", dead.holder));
+    // The holder on the database is the identity with the elector's
+    // instance tag (`a#` and 16 hex digits).
+    let a_identity = a.status().identity;
+    if dead.holder != a_identity {
+        return Err(format!("the crashed lease is held by {:?}, not {a_identity:?}", dead.holder));
     }
     let followers = [&b, &c];
     let (won, seen) = first_leader(&followers, "crash failover")?;

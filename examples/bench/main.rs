@@ -1,5 +1,5 @@
-//! The project measuring itself: rows 1–5 of BENCHMARKS.md (row 6, the
-//! build footprint, is measured by `scripts/bench.sh`, which runs this).
+//! The project measuring itself: rows 1–5 and 7 of BENCHMARKS.md (row 6,
+//! the build footprint, is measured by `scripts/bench.sh`, which runs this).
 //!
 //! ```sh
 //! bash scripts/bench.sh            # the full run, with row 6
@@ -12,6 +12,7 @@
 //! that did not increase), 1 when a row could not be measured; a missed
 //! speed target is a `MISSED` verdict, not a failure.
 
+mod check;
 mod common;
 mod cost;
 mod failover;
@@ -100,6 +101,21 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
             step(&format!("row 5: 1,000 electors on {label}"));
             let own = common::OwnTable::new(url, "scale");
             scale::run(label, url, kind.store(url, &own.name)?, window, table)?;
+        }
+    }
+    if want(7) {
+        for (label, kind, url) in [
+            ("PostgreSQL", Kind::Postgres, &pg),
+            ("PgBouncer", Kind::Postgres, &bouncer),
+            ("MariaDB", Kind::MariaDb, &my),
+        ] {
+            step(&format!("row 7: lease-checked transactions on {label}"));
+            let own = common::OwnTable::new(url, "check");
+            let checker = match kind {
+                Kind::Postgres => check::Checker::postgres(url, &own.name)?,
+                Kind::MariaDb => check::Checker::mysql(url, &own.name)?,
+            };
+            check::run(label, url, &checker, a.quick, table)?;
         }
     }
     step("done");
