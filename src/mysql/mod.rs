@@ -664,7 +664,11 @@ pub fn __claim_unpinned(
     payload: &[u8],
 ) -> Result<String, StoreError> {
     let quoted = quote_mysql("table", table).map_err(invalid_table)?;
-    Ok(format!("SET @leaderelection_now = {}; {}", sql::NOW, sql::acquire(&quoted, name, identity, ttl, payload)?))
+    Ok(format!(
+        "SET @leaderelection_now = {}; {}",
+        sql::NOW,
+        sql::acquire(&quoted, name, identity, ttl, payload, true)?
+    ))
 }
 
 /// The slots table beside `table`: `table_slots`, quoted, when that name
@@ -686,8 +690,7 @@ impl Store for MySqlStore {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        let body = sql::acquire(&self.quoted, name, identity, ttl, payload)?;
-        let body = if self.failover_rule { body } else { sql::without_failover_rule(&body) };
+        let body = sql::acquire(&self.quoted, name, identity, ttl, payload, self.failover_rule)?;
         let rows = self.run("acquire", &body, deadline_after(timeout)).map_err(|e| self.explain_unknown_column(e))?;
         let Some(rb) = sql::read_back("acquire", name, rows)? else {
             return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));

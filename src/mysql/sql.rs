@@ -410,12 +410,16 @@ fn exactly(col: &str, lit: &str) -> String {
 /// primary's acknowledgements gave has passed. The claim itself writes no
 /// `history` (it needs none: a row it writes is this server's or NULL,
 /// which counts as this server's; a new row gets this server's stamp).
+/// Without `failover_rule` (the failover tests' negative control only)
+/// every row counts as this server's, as in a store that knows nothing of
+/// server histories.
 pub(crate) fn acquire(
     table: &str,
     name: &str,
     identity: &str,
     ttl: Duration,
     payload: &[u8],
+    failover_rule: bool,
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = (
         text("election name", name, MAX_NAME_LEN)?,
@@ -424,6 +428,7 @@ pub(crate) fn acquire(
         ttl_micros(ttl),
     );
     let ours = exactly("name", &n);
+    let inherited = if failover_rule { format!("COALESCE(history <> {HISTORY}, FALSE)") } else { "FALSE".into() };
     let claim = format!("({ours} AND NOT {INHERITED} AND expires_at <= {AT})");
     let write = format!(
         "({ours} AND NOT {INHERITED} AND (expires_at <= {AT} OR ({} AND expires_at > {AT} AND renewed_at <= {AT})))",
@@ -432,7 +437,7 @@ pub(crate) fn acquire(
     Ok(format!(
         "SET {PAYLOAD} = {p}; {BEGIN} \
          SET {INHERITED} = FALSE; \
-         SELECT COALESCE(history <> {HISTORY}, FALSE) INTO {INHERITED} FROM {table} {BY_KEY} \
+         SELECT {inherited} INTO {INHERITED} FROM {table} {BY_KEY} \
          WHERE name = {n} AND {ours} FOR UPDATE; \
          UPDATE {table} {BY_KEY} SET expires_at = GREATEST(expires_at, {AT} + GREATEST({t}, expires_at - renewed_at)), \
            renewed_at = GREATEST(renewed_at, {AT}), holder = X'', history = {HISTORY} \
@@ -451,13 +456,6 @@ pub(crate) fn acquire(
          SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; \
          {COMMIT}"
     ))
-}
-
-/// The claim as a store that knows nothing of server histories sends it:
-/// every row counts as this server's. For the failover tests' negative
-/// control only.
-pub(crate) fn without_failover_rule(acquire: &str) -> String {
-    acquire.replace(&format!("COALESCE(history <> {HISTORY}, FALSE) INTO"), "FALSE INTO")
 }
 
 /// Extends the holder's valid lease, never moving its expiry backwards (a
@@ -865,10 +863,10 @@ mod tests {
     #[test]
     fn names_longer_than_the_column_are_refused() {
         let long = "n".repeat(MAX_NAME_LEN + 1);
-        let e = acquire("`t`", &long, "a", Duration::from_secs(1), b"").unwrap_err();
+        let e = acquire("`t`", &long, "a", Duration::from_secs(1), b"", true).unwrap_err();
         assert!(e.is_fatal() && e.to_string().contains("election name"), "{e}");
         assert!(renew("`t`", "n", &"i".repeat(MAX_IDENTITY_LEN + 1), 1, Duration::from_secs(1), b"").is_err());
-        assert!(acquire("`t`", &"n".repeat(MAX_NAME_LEN), "a", Duration::from_secs(1), b"").is_ok());
+        assert!(acquire("`t`", &"n".repeat(MAX_NAME_LEN), "a", Duration::from_secs(1), b"", true).is_ok());
     }
 
     #[test]
@@ -894,7 +892,7 @@ mod tests {
         let payload = b"a payload of some length";
         let t = Duration::from_secs(1);
         for q in [
-            acquire("`t`", "n", "a", t, payload).unwrap(),
+            acquire("`t`", "n", "a", t, payload, true).unwrap(),
             renew("`t`", "n", "a", 7, t, payload).unwrap(),
             release("`t`", "n", "a", 7).unwrap(),
             inspect("`t`", "n").unwrap(),
@@ -956,7 +954,7 @@ mod tests {
 
     #[test]
     fn the_claim_reads_only_the_old_row_whatever_the_assignment_order() {
-        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"").unwrap();
+        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true).unwrap();
         let assigned = assignments(&q);
         let cols: Vec<&str> = assigned.iter().map(|(c, _)| c.as_str()).collect();
         assert_eq!(cols, ["fence", "acquired_at", "terms", "payload", "renewed_at", "holder", "expires_at"]);

@@ -742,8 +742,7 @@ impl Store for PostgresStore {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        let body = sql::acquire(&self.qualified, name, identity, ttl, payload)?;
-        let body = if self.failover_rule { body } else { sql::without_failover_rule(&body) };
+        let body = sql::acquire(&self.qualified, name, identity, ttl, payload, self.failover_rule)?;
         let deadline = deadline_after(timeout);
         let mut ran_again = false;
         loop {

@@ -353,18 +353,21 @@ pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
 /// (the longer of this caller's and the row's own). A claim is possible
 /// only then, when every deadline the old primary's acknowledgements gave
 /// has passed. Every `SET` expression reads the old row, so the branches
-/// cannot see each other's values.
+/// cannot see each other's values. Without `failover_rule` (the failover
+/// tests' negative control only) every row counts as this server's, as in
+/// a store that knows nothing of server histories.
 pub(crate) fn acquire(
     table: &str,
     name: &str,
     identity: &str,
     ttl: Duration,
     payload: &[u8],
+    failover_rule: bool,
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
     // Inherited (a NULL history, from before histories were recorded,
     // counts as this server's) and expired: held for nobody.
-    let inherited = "COALESCE(t.history <> excluded.history, false)";
+    let inherited = if failover_rule { "COALESCE(t.history <> excluded.history, false)" } else { "false" };
     let held = format!("({inherited} AND t.expires_at <= now())");
     Ok(format!(
         "WITH up AS (\
@@ -390,13 +393,6 @@ pub(crate) fn acquire(
          ) \
          SELECT {COLS} FROM up UNION ALL SELECT {COLS} FROM cur"
     ))
-}
-
-/// The claim as a store that knows nothing of server histories sends it:
-/// every row counts as this server's. For the failover tests' negative
-/// control only.
-pub(crate) fn without_failover_rule(acquire: &str) -> String {
-    acquire.replace("COALESCE(t.history <> excluded.history, false)", "false")
 }
 
 /// Extends the holder's lease; a renewal that commits after a newer one (it
