@@ -447,6 +447,20 @@ impl LeaderGuard {
         Ok(LeaseCheck { name: &ts.name, identity: &ts.identity, fence: self.term.fence })
     }
 
+    /// [`LeaderGuard::lease_check`] as a store's `check_lease` reports it:
+    /// a term over by this process's clock is `LeaseLost`, a test term a
+    /// fatal error naming `store`.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn lease_check_for(&self, store: &str) -> Result<LeaseCheck<'_>, StoreError> {
+        match self.lease_check() {
+            Ok(check) => Ok(check),
+            Err(ElectionError::NotLeading) => {
+                Err(StoreError::lease_lost_because("the term has ended by this process's clock"))
+            }
+            Err(e) => Err(StoreError::fatal(format!("{store} check_lease: {e}"))),
+        }
+    }
+
     fn term_store(&self, op: OpKind) -> Result<&TermStore, ElectionError> {
         self.term
             .store

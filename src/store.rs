@@ -286,6 +286,13 @@ impl StoreError {
         StoreError { kind: ErrorKind::LeaseLost, message: format!("lease lost: {why}"), source: None }
     }
 
+    /// A lease check in the program's transaction found no row: the lease
+    /// expired or was taken, on the database's clock.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn lease_check_failed() -> StoreError {
+        StoreError::lease_lost_because("the lease check found the lease expired or taken on the database")
+    }
+
     /// The election has no row.
     pub fn no_lease(name: &str) -> StoreError {
         StoreError { kind: ErrorKind::NoLease, message: format!("no lease for election {name:?}"), source: None }

@@ -4,7 +4,6 @@
 use mysql::prelude::Queryable;
 
 use super::{sql, MySqlStore};
-use crate::error::ElectionError;
 use crate::guard::{LeaderGuard, LeaseCheck};
 use crate::store::StoreError;
 
@@ -109,19 +108,11 @@ impl MySqlStore {
     /// or the guard is a test term's; the server's error, classified, when
     /// the statement fails.
     pub fn check_lease(&self, conn: &mut impl Queryable, guard: &LeaderGuard) -> Result<(), StoreError> {
-        let check = match guard.lease_check() {
-            Ok(check) => check,
-            Err(ElectionError::NotLeading) => {
-                return Err(StoreError::lease_lost_because("the term has ended by this process's clock"))
-            }
-            Err(e) => return Err(StoreError::fatal(format!("mysql check_lease: {e}"))),
-        };
+        let check = guard.lease_check_for("mysql")?;
         let params = (check.name.as_bytes(), check.identity.as_bytes(), check.fence);
         match conn.exec_first::<i64, _, _>(self.lease_check_sql(), params) {
             Ok(Some(_)) => Ok(()),
-            Ok(None) => {
-                Err(StoreError::lease_lost_because("the lease check found the lease expired or taken on the database"))
-            }
+            Ok(None) => Err(StoreError::lease_check_failed()),
             Err(mysql::Error::MySqlError(e)) if e.code == 1176 => Err(StoreError::fatal(format!(
                 "mysql check_lease: the table {} has no index {} on (name, fence, holder), so a check would hold no \
                  claim off; run MySqlStore::ensure_schema, or: {}",

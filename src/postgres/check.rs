@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use postgres::types::Type;
 
 use super::{fence_index, sql, PostgresStore};
-use crate::error::ElectionError;
 use crate::guard::{LeaderGuard, LeaseCheck};
 use crate::store::StoreError;
 
@@ -98,13 +97,7 @@ impl PostgresStore {
         client: &mut impl postgres::GenericClient,
         guard: &LeaderGuard,
     ) -> Result<(), StoreError> {
-        let check = match guard.lease_check() {
-            Ok(check) => check,
-            Err(ElectionError::NotLeading) => {
-                return Err(StoreError::lease_lost_because("the term has ended by this process's clock"))
-            }
-            Err(e) => return Err(StoreError::fatal(format!("postgres check_lease: {e}"))),
-        };
+        let check = guard.lease_check_for("postgres")?;
         if !self.fence_index_seen.load(Ordering::Acquire) {
             let (_, index) = self.fence_index()?;
             let q = sql::has_fence_index(&self.schema, &index)?;
@@ -123,9 +116,7 @@ impl PostgresStore {
             [(&check.name, Type::TEXT), (&check.identity, Type::TEXT), (&fence, Type::INT8)];
         let rows = client.query_typed(&self.lease_check_sql(), &params).map_err(|e| classify(&e))?;
         if rows.is_empty() {
-            return Err(StoreError::lease_lost_because(
-                "the lease check found the lease expired or taken on the database",
-            ));
+            return Err(StoreError::lease_check_failed());
         }
         Ok(())
     }
