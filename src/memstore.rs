@@ -207,6 +207,7 @@ impl MemStore {
     /// from a backup. Take the copy with [`MemStore::peek`]. A test and
     /// fault-injection tool, not counted in [`MemStore::stats`].
     pub fn restore_row(&self, row: &Lease) {
+        let mut st = self.shared.state.lock();
         let restored = Row {
             holder: row.holder.clone(),
             fence: row.fence,
@@ -214,10 +215,8 @@ impl MemStore {
             renewed_at: row.renewed_at,
             expires_at: row.expires_at,
             payload: row.payload.clone(),
-            history: 0,
+            history: st.history,
         };
-        let mut st = self.shared.state.lock();
-        let restored = Row { history: st.history, ..restored };
         st.rows.insert(row.name.clone(), restored);
     }
 
@@ -349,19 +348,20 @@ impl Store for MemStore {
                     st.stats.writes += 1;
                     st.rows.entry(name.to_owned()).or_insert(fresh(clock_fence))
                 }
-                // Inherited across a failover: once expired, held for nobody
-                // for a lease, not claimed (MemStore::fail_over); before
-                // that, left for its holder to renew (its own acquire, the
-                // one of a process that no longer leads under that fence,
-                // must not make it a row of this history).
-                Some(row) if row.history != history && !claims_inherited && row.expires_at > now => row,
+                // Inherited across a failover: before it expires, left for
+                // its holder to renew (its own acquire, the one of a process
+                // that no longer leads under that fence, must not make it a
+                // row of this history); once expired, held for nobody for a
+                // lease, not claimed (MemStore::fail_over).
                 Some(row) if row.history != history && !claims_inherited => {
-                    st.stats.writes += 1;
-                    let own = row.expires_at.saturating_duration_since(row.renewed_at);
-                    row.expires_at = row.expires_at.max(now.saturating_add(ttl.max(own)));
-                    row.renewed_at = row.renewed_at.max(now);
-                    row.holder.clear();
-                    row.history = history;
+                    if row.expires_at <= now {
+                        st.stats.writes += 1;
+                        let own = row.expires_at.saturating_duration_since(row.renewed_at);
+                        row.expires_at = row.expires_at.max(now.saturating_add(ttl.max(own)));
+                        row.renewed_at = row.renewed_at.max(now);
+                        row.holder.clear();
+                        row.history = history;
+                    }
                     row
                 }
                 Some(row) if row.expires_at <= now => {
