@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::guard::LeaseCheck;
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
 use crate::store::{Store, StoreError};
@@ -118,6 +119,17 @@ impl AnyStore {
     /// The store's classified error.
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
         each!(self, s => s.ensure_schema())
+    }
+
+    /// The lease check of `check`'s term with its values written in, as one
+    /// statement that fails by itself once the term no longer holds the
+    /// lease: the store's own `lease_check_literal`.
+    ///
+    /// # Errors
+    ///
+    /// As the store's.
+    pub fn lease_check_literal(&self, check: &LeaseCheck<'_>) -> Result<String, StoreError> {
+        each!(self, s => s.lease_check_literal(check))
     }
 }
 

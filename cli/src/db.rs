@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leaderelection::{mysql, postgres, LeaseCheck, MySqlStore, PostgresStore, Store, StoreError};
+use leaderelection::{postgres, AnyStore, LeaseCheck, Store, StoreError};
 
 use crate::args::{Db, Fail};
 use crate::{EX_NOPERM, EX_UNAVAILABLE};
@@ -50,57 +50,28 @@ pub fn pg_table(table: Option<&str>) -> (&str, &str) {
     }
 }
 
-/// The store as the database it is, for what only it can do: the lease
-/// check's statement for the child's own transactions.
-#[derive(Clone)]
-pub enum Opened {
-    Postgres(PostgresStore),
-    Mysql(MySqlStore),
-}
-
-impl Opened {
-    pub fn store(&self) -> Arc<dyn Store> {
-        match self {
-            Opened::Postgres(s) => Arc::new(s.clone()),
-            Opened::Mysql(s) => Arc::new(s.clone()),
-        }
-    }
-
-    /// The lease check of `check`'s term as one complete statement (ending
-    /// in `;`) that fails by itself once the term no longer holds the
-    /// lease: `LEADERELECTION_CHECK_SQL`.
-    pub fn check_sql(&self, check: &LeaseCheck<'_>) -> Result<String, StoreError> {
-        match self {
-            Opened::Postgres(s) => s.lease_check_literal(check),
-            Opened::Mysql(s) => s.lease_check_literal(check).map(|q| format!("{q};")),
-        }
-    }
+/// The check of `check`'s term for the child's own transactions, as one
+/// complete statement (ending in `;`) that fails by itself once the term no
+/// longer holds the lease: `LEADERELECTION_CHECK_SQL`.
+pub fn check_sql(store: &AnyStore, check: &LeaseCheck<'_>) -> Result<String, StoreError> {
+    let q = store.lease_check_literal(check)?;
+    Ok(if q.trim_end().ends_with(';') { q } else { format!("{q};") })
 }
 
 /// Builds the store (no connection yet). A DSN that does not parse or a bad
 /// table name is a usage error.
 pub fn open(db: &Db) -> Result<Arc<dyn Store>, Fail> {
-    open_as(db).map(|o| o.store())
+    open_as(db).map(|s| Arc::new(s) as Arc<dyn Store>)
 }
 
-/// As [`open`], keeping which database it is.
-pub fn open_as(db: &Db) -> Result<Opened, Fail> {
+/// As [`open`], keeping which database it is (the library picks the store
+/// by the DSN's scheme).
+pub fn open_as(db: &Db) -> Result<AnyStore, Fail> {
     let dsn =
         dsn(db).ok_or_else(|| Fail::usage("no database: pass --dsn or set LEADERELECTION_DSN (or DATABASE_URL)"))?;
-    let store: Result<Opened, StoreError> = match Dialect::of_dsn(&dsn)? {
-        Dialect::Postgres => {
-            let (schema, table) = pg_table(db.table.as_deref());
-            PostgresStore::builder(&dsn).table(schema, table).build().map(Opened::Postgres)
-        }
-        Dialect::Mysql => {
-            let mut b = MySqlStore::builder(&dsn);
-            if let Some(t) = &db.table {
-                b = b.table(t.as_str());
-            }
-            b.build().map(Opened::Mysql)
-        }
-    };
-    store.map_err(|e| Fail::usage(format!("bad database settings: {e}")))
+    Dialect::of_dsn(&dsn)?;
+    leaderelection::connect_table(&dsn, db.table.as_deref())
+        .map_err(|e| Fail::usage(format!("bad database settings: {e}")))
 }
 
 /// A store error as an exit: fatal is 77, anything else 69. A missing
@@ -166,17 +137,13 @@ pub fn dsn_vars(db: &Db) -> Vec<&'static str> {
 /// `schema --apply`: creates the table over the DSN (or upgrades it);
 /// returns the line to print.
 pub fn apply_schema(db: &Db) -> Result<String, Fail> {
-    let opened = open_as(db)?;
-    let (result, what) = match &opened {
-        Opened::Postgres(s) => {
-            let (schema, table) = pg_table(db.table.as_deref());
-            (s.ensure_schema(), format!("PostgreSQL table {schema}.{table}"))
-        }
-        Opened::Mysql(s) => {
-            (s.ensure_schema(), format!("MySQL table {}", db.table.as_deref().unwrap_or(mysql::DEFAULT_TABLE)))
-        }
+    let store = open_as(db)?;
+    let what = match &store {
+        AnyStore::Postgres(s) => format!("PostgreSQL table {}.{}", s.table().0, s.table().1),
+        AnyStore::Mysql(s) => format!("MySQL table {}", s.table()),
+        _ => "table".to_owned(),
     };
-    match result {
+    match store.ensure_schema() {
         Ok(()) => Ok(format!("{what} is ready (created if it did not exist)")),
         Err(e) => Err(store_fail(&e, db)),
     }

@@ -98,7 +98,7 @@ struct Runner {
     args: RunArgs,
     signals: Arc<Signals>,
     store: Arc<dyn Store>,
-    opened: db::Opened,
+    opened: leaderelection::AnyStore,
 }
 
 impl Runner {
@@ -271,7 +271,7 @@ impl Runner {
         match guard
             .lease_check()
             .map_err(|e| e.to_string())
-            .and_then(|c| self.opened.check_sql(&c).map_err(|e| e.to_string()))
+            .and_then(|c| db::check_sql(&self.opened, &c).map_err(|e| e.to_string()))
         {
             Ok(q) => {
                 cmd.env("LEADERELECTION_CHECK_SQL", q);
@@ -484,7 +484,7 @@ fn run_inner(args: RunArgs) -> Result<i32, Fail> {
         )));
     }
     let opened = db::open_as(&args.db)?;
-    let store = opened.store();
+    let store: Arc<dyn Store> = Arc::new(opened.clone());
     db::inspect(&*store, &args.db, &args.name, t.operation_timeout)?;
 
     let mut config = Config::new(Arc::clone(&store), args.name.clone()).timing(t);
