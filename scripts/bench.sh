@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project measuring itself (BENCHMARKS.md):
-#   bash scripts/bench.sh            # every row, about 15 minutes on 2 cores
+#   bash scripts/bench.sh            # every row, about 17 minutes on 2 cores
 #   bash scripts/bench.sh --quick    # shorter trials, no row 6
-# Starts the servers (scripts/db.sh, scripts/mysql.sh), runs rows 1-5 and 7 with
+# Starts the servers (scripts/db.sh, scripts/mysql.sh), runs rows 1-5, 7 and 8 with
 #   cargo run --release --example bench --features postgres,mysql
 # then row 6 (clean release builds, each into a fresh CARGO_TARGET_DIR under
 # /tmp), and prints ONE Markdown table: row, measured, target, verdict.

@@ -42,7 +42,7 @@ source scripts/db.sh
 cargo test --features postgres,storetest --lib postgres
 cargo test --features postgres,storetest --test postgres_api   # no server needed
 cargo test --features postgres,storetest --doc -- postgres storetest
-cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause --test postgres_first_errors --test postgres_check
+cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause --test postgres_first_errors --test postgres_check --test postgres_batch
 
 echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)"
 # Installs/starts MariaDB on 127.0.0.1:3306 and a private mariadbd (port 3316,
@@ -73,6 +73,13 @@ cargo test --features postgres,mysql,storetest --test failover_servers -- --test
 # The same failovers under a fleet judged by the chaos oracle, with the
 # failover rule's negative control (`chaos-failover …` lines).
 cargo test --features postgres,mysql,storetest --test chaos_failover -- --test-threads 8 --nocapture
+# Many elections per process (issue 20): per path, three worker processes each
+# running a Group with a fair share over the same 1,000 elections, each behind a
+# fault proxy of its own, through a silent and a resetting partition, a SIGSTOP,
+# a SIGKILL and a fresh process joining, judged per election by the oracle,
+# with its negative control (`chaos-group …` lines). One fleet per path at once:
+# each is three processes sampling 1,000 guards on this two-core machine.
+cargo test --features postgres,mysql,storetest --test chaos_group -- --test-threads 3 --nocapture
 
 echo "== examples"
 cargo run --quiet --example quickstart

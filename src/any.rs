@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::batch::{BatchItem, Members};
 use crate::guard::LeaseCheck;
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
@@ -181,5 +182,35 @@ impl Store for AnyStore {
         timeout: Duration,
     ) -> Result<bool, StoreError> {
         each!(self, s => s.finish_slot(name, fence, slot, outcome, timeout))
+    }
+    fn acquire_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        each!(self, s => s.acquire_many(identity, ttl, items, timeout))
+    }
+    fn renew_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        each!(self, s => s.renew_many(identity, ttl, items, timeout))
+    }
+    fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
+        each!(self, s => s.release_many(identity, items, timeout))
+    }
+    fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
+        each!(self, s => s.inspect_many(names, timeout))
+    }
+    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, timeout: Duration) -> Result<Members, StoreError> {
+        each!(self, s => s.heartbeat(group, member, ttl, timeout))
+    }
+    fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
+        each!(self, s => s.leave_group(group, member, timeout))
     }
 }

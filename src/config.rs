@@ -417,6 +417,30 @@ pub enum Problem {
         /// The right side.
         available: Duration,
     },
+    /// A group's grid step is longer than the renew interval or the retry
+    /// period: renewals would go out late.
+    TickTooLong {
+        /// The step.
+        tick: Duration,
+        /// The shorter of the renew interval and the retry period.
+        limit: Duration,
+    },
+    /// In a group, `renew_interval + 2*operation_timeout + retry_delay +
+    /// tick` exceeds `lease_duration - safety_margin`: a group notices a
+    /// timed-out call at its next grid instant, up to a tick late.
+    GroupTimingInvariant {
+        /// The timings refused.
+        timing: Timing,
+        /// The group's grid step.
+        tick: Duration,
+        /// The left side.
+        needed: Duration,
+        /// The right side.
+        available: Duration,
+    },
+    /// Set on a group's template configuration, which the group does not
+    /// use: the group's own setter takes callbacks that name the election.
+    NotForGroups,
 }
 
 impl ConfigError {
@@ -460,6 +484,30 @@ impl fmt::Display for ConfigError {
                 Human(timing.lease_duration),
                 Human(timing.safety_margin),
                 Human(*available)
+            ),
+            Problem::TickTooLong { tick, limit } => write!(
+                f,
+                "tick ({}) must not exceed the shorter of renew_interval and retry_period ({})",
+                Human(*tick),
+                Human(*limit)
+            ),
+            Problem::GroupTimingInvariant { timing, tick, needed, available } => write!(
+                f,
+                "in a group, renew_interval + 2*operation_timeout + retry_delay + tick ({} + 2*{} + {} + {} = {}) \
+                 must not exceed lease_duration - safety_margin ({} - {} = {})",
+                Human(timing.renew_interval),
+                Human(timing.operation_timeout),
+                Human(timing.retry_delay()),
+                Human(*tick),
+                Human(*needed),
+                Human(timing.lease_duration),
+                Human(timing.safety_margin),
+                Human(*available)
+            ),
+            Problem::NotForGroups => write!(
+                f,
+                "is set on the template configuration, which a group does not use; set it on the GroupConfig, \
+                 whose callbacks also take the election's name"
             ),
         }
     }

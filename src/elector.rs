@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -17,9 +16,10 @@ use crate::guard::{Command, LeaderGuard, TermShared, TermStore};
 use crate::handoff::{watchdog_fired, Event, Handoff, Outside, Shared, State};
 use crate::identity::{default_identity, with_instance, IdentityError};
 use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome};
-use crate::status::{Counters, LeaderInfo, Status};
+use crate::status::{Counters, Status};
 use crate::store::{Store, StoreError};
 use crate::sync::{Condvar, Mutex};
+use crate::workers::{catching, NotStarted, Workers};
 use crate::ConfigError;
 
 /// How many worker threads may exist for store calls: one for the call in
@@ -218,13 +218,12 @@ impl Elector {
     /// Whether this participant leads right now: re-checks the current term's
     /// deadline against the monotonic clock on every call.
     pub fn is_leader(&self) -> bool {
-        self.shared.state.lock().term.as_ref().is_some_and(|t| t.is_valid())
+        self.shared.is_leader()
     }
 
     /// The current term's fence, when leading.
     pub fn fence(&self) -> Option<u64> {
-        let st = self.shared.state.lock();
-        st.term.as_ref().filter(|t| t.is_valid()).map(|t| t.fence)
+        self.shared.fence()
     }
 
     /// A guard on the current term, without waiting; `None` when not leading.
@@ -232,8 +231,7 @@ impl Elector {
     /// that while a guard of an ended term is alive this participant starts
     /// no new term (see [`Elector::wait_leader`]).
     pub fn guard(&self) -> Option<LeaderGuard> {
-        let st = self.shared.state.lock();
-        st.term.as_ref().filter(|t| t.is_valid()).map(TermShared::guard)
+        self.shared.guard()
     }
 
     /// Blocks until this participant leads and returns a guard on the term.
@@ -269,7 +267,7 @@ impl Elector {
     ///
     /// [`WaitLeaderError::Stopped`] once the elector has shut down.
     pub fn wait_leader(&self) -> Result<LeaderGuard, WaitLeaderError> {
-        self.wait_leader_inner(None)
+        self.shared.wait_leader(None)
     }
 
     /// Like [`Elector::wait_leader`], giving up after `timeout`.
@@ -278,7 +276,7 @@ impl Elector {
     ///
     /// [`WaitLeaderError::Timeout`] or [`WaitLeaderError::Stopped`].
     pub fn wait_leader_timeout(&self, timeout: Duration) -> Result<LeaderGuard, WaitLeaderError> {
-        self.wait_leader_inner(Instant::now().checked_add(timeout))
+        self.shared.wait_leader(Instant::now().checked_add(timeout))
     }
 
     /// Like [`Elector::wait_leader`], giving up at `deadline`.
@@ -287,64 +285,14 @@ impl Elector {
     ///
     /// [`WaitLeaderError::Timeout`] or [`WaitLeaderError::Stopped`].
     pub fn wait_leader_deadline(&self, deadline: Instant) -> Result<LeaderGuard, WaitLeaderError> {
-        self.wait_leader_inner(Some(deadline))
-    }
-
-    fn wait_leader_inner(&self, deadline: Option<Instant>) -> Result<LeaderGuard, WaitLeaderError> {
-        let mut st = self.shared.state.lock();
-        loop {
-            if let Some(term) = st.term.as_ref().filter(|t| t.is_valid()) {
-                return Ok(term.guard());
-            }
-            if st.stopped {
-                return Err(WaitLeaderError::Stopped);
-            }
-            match deadline {
-                Some(d) => {
-                    if self.shared.changed.wait_until(&mut st, d).timed_out() {
-                        if let Some(term) = st.term.as_ref().filter(|t| t.is_valid()) {
-                            return Ok(term.guard());
-                        }
-                        return Err(if st.stopped { WaitLeaderError::Stopped } else { WaitLeaderError::Timeout });
-                    }
-                }
-                None => self.shared.changed.wait(&mut st),
-            }
-        }
+        self.shared.wait_leader(Some(deadline))
     }
 
     /// A snapshot of the election as this participant sees it, with its
     /// counters (terms, renewals, abandoned calls). Takes the state lock once
     /// and copies; cheap enough to call on every scrape or health check.
     pub fn status(&self) -> Status {
-        let (name, identity) = (self.shared.name.clone(), self.shared.identity.clone());
-        let st = self.shared.state.lock();
-        let term = st.term.as_ref().filter(|t| t.is_valid());
-        let fig = st.figures;
-        Status {
-            name,
-            identity,
-            is_leader: term.is_some(),
-            fence: term.map(|t| t.fence),
-            valid_until: term.map(|t| t.deadline()),
-            term_started: term.and(fig.term_started),
-            terms_started: fig.terms_started,
-            terms_ended: fig.terms_ended,
-            renewals_ok: fig.renewals_ok,
-            renewals_failed: fig.renewals_failed,
-            calls_abandoned: fig.calls_abandoned,
-            last_call_rtt: fig.last_call_rtt,
-            leader: st.observed.as_ref().map(|o| LeaderInfo {
-                identity: o.identity.clone(),
-                fence: o.fence,
-                payload: o.payload.clone(),
-                valid: o.valid,
-                seen_at: self.shared.origin.checked_add(o.at.as_duration()).unwrap_or(self.shared.origin),
-            }),
-            last_error: st.last_error.clone(),
-            held_back: st.held_back,
-            stopped: st.stopped,
-        }
+        self.shared.status()
     }
 
     /// Ends the term (every guard turns invalid first), releases the lease
@@ -468,7 +416,7 @@ impl Driver {
             let wake = [wake, self.handoff.check_hold()].into_iter().flatten().min();
             let timeout = wake.map_or(crossbeam_channel::never(), crossbeam_channel::at);
             select! {
-                recv(self.handoff.outside.callers.reply_rx) -> msg => {
+                recv(self.handoff.outside.callers.workers.replies) -> msg => {
                     let now = self.now();
                     if let Ok(reply) = msg {
                         self.handoff.call_returned(reply.op, reply.took);
@@ -559,21 +507,17 @@ fn callbacks(
     }
 }
 
-/// Worker threads that run store calls, so the renewal thread never blocks on
-/// the database. A call abandoned at the operation timeout keeps its thread
-/// until the store returns; at most [`MAX_CALL_THREADS`] threads exist.
+/// The elector's store calls on [`Workers`], so the renewal thread never
+/// blocks on the database. A call abandoned at the operation timeout keeps
+/// its thread until the store returns; at most [`MAX_CALL_THREADS`] threads
+/// exist.
 struct Callers {
     store: Arc<dyn Store>,
     name: Arc<str>,
     identity: Arc<str>,
     payload: Arc<[u8]>,
     timeout: Duration,
-    job_tx: Sender<Job>,
-    job_rx: Receiver<Job>,
-    reply_tx: Sender<Reply>,
-    reply_rx: Receiver<Reply>,
-    idle: Arc<AtomicUsize>,
-    alive: Arc<AtomicUsize>,
+    workers: Workers<Job, Reply>,
 }
 
 struct Job {
@@ -597,55 +541,34 @@ impl Callers {
     }
 
     fn new(config: &Config, identity: String) -> Callers {
-        let (job_tx, job_rx) = crossbeam_channel::unbounded();
-        let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
         Callers {
             store: Arc::clone(&config.store),
             name: config.name.as_str().into(),
             identity: identity.into(),
             payload: config.payload.as_slice().into(),
             timeout: config.timing.operation_timeout,
-            job_tx,
-            job_rx,
-            reply_tx,
-            reply_rx,
-            idle: Arc::new(AtomicUsize::new(0)),
-            alive: Arc::new(AtomicUsize::new(0)),
+            workers: Workers::new(
+                "leaderelection-call",
+                MAX_CALL_THREADS,
+                config.timing.operation_timeout,
+                |job: Job| {
+                    let (id, op, sent) = (job.call.id, job.call.op.kind(), Instant::now());
+                    let outcome = run_call(&job);
+                    Reply { id, op, took: sent.elapsed(), outcome }
+                },
+                // It waited out the operation timeout for a worker: the
+                // machine has abandoned it already.
+                |job: Job| {
+                    let (id, op) = (job.call.id, job.call.op.kind());
+                    let outcome = failed(job.call.op, ElectionError::Timeout { op, after: job.timeout });
+                    Reply { id, op, took: Duration::ZERO, outcome }
+                },
+            ),
         }
     }
 
     /// Hands `call` to an idle worker, spawning one if none is idle.
     fn start(&mut self, call: Call) -> Result<(), Outcome> {
-        if self.idle.load(Ordering::Acquire) == 0 {
-            let alive = self.alive.load(Ordering::Acquire);
-            if alive >= MAX_CALL_THREADS {
-                return Err(failed(call.op, ElectionError::TooManyHungCalls { hung: alive }));
-            }
-            let (jobs, replies, idle, count) =
-                (self.job_rx.clone(), self.reply_tx.clone(), Arc::clone(&self.idle), Arc::clone(&self.alive));
-            count.fetch_add(1, Ordering::AcqRel);
-            idle.fetch_add(1, Ordering::AcqRel);
-            let spawned = thread::Builder::new().name("leaderelection-call".into()).spawn(move || {
-                for job in jobs {
-                    idle.fetch_sub(1, Ordering::AcqRel);
-                    let (id, op, sent) = (job.call.id, job.call.op.kind(), Instant::now());
-                    let outcome = run_call(&job);
-                    let took = sent.elapsed();
-                    idle.fetch_add(1, Ordering::AcqRel);
-                    if replies.send(Reply { id, op, took, outcome }).is_err() {
-                        break;
-                    }
-                }
-                idle.fetch_sub(1, Ordering::AcqRel);
-                count.fetch_sub(1, Ordering::AcqRel);
-            });
-            if let Err(e) = spawned {
-                self.alive.fetch_sub(1, Ordering::AcqRel);
-                self.idle.fetch_sub(1, Ordering::AcqRel);
-                let err = StoreError::retryable("cannot spawn a store-call thread").with_source(e);
-                return Err(failed(call.op, ElectionError::store(call.op.kind(), err)));
-            }
-        }
         let job = Job {
             call,
             store: Arc::clone(&self.store),
@@ -654,7 +577,19 @@ impl Callers {
             payload: Arc::clone(&self.payload),
             timeout: self.timeout,
         };
-        self.job_tx.send(job).map_err(|_| failed(call.op, ElectionError::Stopped))
+        self.workers.start(job).map_err(|(_, why)| failed(call.op, not_started(why)))
+    }
+}
+
+/// Why a store call could not start, as the error its caller sees.
+pub(crate) fn not_started(why: NotStarted) -> ElectionError {
+    match why {
+        NotStarted::Hung(hung) => ElectionError::TooManyHungCalls { hung },
+        NotStarted::Spawn(e) => ElectionError::store(
+            OpKind::Inspect,
+            StoreError::retryable("cannot spawn a store-call thread").with_source(e),
+        ),
+        NotStarted::Stopped => ElectionError::Stopped,
     }
 }
 
@@ -678,12 +613,10 @@ fn failed(op: Op, e: ElectionError) -> Outcome {
 }
 
 fn run_call(job: &Job) -> Outcome {
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        job.call.op.run(&*job.store, &job.name, &job.identity, &job.payload, job.timeout)
-    }));
-    result.unwrap_or_else(|_| {
-        failed(job.call.op, ElectionError::store(job.call.op.kind(), StoreError::fatal("store call panicked")))
-    })
+    catching(
+        || job.call.op.run(&*job.store, &job.name, &job.identity, &job.payload, job.timeout),
+        || failed(job.call.op, ElectionError::store(job.call.op.kind(), StoreError::fatal("store call panicked"))),
+    )
 }
 
 #[cfg(test)]

@@ -26,6 +26,16 @@ pub(crate) enum Command {
     Shutdown { release: bool },
 }
 
+impl Command {
+    /// The term a guard's command is about (none for the elector's own).
+    pub(crate) fn term(&self) -> Option<TermId> {
+        match self {
+            Command::GuardsGone(t) | Command::Resign(t, ..) | Command::Expired(t) => Some(*t),
+            Command::Shutdown { .. } => None,
+        }
+    }
+}
+
 /// `end` while the term is live.
 const LIVE: u8 = 0;
 

@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use crate::elector::WaitLeaderError;
 use crate::error::{ElectionError, Human, OpKind};
 use crate::guard::{Command, LeaderGuard, TermShared, TermStore};
 use crate::machine::{Call, EndReason, LocalTime, Machine, Observed, Outcome, Output, TermId};
-use crate::status::{is_renewal, reason_name, Counters, Figures};
+use crate::status::{is_renewal, reason_name, Counters, Figures, LeaderInfo, Status};
 use crate::sync::{link, Condvar, Link, Mutex};
 
 /// State shared by the elector handle, the renewal thread and the watchdog.
@@ -35,6 +36,83 @@ pub(crate) struct Shared {
     /// A deliberate bug switched on for a loom negative control.
     #[cfg(loom)]
     pub(crate) mutant: Option<Mutant>,
+}
+
+impl Shared {
+    /// Whether this participant leads right now: the current term's
+    /// deadline is re-read against the monotonic clock.
+    pub(crate) fn is_leader(&self) -> bool {
+        self.state.lock().term.as_ref().is_some_and(|t| t.is_valid())
+    }
+
+    /// The current term's fence, when leading.
+    pub(crate) fn fence(&self) -> Option<u64> {
+        let st = self.state.lock();
+        st.term.as_ref().filter(|t| t.is_valid()).map(|t| t.fence)
+    }
+
+    /// A guard on the current term, when leading.
+    pub(crate) fn guard(&self) -> Option<LeaderGuard> {
+        let st = self.state.lock();
+        st.term.as_ref().filter(|t| t.is_valid()).map(TermShared::guard)
+    }
+
+    /// Blocks until this participant leads (a guard on the term), the
+    /// participant stops, or `deadline` passes.
+    pub(crate) fn wait_leader(&self, deadline: Option<Instant>) -> Result<LeaderGuard, WaitLeaderError> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(term) = st.term.as_ref().filter(|t| t.is_valid()) {
+                return Ok(term.guard());
+            }
+            if st.stopped {
+                return Err(WaitLeaderError::Stopped);
+            }
+            match deadline {
+                Some(d) => {
+                    if self.changed.wait_until(&mut st, d).timed_out() {
+                        if let Some(term) = st.term.as_ref().filter(|t| t.is_valid()) {
+                            return Ok(term.guard());
+                        }
+                        return Err(if st.stopped { WaitLeaderError::Stopped } else { WaitLeaderError::Timeout });
+                    }
+                }
+                None => self.changed.wait(&mut st),
+            }
+        }
+    }
+
+    /// A snapshot of the election as this participant sees it.
+    pub(crate) fn status(&self) -> Status {
+        let (name, identity) = (self.name.clone(), self.identity.clone());
+        let st = self.state.lock();
+        let term = st.term.as_ref().filter(|t| t.is_valid());
+        let fig = st.figures;
+        Status {
+            name,
+            identity,
+            is_leader: term.is_some(),
+            fence: term.map(|t| t.fence),
+            valid_until: term.map(|t| t.deadline()),
+            term_started: term.and(fig.term_started),
+            terms_started: fig.terms_started,
+            terms_ended: fig.terms_ended,
+            renewals_ok: fig.renewals_ok,
+            renewals_failed: fig.renewals_failed,
+            calls_abandoned: fig.calls_abandoned,
+            last_call_rtt: fig.last_call_rtt,
+            leader: st.observed.as_ref().map(|o| LeaderInfo {
+                identity: o.identity.clone(),
+                fence: o.fence,
+                payload: o.payload.clone(),
+                valid: o.valid,
+                seen_at: self.origin.checked_add(o.at.as_duration()).unwrap_or(self.origin),
+            }),
+            last_error: st.last_error.clone(),
+            held_back: st.held_back,
+            stopped: st.stopped,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -140,6 +218,9 @@ pub(crate) struct Handoff<O> {
     /// the store cannot work under) is logged at `debug` until a call
     /// succeeds or another error comes.
     logged_fatal: Option<String>,
+    /// Failed calls are logged at `debug` only: a group logs each failed
+    /// batch once, not once per election in it.
+    quiet_failures: bool,
 }
 
 impl<O: Outside> Handoff<O> {
@@ -163,7 +244,14 @@ impl<O: Outside> Handoff<O> {
             last_release: None,
             shutdown_result: Ok(()),
             logged_fatal: None,
+            quiet_failures: false,
         }
+    }
+
+    /// Logs failed calls at `debug` only (see `quiet_failures`).
+    pub(crate) fn quiet_failures(mut self) -> Handoff<O> {
+        self.quiet_failures = true;
+        self
     }
 
     fn now(&self) -> LocalTime {
@@ -175,70 +263,82 @@ impl<O: Outside> Handoff<O> {
         // Status first, so whoever a term start wakes sees the lease behind it.
         self.publish(machine);
         while let Some(out) = machine.poll_output() {
-            self.outside.saw(&out);
-            match out {
-                Output::Call(call) => {
-                    let now = self.now();
-                    if let Err(e) = self.outside.start_call(call) {
-                        machine.handle_reply(now, call.id, e);
-                    }
-                }
-                Output::CallAbandoned(id) => log::debug!("leaderelection: store call {} abandoned", id.0),
-                Output::TermStarted { term, fence, deadline } => self.term_started(term, fence, deadline),
-                Output::DeadlineExtended { term, deadline } => {
-                    // The term may have ended while the answer travelled (its
-                    // last guard dropped, its deadline seen passing): then it
-                    // stays over, for the reason that ended it.
-                    let ended = {
-                        let mut st = self.shared.state.lock();
-                        self.counters.renewed(&mut st.figures);
-                        st.term.as_ref().filter(|t| t.id == term).and_then(|t| t.extend(deadline.as_duration()))
-                    };
-                    if let Some(reason) = ended.filter(|_| !mutant!(self.shared, IgnoreExtendAnswer)) {
-                        let now = self.now();
-                        self.settle(machine, now, term, reason);
-                    }
-                }
-                Output::TermEnded { term, reason, .. } => self.term_ended(machine, term, reason),
-                Output::NewLeader { identity, fence } => {
-                    // Its own term's start has a line of its own.
-                    let level = if identity == self.shared.identity { log::Level::Debug } else { log::Level::Info };
-                    log::log!(
-                        level,
-                        "leaderelection: {:?}: leader is {identity:?} with fence {fence}",
-                        self.shared.name
-                    );
-                    self.outside.event(Event::NewLeader(identity, fence));
-                }
-                Output::Released { fence, result } => {
-                    self.last_release = Some((fence, result.clone()));
-                    if machine.is_stopping() {
-                        self.shutdown_result = result.clone();
-                    }
-                    self.resigners.retain(|(f, reply)| {
-                        if *f == fence {
-                            let _ = reply.send(result.clone());
-                            false
-                        } else {
-                            true
-                        }
-                    });
-                }
-                Output::Failed(e) => self.call_failed(&e),
-                Output::Stopped => {
-                    self.publish(machine);
-                    return true;
-                }
+            if self.handle(machine, out) {
+                return true;
             }
         }
+        self.settled(machine);
+        false
+    }
+
+    /// After a round of outputs: the status shows the machine's state, and
+    /// a success forgets the fatal error last logged.
+    pub(crate) fn settled(&mut self, machine: &Machine) {
         self.publish(machine);
         if machine.last_error().is_none() {
             self.logged_fatal = None;
         }
+    }
+
+    /// Carries out one of the machine's outputs (a group's driver hands
+    /// them over one at a time, having taken the calls itself). Returns
+    /// true once the machine has stopped.
+    pub(crate) fn handle(&mut self, machine: &mut Machine, out: Output) -> bool {
+        self.outside.saw(&out);
+        match out {
+            Output::Call(call) => {
+                let now = self.now();
+                if let Err(e) = self.outside.start_call(call) {
+                    machine.handle_reply(now, call.id, e);
+                }
+            }
+            Output::CallAbandoned(id) => log::debug!("leaderelection: store call {} abandoned", id.0),
+            Output::TermStarted { term, fence, deadline } => self.term_started(term, fence, deadline),
+            Output::DeadlineExtended { term, deadline } => {
+                // The term may have ended while the answer travelled (its
+                // last guard dropped, its deadline seen passing): then it
+                // stays over, for the reason that ended it.
+                let ended = {
+                    let mut st = self.shared.state.lock();
+                    self.counters.renewed(&mut st.figures);
+                    st.term.as_ref().filter(|t| t.id == term).and_then(|t| t.extend(deadline.as_duration()))
+                };
+                if let Some(reason) = ended.filter(|_| !mutant!(self.shared, IgnoreExtendAnswer)) {
+                    let now = self.now();
+                    self.settle(machine, now, term, reason);
+                }
+            }
+            Output::TermEnded { term, reason, .. } => self.term_ended(machine, term, reason),
+            Output::NewLeader { identity, fence } => {
+                // Its own term's start has a line of its own.
+                let level = if identity == self.shared.identity { log::Level::Debug } else { log::Level::Info };
+                log::log!(level, "leaderelection: {:?}: leader is {identity:?} with fence {fence}", self.shared.name);
+                self.outside.event(Event::NewLeader(identity, fence));
+            }
+            Output::Released { fence, result } => {
+                self.last_release = Some((fence, result.clone()));
+                if machine.is_stopping() {
+                    self.shutdown_result = result.clone();
+                }
+                self.resigners.retain(|(f, reply)| {
+                    if *f == fence {
+                        let _ = reply.send(result.clone());
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+            Output::Failed(e) => self.call_failed(&e),
+            Output::Stopped => {
+                self.publish(machine);
+                return true;
+            }
+        }
         false
     }
 
-    fn publish(&self, machine: &Machine) {
+    pub(crate) fn publish(&self, machine: &Machine) {
         let mut st = self.shared.state.lock();
         st.observed = machine.observed().cloned();
         st.last_error = machine.last_error().cloned();
@@ -349,7 +449,7 @@ impl<O: Outside> Handoff<O> {
         // A fatal error is reported once, not at every poll.
         let repeated = e.is_fatal() && self.logged_fatal.as_deref() == Some(e.to_string().as_str());
         self.logged_fatal = e.is_fatal().then(|| e.to_string());
-        if repeated {
+        if repeated || self.quiet_failures {
             log::debug!("leaderelection: {name:?}: {id:?}: {e} (again)");
             return;
         }

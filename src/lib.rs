@@ -172,6 +172,9 @@
 //! # The pieces
 //!
 //! - [`Config`] and [`Elector`]: one participant, its threads and its guard.
+//! - [`Group`] and [`Election`]: many elections of one participant on a
+//!   fixed handful of threads, their store calls batched, with an optional
+//!   fair share among the processes of the group ([`group`]).
 //! - [`Store`]: the four-operation contract a database store implements;
 //!   [`MemStore`] is the in-memory reference.
 //! - `postgres::PostgresStore` and `mysql::MySqlStore` (features `postgres`
@@ -227,9 +230,11 @@ mod doctests {
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod any;
+pub mod batch;
 mod config;
 mod elector;
 mod error;
+pub mod group;
 mod guard;
 mod handoff;
 pub mod ident;
@@ -250,9 +255,11 @@ mod store;
 pub mod storetest;
 mod sync;
 pub mod testing;
+mod workers;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use any::{connect, connect_table, AnyStore};
+pub use batch::{BatchItem, Members};
 pub use config::{
     default_safety_margin, Config, ConfigError, Problem, Timing, DEFAULT_LEASE_DURATION, DEFAULT_OPERATION_TIMEOUT,
     DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,
@@ -260,6 +267,7 @@ pub use config::{
 };
 pub use elector::{Elector, StartError, WaitLeaderError};
 pub use error::{ElectionError, OpKind};
+pub use group::{Election, Group, GroupConfig, GroupStatus, JoinError, MAX_GROUP_CALL_THREADS};
 pub use guard::{LeaderGuard, LeaseCheck, WaitTimeoutResult};
 pub use identity::{base_identity, generate_identity, IdentityError};
 pub use lease::{DbTime, Lease};

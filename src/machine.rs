@@ -260,6 +260,23 @@ pub struct MachineConfig {
     pub release_on_shutdown: bool,
     /// Seed of the jitter generator.
     pub seed: u64,
+    /// Jitter follower polls (±20 % of the retry period, the first after a
+    /// new leader anywhere in 0.2 to 1.2 periods), so that followers in
+    /// different processes do not poll in step. On by default. A
+    /// [`Group`](crate::Group) turns it off: its followers' polls go out
+    /// together in one batched statement per retry period, and the
+    /// processes of a group poll on grids of their own.
+    pub poll_jitter: bool,
+    /// This machine's terms are numbered from `term_ids_from + 1`. A group
+    /// gives each election's machine a range of its own, so a [`TermId`]
+    /// names one election's term across the whole group.
+    pub term_ids_from: u64,
+    /// Fences up to this one may have been led under by an earlier machine
+    /// of the same identity (a group's election that left and joined
+    /// again): this machine never leads under one of them. A lease of its
+    /// identity it finds live under such a fence is released and a fresh
+    /// fence claimed, as after stepping down locally. 0 by default.
+    pub led_fences_up_to: u64,
     /// **Broken on purpose; for negative controls only.** Anchors the
     /// deadline at the reply instead of the request, which is unsafe.
     #[doc(hidden)]
@@ -274,6 +291,9 @@ impl MachineConfig {
             timing,
             release_on_shutdown: true,
             seed,
+            poll_jitter: true,
+            term_ids_from: 0,
+            led_fences_up_to: 0,
             unsafe_anchor_at_reply: false,
         }
     }
@@ -331,6 +351,8 @@ struct Sighting {
     /// new leader comes as soon as 0.2 retry periods), and `renewed_at` is
     /// only as good as the store that writes it.
     stalled: bool,
+    /// Another participant holds the lease, valid.
+    held_by_other: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -394,6 +416,18 @@ pub struct Machine {
     highest_fence: u64,
     /// Guards of an ended term are alive: observe, do not campaign.
     hold_back: bool,
+    /// The driver allows claims ([`Machine::set_claims_allowed`]); a
+    /// group with a fair share withholds them from elections beyond its
+    /// share.
+    claims_allowed: bool,
+    /// The driver lets looks at a lease another participant holds wait
+    /// until shortly before it expires ([`Machine::set_lazy_looks`]).
+    lazy_looks: bool,
+    /// When the look scheduled lazily would have gone without
+    /// `lazy_looks`.
+    eager_look_at: Option<LocalTime>,
+    /// The last look was scheduled lazily.
+    looking_lazily: bool,
     /// No acquire before this instant (after a resignation).
     campaign_not_before: LocalTime,
     next_call_id: u64,
@@ -407,6 +441,7 @@ impl Machine {
     /// A follower that will poll at its first [`Machine::handle_timeout`].
     pub fn new(cfg: MachineConfig) -> Machine {
         let rng = SplitMix64(cfg.seed);
+        let (first_term, led_fences_up_to) = (cfg.term_ids_from, cfg.led_fences_up_to);
         Machine {
             cfg,
             rng,
@@ -419,11 +454,15 @@ impl Machine {
             observed_expiry: None,
             spread_next_poll: false,
             pending_release: None,
-            highest_fence: 0,
+            highest_fence: led_fences_up_to,
             hold_back: false,
+            claims_allowed: true,
+            lazy_looks: false,
+            eager_look_at: None,
+            looking_lazily: false,
             campaign_not_before: LocalTime::ZERO,
             next_call_id: 0,
-            next_term_id: 0,
+            next_term_id: first_term,
             observed: None,
             last_error: None,
             outputs: VecDeque::new(),
@@ -450,6 +489,12 @@ impl Machine {
     /// Whether this participant leads at `now`.
     pub fn is_leader(&self, now: LocalTime) -> bool {
         self.term.is_some_and(|t| now < t.deadline)
+    }
+
+    /// The highest fence this machine has led under (or was told of by
+    /// [`MachineConfig::led_fences_up_to`]): it never leads under it again.
+    pub fn highest_fence(&self) -> u64 {
+        self.highest_fence
     }
 
     /// The last lease seen in the store.
@@ -497,7 +542,71 @@ impl Machine {
     /// Fires whatever timers are due at `now`: the term deadline, the
     /// operation timeout of the call in flight, the next scheduled call.
     pub fn handle_timeout(&mut self, now: LocalTime) {
-        self.step(now);
+        self.step_by(now, now);
+    }
+
+    /// Like [`Machine::handle_timeout`], and also starts the next call now
+    /// if it is scheduled before `horizon` and may safely go early:
+    /// a renewal (it only confirms the lease sooner; its deadline is
+    /// anchored at this earlier send) or a follower's look at the row (it
+    /// changes nothing). A claim waits for its instant, and so does a look
+    /// timed for a stalled holder's expiry, which claims. Only calls go
+    /// early: deadlines and operation timeouts fire at their own instants.
+    ///
+    /// A driver that runs many machines calls this on a grid of instants,
+    /// with `horizon` the next grid instant, so the calls of every machine
+    /// due before then leave together (see [`crate::group`]); a call due
+    /// at that instant waits for it.
+    pub fn handle_timeout_early(&mut self, now: LocalTime, horizon: LocalTime) {
+        self.step_by(now, horizon.max(now));
+    }
+
+    /// Whether the call scheduled next may start before its instant (see
+    /// [`Machine::handle_timeout_early`]): a renewal, or a look that does
+    /// not stand for a claim. Releases go at once anyway.
+    fn may_go_early(&self) -> bool {
+        self.mode == Mode::Running
+            && (self.term.is_some() || (self.pending_release.is_none() && self.claim_at.is_none()))
+    }
+
+    /// Allows or withholds claims. While withheld, the machine observes the
+    /// lease and renews a term it holds but claims nothing, as while it is
+    /// held back ([`Machine::set_hold_back`]). Takes effect at its next
+    /// decision; schedules nothing by itself. A group with a fair share
+    /// withholds claims from the elections beyond its share.
+    pub fn set_claims_allowed(&mut self, allowed: bool) {
+        self.claims_allowed = allowed;
+    }
+
+    /// Lets looks at a lease another participant holds wait until shortly
+    /// before it expires, instead of going every retry period: after such
+    /// a sighting, the next look goes the most whole retry periods later
+    /// that still fall within the lease as seen (at least one; the first
+    /// time, and after a new holder was seen, a random number of them up to
+    /// that, so elections seen together spread over the periods). A holder
+    /// that stops renewing is still seen at its expiry; a lease released
+    /// early is seen up to that much later. A look at a free, expired or own lease,
+    /// and the look that claims from a stalled holder, keep their timing.
+    /// Looks change nothing, so this costs no safety. Turned off at `now`,
+    /// a look put off so comes back to when it would have gone, or if that
+    /// has passed to the first whole retry period after it that has not
+    /// (so a group's looks stay on one phase and go in its next look
+    /// batch, not in one of their own); takes effect otherwise at the next
+    /// decision. A group with a fair share turns it on while this
+    /// participant has all the elections its share allows.
+    pub fn set_lazy_looks(&mut self, now: LocalTime, lazy: bool) {
+        self.lazy_looks = lazy;
+        if !lazy {
+            if let (Some(eager), Some(next)) = (self.eager_look_at.take(), self.next_call_at) {
+                if self.inflight.is_none() && self.term.is_none() && self.claim_at.is_none() {
+                    let period = self.cfg.timing.retry_period.as_nanos().max(1);
+                    let late = now.saturating_since(eager).as_nanos();
+                    let periods = u32::try_from(late.div_ceil(period)).unwrap_or(u32::MAX);
+                    let due = eager + self.cfg.timing.retry_period.saturating_mul(periods);
+                    self.next_call_at = Some(next.min(due));
+                }
+            }
+        }
     }
 
     /// Takes the answer to call `id`. Answers to abandoned or unknown calls
@@ -824,6 +933,7 @@ impl Machine {
     fn may_campaign(&self, now: LocalTime) -> bool {
         self.mode == Mode::Running
             && !self.hold_back
+            && self.claims_allowed
             && self.pending_release.is_none()
             && now >= self.campaign_not_before
     }
@@ -863,7 +973,8 @@ impl Machine {
             at: now,
         });
         self.observed_expiry = Some(lease.expires_at);
-        Sighting { ttl: lease.ttl(), stalled }
+        let held_by_other = valid && lease.holder != self.cfg.identity;
+        Sighting { ttl: lease.ttl(), stalled, held_by_other }
     }
 
     /// Next follower poll: the retry period, jittered ±20 % (the first
@@ -874,8 +985,15 @@ impl Machine {
     fn schedule_poll(&mut self, now: LocalTime, seen: Option<Sighting>) {
         let period = self.cfg.timing.retry_period;
         let r = self.rng.next_u64();
-        let jittered = if std::mem::take(&mut self.spread_next_poll) { spread(period, r) } else { jitter(period, r) };
+        let spread_this = std::mem::take(&mut self.spread_next_poll);
+        let jittered = match (self.cfg.poll_jitter, spread_this) {
+            (false, _) => period,
+            (true, true) => spread(period, r),
+            (true, false) => jitter(period, r),
+        };
         self.claim_at = None;
+        self.eager_look_at = None;
+        let was_lazy = std::mem::take(&mut self.looking_lazily);
         let wait = match seen {
             // The expiry is reckoned from the reply's arrival, after the
             // server read its clock, so it falls at or after the server's.
@@ -884,6 +1002,17 @@ impl Machine {
                     self.claim_at = Some(now + seen.ttl);
                 }
                 seen.ttl
+            }
+            // Whole periods, so a group's looks stay on one phase.
+            Some(seen) if self.lazy_looks && seen.held_by_other && !seen.stalled && !period.is_zero() => {
+                let most = u32::try_from(seen.ttl.as_nanos() / period.as_nanos()).unwrap_or(u32::MAX).max(1);
+                let spread = spread_this || !was_lazy;
+                let periods = if spread { 1 + (r % u64::from(most)) as u32 } else { most };
+                self.looking_lazily = true;
+                if periods > 1 {
+                    self.eager_look_at = Some(now + jittered);
+                }
+                period.saturating_mul(periods)
             }
             _ => jittered,
         };
@@ -913,6 +1042,12 @@ impl Machine {
 
     /// Fires due timers and starts the next call when one is due.
     fn step(&mut self, now: LocalTime) {
+        self.step_by(now, now);
+    }
+
+    /// [`Machine::step`], starting the next call early if it is due before
+    /// `horizon` and may go early.
+    fn step_by(&mut self, now: LocalTime, horizon: LocalTime) {
         if self.mode == Mode::Stopped {
             return;
         }
@@ -935,9 +1070,11 @@ impl Machine {
             // Shutting down waits for nothing but the call in flight.
             self.next_call_at = Some(now);
         }
-        if self.next_call_at.is_none_or(|t| now < t) {
+        let due = self.next_call_at.is_some_and(|t| now >= t || (t < horizon && self.may_go_early()));
+        if !due {
             return;
         }
+        self.eager_look_at = None;
         let op = match self.mode {
             Mode::Stopping => match self.pending_release.take() {
                 Some(fence) => Op::Release { fence },

@@ -836,6 +836,208 @@ fn hold_back_keeps_it_from_campaigning_until_lifted() {
     assert_eq!(r.started().len(), 1, "{:?}", r.calls());
 }
 
+// ---- knobs a group driver uses (crate::group) ----
+
+fn grouped(id: &str, store: MemStore) -> Rig {
+    let mut r = Rig::with(id, store, timing(), 3);
+    let mut cfg = MachineConfig::new(id, timing(), 3);
+    cfg.poll_jitter = false;
+    r.m = Machine::new(cfg);
+    r
+}
+
+// A renewal may leave up to the horizon early, anchored at its real send:
+// the deadline moves by exactly as much as the send did, never later.
+#[test]
+fn a_renewal_goes_early_up_to_the_horizon_and_its_deadline_follows_the_send() {
+    let mut r = Rig::new("a");
+    r.latency = Duration::ZERO;
+    r.run_for(ms(100));
+    let term = r.m.term().unwrap();
+    let due = r.m.poll_timeout().unwrap();
+    assert!(due < term.deadline, "the renewal is scheduled before the deadline");
+    // One tick before the renewal is due, with a horizon short of it: nothing.
+    r.sleep(due.saturating_since(r.now) - ms(400));
+    r.m.handle_timeout_early(r.now, r.now + ms(400));
+    r.collect();
+    assert!(r.pending.is_empty(), "a call due at the horizon waits for it: {:?}", r.pending);
+    // With the renewal inside the horizon it goes now.
+    let sent = r.now;
+    r.m.handle_timeout_early(r.now, r.now + ms(401));
+    r.collect();
+    assert!(matches!(r.pending.first().map(|c| c.op), Some(Op::Renew { fence, .. }) if fence == term.fence));
+    r.answer();
+    assert_eq!(r.m.term().unwrap().deadline, sent + ms(13_500), "anchored at the early send, not the due time");
+}
+
+// Deadlines and timeouts never fire early, whatever the horizon.
+#[test]
+fn a_horizon_never_ends_a_term_or_abandons_a_call_early() {
+    let mut r = Rig::new("a");
+    r.run_for(ms(100));
+    let term = r.m.term().unwrap();
+    r.m.handle_timeout_early(r.now, term.deadline + ms(60_000));
+    r.collect();
+    assert!(r.ended().is_empty() && r.m.is_leader(r.now), "the horizon ended the term");
+    let renew = *r.pending.first().expect("the renewal went early");
+    r.sleep(OPT - ms(1));
+    r.m.handle_timeout_early(r.now, r.now + ms(60_000));
+    r.collect();
+    assert!(!r.log.iter().any(|o| matches!(o, Output::CallAbandoned(id) if *id == renew.id)), "abandoned early");
+}
+
+// A look timed for a stalled holder's expiry stands for a claim: it waits
+// for its instant instead of going early as an inspect.
+#[test]
+fn a_claim_and_the_look_that_stands_for_one_never_go_early() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    // 14 s: the look at 12 s finds 2 s left, less than a retry period, and
+    // the row unwritten for 12 s, longer than a renewing leader leaves it.
+    store.acquire(NAME, "crashed", ms(14_000), b"", OPT).unwrap();
+    let mut r = grouped("b", store.clone());
+    r.latency = Duration::ZERO;
+    // Looks every retry period until the stall shows and the poll is timed
+    // for the expiry as a direct claim.
+    loop {
+        let due = r.m.poll_timeout().unwrap();
+        r.sleep(due.saturating_since(r.now));
+        r.tick();
+        if r.pending.is_empty() {
+            continue;
+        }
+        r.answer();
+        if r.m.claim_at.is_some() {
+            break;
+        }
+        assert!(r.now < LocalTime::from_duration(ms(60_000)), "no stall seen: {:?}", r.calls());
+    }
+    let claim_at = r.m.poll_timeout().unwrap();
+    let looks = r.calls().len();
+    r.m.handle_timeout_early(r.now, claim_at + ms(1_000));
+    r.collect();
+    assert_eq!(r.calls().len(), looks, "a claim went early");
+    r.sleep(claim_at.saturating_since(r.now));
+    r.m.handle_timeout_early(r.now, r.now + ms(1_000));
+    r.collect();
+    assert_eq!(r.calls().last(), Some(&Op::Acquire { ttl: timing().lease_duration }));
+}
+
+// Without jitter a follower looks every retry period exactly, so a group's
+// followers stay on one grid.
+#[test]
+fn without_jitter_follower_polls_come_every_retry_period() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    store.acquire(NAME, "other", Duration::from_secs(3600), b"", OPT).unwrap();
+    let mut r = grouped("b", store);
+    r.latency = Duration::ZERO;
+    for _ in 0..5 {
+        r.tick();
+        r.answer();
+        assert_eq!(r.m.poll_timeout().unwrap().saturating_since(r.now), timing().retry_period);
+        r.sleep(timing().retry_period);
+    }
+}
+
+// Lazy looks: a lease another participant holds is looked at the most
+// whole retry periods later that fall within it as seen (the first after a
+// new holder, a random number of them up to that); turned off in time, the
+// look put off comes back to a retry period after the last. A lease the
+// follower may claim at its expiry is still looked at then.
+#[test]
+fn lazy_looks_wait_whole_periods_within_the_lease_seen() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    // 15 s lease, 3 s retry: within 14.99 s fit 4 whole periods.
+    let fence = store.acquire(NAME, "other", ms(15_000), b"", OPT).unwrap().fence;
+    let mut r = grouped("b", store.clone());
+    r.latency = Duration::ZERO;
+    r.m.set_lazy_looks(r.now, true);
+    r.sleep(ms(10));
+    r.tick();
+    r.answer();
+    let first = r.m.poll_timeout().unwrap().saturating_since(r.now);
+    let period = timing().retry_period;
+    assert!(first >= period && first <= period * 4 && first.as_nanos() % period.as_nanos() == 0, "{first:?}");
+    // The holder renews: the same holder is looked at 4 periods on.
+    r.sleep(first);
+    store.renew(NAME, "other", fence, ms(15_000), b"", OPT).unwrap();
+    r.sleep(ms(10));
+    r.tick();
+    r.answer();
+    assert_eq!(r.m.poll_timeout().unwrap().saturating_since(r.now), period * 4);
+    // Turned off: back to one period after this look, or the first whole
+    // period after it that has not passed.
+    let looked = r.now;
+    r.sleep(ms(500));
+    r.m.set_lazy_looks(r.now, false);
+    assert_eq!(r.m.poll_timeout(), Some(looked + period));
+    // Without lazy looks, every period (the control).
+    r.run_for(period * 3);
+    let looks = r.calls().iter().filter(|op| **op == Op::Inspect).count();
+    assert_eq!(looks, 2 + 3, "{:?}", r.calls());
+    // A lease that runs out within a period is looked at its expiry and
+    // claimed, lazy or not.
+    r.m.set_lazy_looks(r.now, true);
+    r.run_for(ms(40_000));
+    assert_eq!(r.started().len(), 1, "{:?}", r.calls());
+}
+
+// Lazy looks turned off after the look would have gone: it comes back on
+// its phase (a whole number of periods after the last look), not at once,
+// so a group's looks go in its next look batch.
+#[test]
+fn lazy_looks_turned_off_late_come_back_on_their_phase() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    store.acquire(NAME, "other", ms(15_000), b"", OPT).unwrap();
+    let mut r = grouped("b", store);
+    r.latency = Duration::ZERO;
+    let period = timing().retry_period;
+    r.m.set_lazy_looks(r.now, true);
+    // Until a look is put off past the next two periods.
+    let looked = loop {
+        r.tick();
+        r.answer();
+        let next = r.m.poll_timeout().unwrap();
+        if next > r.now + period * 2 {
+            break r.now;
+        }
+        r.sleep(next.saturating_since(r.now));
+    };
+    r.sleep(period * 2 - ms(300));
+    r.m.set_lazy_looks(r.now, true);
+    assert!(r.m.poll_timeout().unwrap() > r.now + period, "still put off");
+    r.m.set_lazy_looks(r.now, false);
+    assert_eq!(r.m.poll_timeout(), Some(looked + period * 2), "on the phase, not at once");
+}
+
+// Claims withheld: the machine looks, claims nothing (an absent row, an
+// expired one), and claims at its next look once they are allowed again.
+#[test]
+fn withheld_claims_leave_a_free_lease_alone_until_allowed() {
+    let mut r = grouped("a", MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START)));
+    r.m.set_claims_allowed(false);
+    r.run_for(ms(20_000));
+    assert!(r.started().is_empty());
+    assert!(!r.calls().is_empty() && r.calls().iter().all(|op| *op == Op::Inspect), "{:?}", r.calls());
+    r.m.set_claims_allowed(true);
+    r.run_for(timing().retry_period + ms(100));
+    assert_eq!(r.started().len(), 1, "{:?}", r.calls());
+    // A live term is renewed while claims are withheld.
+    r.m.set_claims_allowed(false);
+    r.run_for(ms(30_000));
+    assert_eq!(r.started().len(), 1);
+    assert!(r.ended().is_empty() && r.m.is_leader(r.now));
+}
+
+#[test]
+fn term_ids_start_after_the_configured_base() {
+    let mut cfg = MachineConfig::new("a", timing(), 3);
+    cfg.term_ids_from = 7 << 32;
+    let mut r = Rig::new("a");
+    r.m = Machine::new(cfg);
+    r.run_for(ms(100));
+    assert_eq!(r.m.term().unwrap().id, TermId((7 << 32) + 1));
+}
+
 #[test]
 fn late_answers_to_abandoned_calls_are_ignored() {
     let mut r = Rig::new("a");

@@ -6,9 +6,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::batch::{BatchItem, Members};
 use crate::lease::{DbTime, Lease};
 use crate::slot::SlotClaim;
 use crate::store::{ErrorKind, Store, StoreError};
+
+/// A member whose heartbeat expired this long ago is forgotten.
+const FORGET_MEMBERS_AFTER: Duration = Duration::from_secs(3600);
 
 /// An in-memory [`Store`]: the reference implementation of the store
 /// contract, and a test double for programs that use this crate.
@@ -81,6 +85,8 @@ struct State {
     /// The negative control of the failover rule: claim inherited rows at
     /// once ([`MemStore::set_claims_inherited_rows`]).
     claims_inherited: bool,
+    /// Group members' heartbeats: group, member, expiry.
+    members: HashMap<String, HashMap<String, DbTime>>,
 }
 
 #[derive(Clone)]
@@ -124,8 +130,13 @@ pub struct MemStats {
     pub releases: u64,
     /// `inspect` calls answered.
     pub inspects: u64,
-    /// Calls that changed a row.
+    /// Calls that changed a row (each item of a batch counts).
     pub writes: u64,
+    /// Batched calls answered (`acquire_many` and the like); their items
+    /// are counted above too, one per item.
+    pub batches: u64,
+    /// `heartbeat` calls answered.
+    pub heartbeats: u64,
 }
 
 impl MemStore {
@@ -288,6 +299,20 @@ impl MemStore {
         let now = st.now();
         f(&mut st, now)
     }
+
+    /// [`MemStore::call`] for a batch of `len` items: a failure of the
+    /// whole call (the failure switch) fails every item.
+    fn batch<T>(
+        &self,
+        len: usize,
+        f: impl FnOnce(&mut State, DbTime) -> Vec<Result<T, StoreError>>,
+    ) -> Vec<Result<T, StoreError>> {
+        let out = self.call(|st, now| {
+            st.stats.batches += 1;
+            Ok(f(st, now))
+        });
+        out.unwrap_or_else(|e| crate::batch::all_failed(len, &e))
+    }
 }
 
 impl State {
@@ -317,6 +342,126 @@ impl Row {
     }
 }
 
+impl State {
+    /// [`Store::acquire`] of one row at `now`.
+    fn acquire(&mut self, now: DbTime, name: &str, identity: &str, ttl: Duration, payload: &[u8]) -> Lease {
+        self.stats.acquires += 1;
+        let expires_at = now.saturating_add(ttl);
+        // A new term's fence: above the previous one and at least the
+        // clock in microseconds, so it survives a deleted or restored row.
+        let clock_fence = u64::try_from(now.as_unix_micros()).unwrap_or(0).max(1);
+        let history = self.history;
+        let fresh = |fence| Row {
+            holder: identity.to_owned(),
+            fence,
+            acquired_at: now,
+            renewed_at: now,
+            expires_at,
+            payload: payload.to_vec(),
+            history,
+        };
+        let claims_inherited = self.claims_inherited;
+        let row = match self.rows.get_mut(name) {
+            None => {
+                self.stats.writes += 1;
+                self.rows.entry(name.to_owned()).or_insert(fresh(clock_fence))
+            }
+            // Inherited across a failover: before it expires, left for
+            // its holder to renew (its own acquire, the one of a process
+            // that no longer leads under that fence, must not make it a
+            // row of this history); once expired, held for nobody for a
+            // lease, not claimed (MemStore::fail_over).
+            Some(row) if row.history != history && !claims_inherited => {
+                if row.expires_at <= now {
+                    self.stats.writes += 1;
+                    let own = row.expires_at.saturating_duration_since(row.renewed_at);
+                    row.expires_at = row.expires_at.max(now.saturating_add(ttl.max(own)));
+                    row.renewed_at = row.renewed_at.max(now);
+                    row.holder.clear();
+                    row.history = history;
+                }
+                row
+            }
+            Some(row) if row.expires_at <= now => {
+                self.stats.writes += 1;
+                *row = fresh(row.fence.saturating_add(1).max(clock_fence));
+                row
+            }
+            // The holder's own lease, unless the row was written after
+            // this call's clock reading (a release it must not undo).
+            Some(row) if row.holder == identity && row.renewed_at <= now => {
+                self.stats.writes += 1;
+                row.renewed_at = now;
+                row.expires_at = row.expires_at.max(expires_at);
+                row.payload = payload.to_vec();
+                row.history = history;
+                row
+            }
+            Some(row) => row,
+        };
+        row.to_lease(name, now)
+    }
+
+    /// [`Store::renew`] of one row at `now`.
+    fn renew(
+        &mut self,
+        now: DbTime,
+        name: &str,
+        identity: &str,
+        fence: u64,
+        ttl: Duration,
+        payload: &[u8],
+    ) -> Result<Lease, StoreError> {
+        self.stats.renews += 1;
+        let history = self.history;
+        match self.rows.get_mut(name) {
+            // An inherited row may have lost renewals the holder was
+            // told of: it renews it, expired or not (nobody else can
+            // have claimed it; see MemStore::fail_over).
+            Some(row)
+                if row.holder == identity
+                    && row.fence == fence
+                    && (row.expires_at > now || row.history != history)
+                    && row.renewed_at <= now =>
+            {
+                self.stats.writes += 1;
+                row.history = history;
+                row.renewed_at = now;
+                // Never backwards: a renewal computed from an older
+                // clock reading must not shorten a newer one's lease.
+                row.expires_at = row.expires_at.max(now.saturating_add(ttl));
+                row.payload = payload.to_vec();
+                Ok(row.to_lease(name, now))
+            }
+            _ => Err(StoreError::lease_lost()),
+        }
+    }
+
+    /// [`Store::release`] of one row at `now`.
+    fn release(&mut self, now: DbTime, name: &str, identity: &str, fence: u64) {
+        self.stats.releases += 1;
+        let history = self.history;
+        if let Some(row) = self.rows.get_mut(name) {
+            // Not an inherited row: its release may be one of the
+            // writes the replica lacks, and cutting it short would undo
+            // the hold a claim of it starts (MemStore::fail_over).
+            if row.holder == identity && row.fence == fence && row.expires_at > now && row.history == history {
+                self.stats.writes += 1;
+                row.expires_at = now;
+                // A renewal whose clock reading is older than this must
+                // not land after it (Store::renew).
+                row.renewed_at = row.renewed_at.max(now);
+            }
+        }
+    }
+
+    /// [`Store::inspect`] of one row at `now`.
+    fn inspect(&mut self, now: DbTime, name: &str) -> Result<Lease, StoreError> {
+        self.stats.inspects += 1;
+        self.rows.get(name).map(|row| row.to_lease(name, now)).ok_or_else(|| StoreError::no_lease(name))
+    }
+}
+
 impl Store for MemStore {
     fn acquire(
         &self,
@@ -326,63 +471,7 @@ impl Store for MemStore {
         payload: &[u8],
         _timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        self.call(|st, now| {
-            st.stats.acquires += 1;
-            let expires_at = now.saturating_add(ttl);
-            // A new term's fence: above the previous one and at least the
-            // clock in microseconds, so it survives a deleted or restored row.
-            let clock_fence = u64::try_from(now.as_unix_micros()).unwrap_or(0).max(1);
-            let history = st.history;
-            let fresh = |fence| Row {
-                holder: identity.to_owned(),
-                fence,
-                acquired_at: now,
-                renewed_at: now,
-                expires_at,
-                payload: payload.to_vec(),
-                history,
-            };
-            let claims_inherited = st.claims_inherited;
-            let row = match st.rows.get_mut(name) {
-                None => {
-                    st.stats.writes += 1;
-                    st.rows.entry(name.to_owned()).or_insert(fresh(clock_fence))
-                }
-                // Inherited across a failover: before it expires, left for
-                // its holder to renew (its own acquire, the one of a process
-                // that no longer leads under that fence, must not make it a
-                // row of this history); once expired, held for nobody for a
-                // lease, not claimed (MemStore::fail_over).
-                Some(row) if row.history != history && !claims_inherited => {
-                    if row.expires_at <= now {
-                        st.stats.writes += 1;
-                        let own = row.expires_at.saturating_duration_since(row.renewed_at);
-                        row.expires_at = row.expires_at.max(now.saturating_add(ttl.max(own)));
-                        row.renewed_at = row.renewed_at.max(now);
-                        row.holder.clear();
-                        row.history = history;
-                    }
-                    row
-                }
-                Some(row) if row.expires_at <= now => {
-                    st.stats.writes += 1;
-                    *row = fresh(row.fence.saturating_add(1).max(clock_fence));
-                    row
-                }
-                // The holder's own lease, unless the row was written after
-                // this call's clock reading (a release it must not undo).
-                Some(row) if row.holder == identity && row.renewed_at <= now => {
-                    st.stats.writes += 1;
-                    row.renewed_at = now;
-                    row.expires_at = row.expires_at.max(expires_at);
-                    row.payload = payload.to_vec();
-                    row.history = history;
-                    row
-                }
-                Some(row) => row,
-            };
-            Ok(row.to_lease(name, now))
-        })
+        self.call(|st, now| Ok(st.acquire(now, name, identity, ttl, payload)))
     }
 
     fn renew(
@@ -394,58 +483,83 @@ impl Store for MemStore {
         payload: &[u8],
         _timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        self.call(|st, now| {
-            st.stats.renews += 1;
-            let history = st.history;
-            match st.rows.get_mut(name) {
-                // An inherited row may have lost renewals the holder was
-                // told of: it renews it, expired or not (nobody else can
-                // have claimed it; see MemStore::fail_over).
-                Some(row)
-                    if row.holder == identity
-                        && row.fence == fence
-                        && (row.expires_at > now || row.history != history)
-                        && row.renewed_at <= now =>
-                {
-                    st.stats.writes += 1;
-                    row.history = history;
-                    row.renewed_at = now;
-                    // Never backwards: a renewal computed from an older
-                    // clock reading must not shorten a newer one's lease.
-                    row.expires_at = row.expires_at.max(now.saturating_add(ttl));
-                    row.payload = payload.to_vec();
-                    Ok(row.to_lease(name, now))
-                }
-                _ => Err(StoreError::lease_lost()),
-            }
-        })
+        self.call(|st, now| st.renew(now, name, identity, fence, ttl, payload))
     }
 
     fn release(&self, name: &str, identity: &str, fence: u64, _timeout: Duration) -> Result<(), StoreError> {
         self.call(|st, now| {
-            st.stats.releases += 1;
-            let history = st.history;
-            if let Some(row) = st.rows.get_mut(name) {
-                // Not an inherited row: its release may be one of the
-                // writes the replica lacks, and cutting it short would undo
-                // the hold a claim of it starts (MemStore::fail_over).
-                if row.holder == identity && row.fence == fence && row.expires_at > now && row.history == history {
-                    st.stats.writes += 1;
-                    row.history = history;
-                    row.expires_at = now;
-                    // A renewal whose clock reading is older than this must
-                    // not land after it (Store::renew).
-                    row.renewed_at = row.renewed_at.max(now);
-                }
-            }
+            st.release(now, name, identity, fence);
             Ok(())
         })
     }
 
     fn inspect(&self, name: &str, _timeout: Duration) -> Result<Lease, StoreError> {
+        self.call(|st, now| st.inspect(now, name))
+    }
+
+    // Each batch is one call: one lock, one clock reading for every item
+    // (as one statement reads `now()` once), each row decided on its own.
+
+    fn acquire_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        _timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        self.batch(items.len(), |st, now| {
+            items.iter().map(|i| Ok(st.acquire(now, i.name, identity, ttl, i.payload))).collect()
+        })
+    }
+
+    fn renew_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        _timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        self.batch(items.len(), |st, now| {
+            items.iter().map(|i| st.renew(now, i.name, identity, i.fence, ttl, i.payload)).collect()
+        })
+    }
+
+    fn release_many(&self, identity: &str, items: &[BatchItem<'_>], _timeout: Duration) -> Vec<Result<(), StoreError>> {
+        self.batch(items.len(), |st, now| {
+            items
+                .iter()
+                .map(|i| {
+                    st.release(now, i.name, identity, i.fence);
+                    Ok(())
+                })
+                .collect()
+        })
+    }
+
+    fn inspect_many(&self, names: &[&str], _timeout: Duration) -> Vec<Result<Lease, StoreError>> {
+        self.batch(names.len(), |st, now| names.iter().map(|n| st.inspect(now, n)).collect())
+    }
+
+    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, _timeout: Duration) -> Result<Members, StoreError> {
         self.call(|st, now| {
-            st.stats.inspects += 1;
-            st.rows.get(name).map(|row| row.to_lease(name, now)).ok_or_else(|| StoreError::no_lease(name))
+            st.stats.heartbeats += 1;
+            let rows = st.members.entry(group.to_owned()).or_default();
+            // Rows of members that stopped long ago go, as a database
+            // store may delete them; an expired row is never counted.
+            rows.retain(|_, expires| now.saturating_duration_since(*expires) < FORGET_MEMBERS_AFTER);
+            let expires = rows.entry(member.to_owned()).or_insert(now);
+            *expires = (*expires).max(now.saturating_add(ttl));
+            let live = rows.values().filter(|e| **e > now).count();
+            Ok(Members::new(u32::try_from(live).unwrap_or(u32::MAX), now))
+        })
+    }
+
+    fn leave_group(&self, group: &str, member: &str, _timeout: Duration) -> Result<(), StoreError> {
+        self.call(|st, _now| {
+            if let Some(rows) = st.members.get_mut(group) {
+                rows.remove(member);
+            }
+            Ok(())
         })
     }
 

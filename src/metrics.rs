@@ -114,3 +114,93 @@ impl Metrics {
         self.call_duration[i].record(took.as_secs_f64());
     }
 }
+
+/// Elections a group runs, label `group`.
+pub(crate) const GROUP_ELECTIONS: &str = "leaderelection_group_elections";
+/// Elections a group's participant leads.
+pub(crate) const GROUP_LEADING: &str = "leaderelection_group_leading";
+/// Live members by the last heartbeat (fair share only).
+pub(crate) const GROUP_MEMBERS: &str = "leaderelection_group_live_members";
+/// The most elections the participant may lead now (fair share only).
+pub(crate) const GROUP_SHARE: &str = "leaderelection_group_share";
+/// Terms resigned to come down to the share.
+pub(crate) const GROUP_SHED: &str = "leaderelection_group_shed_total";
+/// A group's store calls, labels `op` and `outcome` = `ok` | `failed`
+/// (failed: the call failed as a whole).
+pub(crate) const GROUP_CALLS: &str = "leaderelection_group_calls_total";
+/// A group's store-call latency in seconds, label `op`.
+pub(crate) const GROUP_CALL_DURATION: &str = "leaderelection_group_call_duration_seconds";
+
+/// The `op` labels of a group's calls.
+pub(crate) const GROUP_OPS: [&str; 6] = ["renew", "inspect", "acquire", "release", "heartbeat", "leave"];
+
+/// One group's registered handles: a group exports figures of its own
+/// rather than a dozen series for each of its thousands of elections.
+pub(crate) struct GroupMetrics {
+    elections: Gauge,
+    leading: Gauge,
+    members: Gauge,
+    share: Gauge,
+    shed: Counter,
+    shed_seen: std::sync::atomic::AtomicU64,
+    calls_ok: [Counter; 6],
+    calls_failed: [Counter; 6],
+    call_duration: [Histogram; 6],
+}
+
+impl GroupMetrics {
+    pub(crate) fn new(group: &str) -> GroupMetrics {
+        describe_gauge!(GROUP_ELECTIONS, "elections the group runs");
+        describe_gauge!(GROUP_LEADING, "elections this participant of the group leads");
+        describe_gauge!(GROUP_MEMBERS, "live members of the group by the last heartbeat");
+        describe_gauge!(GROUP_SHARE, "the most elections this participant may lead now");
+        describe_counter!(GROUP_SHED, "terms resigned to come down to the fair share");
+        describe_counter!(GROUP_CALLS, "the group's store calls, by operation and outcome");
+        describe_histogram!(GROUP_CALL_DURATION, Unit::Seconds, "the group's store-call latency, by operation");
+        let g = || ("group", group.to_owned());
+        let call = |op: &str, outcome: &'static str| {
+            counter!(GROUP_CALLS, &[g(), ("op", op.to_owned()), ("outcome", outcome.to_owned())])
+        };
+        GroupMetrics {
+            elections: gauge!(GROUP_ELECTIONS, &[g()]),
+            leading: gauge!(GROUP_LEADING, &[g()]),
+            members: gauge!(GROUP_MEMBERS, &[g()]),
+            share: gauge!(GROUP_SHARE, &[g()]),
+            shed: counter!(GROUP_SHED, &[g()]),
+            shed_seen: std::sync::atomic::AtomicU64::new(0),
+            calls_ok: GROUP_OPS.map(|op| call(op, "ok")),
+            calls_failed: GROUP_OPS.map(|op| call(op, "failed")),
+            call_duration: GROUP_OPS.map(|op| histogram!(GROUP_CALL_DURATION, &[g(), ("op", op.to_owned())])),
+        }
+    }
+
+    /// The group's state after a round of the driver.
+    pub(crate) fn state(
+        &self,
+        elections: usize,
+        leading: usize,
+        members: Option<u32>,
+        share: Option<usize>,
+        shed: u64,
+    ) {
+        self.elections.set(elections as f64);
+        self.leading.set(leading as f64);
+        if let Some(m) = members {
+            self.members.set(f64::from(m));
+        }
+        if let Some(s) = share {
+            self.share.set(s as f64);
+        }
+        let seen = self.shed_seen.swap(shed, std::sync::atomic::Ordering::Relaxed);
+        if shed > seen {
+            self.shed.increment(shed - seen);
+        }
+    }
+
+    /// A call answered: `op` one of [`GROUP_OPS`].
+    pub(crate) fn call(&self, op: &str, ok: bool, took: Duration) {
+        let i = GROUP_OPS.iter().position(|o| *o == op).unwrap_or(0);
+        if ok { &self.calls_ok[i] } else { &self.calls_failed[i] }.increment(1);
+        self.call_duration[i].record(took.as_secs_f64());
+    }
+}

@@ -230,7 +230,7 @@ pub(crate) fn is_renewal(e: &ElectionError) -> bool {
 /// Called by the renewal thread only, with the state locked.
 pub(crate) struct Counters {
     #[cfg(feature = "metrics")]
-    metrics: crate::metrics::Metrics,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl Counters {
@@ -238,7 +238,17 @@ impl Counters {
     pub(crate) fn new(election: &str) -> Counters {
         Counters {
             #[cfg(feature = "metrics")]
-            metrics: crate::metrics::Metrics::new(election),
+            metrics: Some(crate::metrics::Metrics::new(election)),
+        }
+    }
+
+    /// Figures for [`Status`] only, no metric series: a group's elections,
+    /// thousands of them, would each register a dozen series (the group
+    /// exports figures of its own).
+    pub(crate) fn unexported() -> Counters {
+        Counters {
+            #[cfg(feature = "metrics")]
+            metrics: None,
         }
     }
 
@@ -246,20 +256,26 @@ impl Counters {
         fig.terms_started += 1;
         fig.term_started = Some(Instant::now());
         #[cfg(feature = "metrics")]
-        self.metrics.term_started();
+        if let Some(m) = &self.metrics {
+            m.term_started();
+        }
     }
 
     pub(crate) fn term_ended(&self, fig: &mut Figures, reason: EndReason) {
         *fig.terms_ended.count(reason) += 1;
         fig.term_started = None;
         #[cfg(feature = "metrics")]
-        self.metrics.term_ended(reason);
+        if let Some(m) = &self.metrics {
+            m.term_ended(reason);
+        }
     }
 
     pub(crate) fn renewed(&self, fig: &mut Figures) {
         fig.renewals_ok += 1;
         #[cfg(feature = "metrics")]
-        self.metrics.renewal(true);
+        if let Some(m) = &self.metrics {
+            m.renewal(true);
+        }
     }
 
     /// A failed call, as the machine reported it: a renewal failure, a store
@@ -268,18 +284,25 @@ impl Counters {
         if is_renewal(e) {
             fig.renewals_failed += 1;
             #[cfg(feature = "metrics")]
-            self.metrics.renewal(false);
+            if let Some(m) = &self.metrics {
+                m.renewal(false);
+            }
         }
         match e {
             ElectionError::Timeout { .. } => {
                 fig.calls_abandoned += 1;
                 #[cfg(feature = "metrics")]
-                self.metrics.abandoned();
+                if let Some(m) = &self.metrics {
+                    m.abandoned();
+                }
             }
             #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-            ElectionError::Store { error, .. } => {
+            ElectionError::Store { error, .. } =>
+            {
                 #[cfg(feature = "metrics")]
-                self.metrics.store_error(error.kind());
+                if let Some(m) = &self.metrics {
+                    m.store_error(error.kind());
+                }
             }
             _ => {}
         }
@@ -289,7 +312,9 @@ impl Counters {
     pub(crate) fn call_returned(&self, fig: &mut Figures, op: OpKind, took: Duration) {
         fig.last_call_rtt = Some(took);
         #[cfg(feature = "metrics")]
-        self.metrics.call_returned(op, took);
+        if let Some(m) = &self.metrics {
+            m.call_returned(op, took);
+        }
     }
 }
 

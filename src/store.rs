@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::batch::{BatchItem, Members};
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
 
@@ -183,6 +184,121 @@ pub trait Store: Send + Sync {
         let _ = (name, fence, slot, outcome, timeout);
         Err(StoreError::fatal("this store keeps no slots (it does not implement Store::finish_slot)"))
     }
+
+    /// Claims several elections for `identity` in one call (see
+    /// [`crate::batch`]): for each item, exactly what [`Store::acquire`]
+    /// does with `ttl` and the item's payload, decided by that election's
+    /// own row on the database's clock. Returns one answer per item, in
+    /// order.
+    ///
+    /// A store may skip an item whose row another transaction holds locked
+    /// (a lease check in a program's open transaction holds a claim off
+    /// until it ends): that item's answer is then a retryable error, and
+    /// the rest of the batch does not wait for it.
+    ///
+    /// The default calls [`Store::acquire`] once per item within `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// Per item, as [`Store::acquire`]. When the batch fails as a whole
+    /// (its statement, its connection, its timeout), every item carries
+    /// the error, and every claim's outcome is unknown.
+    fn acquire_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        crate::batch::acquire_each(self, identity, ttl, items, timeout)
+    }
+
+    /// Renews several terms of `identity` in one call: for each item,
+    /// exactly what [`Store::renew`] does with the item's fence, `ttl` and
+    /// payload, decided by that election's own row on the database's clock
+    /// (an item whose guard no longer matches is [`ErrorKind::LeaseLost`],
+    /// whatever the others do). One answer per item, in order.
+    ///
+    /// The default calls [`Store::renew`] once per item within `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// Per item, as [`Store::renew`]. When the batch fails as a whole,
+    /// every item carries the error: a batch that timed out counts against
+    /// every lease in it.
+    fn renew_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        crate::batch::renew_each(self, identity, ttl, items, timeout)
+    }
+
+    /// Releases several terms of `identity` in one call: for each item,
+    /// what [`Store::release`] does with the item's fence. One answer per
+    /// item, in order.
+    ///
+    /// The default calls [`Store::release`] once per item within `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// Per item, as [`Store::release`]; a batch that fails as a whole fails
+    /// every item.
+    fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
+        crate::batch::release_each(self, identity, items, timeout)
+    }
+
+    /// Reads several elections' rows in one call, writing nothing: for each
+    /// name, what [`Store::inspect`] returns. One answer per name, in
+    /// order.
+    ///
+    /// The default calls [`Store::inspect`] once per name within `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// Per name, as [`Store::inspect`] ([`ErrorKind::NoLease`] for an
+    /// election without a row); a batch that fails as a whole fails every
+    /// name.
+    fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
+        crate::batch::inspect_each(self, names, timeout)
+    }
+
+    /// Records that `member` of `group` is alive until `ttl` after the
+    /// database's `now`, and counts the group's members alive at that `now` (this
+    /// one included), in one statement or short transaction. A group with
+    /// a fair share ([`GroupConfig::fair_share`](crate::GroupConfig::fair_share))
+    /// sends one every renew interval and leads at most its share of the
+    /// elections by the count.
+    ///
+    /// A store may also delete the group's rows that expired long ago
+    /// (members that crashed); it must never count an expired row.
+    ///
+    /// The default refuses, with a fatal error: a store that keeps no
+    /// members. Groups without a fair share never call it.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`].
+    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, timeout: Duration) -> Result<Members, StoreError> {
+        let _ = (group, member, ttl, timeout);
+        Err(StoreError::fatal("this store keeps no group members (it does not implement Store::heartbeat)"))
+    }
+
+    /// Removes `member` from `group`, so the others count it out at once
+    /// rather than when its heartbeat expires. Leaving a group one is not
+    /// in changes nothing.
+    ///
+    /// The default refuses, with a fatal error, as [`Store::heartbeat`].
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`].
+    fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
+        let _ = (group, member, timeout);
+        Err(StoreError::fatal("this store keeps no group members (it does not implement Store::leave_group)"))
+    }
 }
 
 /// The store behind a smart pointer: `Arc<dyn Store>` to share one among
@@ -237,6 +353,47 @@ macro_rules! forward_store {
                 timeout: Duration,
             ) -> Result<bool, StoreError> {
                 (**self).finish_slot(name, fence, slot, outcome, timeout)
+            }
+            fn acquire_many(
+                &self,
+                identity: &str,
+                ttl: Duration,
+                items: &[BatchItem<'_>],
+                timeout: Duration,
+            ) -> Vec<Result<Lease, StoreError>> {
+                (**self).acquire_many(identity, ttl, items, timeout)
+            }
+            fn renew_many(
+                &self,
+                identity: &str,
+                ttl: Duration,
+                items: &[BatchItem<'_>],
+                timeout: Duration,
+            ) -> Vec<Result<Lease, StoreError>> {
+                (**self).renew_many(identity, ttl, items, timeout)
+            }
+            fn release_many(
+                &self,
+                identity: &str,
+                items: &[BatchItem<'_>],
+                timeout: Duration,
+            ) -> Vec<Result<(), StoreError>> {
+                (**self).release_many(identity, items, timeout)
+            }
+            fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
+                (**self).inspect_many(names, timeout)
+            }
+            fn heartbeat(
+                &self,
+                group: &str,
+                member: &str,
+                ttl: Duration,
+                timeout: Duration,
+            ) -> Result<Members, StoreError> {
+                (**self).heartbeat(group, member, ttl, timeout)
+            }
+            fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
+                (**self).leave_group(group, member, timeout)
             }
         }
     };

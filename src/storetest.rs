@@ -11,6 +11,12 @@
 //! # fn main() {}
 //! ```
 //!
+//! The batched forms (`acquire_many` and the rest, see [`crate::batch`]) are
+//! among [`CASES`]: the trait's defaults pass them, so a store that
+//! overrides them must decide every item as the single-lease call would.
+//! Group members ([`Store::heartbeat`]) have cases of their own,
+//! [`MEMBER_CASES`], run by [`run_member_cases`].
+//!
 //! The store must keep real time (leases expire by themselves): the cases
 //! that need an expiry use TTLs of a few hundred milliseconds and poll
 //! [`Store::inspect`] until the database says the lease has expired. They
@@ -34,6 +40,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::batch::BatchItem;
 use crate::lease::Lease;
 use crate::memstore::MemStore;
 use crate::slot::SlotClaim;
@@ -99,6 +106,11 @@ pub const CASES: &[(&str, Case)] = &[
     ("a_slot_claim_needs_the_term", a_slot_claim_needs_the_term),
     ("a_slot_whose_run_did_not_succeed_may_be_retried", a_slot_whose_run_did_not_succeed_may_be_retried),
     ("concurrent_slot_claims_one_wins", concurrent_slot_claims_one_wins),
+    ("batched_claims_decide_each_row_on_its_own", batched_claims_decide_each_row_on_its_own),
+    ("batched_renewals_are_guarded_per_row", batched_renewals_are_guarded_per_row),
+    ("batched_releases_and_reads", batched_releases_and_reads),
+    ("a_large_batch_answers_in_order", a_large_batch_answers_in_order),
+    ("concurrent_batched_claims_one_wins_each", concurrent_batched_claims_one_wins_each),
 ];
 
 /// Every case that needs an [`Operator`], in the order
@@ -148,7 +160,9 @@ fn run_one(name: &str, case: impl FnOnce()) {
 ///
 /// `storetest_suite!(operator: $make)` does the same for [`OPERATOR_CASES`],
 /// with `$make` giving a `(store, operator)` pair; the operator may drop the
-/// table, so give each case a table of its own.
+/// table, so give each case a table of its own. `storetest_suite!(members:
+/// $make)` does it for [`MEMBER_CASES`], for a store that keeps group
+/// members.
 #[macro_export]
 macro_rules! storetest_suite {
     (operator: $make:expr) => {
@@ -156,6 +170,12 @@ macro_rules! storetest_suite {
             fences_grow_across_a_deleted_row,
             fences_grow_across_an_older_row_coming_back,
             fences_grow_across_a_recreated_table,
+        );
+    };
+    (members: $make:expr) => {
+        $crate::storetest_suite!(@cases $make;
+            heartbeats_count_live_members,
+            a_member_that_leaves_is_counted_out_at_once,
         );
     };
     ($make:expr) => {
@@ -178,6 +198,11 @@ macro_rules! storetest_suite {
             a_slot_claim_needs_the_term,
             a_slot_whose_run_did_not_succeed_may_be_retried,
             concurrent_slot_claims_one_wins,
+            batched_claims_decide_each_row_on_its_own,
+            batched_renewals_are_guarded_per_row,
+            batched_releases_and_reads,
+            a_large_batch_answers_in_order,
+            concurrent_batched_claims_one_wins_each,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -740,4 +765,282 @@ pub fn concurrent_slot_claims_one_wins(s: &dyn Store) {
     let won = claims.iter().filter(|c| c.is_claimed()).count();
     assert_eq!(won, 1, "{claims:?}");
     assert!(claims.iter().all(|c| c.is_claimed() || *c == SlotClaim::Taken { fence: a.fence, outcome: None }));
+}
+
+// ---- batched calls (crate::batch) ----
+
+fn item<'a>(name: &'a str, fence: u64, payload: &'a [u8]) -> BatchItem<'a> {
+    BatchItem { name, fence, payload }
+}
+
+fn answers<T>(what: &str, out: &[Result<T, StoreError>], len: usize) {
+    assert_eq!(out.len(), len, "{what} must answer once per item, in order");
+}
+
+/// A batched claim decides each election by its own row, as `acquire`
+/// would: an absent row is claimed, another holder's valid lease is left
+/// exactly as it was, an expired one is taken with a higher fence, and
+/// the caller's own valid lease keeps its term.
+pub fn batched_claims_decide_each_row_on_its_own(s: &dyn Store) {
+    let base = fresh_name("batch-claim");
+    let names = [format!("{base}/absent"), format!("{base}/theirs"), format!("{base}/expired"), format!("{base}/mine")];
+    let theirs = acquire(s, &names[1], "b", LONG, b"b");
+    let expired = acquire(s, &names[2], "b", SHORT, b"b");
+    let mine = acquire(s, &names[3], "a", LONG, b"old");
+    wait_expired(s, &names[2]);
+    let items: Vec<BatchItem<'_>> = names.iter().map(|n| item(n, 0, b"new")).collect();
+    let out = s.acquire_many("a", LONG, &items, TIMEOUT);
+    answers("acquire_many", &out, 4);
+    let got: Vec<Lease> = out
+        .into_iter()
+        .zip(&names)
+        .map(|(r, n)| r.unwrap_or_else(|e| panic!("acquire_many: {n} failed: {e}")))
+        .collect();
+    for (l, n) in got.iter().zip(&names) {
+        assert_eq!(&l.name, n, "answers come in the items' order");
+    }
+    let (absent, taken, claimed, own) = (&got[0], &got[1], &got[2], &got[3]);
+    assert!(absent.held_by("a") && absent.fence >= 1 && absent.ttl() == LONG, "absent row claimed: {absent:?}");
+    assert_eq!(absent.payload, b"new");
+    assert_eq!(row(taken), row(&theirs), "another holder's valid lease must be left as it was");
+    assert_eq!(row(&inspect(s, &names[1])), row(&theirs), "and not written");
+    assert!(claimed.held_by("a") && claimed.fence > expired.fence, "an expired lease is a new term: {claimed:?}");
+    assert_eq!(claimed.acquired_at, claimed.now);
+    assert!(own.held_by("a") && own.fence == mine.fence, "the holder keeps its term: {own:?}");
+    assert!(own.expires_at >= mine.expires_at && own.payload == b"new", "{own:?}");
+    assert_eq!(own.acquired_at, mine.acquired_at);
+    assert!(s.acquire_many("a", LONG, &[], TIMEOUT).is_empty(), "an empty batch answers nothing");
+}
+
+/// A batched renewal is guarded per row: a term the caller still holds is
+/// extended with the new payload; another holder's row, a wrong fence and
+/// an absent row each fail with LeaseLost on their own and are not written.
+pub fn batched_renewals_are_guarded_per_row(s: &dyn Store) {
+    let base = fresh_name("batch-renew");
+    let names = [format!("{base}/held"), format!("{base}/taken"), format!("{base}/fence"), format!("{base}/absent")];
+    let held = acquire(s, &names[0], "a", LONG, b"");
+    let lost = acquire(s, &names[1], "a", SHORT, b"");
+    let wrong = acquire(s, &names[2], "a", LONG, b"w");
+    wait_expired(s, &names[1]);
+    let taken = acquire(s, &names[1], "b", LONG, b"b");
+    assert!(taken.held_by("b"));
+    let items = [
+        item(&names[0], held.fence, b"r0"),
+        item(&names[1], lost.fence, b"r1"),
+        item(&names[2], wrong.fence + 1, b"r2"),
+        item(&names[3], 7, b"r3"),
+    ];
+    let out = s.renew_many("a", LONG, &items, TIMEOUT);
+    answers("renew_many", &out, 4);
+    match &out[0] {
+        Ok(l) => {
+            assert!(l.held_by("a") && l.fence == held.fence && l.ttl() == LONG && l.payload == b"r0", "{l:?}");
+            assert_eq!(&l.name, &names[0]);
+        }
+        Err(e) => panic!("renew_many: the held term must renew, got {e}"),
+    }
+    for (k, what) in [(1, "a lease another holder took"), (2, "a wrong fence"), (3, "an absent row")] {
+        assert!(out[k].as_ref().is_err_and(StoreError::is_lease_lost), "{what} must be LeaseLost: {:?}", out[k]);
+    }
+    assert_eq!(row(&inspect(s, &names[1])), row(&taken), "the other holder's row was written");
+    assert_eq!(row(&inspect(s, &names[2])), row(&wrong), "a wrong fence's row was written");
+    assert!(s.inspect(&names[3], TIMEOUT).is_err_and(|e| e.is_no_lease()), "a renewal created a row");
+}
+
+/// A batched release ends the caller's terms (the row and fence stay) and
+/// leaves another holder's alone; a batched read answers each name, a
+/// missing one with NoLease, and writes nothing.
+pub fn batched_releases_and_reads(s: &dyn Store) {
+    let base = fresh_name("batch-release");
+    let names = [format!("{base}/mine"), format!("{base}/theirs"), format!("{base}/missing")];
+    let mine = acquire(s, &names[0], "a", LONG, b"");
+    let theirs = acquire(s, &names[1], "b", LONG, b"");
+    let out = s.release_many("a", &[item(&names[0], mine.fence, b""), item(&names[1], theirs.fence, b"")], TIMEOUT);
+    answers("release_many", &out, 2);
+    assert!(out.iter().all(Result::is_ok), "releases answer Ok, also for a lease not held: {out:?}");
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let read = s.inspect_many(&refs, TIMEOUT);
+    answers("inspect_many", &read, 3);
+    let released = read[0].as_ref().expect("inspect_many of a released row");
+    assert!(released.expired() && released.fence == mine.fence && released.holder == "a", "{released:?}");
+    assert!(released.renewed_at >= released.expires_at, "a release stamps renewed_at: {released:?}");
+    assert_eq!(row(read[1].as_ref().expect("inspect_many")), row(&theirs), "another holder's lease was released");
+    assert!(read[2].as_ref().is_err_and(StoreError::is_no_lease), "a missing row: {:?}", read[2]);
+    let again = s.inspect_many(&refs, TIMEOUT);
+    for (a, b) in read.iter().zip(&again).take(2) {
+        assert_eq!(row(a.as_ref().unwrap()), row(b.as_ref().unwrap()), "inspect_many wrote a row");
+    }
+    assert!(s.inspect_many(&[], TIMEOUT).is_empty() && s.release_many("a", &[], TIMEOUT).is_empty());
+}
+
+/// Hundreds of elections in one batch, names that look like SQL among
+/// them: every answer belongs to its item, in order, whatever order the
+/// names come in, through claims, renewals, reads and releases.
+pub fn a_large_batch_answers_in_order(s: &dyn Store) {
+    const N: usize = 300;
+    let base = fresh_name("batch-large");
+    let names: Vec<String> = (0..N)
+        .map(|i| match i % 3 {
+            0 => format!("{base}/{i:03}"),
+            1 => format!("{base}/it's \\ \"{i}\"; DROP TABLE leases; --"),
+            _ => format!("{base}/ünïcødé ✓ {i}"),
+        })
+        .rev()
+        .collect();
+    for n in names.iter().skip(1).step_by(2) {
+        acquire(s, n, "b", LONG, b"b");
+    }
+    let items: Vec<BatchItem<'_>> = names.iter().map(|n| item(n, 0, n.as_bytes())).collect();
+    let out = s.acquire_many("a", LONG, &items, TIMEOUT);
+    answers("acquire_many", &out, N);
+    let mut fences = Vec::new();
+    for (i, (r, n)) in out.iter().zip(&names).enumerate() {
+        let l = r.as_ref().unwrap_or_else(|e| panic!("acquire_many item {i}: {e}"));
+        assert_eq!(&l.name, n, "item {i} answered for another election");
+        assert_eq!(l.held_by("a"), i % 2 == 0, "item {i}: {l:?}");
+        if i % 2 == 0 {
+            assert_eq!(l.payload, n.as_bytes(), "item {i}'s payload");
+            fences.push(l.fence);
+        }
+    }
+    let mine: Vec<&String> = names.iter().step_by(2).collect();
+    let payloads: Vec<String> = (0..mine.len()).map(|i| format!("r{i}")).collect();
+    let renew: Vec<BatchItem<'_>> =
+        mine.iter().zip(&fences).zip(&payloads).map(|((n, f), p)| item(n, *f, p.as_bytes())).collect();
+    let out = s.renew_many("a", LONG, &renew, TIMEOUT);
+    answers("renew_many", &out, mine.len());
+    for (i, r) in out.iter().enumerate() {
+        let l = r.as_ref().unwrap_or_else(|e| panic!("renew_many item {i}: {e}"));
+        assert!(&l.name == mine[i] && l.fence == fences[i] && l.payload == payloads[i].as_bytes(), "item {i}: {l:?}");
+    }
+    let mut shuffled: Vec<&str> = names.iter().map(String::as_str).collect();
+    shuffled.rotate_left(N / 3);
+    let read = s.inspect_many(&shuffled, TIMEOUT);
+    answers("inspect_many", &read, N);
+    for (r, n) in read.iter().zip(&shuffled) {
+        assert_eq!(r.as_ref().map(|l| l.name.as_str()).unwrap_or_else(|e| panic!("inspect_many {n}: {e}")), *n);
+    }
+    let out = s.release_many("a", &renew, TIMEOUT);
+    answers("release_many", &out, mine.len());
+    let refs: Vec<&str> = mine.iter().map(|n| n.as_str()).collect();
+    for (r, n) in s.inspect_many(&refs, TIMEOUT).iter().zip(&refs) {
+        let l = r.as_ref().unwrap_or_else(|e| panic!("inspect_many {n}: {e}"));
+        assert!(l.expired(), "{n} was not released: {l:?}");
+    }
+}
+
+/// Several participants claim the same elections in one batch each, in
+/// different orders, at once: every election has exactly one winner, each
+/// participant is told that winner, and no batch fails (a store must take
+/// its row locks in one order, so two batches cannot deadlock).
+pub fn concurrent_batched_claims_one_wins_each(s: &dyn Store) {
+    const N: usize = 4;
+    const ELECTIONS: usize = 40;
+    let base = fresh_name("batch-race");
+    let names: Vec<String> = (0..ELECTIONS).map(|i| format!("{base}/{i:02}")).collect();
+    let barrier = Arc::new(Barrier::new(N));
+    let results: Vec<(String, Vec<Lease>)> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..N)
+            .map(|t| {
+                let (barrier, names) = (Arc::clone(&barrier), &names);
+                scope.spawn(move || {
+                    let id = format!("p{t}");
+                    let mut order: Vec<usize> = (0..ELECTIONS).collect();
+                    order.rotate_left(t * ELECTIONS / N);
+                    if t % 2 == 1 {
+                        order.reverse();
+                    }
+                    let items: Vec<BatchItem<'_>> = order.iter().map(|&i| item(&names[i], 0, id.as_bytes())).collect();
+                    barrier.wait();
+                    let out = s.acquire_many(&id, LONG, &items, TIMEOUT);
+                    answers("acquire_many", &out, ELECTIONS);
+                    let mut by_index: Vec<Option<Lease>> = vec![None; ELECTIONS];
+                    for (&i, r) in order.iter().zip(out) {
+                        by_index[i] =
+                            Some(r.unwrap_or_else(|e| panic!("{id}: acquire_many of {} failed: {e}", names[i])));
+                    }
+                    (id, by_index.into_iter().map(Option::unwrap).collect())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("claiming thread panicked")).collect()
+    });
+    for (i, n) in names.iter().enumerate() {
+        let winners: Vec<&str> =
+            results.iter().filter(|(id, ls)| ls[i].held_by(id)).map(|(id, _)| id.as_str()).collect();
+        assert_eq!(winners.len(), 1, "{n}: exactly one must win, won: {winners:?}");
+        let current = inspect(s, n);
+        for (id, ls) in &results {
+            assert_eq!(
+                (ls[i].holder.as_str(), ls[i].fence),
+                (winners[0], current.fence),
+                "{id} was told another row of {n}"
+            );
+        }
+    }
+}
+
+// ---- group members (Store::heartbeat, Store::leave_group) ----
+
+/// Every case that needs group members, in the order
+/// [`run_member_cases`] runs them. A store that keeps no members (the
+/// trait's default) fails them; groups without a fair share do not need
+/// them.
+pub const MEMBER_CASES: &[(&str, Case)] = &[
+    ("heartbeats_count_live_members", heartbeats_count_live_members),
+    ("a_member_that_leaves_is_counted_out_at_once", a_member_that_leaves_is_counted_out_at_once),
+];
+
+/// Runs every case in [`MEMBER_CASES`] against `store`.
+///
+/// # Panics
+///
+/// On the first case that fails, naming it.
+pub fn run_member_cases(store: &dyn Store) {
+    for (name, case) in MEMBER_CASES {
+        run_one(name, || case(store));
+    }
+}
+
+fn beat(s: &dyn Store, group: &str, member: &str, ttl: Duration) -> crate::Members {
+    s.heartbeat(group, member, ttl, TIMEOUT).unwrap_or_else(|e| panic!("heartbeat({group}, {member}) failed: {e}"))
+}
+
+/// A heartbeat counts the group's members alive on the database clock,
+/// itself included; other groups are counted apart; a member whose
+/// heartbeat expired is no longer counted, and counts again once it beats.
+pub fn heartbeats_count_live_members(s: &dyn Store) {
+    let group = fresh_name("members");
+    let other = fresh_name("members-other");
+    assert_eq!(beat(s, &group, "a", SHORT).live, 1, "the first member counts itself");
+    assert_eq!(beat(s, &group, "b", LONG).live, 2);
+    assert_eq!(beat(s, &group, "it's \\ \"c\"; --", LONG).live, 3, "members with any name");
+    assert_eq!(beat(s, &other, "a", LONG).live, 1, "another group is counted apart");
+    let again = beat(s, &group, "b", LONG);
+    assert_eq!(again.live, 3, "a member beating again is counted once");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = beat(s, &group, "b", LONG);
+        if m.live == 2 {
+            assert!(m.now > again.now, "the database clock moved");
+            break;
+        }
+        assert_eq!(m.live, 3);
+        assert!(Instant::now() < deadline, "a member whose heartbeat expired is still counted after 10 s");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(beat(s, &group, "a", LONG).live, 3, "an expired member counts again once it beats");
+}
+
+/// A member that leaves is counted out at once by the next heartbeat of
+/// another; leaving a group one is not in changes nothing.
+pub fn a_member_that_leaves_is_counted_out_at_once(s: &dyn Store) {
+    let group = fresh_name("members-leave");
+    beat(s, &group, "a", LONG);
+    assert_eq!(beat(s, &group, "b", LONG).live, 2);
+    s.leave_group(&group, "a", TIMEOUT).expect("leave_group");
+    assert_eq!(beat(s, &group, "b", LONG).live, 1, "a member that left is still counted");
+    s.leave_group(&group, "never-joined", TIMEOUT).expect("leaving a group one is not in");
+    s.leave_group(&fresh_name("no-such-group"), "b", TIMEOUT).expect("leaving a group nobody is in");
+    assert_eq!(beat(s, &group, "b", LONG).live, 1);
 }

@@ -15,9 +15,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
-use leaderelection::{ErrorKind, Lease, Store, StoreError};
+use leaderelection::{BatchItem, ErrorKind, Lease, Store, StoreError};
 use mysql::prelude::Queryable;
-use mysql_support::claims::{current_claim, old_claim, run_claim_cases};
+use mysql_support::claims::{current_batch_claim, current_claim, old_claim, run_claim_cases};
 use mysql_support::exec;
 use support::maria_server::MariaServer;
 use support::wait_for;
@@ -260,6 +260,7 @@ fn the_store_and_a_fleet_under_hostile_server_modes() {
     let store = || MySqlStore::builder(&server.url()).table("le_hostile").build().unwrap();
     store().ensure_schema().expect("ensure_schema under the hostile modes");
     leaderelection::storetest::run_all(&store());
+    leaderelection::storetest::run_member_cases(&store());
     support::elector::fleet_survives_leader_crashes("mariadb, hostile modes", store, 2);
 
     // The negative control, on a session that keeps the server's sql_mode.
@@ -271,6 +272,8 @@ fn the_store_and_a_fleet_under_hostile_server_modes() {
     let wrong = run_claim_cases(&mut c, "le_hostile", &old_claim);
     assert!(wrong.iter().any(|w| w.starts_with("expired, another's")), "not caught: {wrong:#?}");
     assert!(run_claim_cases(&mut c, "le_hostile", &current_claim).is_empty(), "the current claim, bare, too");
+    let wrong = run_claim_cases(&mut c, "le_hostile", &current_batch_claim);
+    assert!(wrong.is_empty(), "the batch's claim, bare: {wrong:#?}");
 }
 
 /// A statement over the server's `max_allowed_packet` (here 16 KiB, and a
@@ -293,4 +296,44 @@ fn a_statement_over_max_allowed_packet_is_fatal_and_names_the_setting() {
     let e = s.renew("small", "a", 1, TTL, &big, LONG).expect_err("a renewal over max_allowed_packet");
     assert!(e.is_fatal(), "{e}");
     assert!(s.inspect("small", LONG).unwrap().held_by("a"), "the store still works");
+
+    // A batch is split into statements that fit (issue 20): 300 elections,
+    // far more than one 16 KiB statement holds, in one call of each kind,
+    // in the transaction of that call; an item whose own statement cannot
+    // fit is refused alone, fatal as the single call's, and the rest go on.
+    let names: Vec<String> = (0..300).map(|k| format!("batch-{k:03}")).collect();
+    let payloads: Vec<Vec<u8>> = (0..300).map(|k| format!("payload of {k:03} ").repeat(3).into_bytes()).collect();
+    let mut items: Vec<BatchItem<'_>> =
+        names.iter().zip(&payloads).map(|(n, p)| BatchItem { name: n, fence: 0, payload: p }).collect();
+    items.insert(150, BatchItem { name: "batch-big", fence: 0, payload: &big });
+    let claimed = s.acquire_many("a", TTL, &items, LONG);
+    assert_eq!(claimed.len(), 301);
+    let e = claimed[150].as_ref().expect_err("a claim over max_allowed_packet in a batch");
+    assert!(e.is_fatal() && e.to_string().contains("more than max_allowed_packet (16384 bytes)"), "{e}");
+    items.remove(150);
+    let mut fences = Vec::new();
+    for (r, it) in claimed.iter().enumerate().filter(|(k, _)| *k != 150).map(|(_, r)| r).zip(&items) {
+        let l = r.as_ref().unwrap_or_else(|e| panic!("{}: {e}", it.name));
+        assert!(l.held_by("a") && l.payload == it.payload, "{l:?}");
+        fences.push(l.fence);
+    }
+    // Renewals: one payload for all (one statement form), then one each
+    // (the other).
+    for each in [false, true] {
+        let renew: Vec<BatchItem<'_>> = items
+            .iter()
+            .zip(&fences)
+            .map(|(it, f)| BatchItem { name: it.name, fence: *f, payload: if each { it.payload } else { b"same" } })
+            .collect();
+        for (r, it) in s.renew_many("a", TTL, &renew, LONG).iter().zip(&renew) {
+            let l = r.as_ref().unwrap_or_else(|e| panic!("renew {} (one payload each: {each}): {e}", it.name));
+            assert_eq!(l.payload, it.payload);
+        }
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert!(s.inspect_many(&refs, LONG).iter().all(|r| r.as_ref().is_ok_and(|l| l.held_by("a"))));
+    let release: Vec<BatchItem<'_>> =
+        items.iter().zip(&fences).map(|(it, f)| BatchItem { name: it.name, fence: *f, payload: b"" }).collect();
+    assert!(s.release_many("a", &release, LONG).iter().all(Result::is_ok));
+    assert!(s.inspect_many(&refs, LONG).iter().all(|r| r.as_ref().is_ok_and(|l| l.expired())), "not released");
 }

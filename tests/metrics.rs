@@ -235,3 +235,35 @@ fn failures_are_counted_by_kind_and_each_early_end_by_its_reason() {
     let gauge = rec.get("leaderelection_leader{election=\"faulty\"}");
     assert_eq!(gauge, [0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]);
 }
+
+/// A group exports figures of its own, labelled with the group's name, and
+/// no series per election (thousands of elections would each register a
+/// dozen).
+#[test]
+fn a_group_exports_its_own_figures_and_none_per_election() {
+    use leaderelection::{Group, GroupConfig};
+    let rec = Recorder::default();
+    let store = MemStore::new();
+    let config =
+        GroupConfig::new(Config::new(store.clone(), "shards").identity("node-1").timing(timing())).fair_share(true);
+    let group = metrics::with_local_recorder(&rec, || Group::start(config)).unwrap();
+    let shards: Vec<_> = (0..20).map(|i| group.join(&format!("shard-{i}")).unwrap()).collect();
+    let g = "group=\"shards\"";
+    let last = |name: &str| rec.get(&format!("{name}{{{g}}}")).last().copied();
+    assert!(threaded::eventually(Duration::from_secs(5), || last("leaderelection_group_leading") == Some(20.0)));
+    assert_eq!(last("leaderelection_group_elections"), Some(20.0));
+    assert_eq!(last("leaderelection_group_live_members"), Some(1.0));
+    assert_eq!(last("leaderelection_group_share"), Some(20.0));
+    assert!(threaded::eventually(Duration::from_secs(5), || {
+        rec.sum(&format!("leaderelection_group_calls_total{{{g},op=\"renew\",outcome=\"ok\"}}")) >= 2
+    }));
+    assert!(rec.sum(&format!("leaderelection_group_calls_total{{{g},op=\"heartbeat\",outcome=\"ok\"}}")) >= 1);
+    let renew_times = rec.get(&format!("leaderelection_group_call_duration_seconds{{{g},op=\"renew\"}}"));
+    assert!(!renew_times.is_empty() && renew_times.iter().all(|s| *s >= 0.0 && *s < 1.0), "{renew_times:?}");
+    group.shutdown().unwrap();
+    assert_eq!(rec.sum(&format!("leaderelection_group_calls_total{{{g},op=\"leave\",outcome=\"ok\"}}")), 1);
+    assert!(rec.sum(&format!("leaderelection_group_calls_total{{{g},op=\"release\",outcome=\"ok\"}}")) >= 1);
+    let series: Vec<String> = rec.series.lock().unwrap().keys().cloned().collect();
+    assert!(series.iter().all(|s| s.starts_with("leaderelection_group_")), "per-election series: {series:#?}");
+    drop(shards);
+}

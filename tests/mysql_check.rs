@@ -13,11 +13,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
-use leaderelection::{Elector, ErrorKind, LeaderGuard};
+use leaderelection::{BatchItem, Elector, ErrorKind, LeaderGuard, Store};
 use mysql::prelude::Queryable;
 use mysql::{IsolationLevel, TxOpts};
 use mysql_support::{admin, exec, url, SHARED};
 use support::{config, random_tag, wait_for, TIMING};
+
+const LONG: Duration = Duration::from_secs(60);
 
 const TABLE: &str = "le_check";
 
@@ -147,7 +149,7 @@ fn holds_a_claim_off_and_lets_renewals_through(level: IsolationLevel, checked: b
     let b = Elector::start(config(s.clone(), &name, "b")).unwrap();
     let open_for = TIMING.lease_duration + Duration::from_secs(2);
     let held_off = !wait_for(open_for, || b.is_leader());
-    let drop_table = || exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`, `{table}_slots`"));
+    let drop_table = || exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`"));
     if !checked {
         assert!(!held_off, "without the check the successor should have led while the transaction was open");
         drop(tx);
@@ -222,5 +224,143 @@ fn a_check_without_its_index_refuses_until_ensure_schema() {
     let terms: Option<i64> = c.query_first(format!("SELECT terms FROM `{table}` WHERE name = 'x'")).unwrap();
     assert_eq!(terms, Some(0), "the old row kept, with the column added");
     e.shutdown().unwrap();
-    exec(&mut c, &format!("DROP TABLE `{table}`, `{table}_slots`"));
+    exec(&mut c, &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`"));
+}
+
+/// A store on a table of its own (dropped by the caller).
+fn fresh_store(prefix: &str) -> (MySqlStore, String) {
+    let table = format!("{prefix}_{}", random_tag());
+    let s = store_on(&table);
+    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+    (s, table)
+}
+
+fn drop_tables(table: &str) {
+    exec(&mut admin(SHARED), &format!("DROP TABLE IF EXISTS `{table}`, `{table}_slots`, `{table}_members`"));
+}
+
+fn item(name: &str) -> BatchItem<'_> {
+    BatchItem { name, fence: 0, payload: b"b" }
+}
+
+/// Waits until every row of `names` has expired on the database's clock.
+fn all_expired(s: &MySqlStore, names: &[&str]) {
+    let expired = wait_for(Duration::from_secs(10), || {
+        s.inspect_many(names, Duration::from_secs(2)).iter().all(|r| r.as_ref().is_ok_and(|l| l.expired()))
+    });
+    assert!(expired, "the rows did not expire: {:?}", s.inspect_many(names, Duration::from_secs(2)));
+}
+
+/// A lease check held open on one of several expired elections does not
+/// stall a batched claim (issue 20): the batch claims the others at once,
+/// and answers retryable, unclaimed, the checked election and the ones
+/// whose claim would have to wait for the check's locks: the election
+/// right before it in the index (its claim inserts its new index entry in
+/// the gap the check holds) and a new election right after it (its row
+/// goes into the other gap). A claim that looked only at its own row, or
+/// at the primary key, waits for the check here, and with it the whole
+/// batch until the server's lock wait gives up (every item failed). Once
+/// the checked transaction ends, a batch claims those too.
+#[test]
+fn a_batched_claim_skips_what_an_open_check_holds_and_claims_the_rest_at_once() {
+    let (s, table) = fresh_store("le_check_batch");
+    let base = format!("batch-{}", random_tag());
+    let names: Vec<String> = (0..5).map(|k| format!("{base}/{k}")).collect();
+    for k in [0, 1, 3, 4] {
+        s.acquire(&names[k], "x", Duration::from_millis(300), b"x", Duration::from_secs(2)).unwrap();
+    }
+    let (a, guard) = leader(&s, &names[2], "a");
+    let checked = s.inspect(&names[2], Duration::from_secs(2)).unwrap();
+    let mut c = admin(SHARED);
+    let mut tx = c.start_transaction(TxOpts::default()).unwrap();
+    s.check_lease(&mut tx, &guard).expect("check");
+    // The checked term's leader stops renewing: its lease runs out on the
+    // database while the check stays open (a leader frozen past its
+    // deadline with its transaction open).
+    a.shutdown_without_release();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    all_expired(&s, &refs);
+    // New elections: one right after the checked row, one after the last.
+    let (next_new, far_new) = (format!("{base}/2+"), format!("{base}/9"));
+    let order = [&names[3], &far_new, &names[1], &names[2], &names[0], &next_new, &names[4]];
+    let items: Vec<BatchItem<'_>> = order.iter().map(|n| item(n)).collect();
+    let start = Instant::now();
+    let out = s.acquire_many("b", LONG, &items, Duration::from_secs(4));
+    let took = start.elapsed();
+    eprintln!("acquire_many with an open check: {took:?}: {out:#?}");
+    for (n, r) in order.iter().zip(&out) {
+        let held_off = [&names[1], &names[2], &next_new].contains(n);
+        match r {
+            Ok(l) if !held_off => assert!(l.held_by("b") && &l.name == *n, "{n}: {l:?}"),
+            Err(e) if held_off => {
+                assert!(e.is_retryable() && e.to_string().contains("locked"), "{n}: {e}");
+            }
+            other => panic!("{n}: {} expected, got {other:?}", if held_off { "held off" } else { "claimed" }),
+        }
+    }
+    assert!(took < Duration::from_secs(2), "the batch waited {took:?}");
+    let still = s.inspect(&names[2], Duration::from_secs(2)).unwrap();
+    assert_eq!(
+        (&still.holder, still.fence),
+        (&checked.holder, checked.fence),
+        "the checked row was written: {still:?}"
+    );
+    assert!(s.inspect(&next_new, Duration::from_secs(2)).is_err_and(|e| e.is_no_lease()));
+    tx.commit().unwrap();
+    let rest = [item(&names[1]), item(&names[2]), item(&next_new)];
+    for (r, it) in s.acquire_many("b", LONG, &rest, Duration::from_secs(4)).iter().zip(&rest) {
+        let l = r.as_ref().unwrap_or_else(|e| panic!("{} after the check ended: {e}", it.name));
+        assert!(l.held_by("b"), "{l:?}");
+    }
+    let taken = s.inspect(&names[2], Duration::from_secs(2)).unwrap();
+    assert!(taken.fence > checked.fence, "{checked:?} -> {taken:?}");
+    drop(guard);
+    drop_tables(&table);
+}
+
+/// A batched renewal goes through an open lease check of one of its terms,
+/// as single renewals do (they change no column of the index the check
+/// locks, and reach their rows through the primary key): on a table where
+/// the optimizer, left to itself, takes the check's index for an update by
+/// name and fence, so a renewal without `FORCE INDEX (PRIMARY)` would wait
+/// for the check until the server gave up.
+#[test]
+fn a_batched_renewal_goes_through_an_open_check() {
+    let (s, table) = store_on_a_busy_table();
+    let name = format!("renew-batch-{}", random_tag());
+    let other = format!("renew-batch-other-{}", random_tag());
+    let (a, guard) = leader(&s, &name, "a");
+    let check = guard.lease_check().unwrap();
+    let mine = s.acquire(&other, check.identity, LONG, b"", Duration::from_secs(2)).unwrap();
+    let mut c = admin(SHARED);
+    let mut tx = c.start_transaction(TxOpts::default()).unwrap();
+    s.check_lease(&mut tx, &guard).expect("check");
+    let items = [
+        BatchItem { name: check.name, fence: check.fence, payload: b"r" },
+        BatchItem { name: &other, fence: mine.fence, payload: b"r" },
+    ];
+    let start = Instant::now();
+    let out = s.renew_many(check.identity, TIMING.lease_duration, &items, Duration::from_secs(3));
+    let took = start.elapsed();
+    eprintln!("renew_many through an open check: {took:?}: {out:?}");
+    for (r, it) in out.iter().zip(&items) {
+        let l = r.as_ref().unwrap_or_else(|e| panic!("{}: {e}", it.name));
+        assert!(l.fence == it.fence && l.payload == b"r", "{l:?}");
+    }
+    assert!(took < Duration::from_secs(1), "the renewals waited {took:?}");
+    // Payloads of their own: the statement that renews from a table of
+    // values (its rows locked first) goes through the check as well.
+    let each = [
+        BatchItem { name: check.name, fence: check.fence, payload: b"r1" },
+        BatchItem { name: &other, fence: mine.fence, payload: b"r2" },
+    ];
+    let out = s.renew_many(check.identity, TIMING.lease_duration, &each, Duration::from_secs(3));
+    for (r, it) in out.iter().zip(&each) {
+        let l = r.as_ref().unwrap_or_else(|e| panic!("{}, a payload each: {e}", it.name));
+        assert!(l.fence == it.fence && l.payload == it.payload, "{l:?}");
+    }
+    tx.commit().unwrap();
+    drop(guard);
+    a.shutdown().unwrap();
+    drop_tables(&table);
 }

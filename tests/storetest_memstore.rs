@@ -5,9 +5,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use leaderelection::storetest::{self, Operator};
-use leaderelection::{Lease, MemStore, SlotClaim, Store, StoreError};
+use leaderelection::{BatchItem, Lease, MemStore, Members, SlotClaim, Store, StoreError};
 
 leaderelection::storetest_suite!(MemStore::new());
+
+mod members {
+    use leaderelection::MemStore;
+    leaderelection::storetest_suite!(members: MemStore::new());
+}
 
 mod operator {
     use leaderelection::MemStore;
@@ -320,4 +325,190 @@ fn panic_text(e: Box<dyn std::any::Any + Send>) -> String {
         .cloned()
         .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
         .unwrap_or_default()
+}
+
+/// A [`MemStore`] whose batched calls or heartbeats are broken in one way
+/// (to show the batch and member cases can fail); the single-lease calls
+/// are the store's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BatchBug {
+    /// Answers in reverse order.
+    Reversed,
+    /// Renews every item's row for the caller whatever its holder and
+    /// fence (a batch guarded on the name only).
+    RenewsByNameOnly,
+    /// Claims every item for the caller, valid or not (no mutual exclusion).
+    ClaimsEverything,
+    /// Counts members whose heartbeat expired.
+    CountsExpiredMembers,
+    /// A read that claims absent rows.
+    InspectWrites,
+}
+
+struct BrokenBatch {
+    inner: MemStore,
+    bug: BatchBug,
+    /// Every member ever seen, for [`BatchBug::CountsExpiredMembers`].
+    seen: Mutex<HashMap<String, std::collections::HashSet<String>>>,
+}
+
+impl BrokenBatch {
+    fn new(bug: BatchBug) -> BrokenBatch {
+        BrokenBatch { inner: MemStore::new(), bug, seen: Mutex::new(HashMap::new()) }
+    }
+    fn order<T>(&self, mut v: Vec<T>) -> Vec<T> {
+        if self.bug == BatchBug::Reversed {
+            v.reverse();
+        }
+        v
+    }
+}
+
+impl Store for BrokenBatch {
+    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.inner.acquire(n, id, ttl, p, t)
+    }
+    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.inner.renew(n, id, f, ttl, p, t)
+    }
+    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+        self.inner.release(n, id, f, t)
+    }
+    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+        self.inner.inspect(n, t)
+    }
+    fn acquire_many(
+        &self,
+        id: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        t: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        let out = if self.bug == BatchBug::ClaimsEverything {
+            items
+                .iter()
+                .map(|i| {
+                    let l = self.inner.acquire(i.name, id, ttl, i.payload, t)?;
+                    let mine = Lease { holder: id.to_owned(), payload: i.payload.to_vec(), ..l };
+                    self.inner.restore_row(&mine);
+                    Ok(mine)
+                })
+                .collect()
+        } else {
+            self.inner.acquire_many(id, ttl, items, t)
+        };
+        self.order(out)
+    }
+    fn renew_many(
+        &self,
+        id: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        t: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        let out = if self.bug == BatchBug::RenewsByNameOnly {
+            items
+                .iter()
+                .map(|i| {
+                    let l = self.inner.inspect(i.name, t).map_err(|_| StoreError::lease_lost())?;
+                    let renewed = Lease {
+                        holder: id.to_owned(),
+                        fence: i.fence,
+                        expires_at: l.now.saturating_add(ttl),
+                        payload: i.payload.to_vec(),
+                        ..l
+                    };
+                    self.inner.restore_row(&renewed);
+                    Ok(renewed)
+                })
+                .collect()
+        } else {
+            self.inner.renew_many(id, ttl, items, t)
+        };
+        self.order(out)
+    }
+    fn release_many(&self, id: &str, items: &[BatchItem<'_>], t: Duration) -> Vec<Result<(), StoreError>> {
+        self.order(self.inner.release_many(id, items, t))
+    }
+    fn inspect_many(&self, names: &[&str], t: Duration) -> Vec<Result<Lease, StoreError>> {
+        if self.bug == BatchBug::InspectWrites {
+            for n in names {
+                if self.inner.peek(n).is_none() {
+                    let _ = self.inner.acquire(n, "ghost", Duration::from_secs(60), b"", t);
+                }
+            }
+        }
+        self.order(self.inner.inspect_many(names, t))
+    }
+    fn heartbeat(&self, g: &str, m: &str, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
+        let real = self.inner.heartbeat(g, m, ttl, t)?;
+        if self.bug != BatchBug::CountsExpiredMembers {
+            return Ok(real);
+        }
+        let mut seen = self.seen.lock().unwrap();
+        let all = seen.entry(g.to_owned()).or_default();
+        all.insert(m.to_owned());
+        Ok(Members::new(all.len() as u32, real.now))
+    }
+    fn leave_group(&self, g: &str, m: &str, t: Duration) -> Result<(), StoreError> {
+        if let Some(all) = self.seen.lock().unwrap().get_mut(g) {
+            all.remove(m);
+        }
+        self.inner.leave_group(g, m, t)
+    }
+}
+
+/// The batch and member cases must be able to fail: each broken batch
+/// form is caught by the case named for it, while a correct store passes
+/// the whole suite with its batched calls.
+#[test]
+fn the_suite_catches_broken_batches_and_member_counts() {
+    let caught = |bug: BatchBug, case: fn(&dyn Store), why: &str| {
+        let store = BrokenBatch::new(bug);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&store)));
+        let msg = panic_text(r.expect_err(&format!("the suite passed {bug:?}")));
+        assert!(msg.contains(why), "{bug:?} was caught for another reason: {msg}");
+    };
+    caught(BatchBug::Reversed, storetest::a_large_batch_answers_in_order, "answered for another election");
+    caught(BatchBug::Reversed, storetest::batched_claims_decide_each_row_on_its_own, "in the items' order");
+    caught(BatchBug::RenewsByNameOnly, storetest::batched_renewals_are_guarded_per_row, "must be LeaseLost");
+    caught(BatchBug::ClaimsEverything, storetest::batched_claims_decide_each_row_on_its_own, "left as it was");
+    caught(BatchBug::ClaimsEverything, storetest::concurrent_batched_claims_one_wins_each, "exactly one must win");
+    caught(BatchBug::InspectWrites, storetest::batched_releases_and_reads, "a missing row");
+    caught(BatchBug::CountsExpiredMembers, storetest::heartbeats_count_live_members, "still counted after 10 s");
+    // Control: the store the wrapper breaks passes every case.
+    let plain = MemStore::new();
+    storetest::run_all(&plain);
+    storetest::run_member_cases(&plain);
+}
+
+/// A store that keeps no members (the trait's default) fails the member
+/// cases with the default's own message, and still passes every other case
+/// through the default batched calls (one single-lease call per item).
+#[test]
+fn a_store_without_batches_or_members_passes_the_batch_cases_by_default() {
+    struct Plain(MemStore);
+    impl Store for Plain {
+        fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+            self.0.acquire(n, id, ttl, p, t)
+        }
+        fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+            self.0.renew(n, id, f, ttl, p, t)
+        }
+        fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+            self.0.release(n, id, f, t)
+        }
+        fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+            self.0.inspect(n, t)
+        }
+    }
+    let plain = Plain(MemStore::new());
+    for (name, case) in storetest::CASES.iter().filter(|(n, _)| n.contains("batch")) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&plain)));
+        assert!(r.is_ok(), "{name} failed through the default batched calls");
+    }
+    assert_eq!(plain.0.stats().batches, 0, "the defaults call the single-lease methods");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storetest::run_member_cases(&plain)));
+    let msg = panic_text(r.expect_err("a store without members passed the member cases"));
+    assert!(msg.contains("this store keeps no group members"), "{msg}");
 }

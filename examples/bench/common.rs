@@ -373,7 +373,8 @@ impl Db {
 }
 
 /// A table of the run's own, dropped when this goes out of scope, with the
-/// slots table `ensure_schema` makes beside it (`<name>_slots`).
+/// slots and members tables `ensure_schema` makes beside it
+/// (`<name>_slots`, `<name>_members`).
 pub struct OwnTable {
     pub name: String,
     url: String,
@@ -388,7 +389,7 @@ impl OwnTable {
 impl Drop for OwnTable {
     fn drop(&mut self) {
         let r = Db::connect(&self.url)
-            .and_then(|mut db| db.exec(&format!("DROP TABLE IF EXISTS {0}, {0}_slots", self.name)));
+            .and_then(|mut db| db.exec(&format!("DROP TABLE IF EXISTS {0}, {0}_slots, {0}_members", self.name)));
         if let Err(e) = r {
             eprintln!("bench: could not drop table {}: {e}", self.name);
         }

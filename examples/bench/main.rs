@@ -1,4 +1,4 @@
-//! The project measuring itself: rows 1–5 and 7 of BENCHMARKS.md (row 6,
+//! The project measuring itself: rows 1–5, 7 and 8 of BENCHMARKS.md (row 6,
 //! the build footprint, is measured by `scripts/bench.sh`, which runs this).
 //!
 //! ```sh
@@ -19,6 +19,7 @@ mod failover;
 #[allow(dead_code)]
 #[path = "../../tests/support/faults.rs"]
 mod faults;
+mod groups;
 mod micro;
 mod scale;
 
@@ -118,11 +119,24 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
             check::run(label, url, &checker, a.quick, table)?;
         }
     }
+    if want(8) {
+        for (label, kind, url) in [
+            ("PostgreSQL", Kind::Postgres, &pg),
+            ("PgBouncer", Kind::Postgres, &bouncer),
+            ("MariaDB", Kind::MariaDb, &my),
+        ] {
+            step(&format!("row 8: 10,000 elections in each of 3 processes on {label}"));
+            groups::run(label, kind, url, a.quick, table)?;
+        }
+    }
     step("done");
     Ok(())
 }
 
 fn main() -> ExitCode {
+    if std::env::var_os(groups::WORKER_ENV).is_some() {
+        return groups::worker_main();
+    }
     let a = match args() {
         Ok(a) => a,
         Err(e) => {

@@ -1,7 +1,6 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use crate::events::{dur, nanos, Events, HostClock};
 use std::fmt;
 use std::time::Duration;
 
@@ -205,30 +204,6 @@ enum Ev {
     End,
 }
 
-struct Entry {
-    t: u64,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Entry) -> bool {
-        (self.t, self.seq) == (other.t, other.seq)
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Entry) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Entry {
-    // Reversed: the heap pops the earliest event, ties in scheduling order.
-    fn cmp(&self, other: &Entry) -> Ordering {
-        (other.t, other.seq).cmp(&(self.t, self.seq))
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 struct Guard {
     term: TermId,
@@ -273,8 +248,7 @@ struct World<'a> {
     rng: SimRng,
     store: MemStore,
     db_micros: u64,
-    queue: BinaryHeap<Entry>,
-    seq: u64,
+    queue: Events<Ev>,
     nodes: Vec<Node>,
     hosts: Vec<HostState>,
     /// Faults in force, with the host each hits (`usize::MAX` for the database).
@@ -319,8 +293,7 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
             store
         },
         db_micros: 0,
-        queue: BinaryHeap::new(),
-        seq: 0,
+        queue: Events::new(),
         nodes: Vec::new(),
         hosts: (0..schedule.hosts.len()).map(|_| HostState::default()).collect(),
         active: Vec::new(),
@@ -358,7 +331,7 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
     let end = nanos(w.report.faults_end + w.report.liveness_bound + schedule.timing.lease_duration * 2);
     w.push(end, Ev::End);
     let mut now = 0;
-    while let Some(Entry { t, ev, .. }) = w.queue.pop() {
+    while let Some((t, ev)) = w.queue.pop() {
         now = t;
         w.report.events += 1;
         if w.report.events > MAX_EVENTS {
@@ -381,18 +354,9 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
     w.report
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn dur(t: u64) -> Duration {
-    Duration::from_nanos(t)
-}
-
 impl World<'_> {
     fn push(&mut self, t: u64, ev: Ev) {
-        self.seq += 1;
-        self.queue.push(Entry { t, seq: self.seq, ev });
+        self.queue.push(t, ev);
     }
 
     fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
@@ -415,21 +379,17 @@ impl World<'_> {
     // ---- clocks ----
 
     fn local(&self, host: usize, t: u64) -> LocalTime {
+        self.clock(host).local(t)
+    }
+
+    fn clock(&self, host: usize) -> HostClock {
         let h = &self.s.hosts[host];
-        let ns = h.clock_offset.as_nanos() + u128::from(t) * u128::from(h.rate_ppm) / u128::from(PPM);
-        LocalTime::from_duration(Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)))
+        HostClock { offset: h.clock_offset, rate_ppm: h.rate_ppm }
     }
 
     /// The first real instant at which `host`'s clock reads `l` or later.
     fn real_at(&self, host: usize, l: LocalTime) -> u64 {
-        let h = &self.s.hosts[host];
-        let (l, off) = (l.as_duration().as_nanos(), h.clock_offset.as_nanos());
-        if l <= off {
-            return 0;
-        }
-        let num = (l - off) * u128::from(PPM);
-        let rate = u128::from(h.rate_ppm);
-        u64::try_from(num.div_ceil(rate)).unwrap_or(u64::MAX)
+        self.clock(host).real_at(l)
     }
 
     fn advance_db(&mut self, t: u64) {

@@ -21,8 +21,13 @@
 //! rather than landing after the caller was told it failed; an abandoned
 //! call is never retried on another connection, and one abandoned while its
 //! connection was still being opened is never sent.
+//!
+//! A call is one query, or (a batch) a job of several on the one session
+//! (see [`Pool::run_job`]); everything above holds for both. A job that
+//! sizes its queries learns the server's `max_allowed_packet` and version
+//! from the first connection it runs on, once per store.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -77,6 +82,56 @@ impl Lent {
     }
 }
 
+/// What a call runs on its connection: one query, or a batch's several
+/// (one transaction spanning them), returning what it read. It may run
+/// more than once (see [`Pool::run_job`]), each time on a fresh session.
+pub(crate) type Job<T> = Box<dyn Fn(&mut Conn, &Env) -> Result<T, Failed> + Send>;
+
+/// What a job knows of the session it runs on.
+pub(crate) struct Env {
+    /// The longest query text the job may send: the packet limit less a
+    /// margin (`usize::MAX` for a job that does not size its queries).
+    pub budget: usize,
+    /// Whether the server takes `SKIP LOCKED` (MySQL 8.0.1+, MariaDB 10.6+).
+    pub skip_locked: bool,
+    /// When the call gives up: what the server's lock waits are bounded by.
+    pub deadline: Instant,
+}
+
+/// A job's query that failed, and how long its packet was (to tell a
+/// packet over `max_allowed_packet` from a connection error).
+pub(crate) struct Failed {
+    pub error: mysql::Error,
+    pub sent: usize,
+}
+
+impl Failed {
+    /// `error` from sending `sql` (a command byte and the text).
+    pub(crate) fn sending(error: mysql::Error, sql: &str) -> Failed {
+        Failed { error, sent: sql.len() + 1 }
+    }
+}
+
+/// The query text a batch may send under a packet limit of `limit` bytes:
+/// the command byte and a margin off, so rounding in how a query is
+/// counted never matters.
+pub(crate) fn budget_for(limit: u64) -> usize {
+    usize::try_from(limit.saturating_sub(1024)).unwrap_or(usize::MAX).max(1024)
+}
+
+/// Whether a server of this `VERSION()` takes `SKIP LOCKED`: MariaDB from
+/// 10.6, MySQL from 8.0.1. Unknown text: no.
+pub(crate) fn skips_locked_rows(version: &str) -> bool {
+    let v = version.strip_prefix("5.5.5-").unwrap_or(version);
+    let mut parts = v.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor, patch) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if v.contains("MariaDB") {
+        (major, minor) >= (10, 6)
+    } else {
+        (major, minor, patch) >= (8, 0, 1)
+    }
+}
+
 struct Inner {
     source: Source,
     /// Connections at most (the store's own), and the cap on abandoned
@@ -93,6 +148,11 @@ struct Inner {
     /// Whether the user's pool was found without a read timeout (warned once).
     #[cfg(unix)]
     warned: std::sync::atomic::AtomicBool,
+    /// The `max_allowed_packet` batches size their queries by (0 until
+    /// read; read again when a query turns out larger).
+    packet: AtomicU64,
+    /// The server's `VERSION()`, read with the packet limit.
+    version: Mutex<String>,
 }
 
 struct State {
@@ -114,6 +174,8 @@ impl Pool {
                 killers: AtomicUsize::new(0),
                 #[cfg(unix)]
                 warned: std::sync::atomic::AtomicBool::new(false),
+                packet: AtomicU64::new(0),
+                version: Mutex::new(String::new()),
             }),
         }
     }
@@ -137,6 +199,30 @@ impl Pool {
     /// Runs `sql` (one text-protocol query, possibly several statements) and
     /// returns every row of every result set, giving up at `deadline`.
     pub(crate) fn run(&self, op: &'static str, sql: String, deadline: Instant) -> Result<Vec<Vec<Value>>, StoreError> {
+        let job: Job<Vec<Vec<Value>>> =
+            Box::new(move |conn, _| query(conn, &sql).map_err(|e| Failed::sending(e, &sql)));
+        self.run_job(op, deadline, false, job)
+    }
+
+    /// Runs `job` on one connection of the pool, giving up at `deadline`,
+    /// as [`Pool::run`] runs its one query: the same thread and deadline,
+    /// the same connection dropped on any failure, the same retry on
+    /// another connection when this one had sat idle or the server rolled
+    /// the transaction back (so `job` may run more than once, each time
+    /// from the start, on a fresh session). A job sends several queries
+    /// on that one session (a batch's transaction spans them).
+    ///
+    /// `splits`: the job sizes its queries by [`Env::budget`]; one the
+    /// driver refuses as larger than the packet limit then makes the pool
+    /// read the limit again and, when it is lower than the budget the job
+    /// was given, run the job again with the new one instead of failing.
+    pub(crate) fn run_job<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        deadline: Instant,
+        splits: bool,
+        job: Job<T>,
+    ) -> Result<T, StoreError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(StoreError::retryable(format!("mysql {op}: no time left for the call")));
@@ -155,7 +241,7 @@ impl Pool {
         let session = Arc::new(AtomicU32::new(NO_SESSION));
         let (inner, st, sess) = (Arc::clone(&self.inner), Arc::clone(&state), Arc::clone(&session));
         let spawned = thread::Builder::new().name("le-mysql-call".into()).spawn(move || {
-            let result = inner.call(op, &sql, deadline, lasts, &sess, &st);
+            let result = inner.call(op, &job, splits, deadline, lasts, &sess, &st);
             if st.compare_exchange(WAITING, DONE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
                 match result {
                     // The store's own goes back first, so that the caller's
@@ -215,7 +301,7 @@ impl Pool {
 }
 
 impl Inner {
-    /// Runs `sql` on a pooled or new connection. A connection that failed is
+    /// Runs `job` on a pooled or new connection. A connection that failed is
     /// dropped; when it had been idle in the pool (the server may have ended
     /// that session meanwhile) or the server rolled the transaction back
     /// (deadlock), the call runs again on another, while time remains. Every
@@ -224,20 +310,36 @@ impl Inner {
     ///
     /// `session` is set to the server's id of the connection in use, so a
     /// caller that gives up can have the server end it.
-    fn call(
+    #[allow(clippy::too_many_arguments)]
+    fn call<T>(
         self: &Arc<Self>,
         op: &'static str,
-        sql: &str,
+        job: &Job<T>,
+        splits: bool,
         deadline: Instant,
         lasts: Duration,
         session: &AtomicU32,
         state: &AtomicU8,
-    ) -> Result<(Vec<Vec<Value>>, Lent), StoreError> {
+    ) -> Result<(T, Lent), StoreError> {
         let mut last = None;
-        for _ in 0..=self.max {
+        // Connections found dead or killed are retried at most `max` times
+        // (one per connection the pool may hold); deadlock victims while
+        // time remains, after a short random pause so that the racers do
+        // not meet again on the same gap lock in the same instant (twelve
+        // racing claims of one new name lose this way several times in a
+        // row; see storetest_mysql's racing_claims_… test).
+        let (mut stale, mut deadlocks) = (0usize, 0u32);
+        while stale <= self.max {
             // A call its caller gave up on is never started again elsewhere.
             if Instant::now() >= deadline || state.load(Ordering::SeqCst) == ABANDONED {
                 break;
+            }
+            if deadlocks > 0 {
+                let pause = deadlock_pause(deadlocks);
+                if Instant::now() + pause >= deadline {
+                    break;
+                }
+                std::thread::sleep(pause);
             }
             let (mut conn, reused) = self.checkout(op, deadline, session)?;
             session.store(conn.conn().connection_id(), Ordering::SeqCst);
@@ -250,9 +352,13 @@ impl Inner {
                 self.discard(conn);
                 return Err(StoreError::retryable(format!("mysql {op}: given up before it was sent")));
             }
-            match query(conn.conn(), sql) {
+            let ran = self.env(conn.conn(), splits, deadline).and_then(|env| {
+                let budget = env.budget;
+                job(conn.conn(), &env).map_err(|f| (f, budget))
+            });
+            match ran {
                 Ok(rows) => return Ok((rows, conn)),
-                Err(e) => {
+                Err((Failed { error: e, sent }, budget)) => {
                     let mut err = sql::classify(op, &e);
                     let mut again = sql::retry_elsewhere(&e) && (reused || is_deadlock(&e));
                     let id = session.swap(NO_SESSION, Ordering::SeqCst);
@@ -268,20 +374,60 @@ impl Inner {
                         // Measured, not read from the error's text: the
                         // statement's packet against the limit in force
                         // (after the discard, so a pool of one has a slot).
-                        let len = sql.len() + 1;
-                        if let Some(limit) = self.packet_limit().filter(|&l| len as u64 > l) {
-                            err = sql::too_large(op, len, limit);
-                            again = false;
+                        if let Some(limit) = self.packet_limit().filter(|&l| sent as u64 > l) {
+                            self.packet.store(limit, Ordering::SeqCst);
+                            err = sql::too_large(op, sent, limit);
+                            // A job that splits its queries by the limit
+                            // runs again with the lower one it now gets.
+                            again = splits && (budget_for(limit) as u64) < budget as u64;
                         }
                     }
                     if !again {
                         return Err(err);
+                    }
+                    if is_deadlock(&e) {
+                        deadlocks += 1;
+                    } else {
+                        stale += 1;
                     }
                     last = Some(err);
                 }
             }
         }
         Err(last.unwrap_or_else(|| StoreError::retryable(format!("mysql {op}: out of time"))))
+    }
+
+    /// What a job needs to know of its session: for a job that sizes its
+    /// queries, the packet limit (read on this connection the first time,
+    /// then kept) and the server's version.
+    fn env(&self, conn: &mut Conn, splits: bool, deadline: Instant) -> Result<Env, (Failed, usize)> {
+        let mut env = Env { budget: usize::MAX, skip_locked: false, deadline };
+        if !splits {
+            return Ok(env);
+        }
+        let mut limit = self.packet.load(Ordering::SeqCst);
+        let mut version = self.version.lock().clone();
+        if limit == 0 || version.is_empty() {
+            let q = "SELECT @@max_allowed_packet, VERSION()";
+            let row: Option<(u64, String)> = conn.query_first(q).map_err(|e| (Failed::sending(e, q), 0))?;
+            let (server, v) = row.unwrap_or((0, String::new()));
+            let client = self.opts().and_then(Opts::get_max_allowed_packet).map(|l| l as u64);
+            limit = client.map_or(server, |c| if server == 0 { c } else { c.min(server) });
+            self.packet.store(limit, Ordering::SeqCst);
+            *self.version.lock() = v.clone();
+            version = v;
+        }
+        env.budget = budget_for(limit);
+        env.skip_locked = skips_locked_rows(&version);
+        Ok(env)
+    }
+
+    fn opts(&self) -> Option<&Opts> {
+        match &self.source {
+            Source::Own(o) => Some(o),
+            #[cfg(unix)]
+            Source::Shared { .. } => None,
+        }
     }
 
     /// A connection for one call, and whether it may have sat idle (so may
@@ -481,6 +627,15 @@ impl Inner {
     }
 }
 
+/// How long a deadlock victim waits before its `n`th try again: random in
+/// 1 ms .. 2^min(n, 5) ms, so racers spread out and the wait stays short.
+fn deadlock_pause(n: u32) -> Duration {
+    let mut r = [0u8; 8];
+    let random = getrandom::fill(&mut r).map_or(0, |()| u64::from_le_bytes(r));
+    let span = 1u64 << n.min(5);
+    Duration::from_micros(1_000 + random % (span * 1_000))
+}
+
 fn is_deadlock(e: &mysql::Error) -> bool {
     matches!(e, mysql::Error::MySqlError(m) if m.code == 1213)
 }
@@ -488,7 +643,7 @@ fn is_deadlock(e: &mysql::Error) -> bool {
 /// Every row of every result set, as values. An error in any statement
 /// comes back here (the crate yields it from that statement's result set),
 /// and the statements after it do not run.
-fn query(conn: &mut Conn, sql: &str) -> Result<Vec<Vec<Value>>, mysql::Error> {
+pub(crate) fn query(conn: &mut Conn, sql: &str) -> Result<Vec<Vec<Value>>, mysql::Error> {
     let mut result = conn.query_iter(sql)?;
     let mut rows = Vec::new();
     while let Some(set) = result.iter() {
@@ -497,4 +652,34 @@ fn query(conn: &mut Conn, sql: &str) -> Result<Vec<Vec<Value>>, mysql::Error> {
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_locked_by_server_version() {
+        for (v, yes) in [
+            ("10.11.19-MariaDB-0+deb12u1", true),
+            ("5.5.5-10.6.2-MariaDB-log", true),
+            ("10.5.27-MariaDB", false),
+            ("11.4.7-MariaDB-log", true),
+            ("8.0.36", true),
+            ("8.0.0-dmr", false),
+            ("8.4.2", true),
+            ("9.1.0", true),
+            ("5.7.44-log", false),
+            ("", false),
+        ] {
+            assert_eq!(skips_locked_rows(v), yes, "{v}");
+        }
+    }
+
+    #[test]
+    fn budgets_leave_room_for_the_command_byte() {
+        assert_eq!(budget_for(16_384), 15_360);
+        assert_eq!(budget_for(0), 1024);
+        assert!(budget_for(u64::MAX) > 1 << 40);
+    }
 }

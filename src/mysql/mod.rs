@@ -112,7 +112,8 @@
 //!   until the DDL timeout. Old rows start at 0.
 //! - **Privileges.** The store needs `SELECT`, `INSERT` and `UPDATE` on the
 //!   table; `ensure_schema` also needs `CREATE`, and `ALTER` to add `terms`
-//!   to an old table.
+//!   to an old table. Group members need `SELECT`, `INSERT`, `UPDATE` and
+//!   `DELETE` on `{table}_members`.
 //! - **One short transaction per operation**, sent as one query in one round
 //!   trip: the server's lock waits bounded for this call
 //!   (`SET SESSION innodb_lock_wait_timeout/lock_wait_timeout`, whole seconds,
@@ -125,6 +126,29 @@
 //!   literals, so no `sql_mode` or character set changes them. A row read
 //!   back that is not what the call wrote (another holder, fence, payload or
 //!   expiry; no row at all) is an error.
+//! - **Batches** (`acquire_many` and the rest, for a group driving
+//!   thousands of elections): one call is one session of the pool
+//!   with the same settings, timeouts, error classification and dropped
+//!   connections as a single call, and every item is decided by the single
+//!   statement's conditions at the call's one instant. Renewals, releases
+//!   and reads are one transaction; a claim is a look and then the claim
+//!   (two transactions), so that a lease check held open in a program's
+//!   transaction does not stall it: the items a check holds are answered
+//!   retryable, the rest claimed at once. Every statement that may wait
+//!   for a lock takes its rows in name order, at most 500 names each, so
+//!   batches that share rows never deadlock. Statements are split to fit
+//!   the server's `max_allowed_packet` (read once per store); an item too
+//!   large for any statement fails alone, as its single call would. The
+//!   notes in `src/mysql/batch.rs` say why each statement is shaped as it
+//!   is. Servers without `SKIP LOCKED` (MariaDB before 10.6) claim without
+//!   looking, and a claim batch there may wait for a check.
+//! - **Group members** live in `{table}_members` (group, member, expiry;
+//!   made by `ensure_schema` and [`MySqlStore::schema`]); a heartbeat is
+//!   one short transaction that writes the member's expiry (never earlier
+//!   than it was) and counts the group's live members at the call's
+//!   instant; it deletes the group's members expired for over an hour. A
+//!   missing members table is a fatal error that says to run
+//!   `ensure_schema`.
 //! - **A real operation timeout.** The store keeps its own pool (not
 //!   `mysql::Pool`, which opens connections under its lock and loses a slot
 //!   for good when a broken connection is kept out of it). Each call runs on a
@@ -158,6 +182,7 @@
 //!   reported at once too. No password appears in any error, log line or
 //!   `Debug` output (tested with a logger capturing every record).
 
+mod batch;
 #[cfg(unix)]
 mod borrowed;
 mod check;
@@ -170,6 +195,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::batch::{BatchItem, Members};
 use crate::ident::{quote_mysql, IdentError};
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
@@ -512,7 +538,8 @@ impl MySqlStore {
         MySqlBuilder::new(Source::Pool(pool))
     }
 
-    /// The DDL that creates the election table, for migration tools.
+    /// The DDL that creates the election table, and the slots and group
+    /// members tables beside it, for migration tools.
     /// [`MySqlStore::ensure_schema`] runs the same.
     ///
     /// The `terms` column counts each election's terms for operators (the
@@ -539,7 +566,8 @@ impl MySqlStore {
     /// space.
     pub fn schema(table: &str) -> Result<String, IdentError> {
         let slots = slots_table(table).map(|t| sql::create_slots(&t)).unwrap_or_default();
-        Ok(format!("{}{slots}", sql::create_table(&quote_mysql("table", table)?)))
+        let members = members_table(table).map(|t| sql::create_members(&t)).unwrap_or_default();
+        Ok(format!("{}{slots}{members}", sql::create_table(&quote_mysql("table", table)?)))
     }
 
     /// The negative control of the failover tests: a store that claims a
@@ -563,7 +591,9 @@ impl MySqlStore {
         self.tls
     }
 
-    /// Creates the election table if it does not exist, and adds what a
+    /// Creates the election table if it does not exist, with the slots
+    /// and group members tables beside it (`{table}_slots`,
+    /// `{table}_members`), and adds what a
     /// table made by an older version lacks: the `terms` and `history`
     /// columns, and the index lease checks lock ([`MySqlStore::check_lease`]). Idempotent, and
     /// safe when every replica runs it at the same moment (the server
@@ -588,7 +618,8 @@ impl MySqlStore {
     /// The store's classified error; fatal when privileges are missing.
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
         let slots = slots_table(&self.table).map(|t| sql::create_slots(&t)).unwrap_or_default();
-        let create = format!("{}{slots}{}", sql::create_table(&self.quoted), sql::schema_state(&self.table));
+        let members = members_table(&self.table).map(|t| sql::create_members(&t)).unwrap_or_default();
+        let create = format!("{}{slots}{members}{}", sql::create_table(&self.quoted), sql::schema_state(&self.table));
         // Each change, with the error that means a replica running this at
         // the same time made it first (duplicate column, duplicate key
         // name). Lock waits bounded at 1 s, the smallest bound the server
@@ -619,7 +650,13 @@ impl MySqlStore {
             });
             match step {
                 Ok(()) => return Ok(()),
-                Err(e) if attempt < 5 && (code(&e, 1050) || code(&e, 1213)) => continue,
+                // A replica creating a table at the same moment (1050), or
+                // the data dictionary picking this one as a deadlock's
+                // victim (1213; three tables now, so more likely with many
+                // replicas at once): again, after a pause that grows.
+                Err(e) if attempt < 10 && (code(&e, 1050) || code(&e, 1213)) => {
+                    std::thread::sleep(Duration::from_millis(5 * attempt))
+                }
                 // An ALTER gave up on the metadata lock (1205): let the
                 // calls queued behind it through, then try again while time
                 // is left.
@@ -675,6 +712,32 @@ pub fn __claim_unpinned(
 /// fits MySQL's 64 characters.
 fn slots_table(table: &str) -> Option<String> {
     quote_mysql("table", &format!("{table}_slots")).ok()
+}
+
+/// The group members' table beside `table`: `table_members`, quoted, when
+/// that name fits MySQL's 64 characters.
+fn members_table(table: &str) -> Option<String> {
+    quote_mysql("table", &format!("{table}_members")).ok()
+}
+
+/// The batch's claim statement for one election, as a batch runs it but
+/// without the settings every call pins and without the look at locks
+/// before it (so with whatever `sql_mode` the session has): the call's
+/// clock reading, then the `INSERT … ON DUPLICATE KEY UPDATE` in a
+/// transaction. For the tests that run the claim cases on a server under
+/// each assignment order; not part of the API.
+#[doc(hidden)]
+pub fn __batch_claim_unpinned(
+    table: &str,
+    name: &str,
+    identity: &str,
+    ttl: Duration,
+    payload: &[u8],
+) -> Result<String, StoreError> {
+    let quoted = quote_mysql("table", table).map_err(invalid_table)?;
+    let i = batch::identity(identity)?;
+    let claim = batch::claim_statement(&quoted, &i, sql::ttl_micros(ttl), &[(name.as_bytes(), payload)], true);
+    Ok(format!("SET @leaderelection_now = {}; START TRANSACTION; {claim} COMMIT;", sql::NOW))
 }
 
 fn deadline_after(timeout: Duration) -> Instant {
@@ -734,6 +797,155 @@ impl Store for MySqlStore {
         }
     }
 
+    fn acquire_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        let mut out = Answers::new(items.len());
+        let Some(owned) = self.batch_items(&mut out, identity, items) else { return out.done() };
+        let Ok(i) = batch::identity(identity) else { return out.done() };
+        let claim = batch::Claim { table: self.quoted.clone(), identity: i, ttl, failover_rule: self.failover_rule };
+        let job = batch::acquire(claim, owned.clone());
+        match self.pool.run_job("acquire_many", deadline_after(timeout), true, job) {
+            Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
+            Ok((done, skipped)) => {
+                let mut leases = match batch::ReadBacks::new("acquire", done.rows, &owned) {
+                    Ok(l) => l,
+                    Err(e) => return out.fail(&owned, &e).done(),
+                };
+                out.refused(done.refused);
+                for (k, it) in owned.iter().enumerate() {
+                    let again = owned.get(k + 1).is_some_and(|n| n.name == it.name);
+                    out.set(it.at, || {
+                        if skipped.contains(&it.name) {
+                            return Err(batch::locked());
+                        }
+                        batch::claimed(leases.take(&it.name, again), identity, ttl, &it.payload)
+                    });
+                }
+                out
+            }
+        }
+        .done()
+    }
+
+    fn renew_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        let mut out = Answers::new(items.len());
+        let Some(owned) = self.batch_items(&mut out, identity, items) else { return out.done() };
+        let Ok(i) = batch::identity(identity) else { return out.done() };
+        let job = batch::renew(self.quoted.clone(), i, ttl, owned.clone());
+        match self.pool.run_job("renew_many", deadline_after(timeout), true, job) {
+            Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
+            Ok(done) => {
+                let mut leases = match batch::ReadBacks::new("renew", done.rows, &owned) {
+                    Ok(l) => l,
+                    Err(e) => return out.fail(&owned, &e).done(),
+                };
+                out.refused(done.refused);
+                for (k, it) in owned.iter().enumerate() {
+                    let again = owned.get(k + 1).is_some_and(|n| n.name == it.name);
+                    out.set(it.at, || match leases.take(&it.name, again)? {
+                        // The row this call renewed: the update reported it.
+                        Some(rb) if batch::renewed(&rb, identity, it.fence) => {
+                            let rb = sql::ReadBack { row_count: 1, ..rb };
+                            sql::check_written("renew", rb, identity, ttl, &it.payload, Some(it.fence))
+                        }
+                        _ => Err(StoreError::lease_lost()),
+                    });
+                }
+                out
+            }
+        }
+        .done()
+    }
+
+    fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
+        let mut out = Answers::new(items.len());
+        let Some(owned) = self.batch_items(&mut out, identity, items) else { return out.done() };
+        let Ok(i) = batch::identity(identity) else { return out.done() };
+        let job = batch::release(self.quoted.clone(), i, owned.clone());
+        match self.pool.run_job("release_many", deadline_after(timeout), true, job) {
+            Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
+            Ok(done) => {
+                out.refused(done.refused);
+                for it in &owned {
+                    out.set(it.at, || Ok(()));
+                }
+                out
+            }
+        }
+        .done()
+    }
+
+    fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
+        let mut out = Answers::new(names.len());
+        let items: Vec<BatchItem<'_>> = names.iter().map(|n| BatchItem { name: n, fence: 0, payload: b"" }).collect();
+        let Some(owned) = self.batch_items(&mut out, "", &items) else { return out.done() };
+        let mut unique: Vec<Vec<u8>> = owned.iter().map(|it| it.name.clone()).collect();
+        unique.dedup();
+        let job = batch::inspect(self.quoted.clone(), unique.clone());
+        match self.pool.run_job("inspect_many", deadline_after(timeout), true, job) {
+            Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
+            Ok(done) => {
+                let mut leases = match batch::ReadBacks::new("inspect", done.rows, &owned) {
+                    Ok(l) => l,
+                    Err(e) => return out.fail(&owned, &e).done(),
+                };
+                let refused: std::collections::HashMap<&[u8], StoreError> =
+                    done.refused.into_iter().map(|(k, e)| (unique[k].as_slice(), e)).collect();
+                for (k, it) in owned.iter().enumerate() {
+                    let again = owned.get(k + 1).is_some_and(|n| n.name == it.name);
+                    out.set(it.at, || {
+                        if let Some(e) = refused.get(it.name.as_slice()) {
+                            return Err(e.clone());
+                        }
+                        match leases.take(&it.name, again)? {
+                            Some(rb) => Ok(rb.lease),
+                            None => Err(StoreError::no_lease(names[it.at])),
+                        }
+                    });
+                }
+                out
+            }
+        }
+        .done()
+    }
+
+    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, timeout: Duration) -> Result<Members, StoreError> {
+        let members = self.members()?;
+        let body = sql::heartbeat(&members, group, member, ttl)?;
+        let deadline = deadline_after(timeout);
+        let rows = self.run("heartbeat", &body, deadline).map_err(|e| self.explain_members_error(e))?;
+        let bad = || StoreError::fatal("mysql heartbeat: cannot read the members' count");
+        let row = sql::tagged(&rows, "members").next().ok_or_else(bad)?;
+        let int = |k: usize| row.get(k).and_then(sql::int_value).ok_or_else(bad);
+        let (live, stale, now) = (int(0)?, int(1)?, int(2)?);
+        if stale > 0 {
+            // Members that stopped long ago without leaving: their rows go,
+            // in a transaction of their own (it locks the group's rows).
+            // Best effort: the count above never included them.
+            if let Err(e) = sql::forget_members(&members, group).and_then(|b| self.run("heartbeat", &b, deadline)) {
+                log::debug!("leaderelection: mysql heartbeat: forgetting stale members: {e}");
+            }
+        }
+        Ok(Members::new(u32::try_from(live).unwrap_or(u32::MAX), crate::lease::DbTime::from_unix_micros(now)))
+    }
+
+    fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
+        let members = self.members()?;
+        let body = sql::leave_group(&members, group, member)?;
+        self.run("leave_group", &body, deadline_after(timeout)).map(drop).map_err(|e| self.explain_members_error(e))
+    }
+
     fn claim_slot(
         &self,
         name: &str,
@@ -783,7 +995,105 @@ impl Store for MySqlStore {
     }
 }
 
+/// A batch's answers, one per item, filled in as they are known.
+struct Answers<T> {
+    out: Vec<Option<Result<T, StoreError>>>,
+}
+
+impl<T> Answers<T> {
+    fn new(len: usize) -> Answers<T> {
+        Answers { out: (0..len).map(|_| None).collect() }
+    }
+
+    /// Item `at`'s answer, unless it has one already.
+    fn set(&mut self, at: usize, answer: impl FnOnce() -> Result<T, StoreError>) {
+        if self.out[at].is_none() {
+            self.out[at] = Some(answer());
+        }
+    }
+
+    /// Items the batch left out, each with why.
+    fn refused(&mut self, refused: Vec<(usize, StoreError)>) {
+        for (at, e) in refused {
+            self.set(at, || Err(e));
+        }
+    }
+
+    /// The batch failed as a whole: every item of `items` without an
+    /// answer gets `e`.
+    fn fail(mut self, items: &[batch::Item], e: &StoreError) -> Answers<T> {
+        for it in items {
+            self.set(it.at, || Err(e.clone()));
+        }
+        self
+    }
+
+    fn done(self) -> Vec<Result<T, StoreError>> {
+        self.out
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(StoreError::retryable("mysql: the batch gave this item no answer"))))
+            .collect()
+    }
+}
+
 impl MySqlStore {
+    /// The batch's items the table can take, owned and in name order;
+    /// the others answered with the error the single call gives them
+    /// (every item, when the identity is too long). `None` when no item is
+    /// left to send (an empty batch makes no round trip).
+    fn batch_items<T>(
+        &self,
+        out: &mut Answers<T>,
+        identity: &str,
+        items: &[BatchItem<'_>],
+    ) -> Option<Vec<batch::Item>> {
+        if let Err(e) = batch::identity(identity) {
+            for k in 0..items.len() {
+                out.set(k, || Err(e.clone()));
+            }
+            return None;
+        }
+        let mut owned = Vec::with_capacity(items.len());
+        for (at, it) in items.iter().enumerate() {
+            match batch::name(it.name) {
+                Ok(()) => owned.push(batch::Item {
+                    at,
+                    name: it.name.as_bytes().to_vec(),
+                    fence: it.fence,
+                    payload: it.payload.to_vec(),
+                }),
+                Err(e) => out.set(at, || Err(e)),
+            }
+        }
+        owned.sort_by(|a, b| a.name.cmp(&b.name));
+        (!owned.is_empty()).then_some(owned)
+    }
+
+    /// The members table, quoted, or why there is none.
+    fn members(&self) -> Result<String, StoreError> {
+        members_table(&self.table).ok_or_else(|| {
+            StoreError::fatal(format!(
+                "mysql: the members table {}_members would be longer than 64 characters; use a shorter election \
+                 table name",
+                self.table
+            ))
+        })
+    }
+
+    /// A members call that found no members table: fatal, saying how to
+    /// make it.
+    fn explain_members_error(&self, e: StoreError) -> StoreError {
+        if !e.message().contains("server error 1146 ") {
+            return e;
+        }
+        StoreError::fatal(format!(
+            "{} (the group members' table {}_members is missing: run MySqlStore::ensure_schema, or create it with \
+             MySqlStore::schema's DDL)",
+            e.message(),
+            self.table
+        ))
+    }
+
     /// The slots table, quoted, or why there is none.
     fn slots(&self) -> Result<String, StoreError> {
         slots_table(&self.table).ok_or_else(|| {
@@ -877,6 +1187,7 @@ mod tests {
     fn hostile_table_names_are_quoted() {
         let ddl = MySqlStore::schema("x`; DROP TABLE y; --").unwrap();
         assert!(ddl.contains("`x``; DROP TABLE y; --`"), "{ddl}");
+        assert!(ddl.contains("CREATE TABLE IF NOT EXISTS `x``; DROP TABLE y; --_members`"), "{ddl}");
         assert!(MySqlStore::schema("").is_err());
         assert!(MySqlStore::builder("mysql://h/db").table("").build().unwrap_err().is_fatal());
     }

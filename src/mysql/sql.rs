@@ -36,7 +36,7 @@ pub(crate) const NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', 
 /// statement of the call, so the write, its guard and the row read back
 /// all speak of the same instant, and the read-back can tell the row this
 /// call wrote (its `renewed_at` is exactly this) from one it did not.
-const AT: &str = "@leaderelection_now";
+pub(crate) const AT: &str = "@leaderelection_now";
 
 /// The payload, sent once (the claim needs it twice).
 const PAYLOAD: &str = "@leaderelection_payload";
@@ -59,7 +59,7 @@ pub(crate) const HISTORY: &str = "CAST(@@server_id AS BINARY)";
 /// the call's instant ([`AT`] for a write, the reading statement's own
 /// clock for an inspect), `ROW_COUNT()` of the statement before it, and the
 /// server's clock as the row is read.
-const COLS: &str = "name, holder, fence, acquired_at, renewed_at, expires_at, payload";
+pub(crate) const COLS: &str = "name, holder, fence, acquired_at, renewed_at, expires_at, payload";
 
 /// How many columns a lease row read back has.
 const ROW_LEN: usize = 10;
@@ -99,7 +99,7 @@ pub(crate) const TERM_INDEX: &str = "leaderelection_term";
 /// [`TERM_INDEX`] for an `UPDATE … WHERE name = …` (both find one row), and
 /// an exclusive lock taken through it locks the index entry that lease
 /// checks hold shared: a renewal would wait for every checked transaction.
-const BY_KEY: &str = "FORCE INDEX (PRIMARY)";
+pub(crate) const BY_KEY: &str = "FORCE INDEX (PRIMARY)";
 
 /// The statement that gives a table made before lease checks existed the
 /// index they lock. Online in InnoDB (no lock on rows, a short metadata
@@ -197,6 +197,70 @@ pub(crate) fn create_slots(slots: &str) -> String {
          \x20   PRIMARY KEY (name, slot)\n\
          ) ENGINE = InnoDB;\n"
     )
+}
+
+/// The table of group members (see [`crate::batch::Members`]): one row per
+/// group and member, with when its heartbeat expires. Binary columns, as
+/// the election table's, so names compare byte for byte.
+pub(crate) fn create_members(members: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {members} (\n\
+         \x20   group_name  VARBINARY({MAX_NAME_LEN}) NOT NULL,\n\
+         \x20   member      VARBINARY({MAX_IDENTITY_LEN}) NOT NULL,\n\
+         \x20   expires_at  BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
+         \x20   PRIMARY KEY (group_name, member)\n\
+         ) ENGINE = InnoDB;\n"
+    )
+}
+
+/// How long after its heartbeat expired a member's row may be deleted.
+pub(crate) const FORGET_MEMBERS_AFTER: Duration = Duration::from_secs(3600);
+
+/// A member's heartbeat, in one short transaction: its row written with
+/// the later of its expiry and the call's instant plus `ttl` (one
+/// assignment, reading only the old row, and only when the row found is
+/// exactly this group's and member's), then one row `'members', live,
+/// stale, now`: the group's rows unexpired at the call's instant (this one
+/// included) and those expired for longer than [`FORGET_MEMBERS_AFTER`],
+/// by a plain read (no lock on the other members' rows).
+pub(crate) fn heartbeat(members: &str, group: &str, member: &str, ttl: Duration) -> Result<String, StoreError> {
+    let (g, m, t) =
+        (text("group name", group, MAX_NAME_LEN)?, text("member", member, MAX_IDENTITY_LEN)?, ttl_micros(ttl));
+    let forget = FORGET_MEMBERS_AFTER.as_micros();
+    Ok(format!(
+        "{BEGIN} \
+         INSERT INTO {members} (group_name, member, expires_at) VALUES ({g}, {m}, {AT} + {t}) \
+         ON DUPLICATE KEY UPDATE expires_at = IF({} AND {}, GREATEST(expires_at, {AT} + {t}), expires_at); \
+         SELECT 'members', COALESCE(SUM(expires_at > {AT}), 0), COALESCE(SUM(expires_at < {AT} - {forget}), 0), {AT} \
+         FROM {members} {BY_KEY} WHERE group_name = {g} AND {}; \
+         {COMMIT}",
+        exactly("group_name", &g),
+        exactly("member", &m),
+        exactly("group_name", &g),
+    ))
+}
+
+/// Deletes the rows of `group`'s members whose heartbeat expired longer
+/// than [`FORGET_MEMBERS_AFTER`] ago (members that stopped without
+/// leaving). Locks the group's rows while it runs, so it runs only when a
+/// heartbeat found such rows.
+pub(crate) fn forget_members(members: &str, group: &str) -> Result<String, StoreError> {
+    let g = text("group name", group, MAX_NAME_LEN)?;
+    let forget = FORGET_MEMBERS_AFTER.as_micros();
+    Ok(format!(
+        "{BEGIN} DELETE FROM {members} WHERE group_name = {g} AND {} AND expires_at < {AT} - {forget}; {COMMIT}",
+        exactly("group_name", &g)
+    ))
+}
+
+/// Removes `member`'s row from `group`.
+pub(crate) fn leave_group(members: &str, group: &str, member: &str) -> Result<String, StoreError> {
+    let (g, m) = (text("group name", group, MAX_NAME_LEN)?, text("member", member, MAX_IDENTITY_LEN)?);
+    Ok(format!(
+        "{BEGIN} DELETE FROM {members} WHERE group_name = {g} AND member = {m} AND {} AND {}; {COMMIT}",
+        exactly("group_name", &g),
+        exactly("member", &m)
+    ))
 }
 
 /// Claims `slot` for the term (`identity`, `fence`) if it holds the lease
@@ -299,12 +363,25 @@ pub(crate) fn lock_wait_secs(remaining: Duration) -> u64 {
 /// The `SET` that pins the settings is parsed under the session's own
 /// mode; every statement after it is parsed under [`SQL_MODE`].
 pub(crate) fn pinned(body: &str, remaining: Duration) -> String {
+    format!("{} {body} {}", pin(remaining), unpin())
+}
+
+/// The start of [`pinned`]: the settings, then the call's instant. A
+/// batch that spans several queries sends it first, and [`unpin`] last.
+pub(crate) fn pin(remaining: Duration) -> String {
     let s = lock_wait_secs(remaining);
     format!(
         "SET SESSION timestamp = DEFAULT, sql_mode = '{SQL_MODE}', sql_select_limit = 18446744073709551615, \
          character_set_results = 'utf8mb4', innodb_lock_wait_timeout = {s}, lock_wait_timeout = {s}; \
-         SET {AT} = {NOW}; {body} \
-         SET SESSION sql_mode = DEFAULT, sql_select_limit = DEFAULT, character_set_results = DEFAULT, \
+         SET {AT} = {NOW};"
+    )
+}
+
+/// The end of [`pinned`]: the settings back to the server's defaults, the
+/// variables cleared.
+pub(crate) fn unpin() -> String {
+    format!(
+        "SET SESSION sql_mode = DEFAULT, sql_select_limit = DEFAULT, character_set_results = DEFAULT, \
          innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT, {AT} = NULL, {PAYLOAD} = NULL, \
          {HELD} = NULL, {INHERITED} = NULL"
     )
@@ -316,28 +393,34 @@ pub(crate) fn pinned(body: &str, remaining: Duration) -> String {
 /// `READ WRITE` whatever the session's `transaction_read_only` default. A
 /// server made read-only (`read_only`, `super_read_only`, a replica) still
 /// refuses the writes.
-const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION READ WRITE;";
+pub(crate) const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION READ WRITE;";
 
 /// Commits without chaining a transaction or ending the session, whatever
 /// `completion_type` says (`RELEASE` would close the connection after every
 /// call, so every write would look lost).
-const COMMIT: &str = "COMMIT AND NO CHAIN NO RELEASE;";
+pub(crate) const COMMIT: &str = "COMMIT AND NO CHAIN NO RELEASE;";
 
 pub(crate) fn hex(b: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(b.len() * 2 + 3);
+    hex_into(&mut s, b);
+    s
+}
+
+/// [`hex`] written at the end of `s`.
+pub(crate) fn hex_into(s: &mut String, b: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    s.reserve(b.len() * 2 + 3);
     s.push_str("X'");
     for &x in b {
         s.push(DIGITS[usize::from(x >> 4)] as char);
         s.push(DIGITS[usize::from(x & 15)] as char);
     }
     s.push('\'');
-    s
 }
 
 /// A name or identity as a literal, refused when the column cannot hold it
 /// (the server might otherwise cut it short in a lax `sql_mode`).
-fn text(what: &'static str, s: &str, max: usize) -> Result<String, StoreError> {
+pub(crate) fn text(what: &'static str, s: &str, max: usize) -> Result<String, StoreError> {
     if s.len() > max {
         return Err(StoreError::fatal(format!(
             "mysql: {what} is {} bytes long, more than the limit of {max}",
@@ -347,14 +430,14 @@ fn text(what: &'static str, s: &str, max: usize) -> Result<String, StoreError> {
     Ok(hex(s.as_bytes()))
 }
 
-fn ttl_micros(ttl: Duration) -> u128 {
+pub(crate) fn ttl_micros(ttl: Duration) -> u128 {
     ttl.min(MAX_TTL).as_micros()
 }
 
 /// Whether the row's column `col` is exactly the bytes of the literal `lit`.
 /// A table made by hand with a case- or accent-insensitive collation would
 /// otherwise match another election's (or holder's) row.
-fn exactly(col: &str, lit: &str) -> String {
+pub(crate) fn exactly(col: &str, lit: &str) -> String {
     format!("CAST({col} AS BINARY) = {lit}")
 }
 
@@ -429,11 +512,7 @@ pub(crate) fn acquire(
     );
     let ours = exactly("name", &n);
     let inherited = if failover_rule { format!("COALESCE(history <> {HISTORY}, FALSE)") } else { "FALSE".into() };
-    let claim = format!("({ours} AND NOT {INHERITED} AND expires_at <= {AT})");
-    let write = format!(
-        "({ours} AND NOT {INHERITED} AND (expires_at <= {AT} OR ({} AND expires_at > {AT} AND renewed_at <= {AT})))",
-        exactly("holder", &i)
-    );
+    let update = claim_update(&ours, &format!("NOT {INHERITED}"), &i, t, PAYLOAD);
     Ok(format!(
         "SET {PAYLOAD} = {p}; {BEGIN} \
          SET {INHERITED} = FALSE; \
@@ -445,17 +524,41 @@ pub(crate) fn acquire(
          SET {INHERITED} = {INHERITED} AND ROW_COUNT() = 0; \
          INSERT INTO {table} (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms, history) \
          VALUES ({n}, {i}, GREATEST(1, {AT}), {AT}, {AT}, {AT} + {t}, {PAYLOAD}, 1, {HISTORY}) \
-         ON DUPLICATE KEY UPDATE \
-           fence = IF({claim}, GREATEST(fence + 1, {AT}), fence), \
-           acquired_at = IF({claim}, {AT}, acquired_at), \
-           terms = IF({claim}, terms + 1, terms), \
-           payload = IF({write}, {PAYLOAD}, payload), \
-           renewed_at = IF({write}, {AT}, renewed_at), \
-           holder = IF({claim}, {i}, holder), \
-           expires_at = IF({write}, GREATEST(expires_at, {AT} + {t}), expires_at); \
+         {update}; \
          SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; \
          {COMMIT}"
     ))
+}
+
+/// The claim's `ON DUPLICATE KEY UPDATE` clause (see [`acquire`]): the
+/// `ON DUPLICATE KEY UPDATE` of [`claim_assignments`].
+pub(crate) fn claim_update(ours: &str, not_inherited: &str, identity: &str, ttl: u128, payload: &str) -> String {
+    format!("ON DUPLICATE KEY UPDATE {}", claim_assignments(ours, not_inherited, identity, ttl, payload))
+}
+
+/// The claim's assignments (see [`acquire`]), for the single claim and the
+/// batched one (its `INSERT … ON DUPLICATE KEY UPDATE` for new rows, its
+/// `UPDATE` for existing ones) alike: `ours` says the row is the one the
+/// statement names, `not_inherited` that it is this server's, `identity`
+/// is the claimant's literal, `payload` the new payload's expression.
+/// Every assignment repeats its whole condition on the old row's columns,
+/// so it means the same under left-to-right and simultaneous assignment.
+pub(crate) fn claim_assignments(ours: &str, not_inherited: &str, identity: &str, ttl: u128, payload: &str) -> String {
+    let (i, t) = (identity, ttl);
+    let claim = format!("({ours} AND {not_inherited} AND expires_at <= {AT})");
+    let write = format!(
+        "({ours} AND {not_inherited} AND (expires_at <= {AT} OR ({} AND expires_at > {AT} AND renewed_at <= {AT})))",
+        exactly("holder", i)
+    );
+    format!(
+        "fence = IF({claim}, GREATEST(fence + 1, {AT}), fence), \
+           acquired_at = IF({claim}, {AT}, acquired_at), \
+           terms = IF({claim}, terms + 1, terms), \
+           payload = IF({write}, {payload}, payload), \
+           renewed_at = IF({write}, {AT}, renewed_at), \
+           holder = IF({claim}, {i}, holder), \
+           expires_at = IF({write}, GREATEST(expires_at, {AT} + {t}), expires_at)"
+    )
 }
 
 /// Extends the holder's valid lease, never moving its expiry backwards (a
@@ -556,7 +659,21 @@ pub(crate) fn read_back(op: &str, name: &str, rows: Vec<Vec<Value>>) -> Result<O
     if rows.next().is_some() {
         return Err(StoreError::fatal(format!("mysql {op}: more than one row for one election name")));
     }
+    let rb = lease_row(op, &values)?;
+    if rb.lease.name != name {
+        return Err(StoreError::fatal(format!("mysql {op}: the row read back is another election's")));
+    }
+    Ok(Some(rb))
+}
+
+/// One lease row's [`ROW_LEN`] values (see [`COLS`]), read as a lease; a
+/// value of the wrong type is an error: the table is not what this store
+/// made.
+pub(crate) fn lease_row(op: &str, values: &[Value]) -> Result<ReadBack, StoreError> {
     let bad = |what: &str| StoreError::fatal(format!("mysql {op}: cannot read the lease row ({what})"));
+    if values.len() != ROW_LEN {
+        return Err(bad("wrong number of columns"));
+    }
     let bytes = |i: usize| match &values[i] {
         Value::Bytes(b) => Ok(b.clone()),
         _ => Err(bad("not a byte string")),
@@ -583,10 +700,7 @@ pub(crate) fn read_back(op: &str, name: &str, rows: Vec<Vec<Value>>) -> Result<O
         now: DbTime::from_unix_micros(int(9)?),
         payload: bytes(6)?,
     };
-    if lease.name != name {
-        return Err(StoreError::fatal(format!("mysql {op}: the row read back is another election's")));
-    }
-    Ok(Some(ReadBack { lease, at: DbTime::from_unix_micros(int(7)?), row_count: int(8)? }))
+    Ok(ReadBack { lease, at: DbTime::from_unix_micros(int(7)?), row_count: int(8)? })
 }
 
 /// Checks a row this call wrote (acquire won, or renew matched) against
@@ -978,6 +1092,35 @@ mod tests {
            expires_at = IF(holder = X'61', GREATEST(expires_at, N + 1), expires_at); SELECT";
         let e = reads_only_the_old_row(&assignments(old)).unwrap_err();
         assert!(e.contains("fence reads holder"), "{e}");
+    }
+
+    /// The batched claim (`acquire_many`) writes with the same assignments:
+    /// its `INSERT … ON DUPLICATE KEY UPDATE` for names without a row, and
+    /// its `UPDATE` of existing rows (which names its rows byte for byte in
+    /// its `WHERE`, so its condition on the name is TRUE).
+    #[test]
+    fn the_batched_claims_read_only_the_old_row_too() {
+        for (ours, payload) in [("CAST(name AS BINARY) = VALUES(name)", "VALUES(payload)"), ("TRUE", "v.p")] {
+            let q = format!("{} ; SELECT", claim_update(ours, "NOT FALSE", "X'61'", 5, payload));
+            let assigned = assignments(&q);
+            let cols: Vec<&str> = assigned.iter().map(|(c, _)| c.as_str()).collect();
+            assert_eq!(cols, ["fence", "acquired_at", "terms", "payload", "renewed_at", "holder", "expires_at"]);
+            reads_only_the_old_row(&assigned).unwrap();
+            for (col, expr) in &assigned {
+                assert!(expr.contains(ours), "{col}: {expr}");
+            }
+        }
+    }
+
+    #[test]
+    fn member_statements_write_only_from_the_old_row_and_name_exact_bytes() {
+        let hb = heartbeat("`t_members`", "g'1", "m\\1", Duration::from_secs(5)).unwrap();
+        assert!(hb.contains("expires_at = IF(CAST(group_name AS BINARY) = X'672731' AND CAST(member AS BINARY) = X'6d5c31', GREATEST(expires_at, @leaderelection_now + 5000000), expires_at)"), "{hb}");
+        assert!(hb.contains("COMMIT AND NO CHAIN NO RELEASE;") && hb.starts_with(BEGIN), "{hb}");
+        assert!(heartbeat("`t`", &"g".repeat(MAX_NAME_LEN + 1), "m", Duration::from_secs(1)).is_err());
+        assert!(leave_group("`t`", "g", &"m".repeat(MAX_IDENTITY_LEN + 1)).is_err());
+        let f = forget_members("`t`", "g").unwrap();
+        assert!(f.contains("expires_at < @leaderelection_now - 3600000000"), "{f}");
     }
 
     /// A lease row as the server sends it: text protocol, so every value is

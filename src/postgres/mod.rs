@@ -130,10 +130,32 @@
 //!   the 5-minute idle timeout closes them, so a fleet of N participants can
 //!   hold about 4N sessions for that long after the database comes back; size
 //!   `max_connections` (or the pooler) for that.
+//! - **Batches.** `acquire_many`, `renew_many`, `release_many` and
+//!   `inspect_many` (see [`crate::batch`]) each send one simple query: one
+//!   transaction, one `now()`, every row decided as the single statement
+//!   decides it. The items travel as array constants unnested `WITH
+//!   ORDINALITY`, and each answer row carries its item's position.
+//!   Renewals and releases are one `UPDATE … FROM` the items (renewals stay
+//!   HOT updates, and pass lease checks as single ones do); reads one join.
+//!   A claim batch never waits for a row lock, so no two processes'
+//!   batches can deadlock: it inserts the absent rows in name order, then
+//!   locks the rest `SKIP LOCKED`. A row under a lease check is answered at once with
+//!   a retryable error (the check still holds its claim off, as it does a
+//!   single claim's); a row another writer holds (a claim or renewal in
+//!   progress) is run again in a new transaction for up to 500 ms. An
+//!   election named twice in one batch is sent once and both items get its
+//!   answer.
+//! - **Group members.** Heartbeats live in `table_members` beside the
+//!   election table (`ensure_schema` makes it; it is in `schema()`'s DDL):
+//!   one row per group and member, its expiry only ever moved later. A
+//!   heartbeat is one statement that also counts the live members and
+//!   deletes the group's rows expired over an hour ago. Without the table,
+//!   heartbeats fail fatally saying to run `ensure_schema`.
 //! - **Durable commits.** Keep `synchronous_commit = on` for the election's
 //!   database (see "What is not guaranteed" in the repository's
 //!   `docs/design.md`).
 
+mod batch;
 mod check;
 mod conn;
 mod sql;
@@ -146,6 +168,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::SimpleQueryMessage;
 
+use crate::batch::{BatchItem, Members};
 use crate::error::Human;
 use crate::ident::{quote_postgres, IdentError};
 use crate::lease::Lease;
@@ -164,6 +187,10 @@ pub const DEFAULT_TABLE: &str = "leader_election";
 pub const DEFAULT_POOL_SIZE: u32 = 4;
 /// Default bound on opening one connection (TCP, TLS and login together).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Threads the store's pool opens connections on (r2d2's background
+/// threads; three by default there).
+const POOL_THREADS: usize = 2;
+
 /// Default bound on [`PostgresStore::ensure_schema`].
 pub const DEFAULT_DDL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -290,6 +317,16 @@ impl PostgresBuilder {
         let log = manager.connect_log();
         let server = format!("{manager:?}");
         let pool = r2d2::Pool::builder()
+            // r2d2 opens connections (and reaps idle ones) on a thread pool
+            // of its own, three threads by default: two do, so a process
+            // with a group stays within eight threads (a hung connect is
+            // bounded by the connect timeout either way).
+            .thread_pool(Arc::new(
+                scheduled_thread_pool::ScheduledThreadPool::builder()
+                    .num_threads(POOL_THREADS)
+                    .thread_name_pattern("le-pg-pool-{}")
+                    .build(),
+            ))
             .max_size(self.pool_size)
             .min_idle(Some(0))
             .test_on_check_out(false)
@@ -392,7 +429,9 @@ impl PostgresStore {
     }
 
     /// The DDL that creates the election table `schema.table`, for migration
-    /// tools. [`PostgresStore::ensure_schema`] runs the same.
+    /// tools, with the tables beside it: `table_slots` ([`crate::slot`])
+    /// and `table_members` (group members' heartbeats, see
+    /// [`Store::heartbeat`]). [`PostgresStore::ensure_schema`] runs the same.
     ///
     /// The `terms` column counts each election's terms for operators (the
     /// claiming statement keeps it; no call reads it). A table made with an
@@ -422,8 +461,9 @@ impl PostgresStore {
             format!("CREATE SCHEMA IF NOT EXISTS {};\n", quote_postgres("schema", schema)?)
         };
         let slots = slots_table(schema, table).map(|t| sql::create_slots(&t)).unwrap_or_default();
+        let members = members_table(schema, table).map(|t| sql::create_members(&t)).unwrap_or_default();
         let index = fence_index(schema, table).map(|(i, _)| sql::create_fence_index(&i, &q)).unwrap_or_default();
-        Ok(format!("{create_schema}{}{index}{slots}", sql::create_table(&q)))
+        Ok(format!("{create_schema}{}{index}{slots}{members}", sql::create_table(&q)))
     }
 
     /// The negative control of the failover tests: a store that claims a
@@ -440,9 +480,10 @@ impl PostgresStore {
         (&self.schema, &self.table)
     }
 
-    /// Creates the election table if it does not exist, and adds what a
-    /// table made by an older version lacks: the `terms` and `history`
-    /// columns, and the index lease checks need. Idempotent, and
+    /// Creates the election table and the tables beside it if they do not
+    /// exist, and adds what a schema made by an older version lacks: the
+    /// `terms` and `history` columns, the index lease checks need, the
+    /// group members table. Idempotent, and
     /// safe when every replica runs it at the same moment: a creation that
     /// races another is retried and then finds the table.
     ///
@@ -725,6 +766,12 @@ fn slots_table(schema: &str, table: &str) -> Option<String> {
     qualified(schema, &format!("{table}_slots")).ok()
 }
 
+/// The group members table beside `schema.table`: `table_members`, when
+/// that name fits PostgreSQL's 63 bytes.
+fn members_table(schema: &str, table: &str) -> Option<String> {
+    qualified(schema, &format!("{table}_members")).ok()
+}
+
 /// The unique index on `(name, fence)` that lease checks need:
 /// `table_name_fence` (in the table's schema), quoted, and its bare name;
 /// when that name fits PostgreSQL's 63 bytes.
@@ -753,6 +800,12 @@ impl Store for PostgresStore {
                 // this statement's snapshot was taken, and it is not ours to
                 // claim: run again with a fresh snapshot to read it.
                 Ok(None) => ran_again = true,
+                // A racer inserted the same new name with the same fence
+                // candidate (its transaction began in the same microsecond):
+                // `ON CONFLICT (name)` settles conflicts on the name only,
+                // so the `(name, fence)` index of lease checks failed the
+                // insert. Run again: the racer's row is there now.
+                Err(e) if sql::sqlstate_of(&e) == Some("23505") => ran_again = true,
                 // The time ran out in a run again (no answer, or none left
                 // to start one): say why there was a run again.
                 Err(e) if ran_again && e.is_retryable() => {
@@ -760,7 +813,7 @@ impl Store for PostgresStore {
                         StoreError::retryable("postgres acquire: the row kept changing; out of time").with_source(e)
                     )
                 }
-                Err(e) => return Err(sql::explain_undefined_column(e, &self.qualified)),
+                Err(e) => return Err(sql::explain_undefined_column(e, "acquire", &self.qualified)),
             }
         }
     }
@@ -836,9 +889,59 @@ impl Store for PostgresStore {
         let msgs = self.run("finish_slot", &body, deadline_after(timeout), sql::Pin::Write)?;
         Ok(!sql::rows(&msgs).is_empty())
     }
+
+    // Each batch is one simple query, one transaction, one `now()`: see
+    // batch.rs and the statements in sql.rs. An empty batch sends nothing.
+
+    fn acquire_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        self.claim_batch(identity, ttl, items, timeout)
+    }
+
+    fn renew_many(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        self.renew_batch(identity, ttl, items, timeout)
+    }
+
+    fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
+        self.release_batch(identity, items, timeout)
+    }
+
+    fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
+        self.inspect_batch(names, timeout)
+    }
+
+    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, timeout: Duration) -> Result<Members, StoreError> {
+        self.beat(group, member, ttl, timeout)
+    }
+
+    fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
+        self.leave(group, member, timeout)
+    }
 }
 
 impl PostgresStore {
+    /// The group members table, or why there is none.
+    fn members(&self) -> Result<String, StoreError> {
+        members_table(&self.schema, &self.table).ok_or_else(|| {
+            StoreError::fatal(format!(
+                "postgres: the group members table {}_members would be longer than 63 bytes; use a shorter election \
+                 table name",
+                self.table
+            ))
+        })
+    }
+
     /// The slots table, or why there is none.
     fn slots(&self) -> Result<String, StoreError> {
         slots_table(&self.schema, &self.table).ok_or_else(|| {
@@ -919,6 +1022,7 @@ mod tests {
     fn hostile_table_names_are_quoted() {
         let ddl = PostgresStore::schema("public", r#"x"; DROP TABLE y; --"#).unwrap();
         assert!(ddl.contains(r#""public"."x""; DROP TABLE y; --""#), "{ddl}");
+        assert!(ddl.contains(r#"CREATE TABLE IF NOT EXISTS "public"."x""; DROP TABLE y; --_members""#), "{ddl}");
         assert!(PostgresStore::schema("public", "").is_err());
         assert!(PostgresStore::builder("postgres://h/db").table("s", "").build().unwrap_err().is_fatal());
     }

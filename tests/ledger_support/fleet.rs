@@ -370,11 +370,25 @@ impl Drop for Fleet {
         if thread::panicking() {
             eprintln!("chaos-ledger {}: tables {} (kept)\n{}", self.label, self.tables.ledger, self.tail());
         }
+        // A worker exits at the end of its input. One that is exiting may
+        // be writing its coverage profile, and killed then it would leave a
+        // truncated file that fails the coverage report (a group fleet did
+        // so once in CI): inputs are closed first, and a worker still there
+        // 10 s later is killed.
         for w in &mut self.workers {
             if !w.killed {
                 // SAFETY: as in sigstop; a stopped child is continued so that
-                // it can die (SIGKILL works on stopped processes too).
+                // it can go on (SIGCONT to our own child's pid).
                 unsafe { kill(w.child.id() as i32, SIGCONT) };
+                w.stdin = None;
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for w in &mut self.workers {
+            if !w.killed {
+                while Instant::now() < deadline && matches!(w.child.try_wait(), Ok(None)) {
+                    thread::sleep(Duration::from_millis(10));
+                }
                 let _ = w.child.kill();
                 let _ = w.child.wait();
                 w.killed = true;

@@ -116,6 +116,12 @@ pub fn current_claim(table: &str, name: &str) -> String {
     leaderelection::mysql::__claim_unpinned(table, name, "me", Duration::from_secs(60), b"").unwrap()
 }
 
+/// A batch's claim statement (`acquire_many`'s `INSERT … ON DUPLICATE KEY
+/// UPDATE`) for one election, without the settings it pins.
+pub fn current_batch_claim(table: &str, name: &str) -> String {
+    leaderelection::mysql::__batch_claim_unpinned(table, name, "me", Duration::from_secs(60), b"").unwrap()
+}
+
 /// The claim as it was before issue 16: `holder` assigned first and read by
 /// the assignments after it, the clock read by each statement. The negative
 /// control of the assignment-order checks.

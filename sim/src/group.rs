@@ -1,0 +1,1936 @@
+//! The group fleet on virtual time: participants each running a
+//! [`GroupMachine`] over many elections, one shared [`MemStore`], and the
+//! oracle that watches every election.
+
+use crate::events::{dur, nanos, Events, HostClock};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::group_schedule::{GroupFault, GroupSchedule, GroupTarget, GroupVariant};
+use super::rng::SimRng;
+use super::schedule::PPM;
+use super::world::DB_BASE_MICROS;
+use leaderelection::group::core::{BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
+use leaderelection::machine::{CallId, LocalTime, Outcome, Output, TermId};
+use leaderelection::{DbTime, ErrorKind, MemStore, Members, Store, StoreError, MAX_GROUP_CALL_THREADS};
+
+/// The group's name among the members table's groups.
+pub const GROUP: &str = "sim-group";
+
+/// Runaway guard: no schedule the decoder produces comes near it.
+const MAX_EVENTS: u64 = 5_000_000;
+
+/// The name of election `i`.
+pub fn election_name(i: usize) -> String {
+    format!("e{i:03}")
+}
+
+fn election_index(name: &str) -> Option<usize> {
+    name.strip_prefix('e')?.parse().ok()
+}
+
+/// A property the group oracle checks, for every election.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupProperty {
+    /// always: at most one participant holds a valid guard of an election
+    /// at any instant of real time.
+    AtMostOneValidGuard,
+    /// always: every fence the database issues for an election is above
+    /// every fence it issued for it before; each term starts under a fence
+    /// issued to its participant for that election and used by no other
+    /// term; terms of an election start in fence order.
+    FencesIncrease,
+    /// always: the fence on an election's record never goes backwards.
+    StoreFenceMonotonic,
+    /// always: while a guard is valid, its election's record names its
+    /// holder and fence and has not expired on the database clock.
+    GuardBackedByRecord,
+    /// always: a guard that turned invalid never turns valid again.
+    GuardNeverRevives,
+    /// always: the driver's record of each election's term (from the
+    /// outputs) agrees with the machine's; the group never hands a
+    /// machine's call out as an event.
+    OutputsMatchMachine,
+    /// always: the group's timers move forward (no busy loop).
+    MachineMakesProgress,
+    /// always: an election's leave finishes within two operation timeouts
+    /// and two ticks, a participant's clean shutdown within three (on the
+    /// slowest clock), whatever the database does.
+    StopCompletes,
+    /// eventually: within the liveness bound after the faults end every
+    /// election is led, and stays led to the end of the run.
+    EveryElectionLed,
+    /// always, with a fair share, from the fairness allowance after the
+    /// faults end: no live participant holds more than
+    /// `ceil(elections / live participants)` valid guards.
+    FairShare,
+}
+
+impl GroupProperty {
+    /// Whether it is a safety property (as opposed to liveness or fairness).
+    pub fn is_safety(self) -> bool {
+        !matches!(
+            self,
+            GroupProperty::EveryElectionLed
+                | GroupProperty::FairShare
+                | GroupProperty::MachineMakesProgress
+                | GroupProperty::StopCompletes
+        )
+    }
+
+    /// Its name, as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupProperty::AtMostOneValidGuard => "always: at most one valid guard per election",
+            GroupProperty::FencesIncrease => "always: fences strictly increase per election",
+            GroupProperty::StoreFenceMonotonic => "always: the record's fence never goes backwards",
+            GroupProperty::GuardBackedByRecord => "always: a valid guard is backed by the record",
+            GroupProperty::GuardNeverRevives => "always: an invalid guard stays invalid",
+            GroupProperty::OutputsMatchMachine => "always: outputs match the machines' terms",
+            GroupProperty::MachineMakesProgress => "always: timers make progress",
+            GroupProperty::StopCompletes => "always: leaves and shutdowns complete in time",
+            GroupProperty::EveryElectionLed => "eventually: every election is led after the faults",
+            GroupProperty::FairShare => "eventually always: nobody leads beyond its fair share",
+        }
+    }
+}
+
+/// A property that failed, when, and the evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupViolation {
+    /// Which property.
+    pub property: GroupProperty,
+    /// Virtual time since the start of the run.
+    pub at: Duration,
+    /// The election, when the property is about one.
+    pub election: Option<String>,
+    /// What the oracle saw.
+    pub detail: String,
+}
+
+impl fmt::Display for GroupViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} violated at {:?}", self.property.name(), self.at)?;
+        if let Some(e) = &self.election {
+            write!(f, " in election {e}")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
+
+/// What one group run did.
+#[derive(Clone, Debug, Default)]
+pub struct GroupRunReport {
+    /// The first property that failed, if any (the run stops there).
+    pub violation: Option<GroupViolation>,
+    /// Events processed.
+    pub events: u64,
+    /// Participants' hosts.
+    pub participants: usize,
+    /// Processes run (first starts and fresh processes after kills and
+    /// shutdowns).
+    pub processes: usize,
+    /// Processes that started after the first lease of the run: late
+    /// joiners and fresh processes, joining a group already led.
+    pub late_joins: u64,
+    /// Elections per participant.
+    pub elections: usize,
+    /// Whether the run had a fair share.
+    pub fair_share: bool,
+    /// Store calls sent: batches, by kind.
+    pub batches: u64,
+    /// See [`GroupRunReport::batches`].
+    pub acquire_batches: u64,
+    /// See [`GroupRunReport::batches`].
+    pub renew_batches: u64,
+    /// See [`GroupRunReport::batches`].
+    pub release_batches: u64,
+    /// See [`GroupRunReport::batches`].
+    pub inspect_batches: u64,
+    /// Elections' calls carried by the batches, summed.
+    pub batch_entries: u64,
+    /// The most elections one batch carried.
+    pub max_batch_entries: usize,
+    /// The most elections one renewal batch carried.
+    pub max_renew_entries: usize,
+    /// Heartbeats and leave calls sent.
+    pub member_calls: u64,
+    /// Calls that found every store-call worker busy
+    /// ([`MAX_GROUP_CALL_THREADS`]) and waited for one, as the library's
+    /// pool does.
+    pub queued_calls: u64,
+    /// Of those, calls that waited out the operation timeout and were
+    /// answered with a failure without being sent.
+    pub refused_calls: u64,
+    /// Calls applied by the database.
+    pub applied: u64,
+    /// Requests lost on the way.
+    pub lost_requests: u64,
+    /// Replies lost on the way (the write landed).
+    pub lost_replies: u64,
+    /// Batch answers that reached a participant after it had given the
+    /// batch up.
+    pub late_replies: u64,
+    /// Calls the machines abandoned at the operation timeout.
+    pub abandoned: u64,
+    /// Terms started, over every election.
+    pub terms: u64,
+    /// Terms started by another participant than the election's previous
+    /// term.
+    pub handovers: u64,
+    /// Processes killed.
+    pub kills: u64,
+    /// Of those, the hosts that never came back.
+    pub permanent_kills: u64,
+    /// Clean shutdowns.
+    pub shutdowns: u64,
+    /// Elections that left a running group.
+    pub leaves: u64,
+    /// Elections that joined a running group again.
+    pub rejoins: u64,
+    /// Terms the program resigned.
+    pub resigns: u64,
+    /// Terms resigned by the fair share to come down to it.
+    pub shed: u64,
+    /// Under [`GroupVariant::ReplaysLateAnswers`]: answers handed to the
+    /// machines a second time, after the batch's operation timeout.
+    pub replayed: u64,
+    /// Of those, how many a machine was still waiting for (and took).
+    pub replays_taken: u64,
+    /// Virtual time the run covered.
+    pub virtual_time: Duration,
+    /// When the last fault's effects ended.
+    pub faults_end: Duration,
+    /// The liveness bound for this schedule.
+    pub liveness_bound: Duration,
+    /// How long after the faults ended the last election's final, lasting
+    /// term began (zero if every one began before).
+    pub recovery: Option<Duration>,
+    /// The fairness allowance for this schedule (with a fair share).
+    pub fairness_allowance: Duration,
+    /// With a fair share: how long after the faults ended a live
+    /// participant was last seen leading beyond its share (zero if never).
+    pub fairness_convergence: Option<Duration>,
+    /// A hash of every event, its time and its effect.
+    pub trace_hash: u64,
+    /// The events as text, when asked for.
+    pub trace: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+enum Answer {
+    Batch(Vec<Outcome>),
+    Members(Result<Members, StoreError>),
+}
+
+enum Ev {
+    Start {
+        host: usize,
+    },
+    Restart {
+        host: usize,
+    },
+    Wake {
+        node: usize,
+    },
+    Request {
+        node: usize,
+        call: GroupCall,
+    },
+    Reply {
+        node: usize,
+        id: BatchId,
+        answer: Answer,
+    },
+    /// [`GroupVariant::ReplaysLateAnswers`]: a batch's answers again,
+    /// straight to its machines.
+    Replay {
+        node: usize,
+        calls: Vec<(ElectionKey, CallId)>,
+        out: Vec<Outcome>,
+    },
+    /// A store-call worker of `node` comes free (its call timed out).
+    WorkerFree {
+        node: usize,
+    },
+    FaultStart(usize),
+    FaultEnd(usize),
+    Rejoin {
+        node: usize,
+        elections: Vec<usize>,
+    },
+    /// The record of `election` expires before the guard of `node`'s term
+    /// `term` does: look then.
+    CheckBacked {
+        election: usize,
+        node: usize,
+        term: TermId,
+    },
+    CheckFairness,
+    End,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Guard {
+    term: TermId,
+    fence: u64,
+    deadline: LocalTime,
+    start: u64,
+}
+
+struct Node {
+    host: usize,
+    identity: String,
+    /// The name it heartbeats under (its identity, but for a control).
+    member: String,
+    payload: Arc<[u8]>,
+    /// Running or stopping; `None` once killed or stopped.
+    gm: Option<GroupMachine>,
+    stopping: bool,
+    keys: HashMap<ElectionKey, usize>,
+    by_election: Vec<Option<ElectionKey>>,
+    /// Live guards, by election.
+    guards: BTreeMap<usize, Guard>,
+    wake_at: Option<u64>,
+    wakes_at_instant: (u64, u32),
+    shutdown_at: Option<u64>,
+    /// Elections leaving, since when.
+    leaving_since: HashMap<ElectionKey, u64>,
+    /// Elections to join again once their leave has finished.
+    rejoin_pending: Vec<bool>,
+    /// When each batch in flight was sent (real time), and its calls.
+    sent_at: HashMap<BatchId, (u64, Vec<(ElectionKey, CallId)>)>,
+    /// The store-call workers' calls: busy until the answer comes back or,
+    /// with no answer, until the store call times out.
+    workers: Vec<(BatchId, u64)>,
+    /// Calls waiting for a worker to come free, since when (the pool
+    /// queues a call while its workers are busy but none is hung; one that
+    /// waited past the operation timeout is answered without being sent).
+    queued: std::collections::VecDeque<(u64, GroupCall)>,
+}
+
+#[derive(Default)]
+struct HostState {
+    current: Option<usize>,
+    restart_pending: bool,
+    /// Killed or stopped for good.
+    gone: bool,
+    processes: u32,
+}
+
+struct Elec {
+    name: Arc<str>,
+    /// Nodes with a live guard of it.
+    holders: Vec<usize>,
+    max_issued: u64,
+    record_fence: u64,
+    /// Fences issued: (fence, node, the key whose term started with it).
+    issued: Vec<(u64, usize, Option<ElectionKey>)>,
+    max_term_fence: u64,
+    last_leader: Option<usize>,
+    intervals: Vec<(u64, u64)>,
+}
+
+struct World<'a> {
+    s: &'a GroupSchedule,
+    rng: SimRng,
+    store: MemStore,
+    db_micros: u64,
+    queue: Events<Ev>,
+    nodes: Vec<Node>,
+    hosts: Vec<HostState>,
+    active: Vec<(usize, usize)>,
+    paused: u32,
+    held: Vec<(usize, GroupCall)>,
+    elecs: Vec<Elec>,
+    tracing: bool,
+    report: GroupRunReport,
+    faults_end: u64,
+    /// From when the fair share is checked (`u64::MAX` without one).
+    fair_from: u64,
+    /// The last instant after the faults a live participant led beyond
+    /// its share.
+    last_over: Option<u64>,
+}
+
+/// Runs `schedule` to its end, or to the first violation. With `trace`,
+/// the report carries every event as text (slower).
+pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
+    let s = schedule;
+    let faults_end = s.faults_end();
+    let bound = s.liveness_bound();
+    let allowance = s.fairness_allowance();
+    let mut w = World {
+        s,
+        rng: SimRng::new(s.seed),
+        store: MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS)),
+        db_micros: 0,
+        queue: Events::new(),
+        nodes: Vec::new(),
+        hosts: (0..s.participants.len()).map(|_| HostState::default()).collect(),
+        active: Vec::new(),
+        paused: 0,
+        held: Vec::new(),
+        elecs: (0..s.elections)
+            .map(|i| Elec {
+                name: election_name(i).into(),
+                holders: Vec::new(),
+                max_issued: 0,
+                record_fence: 0,
+                issued: Vec::new(),
+                max_term_fence: 0,
+                last_leader: None,
+                intervals: Vec::new(),
+            })
+            .collect(),
+        tracing: trace,
+        report: GroupRunReport {
+            trace_hash: 0xcbf2_9ce4_8422_2325,
+            participants: s.participants.len(),
+            elections: s.elections,
+            fair_share: s.fair_share,
+            faults_end,
+            liveness_bound: bound,
+            fairness_allowance: if s.fair_share { allowance } else { Duration::ZERO },
+            ..GroupRunReport::default()
+        },
+        faults_end: nanos(faults_end),
+        fair_from: if s.fair_share { nanos(faults_end + allowance) } else { u64::MAX },
+        last_over: None,
+    };
+    for (host, h) in s.participants.iter().enumerate() {
+        w.push(nanos(h.start_at), Ev::Start { host });
+    }
+    for (i, f) in s.faults.iter().enumerate() {
+        w.push(nanos(f.at), Ev::FaultStart(i));
+    }
+    let settle = if s.fair_share { bound.max(allowance) } else { bound };
+    let end = nanos(faults_end + settle + s.timing.lease_duration * 2);
+    if s.fair_share {
+        w.push(w.fair_from, Ev::CheckFairness);
+    }
+    w.push(end, Ev::End);
+    let mut now = 0;
+    while let Some((t, ev)) = w.queue.pop() {
+        now = t;
+        w.report.events += 1;
+        if w.report.events > MAX_EVENTS {
+            w.violate(t, GroupProperty::MachineMakesProgress, None, format!("more than {MAX_EVENTS} events"));
+            break;
+        }
+        if let Ev::End = ev {
+            break;
+        }
+        w.step(t, ev);
+        if w.report.violation.is_some() {
+            break;
+        }
+    }
+    w.finish(now, end);
+    w.report
+}
+
+fn op_name(op: BatchOp) -> &'static str {
+    match op {
+        BatchOp::Acquire => "claim",
+        BatchOp::Renew => "renewal",
+        BatchOp::Release => "release",
+        BatchOp::Inspect => "look",
+    }
+}
+
+impl World<'_> {
+    fn push(&mut self, t: u64, ev: Ev) {
+        self.queue.push(t, ev);
+    }
+
+    fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
+        for x in [t, code, a, b] {
+            self.report.trace_hash = (self.report.trace_hash ^ x).wrapping_mul(0x0100_0000_01b3);
+        }
+        if self.tracing {
+            let line = format!("{:>16?} {}", dur(t), text());
+            self.report.trace.push(line);
+        }
+    }
+
+    fn violate(&mut self, t: u64, property: GroupProperty, election: Option<usize>, detail: String) {
+        if self.report.violation.is_none() {
+            let election = election.map(|e| self.elecs[e].name.to_string());
+            let at = election.as_deref().map_or(String::new(), |e| format!(" in {e}"));
+            self.note(t, 99, 0, 0, || format!("VIOLATION {}{at}: {detail}", property.name()));
+            self.report.violation = Some(GroupViolation { property, at: dur(t), election, detail });
+        }
+    }
+
+    // ---- clocks ----
+
+    fn local(&self, host: usize, t: u64) -> LocalTime {
+        self.clock(host).local(t)
+    }
+
+    fn clock(&self, host: usize) -> HostClock {
+        let h = &self.s.participants[host];
+        HostClock { offset: h.clock_offset, rate_ppm: h.rate_ppm }
+    }
+
+    /// The first real instant at which `host`'s clock reads `l` or later.
+    fn real_at(&self, host: usize, l: LocalTime) -> u64 {
+        self.clock(host).real_at(l)
+    }
+
+    /// `d` of `host`'s clock in real time.
+    fn real_span(&self, host: usize, d: Duration) -> u64 {
+        let rate = u128::from(self.s.participants[host].rate_ppm);
+        u64::try_from((d.as_nanos() * u128::from(PPM)).div_ceil(rate)).unwrap_or(u64::MAX)
+    }
+
+    fn advance_db(&mut self, t: u64) {
+        let target = t / 1000;
+        if target > self.db_micros {
+            self.store.advance(Duration::from_micros(target - self.db_micros));
+            self.db_micros = target;
+        }
+    }
+
+    // ---- guards ----
+
+    /// `LeaderGuard::is_valid` of `node`'s guard of election `e` at real
+    /// instant `t`: the process lives, the term is live and the local clock,
+    /// re-read now, is before its deadline.
+    fn valid(&self, node: usize, e: usize, t: u64) -> bool {
+        let n = &self.nodes[node];
+        n.gm.is_some() && n.guards.get(&e).is_some_and(|g| self.local(n.host, t) < g.deadline)
+    }
+
+    fn valid_count(&self, node: usize, t: u64) -> usize {
+        let n = &self.nodes[node];
+        if n.gm.is_none() {
+            return 0;
+        }
+        let now = self.local(n.host, t);
+        n.guards.values().filter(|g| now < g.deadline).count()
+    }
+
+    /// Live participants: processes running and not shutting down.
+    fn live(&self) -> usize {
+        self.nodes.iter().filter(|n| n.gm.is_some() && !n.stopping).count()
+    }
+
+    fn share(&self) -> usize {
+        self.s.elections.div_ceil(self.live().max(1))
+    }
+
+    fn close_guard(&mut self, t: u64, node: usize, e: usize) {
+        let Some(g) = self.nodes[node].guards.get(&e).copied() else { return };
+        if self.s.fair_share && t >= self.faults_end && !self.nodes[node].stopping {
+            // The fairness convergence metric: was it over its share just
+            // before this term ended?
+            if self.valid_count(node, t) > self.share() {
+                self.last_over = Some(t);
+            }
+        }
+        self.nodes[node].guards.remove(&e);
+        let end = t.min(self.real_at(self.nodes[node].host, g.deadline)).max(g.start);
+        let el = &mut self.elecs[e];
+        el.intervals.push((g.start, end));
+        el.holders.retain(|&n| n != node);
+    }
+
+    // ---- events ----
+
+    fn step(&mut self, t: u64, ev: Ev) {
+        match ev {
+            Ev::Start { host } => self.spawn(t, host),
+            Ev::Restart { host } => {
+                self.hosts[host].restart_pending = false;
+                self.spawn(t, host);
+            }
+            Ev::Wake { node } => {
+                if self.nodes[node].wake_at != Some(t) || self.nodes[node].gm.is_none() {
+                    return;
+                }
+                self.nodes[node].wake_at = None;
+                let (at, count) = self.nodes[node].wakes_at_instant;
+                let count = if at == t { count + 1 } else { 1 };
+                self.nodes[node].wakes_at_instant = (t, count);
+                if count > 1000 {
+                    let ident = self.nodes[node].identity.clone();
+                    let detail = format!("{ident} woke 1000 times at one instant");
+                    self.violate(t, GroupProperty::MachineMakesProgress, None, detail);
+                    return;
+                }
+                let now = self.local(self.nodes[node].host, t);
+                if let Some(gm) = self.nodes[node].gm.as_mut() {
+                    gm.handle_timeout(now);
+                }
+                self.after(t, node);
+            }
+            Ev::Request { node, call } => {
+                let host = self.nodes[node].host;
+                if self.partitioned(host) {
+                    self.report.lost_requests += 1;
+                    self.note(t, 3, node as u64, call.id().0, || {
+                        format!("n{node} request {} lost (partition)", call.id().0)
+                    });
+                } else if self.paused > 0 {
+                    self.held.push((node, call));
+                } else {
+                    self.apply(t, node, call);
+                }
+            }
+            Ev::Reply { node, id, answer } => self.deliver(t, node, id, answer),
+            Ev::Replay { node, calls, out } => self.replay(t, node, calls, out),
+            Ev::FaultStart(i) => self.fault_start(t, i),
+            Ev::FaultEnd(i) => self.fault_end(t, i),
+            Ev::WorkerFree { node } => {
+                if self.nodes[node].gm.is_some() && !self.nodes[node].queued.is_empty() {
+                    self.start_queued(t, node);
+                    self.after(t, node);
+                }
+            }
+            Ev::Rejoin { node, elections } => self.rejoin(t, node, &elections),
+            Ev::CheckBacked { election, node, term } => {
+                if self.nodes[node].guards.get(&election).is_some_and(|g| g.term == term)
+                    && self.valid(node, election, t)
+                {
+                    self.check_backed(t, node, election);
+                }
+            }
+            Ev::CheckFairness => {
+                for node in 0..self.nodes.len() {
+                    self.check_fair(t, node);
+                }
+            }
+            Ev::End => {}
+        }
+    }
+
+    fn spawn(&mut self, t: u64, host: usize) {
+        let s = self.s;
+        let hs = &mut self.hosts[host];
+        hs.processes += 1;
+        let identity = format!("p{host}.{}#{:016x}", hs.processes, self.rng.next_u64());
+        let member = if s.variant == GroupVariant::SharedMemberName { "member".to_owned() } else { identity.clone() };
+        let h = &s.participants[host];
+        let mut cfg = GroupMachineConfig::new(identity.clone(), GROUP, s.timing, self.rng.next_u64());
+        cfg.fair_share = s.fair_share && s.variant != GroupVariant::FairShareOff;
+        cfg.tick = s.tick;
+        cfg.phase = h.phase;
+        cfg.release_on_shutdown = h.release_on_shutdown;
+        cfg.unsafe_anchor_at_reply = s.variant == GroupVariant::AnchorAtReply;
+        let node = self.nodes.len();
+        self.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
+        self.nodes.push(Node {
+            host,
+            identity,
+            member,
+            payload: Arc::from(vec![host as u8]),
+            gm: Some(GroupMachine::new(cfg)),
+            stopping: false,
+            keys: HashMap::new(),
+            by_election: vec![None; s.elections],
+            guards: BTreeMap::new(),
+            wake_at: None,
+            wakes_at_instant: (0, 0),
+            shutdown_at: None,
+            leaving_since: HashMap::new(),
+            rejoin_pending: vec![false; s.elections],
+            sent_at: HashMap::new(),
+            workers: Vec::new(),
+            queued: std::collections::VecDeque::new(),
+        });
+        self.hosts[host].current = Some(node);
+        self.report.processes += 1;
+        if t > nanos(s.timing.lease_duration) {
+            self.report.late_joins += 1;
+        }
+        for e in 0..s.elections {
+            self.join(t, node, e);
+        }
+        self.after(t, node);
+    }
+
+    fn join(&mut self, t: u64, node: usize, e: usize) {
+        let now = self.local(self.nodes[node].host, t);
+        let name = Arc::clone(&self.elecs[e].name);
+        let n = &mut self.nodes[node];
+        let payload = Arc::clone(&n.payload);
+        let Some(gm) = n.gm.as_mut() else { return };
+        if let Some(key) = gm.join(now, name, payload) {
+            n.keys.insert(key, e);
+            n.by_election[e] = Some(key);
+        }
+    }
+
+    /// After `node`'s group took an input: carry out each election's
+    /// outputs, check the machines against them, send the calls, re-arm the
+    /// timer, as the threaded driver's loop does.
+    fn after(&mut self, t: u64, node: usize) {
+        loop {
+            let Some(gm) = self.nodes[node].gm.as_mut() else { return };
+            let mut events: Vec<(ElectionKey, Output)> = std::iter::from_fn(|| gm.poll_event()).collect();
+            // Each election's outputs in order; elections in key order (the
+            // core's order across elections may follow a hash map's).
+            events.sort_by_key(|(k, _)| *k);
+            for (key, out) in events {
+                self.output(t, node, key, out);
+            }
+            let Some(gm) = self.nodes[node].gm.as_mut() else { return };
+            let mut touched = gm.take_touched();
+            touched.sort_unstable();
+            for key in touched {
+                self.check_outputs(t, node, key);
+            }
+            let calls: Vec<GroupCall> = match self.nodes[node].gm.as_mut() {
+                Some(gm) => std::iter::from_fn(|| gm.poll_call()).collect(),
+                None => Vec::new(),
+            };
+            if calls.is_empty() {
+                break;
+            }
+            for call in calls {
+                self.send(t, node, call);
+            }
+        }
+        if self.nodes[node].gm.as_ref().is_some_and(GroupMachine::is_stopped) {
+            self.stopped(t, node);
+            return;
+        }
+        self.rearm(t, node);
+    }
+
+    fn output(&mut self, t: u64, node: usize, key: ElectionKey, out: Output) {
+        let Some(e) = self.nodes[node].keys.get(&key).copied() else {
+            let detail = format!("an output for {key:?}, which is not in the group: {out:?}");
+            self.violate(t, GroupProperty::OutputsMatchMachine, None, detail);
+            return;
+        };
+        let n = node as u64;
+        let name = Arc::clone(&self.elecs[e].name);
+        match out {
+            Output::Call(call) => {
+                let detail = format!("the group handed out {name}'s call {call:?} as an event");
+                self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+            }
+            Output::CallAbandoned(id) => {
+                self.report.abandoned += 1;
+                self.note(t, 11, n, id.0, || format!("n{node} {name} abandons call {}", id.0));
+            }
+            Output::TermStarted { term, fence, deadline } => {
+                self.report.terms += 1;
+                self.note(t, 12, n, fence, || {
+                    format!("n{node} {name} TERM STARTED fence {fence} deadline {deadline:?}")
+                });
+                self.term_started(t, node, key, e, term, fence, deadline);
+            }
+            Output::DeadlineExtended { term, deadline } => {
+                self.note(t, 13, n, nanos(deadline.as_duration()), || format!("n{node} {name} deadline {deadline:?}"));
+                self.deadline_extended(t, node, e, term, deadline);
+            }
+            Output::TermEnded { term, fence, reason } => {
+                self.note(t, 14, n, fence, || format!("n{node} {name} TERM ENDED fence {fence}: {reason:?}"));
+                if self.nodes[node].guards.get(&e).is_some_and(|g| g.term == term) {
+                    self.close_guard(t, node, e);
+                } else {
+                    let ident = self.nodes[node].identity.clone();
+                    let detail = format!("{ident} ended {term:?}, not live");
+                    self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+                }
+            }
+            Output::NewLeader { identity, fence } => {
+                self.note(t, 15, n, fence, || format!("n{node} {name} sees leader {identity} fence {fence}"));
+            }
+            Output::Released { fence, result } => {
+                self.note(t, 16, n, fence, || format!("n{node} {name} released fence {fence}: {result:?}"));
+            }
+            Output::Failed(err) => {
+                self.note(t, 17, n, 0, || format!("n{node} {name} failed: {err}"));
+            }
+            Output::Stopped => {
+                self.note(t, 18, n, 0, || format!("n{node} {name} stopped"));
+                self.election_stopped(t, node, key, e);
+            }
+        }
+    }
+
+    /// Election `e`'s machine stopped (its leave, or the group's
+    /// shutdown): the driver forgets it, and joins it again if that is due.
+    fn election_stopped(&mut self, t: u64, node: usize, key: ElectionKey, e: usize) {
+        if let Some(since) = self.nodes[node].leaving_since.remove(&key) {
+            let bound = nanos(self.s.stop_bound(false));
+            if t.saturating_sub(since) > bound {
+                let detail = format!(
+                    "{} began leaving at {:?} and its machine stopped at {:?} (bound {:?})",
+                    self.nodes[node].identity,
+                    dur(since),
+                    dur(t),
+                    dur(bound)
+                );
+                self.violate(t, GroupProperty::StopCompletes, Some(e), detail);
+            }
+        }
+        if self.nodes[node].guards.contains_key(&e) {
+            let detail = format!("{} stopped with its term live", self.nodes[node].identity);
+            self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+            self.close_guard(t, node, e);
+        }
+        let n = &mut self.nodes[node];
+        if let Some(gm) = n.gm.as_mut() {
+            gm.forget(key);
+        }
+        n.keys.remove(&key);
+        if n.by_election[e] == Some(key) {
+            n.by_election[e] = None;
+        }
+        if std::mem::take(&mut n.rejoin_pending[e]) && !n.stopping {
+            self.join(t, node, e);
+            self.report.rejoins += 1;
+            let name = Arc::clone(&self.elecs[e].name);
+            self.note(t, 19, node as u64, e as u64, || format!("n{node} {name} joins again"));
+        }
+    }
+
+    /// The whole group of `node` has stopped (a clean shutdown finished).
+    fn stopped(&mut self, t: u64, node: usize) {
+        if let Some(since) = self.nodes[node].shutdown_at {
+            self.check_shutdown_time(t, node, since);
+        }
+        let guards: Vec<usize> = self.nodes[node].guards.keys().copied().collect();
+        if !guards.is_empty() {
+            let detail = format!("{} stopped with {} terms live", self.nodes[node].identity, guards.len());
+            self.violate(t, GroupProperty::OutputsMatchMachine, guards.first().copied(), detail);
+        }
+        for e in guards {
+            self.close_guard(t, node, e);
+        }
+        self.retire(node);
+        self.note(t, 7, node as u64, 0, || format!("n{node} has stopped"));
+    }
+
+    /// The process is gone: count what its group did.
+    fn retire(&mut self, node: usize) {
+        if let Some(gm) = self.nodes[node].gm.take() {
+            self.report.shed += gm.shed_count();
+        }
+        self.nodes[node].wake_at = None;
+    }
+
+    fn check_shutdown_time(&mut self, t: u64, node: usize, since: u64) {
+        let bound = nanos(self.s.stop_bound(true));
+        if t.saturating_sub(since) > bound {
+            let detail = format!(
+                "{} began shutting down at {:?} and had not stopped by {:?} (bound {:?})",
+                self.nodes[node].identity,
+                dur(since),
+                dur(t),
+                dur(bound)
+            );
+            self.violate(t, GroupProperty::StopCompletes, None, detail);
+        }
+    }
+
+    fn check_outputs(&mut self, t: u64, node: usize, key: ElectionKey) {
+        let n = &self.nodes[node];
+        let Some(gm) = n.gm.as_ref() else { return };
+        let from_machine = gm.machine(key).and_then(|m| m.term()).map(|x| (x.id, x.fence, x.deadline));
+        let e = n.keys.get(&key).copied();
+        let from_outputs = e.and_then(|e| n.guards.get(&e)).map(|g| (g.term, g.fence, g.deadline));
+        if from_machine != from_outputs {
+            let detail = format!("{}: outputs say {from_outputs:?}, machine says {from_machine:?}", n.identity);
+            self.violate(t, GroupProperty::OutputsMatchMachine, e, detail);
+        }
+    }
+
+    fn rearm(&mut self, t: u64, node: usize) {
+        let n = &self.nodes[node];
+        let Some(gm) = n.gm.as_ref() else { return };
+        let wake = gm.poll_timeout().map(|l| self.real_at(n.host, l).max(t));
+        if wake != n.wake_at {
+            self.nodes[node].wake_at = wake;
+            if let Some(w) = wake {
+                self.push(w, Ev::Wake { node });
+            }
+        }
+    }
+
+    // ---- messages ----
+
+    /// Starts `call` on one of `node`'s store-call workers, or queues it
+    /// for the first to come free.
+    fn send(&mut self, t: u64, node: usize, call: GroupCall) {
+        let host = self.nodes[node].host;
+        let id = call.id();
+        if self.s.variant == GroupVariant::DropsHeartbeats && matches!(call, GroupCall::Heartbeat { .. }) {
+            self.note(t, 9, node as u64, id.0, || format!("n{node} heartbeat {} dropped by the driver", id.0));
+            return;
+        }
+        self.nodes[node].workers.retain(|&(_, until)| until > t);
+        if self.nodes[node].workers.len() >= MAX_GROUP_CALL_THREADS {
+            // Every worker busy, none hung (a worker here is busy at most
+            // an operation timeout): the call waits for the first to come
+            // free, as the library's pool does.
+            self.report.queued_calls += 1;
+            self.note(t, 2, node as u64, id.0, || format!("n{node} call {} waits for a worker", id.0));
+            let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
+            self.nodes[node].queued.push_back((t, call));
+            self.push(free, Ev::WorkerFree { node });
+            return;
+        }
+        let busy_until = t.saturating_add(self.real_span(host, self.s.timing.operation_timeout));
+        self.nodes[node].workers.push((id, busy_until));
+        match &call {
+            GroupCall::Batch(b) => {
+                self.report.batches += 1;
+                self.report.batch_entries += b.entries.len() as u64;
+                self.report.max_batch_entries = self.report.max_batch_entries.max(b.entries.len());
+                match b.op {
+                    BatchOp::Acquire => self.report.acquire_batches += 1,
+                    BatchOp::Renew => {
+                        self.report.renew_batches += 1;
+                        self.report.max_renew_entries = self.report.max_renew_entries.max(b.entries.len());
+                    }
+                    BatchOp::Release => self.report.release_batches += 1,
+                    BatchOp::Inspect => self.report.inspect_batches += 1,
+                }
+                let calls = if self.s.variant == GroupVariant::ReplaysLateAnswers {
+                    b.entries.iter().map(|e| (e.key, e.call)).collect()
+                } else {
+                    Vec::new()
+                };
+                self.nodes[node].sent_at.insert(id, (t, calls));
+                let (op, len) = (b.op, b.entries.len());
+                self.note(t, 10, node as u64, id.0, || format!("n{node} batch {}: {} of {len}", id.0, op_name(op)));
+            }
+            GroupCall::Heartbeat { .. } | GroupCall::Leave { .. } => {
+                self.report.member_calls += 1;
+                let what = if matches!(call, GroupCall::Leave { .. }) { "leave" } else { "heartbeat" };
+                self.note(t, 10, node as u64, id.0, || format!("n{node} call {}: {what}", id.0));
+            }
+        }
+        let (req_loss, _) = self.loss(host);
+        if self.partitioned(host) || self.rng.percent(req_loss) {
+            self.report.lost_requests += 1;
+            self.note(t, 3, node as u64, id.0, || format!("n{node} request {} lost", id.0));
+            return;
+        }
+        let (lo, hi) = self.s.participants[host].req_delay;
+        let delay = self.rng.duration(lo, hi) + self.extra(host);
+        self.push(t + nanos(delay), Ev::Request { node, call });
+    }
+
+    /// The database runs one call at real instant `t` on its own clock.
+    fn apply(&mut self, t: u64, node: usize, call: GroupCall) {
+        self.advance_db(t);
+        self.report.applied += 1;
+        let host = self.nodes[node].host;
+        let identity = self.nodes[node].identity.clone();
+        let op_timeout = self.s.timing.operation_timeout;
+        let id = call.id();
+        let answer = match &call {
+            GroupCall::Batch(b) => {
+                let out = b.run(&self.store, &identity, op_timeout);
+                self.note(t, 20, node as u64, id.0, || {
+                    let ok = out
+                        .iter()
+                        .filter(|o| {
+                            matches!(o, Outcome::Lease(Ok(l)) if l.holder == identity)
+                                || matches!(o, Outcome::Released(Ok(())))
+                        })
+                        .count();
+                    format!(
+                        "db applies n{node} batch {}: {} of {}, {ok} held by it or released",
+                        id.0,
+                        op_name(b.op),
+                        out.len()
+                    )
+                });
+                if b.op != BatchOp::Inspect {
+                    self.batch_applied(t, node, b.op, b.entries.iter().map(|e| &*e.name), &out);
+                }
+                Answer::Batch(out)
+            }
+            GroupCall::Heartbeat { ttl, .. } => {
+                let r = self.store.heartbeat(GROUP, &self.nodes[node].member, *ttl, op_timeout);
+                self.note(t, 21, node as u64, id.0, || format!("db applies n{node} heartbeat {}: {r:?}", id.0));
+                Answer::Members(r)
+            }
+            GroupCall::Leave { .. } => {
+                let r = self
+                    .store
+                    .leave_group(GROUP, &self.nodes[node].member, op_timeout)
+                    .map(|()| Members::new(0, self.store.now()));
+                self.note(t, 21, node as u64, id.0, || format!("db applies n{node} leave {}: {r:?}", id.0));
+                Answer::Members(r)
+            }
+        };
+        let (_, rep_loss) = self.loss(host);
+        if self.partitioned(host) || self.rng.percent(rep_loss) {
+            self.report.lost_replies += 1;
+            self.note(t, 4, node as u64, id.0, || format!("n{node} reply {} lost", id.0));
+            return;
+        }
+        let (lo, hi) = self.s.participants[host].rep_delay;
+        let delay = self.rng.duration(lo, hi) + self.extra(host);
+        self.push(t + nanos(delay), Ev::Reply { node, id, answer });
+    }
+
+    /// The oracle's view of a batch the database applied: fences issued by
+    /// claims, the record's fence, and every valid guard of the elections
+    /// it wrote still backed by its record.
+    fn batch_applied<'n>(
+        &mut self,
+        t: u64,
+        node: usize,
+        op: BatchOp,
+        names: impl Iterator<Item = &'n str>,
+        out: &[Outcome],
+    ) {
+        let elections: Vec<usize> = names.filter_map(election_index).collect();
+        for (&e, o) in elections.iter().zip(out) {
+            if e >= self.elecs.len() {
+                continue;
+            }
+            if let (BatchOp::Acquire, Outcome::Lease(Ok(l))) = (op, o) {
+                let before = self.elecs[e].record_fence;
+                if l.fence < before {
+                    let detail = format!("record fence went from {before} to {}", l.fence);
+                    self.violate(t, GroupProperty::StoreFenceMonotonic, Some(e), detail);
+                }
+                if l.fence != before {
+                    self.fence_issued(t, node, e, l.fence, &l.holder);
+                }
+                self.elecs[e].record_fence = l.fence;
+            }
+            let holders = self.elecs[e].holders.clone();
+            for h in holders {
+                if self.valid(h, e, t) {
+                    self.check_backed(t, h, e);
+                }
+            }
+        }
+    }
+
+    /// Hands waiting calls to the workers that are free: a call that
+    /// waited past the operation timeout is answered with a failure
+    /// without being sent (its machines have abandoned it), the others are
+    /// sent.
+    fn start_queued(&mut self, t: u64, node: usize) {
+        let host = self.nodes[node].host;
+        let waited_out = self.real_span(host, self.s.timing.operation_timeout);
+        loop {
+            self.nodes[node].workers.retain(|&(_, until)| until > t);
+            if self.nodes[node].workers.len() >= MAX_GROUP_CALL_THREADS {
+                if !self.nodes[node].queued.is_empty() {
+                    let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
+                    self.push(free, Ev::WorkerFree { node });
+                }
+                return;
+            }
+            let Some((since, call)) = self.nodes[node].queued.pop_front() else { return };
+            if t.saturating_sub(since) < waited_out {
+                self.send(t, node, call);
+                continue;
+            }
+            self.report.refused_calls += 1;
+            let id = call.id();
+            self.note(t, 2, node as u64, id.0, || format!("n{node} call {} waited out the timeout: not sent", id.0));
+            let e = StoreError::retryable("no store-call worker came free within the operation timeout (not sent)");
+            let now = self.local(host, t);
+            if let Some(gm) = self.nodes[node].gm.as_mut() {
+                match call {
+                    GroupCall::Batch(b) => {
+                        let failed = b.failed(&e);
+                        gm.handle_batch_reply(now, b.id, failed);
+                    }
+                    call => gm.handle_members_reply(now, call.id(), Err(e)),
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, t: u64, node: usize, id: BatchId, answer: Answer) {
+        let host = self.nodes[node].host;
+        if self.partitioned(host) {
+            self.report.lost_replies += 1;
+            self.note(t, 4, node as u64, id.0, || format!("n{node} reply {} lost (partition)", id.0));
+            return;
+        }
+        if self.nodes[node].gm.is_none() {
+            return;
+        }
+        // The store call has returned: its worker is free.
+        self.nodes[node].workers.retain(|&(w, _)| w != id);
+        self.start_queued(t, node);
+        let now = self.local(host, t);
+        let variant = self.s.variant;
+        match answer {
+            Answer::Batch(mut out) => {
+                let sent = self.nodes[node].sent_at.remove(&id);
+                let gm = self.nodes[node].gm.as_ref().expect("checked above");
+                let known = !gm.batch_keys(id).is_empty();
+                if !known {
+                    self.report.late_replies += 1;
+                }
+                self.note(t, 5, node as u64, id.0, || {
+                    format!(
+                        "n{node} answer to batch {} ({} items){}",
+                        id.0,
+                        out.len(),
+                        if known { "" } else { ", given up" }
+                    )
+                });
+                if variant == GroupVariant::RotatedAnswers && out.len() > 1 {
+                    out.rotate_right(1);
+                }
+                if let Some((sent, calls)) = sent.filter(|(_, c)| !c.is_empty()) {
+                    // Again after the operation timeout and a tick, when
+                    // the core and every machine have given the calls up.
+                    let late = self.real_span(host, self.s.timing.operation_timeout + self.s.tick);
+                    let at = sent.saturating_add(late).max(t) + 1;
+                    self.push(at, Ev::Replay { node, calls, out: out.clone() });
+                }
+                if let Some(gm) = self.nodes[node].gm.as_mut() {
+                    gm.handle_batch_reply(now, id, out);
+                }
+            }
+            Answer::Members(r) => {
+                self.note(t, 6, node as u64, id.0, || format!("n{node} members answer {}: {r:?}", id.0));
+                if let Some(gm) = self.nodes[node].gm.as_mut() {
+                    gm.handle_members_reply(now, id, r);
+                }
+            }
+        }
+        self.after(t, node);
+    }
+
+    /// [`GroupVariant::ReplaysLateAnswers`]: the driver hands each answer
+    /// of a batch given up straight to its election's machine, as if fresh,
+    /// past the core's bookkeeping of batches: only the machine's own check
+    /// of the call's id stands between the stale answer and the term.
+    fn replay(&mut self, t: u64, node: usize, calls: Vec<(ElectionKey, CallId)>, out: Vec<Outcome>) {
+        let host = self.nodes[node].host;
+        let now = self.local(host, t);
+        let Some(gm) = self.nodes[node].gm.as_mut() else { return };
+        let mut taken = 0;
+        for ((key, call), outcome) in calls.iter().copied().zip(out) {
+            let waiting = gm.machine(key).and_then(|m| m.call_in_flight()).is_some_and(|c| c.id == call);
+            taken += u64::from(waiting);
+            gm.with_machine(now, key, |m| m.handle_reply(now, call, outcome));
+        }
+        self.report.replayed += calls.len() as u64;
+        self.report.replays_taken += taken;
+        let n = calls.len();
+        self.note(t, 8, node as u64, n as u64, || format!("n{node} REPLAYS {n} answers as fresh ({taken} taken)"));
+        self.after(t, node);
+    }
+
+    // ---- faults ----
+
+    /// The host a fault hits: its own, or the one whose process leads the
+    /// most elections (host 0 if nobody leads).
+    fn resolve(&self, t: u64, target: GroupTarget) -> usize {
+        match target {
+            GroupTarget::Host(h) => h,
+            GroupTarget::Leader => {
+                let mut best = (0, 0);
+                for (host, hs) in self.hosts.iter().enumerate() {
+                    let Some(node) = hs.current else { continue };
+                    let count = self.valid_count(node, t);
+                    if count > best.1 {
+                        best = (host, count);
+                    }
+                }
+                best.0
+            }
+        }
+    }
+
+    fn partitioned(&self, host: usize) -> bool {
+        self.active.iter().any(|&(i, h)| h == host && matches!(self.s.faults[i].fault, GroupFault::Partition { .. }))
+    }
+
+    fn loss(&self, host: usize) -> (u8, u8) {
+        self.active.iter().fold((0, 0), |(q, p), &(i, h)| match self.s.faults[i].fault {
+            GroupFault::Lossy { req_loss, rep_loss, .. } if h == host => (q.max(req_loss), p.max(rep_loss)),
+            _ => (q, p),
+        })
+    }
+
+    fn extra(&self, host: usize) -> Duration {
+        self.active.iter().fold(Duration::ZERO, |x, &(i, h)| match self.s.faults[i].fault {
+            GroupFault::SlowNet { extra, .. } if h == host => x.max(extra),
+            _ => x,
+        })
+    }
+
+    /// The running (not stopping) process of `host`, if any.
+    fn running(&self, host: usize) -> Option<usize> {
+        self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some() && !self.nodes[n].stopping)
+    }
+
+    /// Whether `host` may go for good: another host is still in the fleet.
+    fn may_go(&self, host: usize) -> bool {
+        self.hosts.iter().enumerate().any(|(h, hs)| h != host && !hs.gone)
+    }
+
+    fn fault_start(&mut self, t: u64, i: usize) {
+        let fault = self.s.faults[i].fault;
+        let window = |target| (usize::MAX, target);
+        let (host, length) = match fault {
+            GroupFault::PauseDb { dur } => {
+                self.paused += 1;
+                window(dur)
+            }
+            GroupFault::DbFailing { dur, .. } => window(dur),
+            GroupFault::Partition { target, dur }
+            | GroupFault::Lossy { target, dur, .. }
+            | GroupFault::SlowNet { target, dur, .. } => (self.resolve(t, target), dur),
+            GroupFault::Kill { target, down, permanent } => {
+                let host = self.resolve(t, target);
+                self.kill(t, i, host, down, permanent);
+                return;
+            }
+            GroupFault::Shutdown { target, down, permanent } => {
+                let host = self.resolve(t, target);
+                self.shutdown(t, i, host, down, permanent);
+                return;
+            }
+            GroupFault::LeaveRejoin { target, first, count, release, after } => {
+                let host = self.resolve(t, target);
+                self.leave_some(t, i, host, first, count, release, after);
+                return;
+            }
+            GroupFault::Resign { target, count } => {
+                let host = self.resolve(t, target);
+                self.resign_some(t, i, host, count);
+                return;
+            }
+        };
+        self.note(t, 31, i as u64, host as u64, || format!("fault {i} starts on host {host}: {fault:?}"));
+        self.active.push((i, host));
+        self.set_failing();
+        self.push(t + nanos(length), Ev::FaultEnd(i));
+    }
+
+    fn fault_end(&mut self, t: u64, i: usize) {
+        self.note(t, 32, i as u64, 0, || format!("fault {i} ends"));
+        self.active.retain(|&(j, _)| j != i);
+        self.set_failing();
+        if let GroupFault::PauseDb { .. } = self.s.faults[i].fault {
+            self.paused -= 1;
+            if self.paused == 0 {
+                for (node, call) in std::mem::take(&mut self.held) {
+                    self.apply(t, node, call);
+                }
+            }
+        }
+    }
+
+    fn set_failing(&mut self) {
+        let mut kind = None;
+        for &(i, _) in &self.active {
+            if let GroupFault::DbFailing { fatal, .. } = self.s.faults[i].fault {
+                kind =
+                    Some(if fatal || kind == Some(ErrorKind::Fatal) { ErrorKind::Fatal } else { ErrorKind::Retryable });
+            }
+        }
+        self.store.set_failing(kind);
+    }
+
+    fn kill(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {
+        let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { return };
+        if self.hosts[host].restart_pending {
+            return;
+        }
+        let forever = permanent && self.may_go(host);
+        self.note(t, 30, i as u64, host as u64, || {
+            format!("fault {i}: KILL host {host} (n{node}){}", if forever { " for good" } else { "" })
+        });
+        self.report.kills += 1;
+        // The process is gone: its guards with it, its leases and member
+        // row left on the database.
+        let guards: Vec<usize> = self.nodes[node].guards.keys().copied().collect();
+        for e in guards {
+            self.close_guard(t, node, e);
+        }
+        self.retire(node);
+        if forever {
+            self.hosts[host].gone = true;
+            self.report.permanent_kills += 1;
+        } else {
+            self.hosts[host].restart_pending = true;
+            self.push(t + nanos(down), Ev::Restart { host });
+        }
+    }
+
+    fn shutdown(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {
+        let Some(node) = self.running(host) else { return };
+        if self.hosts[host].restart_pending {
+            return;
+        }
+        let forever = permanent && self.may_go(host);
+        self.note(t, 30, i as u64, host as u64, || {
+            format!("fault {i}: SHUTDOWN host {host} (n{node}){}", if forever { " for good" } else { "" })
+        });
+        self.report.shutdowns += 1;
+        let now = self.local(host, t);
+        self.nodes[node].shutdown_at = Some(t);
+        self.nodes[node].stopping = true;
+        self.nodes[node].rejoin_pending.iter_mut().for_each(|p| *p = false);
+        if let Some(gm) = self.nodes[node].gm.as_mut() {
+            gm.shutdown(now, true);
+        }
+        self.after(t, node);
+        if forever {
+            self.hosts[host].gone = true;
+        } else {
+            self.hosts[host].restart_pending = true;
+            self.push(t + nanos(down), Ev::Restart { host });
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn leave_some(
+        &mut self,
+        t: u64,
+        i: usize,
+        host: usize,
+        first: usize,
+        count: usize,
+        release: bool,
+        after: Duration,
+    ) {
+        let Some(node) = self.running(host) else { return };
+        let now = self.local(host, t);
+        let mut left = Vec::new();
+        for k in 0..count.min(self.s.elections) {
+            let e = (first + k) % self.s.elections;
+            let n = &mut self.nodes[node];
+            let Some(key) = n.by_election[e] else { continue };
+            if n.leaving_since.contains_key(&key) {
+                continue;
+            }
+            n.leaving_since.insert(key, t);
+            if let Some(gm) = n.gm.as_mut() {
+                gm.leave(now, key, release);
+            }
+            left.push(e);
+        }
+        self.report.leaves += left.len() as u64;
+        let n_left = left.len();
+        self.note(t, 30, i as u64, host as u64, || {
+            format!(
+                "fault {i}: {n_left} elections of n{node} LEAVE{} from {first}, to join again after {after:?}",
+                if release { "" } else { " without release" }
+            )
+        });
+        self.after(t, node);
+        self.push(t + nanos(after), Ev::Rejoin { node, elections: left });
+    }
+
+    fn rejoin(&mut self, t: u64, node: usize, elections: &[usize]) {
+        if self.nodes[node].gm.is_none() || self.nodes[node].stopping {
+            return;
+        }
+        let mut joined = 0;
+        for &e in elections {
+            match self.nodes[node].by_election[e] {
+                None => {
+                    self.join(t, node, e);
+                    joined += 1;
+                }
+                Some(key) if self.nodes[node].leaving_since.contains_key(&key) => {
+                    self.nodes[node].rejoin_pending[e] = true;
+                }
+                Some(_) => {}
+            }
+        }
+        self.report.rejoins += joined;
+        self.note(t, 19, node as u64, joined, || {
+            format!("n{node}: {joined} elections join again ({} wait for their leave)", elections.len() as u64 - joined)
+        });
+        self.after(t, node);
+    }
+
+    fn resign_some(&mut self, t: u64, i: usize, host: usize, count: usize) {
+        let Some(node) = self.running(host) else { return };
+        let now = self.local(host, t);
+        let led: Vec<usize> = self.nodes[node].guards.keys().copied().take(count).collect();
+        self.note(t, 30, i as u64, host as u64, || format!("fault {i}: n{node} resigns {} terms", led.len()));
+        for e in led {
+            let n = &mut self.nodes[node];
+            let (Some(key), Some(gm)) = (n.by_election[e], n.gm.as_mut()) else { continue };
+            gm.with_machine(now, key, |m| {
+                if let Some(term) = m.term() {
+                    m.resign(now, term.id);
+                }
+            });
+            self.report.resigns += 1;
+        }
+        self.after(t, node);
+    }
+
+    // ---- the oracle ----
+
+    /// The database issued `fence` for a new term of election `e`, in a
+    /// claim of `node`'s.
+    fn fence_issued(&mut self, t: u64, node: usize, e: usize, fence: u64, holder: &str) {
+        let el = &self.elecs[e];
+        if fence <= el.max_issued {
+            let detail = format!(
+                "the database issued fence {fence} to {holder}, but it had issued fence {} before",
+                el.max_issued
+            );
+            self.violate(t, GroupProperty::FencesIncrease, Some(e), detail);
+        }
+        if holder != self.nodes[node].identity {
+            let detail = format!("a claim of {} changed the fence to {fence} for {holder}", self.nodes[node].identity);
+            self.violate(t, GroupProperty::FencesIncrease, Some(e), detail);
+        }
+        let el = &mut self.elecs[e];
+        el.max_issued = el.max_issued.max(fence);
+        el.issued.push((fence, node, None));
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn term_started(
+        &mut self,
+        t: u64,
+        node: usize,
+        key: ElectionKey,
+        e: usize,
+        term: TermId,
+        fence: u64,
+        deadline: LocalTime,
+    ) {
+        let ident = self.nodes[node].identity.clone();
+        if self.nodes[node].guards.contains_key(&e) {
+            let detail = format!("{ident} started {term:?} inside another term");
+            self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+            return;
+        }
+        let mut problem = None;
+        match self.elecs[e].issued.iter_mut().rev().find(|(f, _, _)| *f == fence) {
+            Some((_, to, started @ None)) if *to == node => *started = Some(key),
+            Some((_, to, started)) => {
+                let to = *to;
+                // The same process under an earlier key of the same
+                // election: it left and joined again (the group must keep
+                // the fences it led under; see GroupMachine::forget).
+                let rejoined = to == node && started.is_some_and(|k| k != key);
+                problem = Some(format!(
+                    "{ident} started a term with fence {fence}, issued to {} and {}",
+                    self.nodes[to].identity,
+                    match (to == node, rejoined) {
+                        (true, true) => "already led under before the election left and joined again",
+                        (true, false) => "already led under",
+                        _ => "not to it",
+                    }
+                ));
+            }
+            None => {
+                problem = Some(format!(
+                    "{ident} started a term with fence {fence}, which the database never issued for this election"
+                ));
+            }
+        }
+        if problem.is_none() && fence <= self.elecs[e].max_term_fence {
+            problem = Some(format!(
+                "{ident} started a term with fence {fence}, but a term with fence {} started before",
+                self.elecs[e].max_term_fence
+            ));
+        }
+        if let Some(detail) = problem {
+            self.violate(t, GroupProperty::FencesIncrease, Some(e), detail);
+        }
+        let host = self.nodes[node].host;
+        if self.local(host, t) >= deadline {
+            let detail = format!("{ident} started {term:?} already past its deadline");
+            self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+        }
+        let el = &mut self.elecs[e];
+        el.max_term_fence = el.max_term_fence.max(fence);
+        if el.last_leader.is_some_and(|l| l != node) {
+            self.report.handovers += 1;
+        }
+        el.last_leader = Some(node);
+        el.holders.push(node);
+        self.nodes[node].guards.insert(e, Guard { term, fence, deadline, start: t });
+        self.check_one_valid(t, node, e);
+        if self.valid(node, e, t) {
+            self.check_backed(t, node, e);
+        }
+        if self.s.fair_share && t >= self.faults_end {
+            if self.valid_count(node, t) > self.share() {
+                self.last_over = Some(t);
+            }
+            if t >= self.fair_from {
+                self.check_fair(t, node);
+            }
+        }
+    }
+
+    fn deadline_extended(&mut self, t: u64, node: usize, e: usize, term: TermId, deadline: LocalTime) {
+        let ident = self.nodes[node].identity.clone();
+        let Some(g) = self.nodes[node].guards.get(&e).copied().filter(|g| g.term == term) else {
+            let detail = format!("{ident} extended {term:?}, which is not live");
+            self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+            return;
+        };
+        if !self.valid(node, e, t) {
+            let detail = format!(
+                "{ident} extended fence {} to {deadline:?} after its deadline {:?} had passed (local now {:?})",
+                g.fence,
+                g.deadline,
+                self.local(self.nodes[node].host, t)
+            );
+            self.violate(t, GroupProperty::GuardNeverRevives, Some(e), detail);
+            return;
+        }
+        self.nodes[node].guards.insert(e, Guard { deadline, ..g });
+        self.check_one_valid(t, node, e);
+        self.check_backed(t, node, e);
+    }
+
+    /// Validity turns on only when a term starts (and a deadline extended
+    /// on a guard already valid keeps it on; one that was off is a
+    /// violation of its own), and turns off at events and deadlines; so
+    /// checking at each start and extension covers every instant.
+    fn check_one_valid(&mut self, t: u64, node: usize, e: usize) {
+        if !self.valid(node, e, t) {
+            return;
+        }
+        let others: Vec<usize> =
+            self.elecs[e].holders.iter().copied().filter(|&h| h != node && self.valid(h, e, t)).collect();
+        if others.is_empty() {
+            return;
+        }
+        let who: Vec<String> = std::iter::once(node)
+            .chain(others)
+            .map(|n| {
+                let (nd, g) = (&self.nodes[n], self.nodes[n].guards[&e]);
+                format!(
+                    "{} (fence {}, valid since {:?}, deadline {:?}, local now {:?}, rate {})",
+                    nd.identity,
+                    g.fence,
+                    dur(g.start),
+                    g.deadline,
+                    self.local(nd.host, t),
+                    self.s.participants[nd.host].rate_ppm
+                )
+            })
+            .collect();
+        self.violate(t, GroupProperty::AtMostOneValidGuard, Some(e), who.join(" and "));
+    }
+
+    /// `node`'s valid guard of `e` must be backed by the record now, and
+    /// the record must not expire before the guard does unless something
+    /// writes it first (every write is checked again; an expiry before the
+    /// guard's deadline is looked at when it comes).
+    fn check_backed(&mut self, t: u64, node: usize, e: usize) {
+        self.advance_db(t);
+        let n = &self.nodes[node];
+        let Some(g) = n.guards.get(&e).copied() else { return };
+        let row = self.store.peek(&self.elecs[e].name);
+        let ok = row.as_ref().is_some_and(|r| r.holder == n.identity && r.fence == g.fence && !r.expired());
+        if !ok {
+            let detail = format!("{} holds fence {} but the record is {row:?}", n.identity, g.fence);
+            self.violate(t, GroupProperty::GuardBackedByRecord, Some(e), detail);
+            return;
+        }
+        let row = row.expect("checked");
+        let expires = u64::try_from(row.expires_at.as_unix_micros() - DB_BASE_MICROS).unwrap_or(0) * 1000;
+        if expires < self.real_at(n.host, g.deadline) {
+            self.push(expires.max(t), Ev::CheckBacked { election: e, node, term: g.term });
+        }
+    }
+
+    fn check_fair(&mut self, t: u64, node: usize) {
+        if self.nodes[node].gm.is_none() || self.nodes[node].stopping || !self.s.fair_share {
+            return;
+        }
+        let (count, share, live) = (self.valid_count(node, t), self.share(), self.live());
+        if count > share {
+            let detail = format!(
+                "{} holds {count} valid guards, beyond ceil({} / {live}) = {share} ({:?} after the faults ended, \
+                 allowance {:?})",
+                self.nodes[node].identity,
+                self.s.elections,
+                dur(t.saturating_sub(self.faults_end)),
+                self.report.fairness_allowance
+            );
+            self.violate(t, GroupProperty::FairShare, None, detail);
+        }
+    }
+
+    fn finish(&mut self, now: u64, end: u64) {
+        self.report.virtual_time = dur(now);
+        if self.report.violation.is_none() {
+            for node in 0..self.nodes.len() {
+                if let (Some(since), true) = (self.nodes[node].shutdown_at, self.nodes[node].gm.is_some()) {
+                    self.check_shutdown_time(now, node, since);
+                }
+                let leaving: Vec<(ElectionKey, u64)> =
+                    self.nodes[node].leaving_since.iter().map(|(k, s)| (*k, *s)).collect();
+                let bound = nanos(self.s.stop_bound(false));
+                if let Some((key, since)) = leaving.into_iter().filter(|(_, s)| now.saturating_sub(*s) > bound).min() {
+                    if self.nodes[node].gm.is_some() {
+                        let e = self.nodes[node].keys.get(&key).copied();
+                        let detail = format!(
+                            "{} began leaving at {:?} and had not stopped by {:?}",
+                            self.nodes[node].identity,
+                            dur(since),
+                            dur(now)
+                        );
+                        self.violate(now, GroupProperty::StopCompletes, e, detail);
+                    }
+                }
+            }
+        }
+        for node in 0..self.nodes.len() {
+            let guards: Vec<usize> = self.nodes[node].guards.keys().copied().collect();
+            for e in guards {
+                self.close_guard(end, node, e);
+            }
+            self.retire(node);
+        }
+        if self.s.fair_share {
+            self.report.fairness_convergence = Some(dur(self.last_over.map_or(0, |t| t - self.faults_end)));
+        }
+        if self.report.violation.is_some() {
+            return;
+        }
+        let deadline = self.faults_end.saturating_add(nanos(self.report.liveness_bound));
+        // With a fair share, a term shed after the faults (the share's own
+        // hand-over, until the shares have evened out) leaves its election
+        // unled until a member under its share looks: a gap of at most
+        // this. Without one, no gap at all.
+        let gap = if self.s.fair_share { nanos(self.s.handover_bound()) } else { 0 };
+        let mut worst = 0;
+        for e in 0..self.elecs.len() {
+            let mut ivs = std::mem::take(&mut self.elecs[e].intervals);
+            ivs.retain(|(s, end)| end > s);
+            ivs.sort_unstable();
+            // Stretches of uninterrupted leadership.
+            let mut stretches: Vec<(u64, u64)> = Vec::new();
+            for (s, x) in ivs {
+                match stretches.last_mut() {
+                    Some((_, le)) if s <= *le => *le = (*le).max(x),
+                    _ => stretches.push((s, x)),
+                }
+            }
+            // From the bound to the end of the run, every stretch without a
+            // leader (the one the bound falls in included) no longer than a
+            // hand-over's, and someone leading at the end.
+            let first = stretches.iter().position(|&(_, x)| x >= deadline);
+            let mut ok = first.is_some() && stretches.last().is_some_and(|l| l.1 >= end);
+            let mut longest_gap = 0;
+            if let Some(i) = first {
+                if stretches[i].0 > deadline {
+                    // Unled at the bound: since the stretch before ended.
+                    let g = match i.checked_sub(1) {
+                        Some(p) => stretches[i].0 - stretches[p].1,
+                        None => u64::MAX,
+                    };
+                    longest_gap = longest_gap.max(g);
+                    ok &= g <= gap;
+                }
+                for w in stretches[i..].windows(2) {
+                    let g = w[1].0 - w[0].1;
+                    longest_gap = longest_gap.max(g);
+                    ok &= g <= gap;
+                }
+            }
+            if ok {
+                // The recovery: how long after the faults the stretch in
+                // force at the bound began (an election in a hand-over at
+                // the bound is not a recovery; its gap was checked above).
+                let i = first.expect("checked");
+                if stretches[i].0 <= deadline {
+                    worst = worst.max(stretches[i].0.saturating_sub(self.faults_end));
+                }
+                continue;
+            }
+            let shown: Vec<String> = stretches
+                .iter()
+                .filter(|(_, x)| *x >= self.faults_end)
+                .take(6)
+                .map(|(s, x)| format!("{:?}..{:?}", dur(*s), dur(*x)))
+                .collect();
+            let detail = format!(
+                "faults ended at {:?}, bound {:?}, run ended at {:?}; longest gap after the bound {:?} (allowed {:?}); \
+                 stretches of leadership since the faults: {}",
+                self.report.faults_end,
+                self.report.liveness_bound,
+                dur(end),
+                if longest_gap == u64::MAX { Duration::MAX } else { dur(longest_gap) },
+                dur(gap),
+                if shown.is_empty() { "none".to_owned() } else { shown.join(", ") }
+            );
+            self.violate(end, GroupProperty::EveryElectionLed, Some(e), detail);
+            return;
+        }
+        self.report.recovery = Some(dur(worst));
+    }
+}
+
+/// The one-line command that replays `schedule`.
+pub fn group_replay_command(schedule: &GroupSchedule) -> String {
+    format!(
+        "SIM_GROUP_BYTES={} SIM_GROUP_VARIANT={} cargo test -p leaderelection-sim --test sim_group replay -- --nocapture",
+        super::schedule::to_hex(&schedule.bytes),
+        schedule.variant.name()
+    )
+}
+
+/// A failed run, described for a person: the violation, the schedule, the
+/// replay command and the end of the trace.
+pub fn describe_group_failure(seed: Option<u64>, schedule: &GroupSchedule) -> String {
+    let report = run_group(schedule, true);
+    let mut s = String::new();
+    if let Some(v) = &report.violation {
+        s.push_str(&format!("sim-group: {v}\n"));
+    }
+    if let Some(seed) = seed {
+        s.push_str(&format!("seed: {seed}\n"));
+    }
+    s.push_str(&format!("bytes: {}\nschedule: {schedule}", super::schedule::to_hex(&schedule.bytes)));
+    let tail = report.trace.len().saturating_sub(60);
+    s.push_str("trace (last events):\n");
+    for line in &report.trace[tail..] {
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push_str(&format!("replay: {}\n", group_replay_command(schedule)));
+    s
+}
+
+/// Totals over many group runs.
+#[derive(Clone, Debug, Default)]
+pub struct GroupExploration {
+    /// Schedules run.
+    pub schedules: u64,
+    /// Of those, with a fair share.
+    pub fair_schedules: u64,
+    /// Events processed, summed.
+    pub events: u64,
+    /// Elections driven (per schedule, its elections times its processes),
+    /// summed.
+    pub elections_driven: u64,
+    /// Terms started, summed.
+    pub terms: u64,
+    /// Hand-overs (a term started by another participant than the one
+    /// before), summed.
+    pub handovers: u64,
+    /// Batches sent, summed.
+    pub batches: u64,
+    /// Elections' calls in them, summed.
+    pub batch_entries: u64,
+    /// The most elections one batch carried.
+    pub max_batch_entries: usize,
+    /// The most elections one renewal batch carried.
+    pub max_renew_entries: usize,
+    /// Requests and replies lost, summed.
+    pub lost: u64,
+    /// Calls that waited for a busy worker, summed.
+    pub queued_calls: u64,
+    /// Calls that waited out the timeout for a worker, summed.
+    pub refused_calls: u64,
+    /// Batch answers that came after the batch was given up, summed.
+    pub late_replies: u64,
+    /// Processes killed, summed; of those, for good.
+    pub kills: u64,
+    /// See [`GroupExploration::kills`].
+    pub permanent_kills: u64,
+    /// Clean shutdowns, summed.
+    pub shutdowns: u64,
+    /// Processes that joined a group already running, summed.
+    pub late_joins: u64,
+    /// Elections that left and joined again, summed.
+    pub leaves: u64,
+    /// See [`GroupExploration::leaves`].
+    pub rejoins: u64,
+    /// Terms resigned by the program, summed.
+    pub resigns: u64,
+    /// Terms shed by the fair share, summed.
+    pub shed: u64,
+    /// Answers replayed as fresh ([`GroupVariant::ReplaysLateAnswers`]),
+    /// summed, and how many of them a machine took.
+    pub replayed: u64,
+    /// See [`GroupExploration::replayed`].
+    pub replays_taken: u64,
+    /// Fair-share schedules in which some term was shed.
+    pub schedules_shedding: u64,
+    /// The slowest recovery after the faults, and the bound it was held to.
+    pub worst_recovery: (Duration, Duration),
+    /// The latest a participant led beyond its share after the faults, and
+    /// the allowance it was held to.
+    pub worst_fairness: (Duration, Duration),
+    /// Virtual time of all runs, summed.
+    pub total_virtual: Duration,
+    /// The seeds whose runs found a violation, with it.
+    pub failures: Vec<(u64, GroupViolation)>,
+    /// Wall-clock time spent.
+    pub elapsed: Duration,
+}
+
+fn ratio((a, b): (Duration, Duration)) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
+}
+
+impl GroupExploration {
+    /// Adds one run.
+    pub fn add(&mut self, seed: u64, r: &GroupRunReport) {
+        self.schedules += 1;
+        self.fair_schedules += u64::from(r.fair_share);
+        self.events += r.events;
+        self.elections_driven += (r.elections * r.processes) as u64;
+        self.terms += r.terms;
+        self.handovers += r.handovers;
+        self.batches += r.batches;
+        self.batch_entries += r.batch_entries;
+        self.max_batch_entries = self.max_batch_entries.max(r.max_batch_entries);
+        self.max_renew_entries = self.max_renew_entries.max(r.max_renew_entries);
+        self.lost += r.lost_requests + r.lost_replies;
+        self.queued_calls += r.queued_calls;
+        self.refused_calls += r.refused_calls;
+        self.late_replies += r.late_replies;
+        self.kills += r.kills;
+        self.permanent_kills += r.permanent_kills;
+        self.shutdowns += r.shutdowns;
+        self.late_joins += r.late_joins;
+        self.leaves += r.leaves;
+        self.rejoins += r.rejoins;
+        self.resigns += r.resigns;
+        self.shed += r.shed;
+        self.replayed += r.replayed;
+        self.replays_taken += r.replays_taken;
+        self.schedules_shedding += u64::from(r.fair_share && r.shed > 0);
+        if let Some(rec) = r.recovery {
+            if ratio((rec, r.liveness_bound)) > ratio(self.worst_recovery) {
+                self.worst_recovery = (rec, r.liveness_bound);
+            }
+        }
+        if let Some(conv) = r.fairness_convergence {
+            if ratio((conv, r.fairness_allowance)) > ratio(self.worst_fairness) {
+                self.worst_fairness = (conv, r.fairness_allowance);
+            }
+        }
+        self.total_virtual += r.virtual_time;
+        if let Some(v) = &r.violation {
+            self.failures.push((seed, v.clone()));
+        }
+    }
+
+    fn merge(&mut self, o: GroupExploration) {
+        self.schedules += o.schedules;
+        self.fair_schedules += o.fair_schedules;
+        self.events += o.events;
+        self.elections_driven += o.elections_driven;
+        self.terms += o.terms;
+        self.handovers += o.handovers;
+        self.batches += o.batches;
+        self.batch_entries += o.batch_entries;
+        self.max_batch_entries = self.max_batch_entries.max(o.max_batch_entries);
+        self.max_renew_entries = self.max_renew_entries.max(o.max_renew_entries);
+        self.lost += o.lost;
+        self.queued_calls += o.queued_calls;
+        self.refused_calls += o.refused_calls;
+        self.late_replies += o.late_replies;
+        self.kills += o.kills;
+        self.permanent_kills += o.permanent_kills;
+        self.shutdowns += o.shutdowns;
+        self.late_joins += o.late_joins;
+        self.leaves += o.leaves;
+        self.rejoins += o.rejoins;
+        self.resigns += o.resigns;
+        self.shed += o.shed;
+        self.replayed += o.replayed;
+        self.replays_taken += o.replays_taken;
+        self.schedules_shedding += o.schedules_shedding;
+        if ratio(o.worst_recovery) > ratio(self.worst_recovery) {
+            self.worst_recovery = o.worst_recovery;
+        }
+        if ratio(o.worst_fairness) > ratio(self.worst_fairness) {
+            self.worst_fairness = o.worst_fairness;
+        }
+        self.total_virtual += o.total_virtual;
+        self.failures.extend(o.failures);
+    }
+
+    /// One line for the test log.
+    pub fn summary(&self) -> String {
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        format!(
+            "sim-group: explored {} schedules ({:.1}/s, {} with a fair share), {:.2} M events, {} elections driven, \
+             {} terms, {} hand-overs; {} batches carrying {} calls (largest {}, largest renewal {}); {} messages \
+             lost, {} late answers, {} calls waited for a worker ({} waited out the timeout); {} kills ({} for good), {} clean shutdowns, {} late joins, {} elections left \
+             and {} joined again, {} resignations, {} terms shed (in {} schedules); slowest recovery {:?} of bound \
+             {:?}; latest fairness convergence {:?} of allowance {:?}; {:.0} h virtual; {} failing",
+            self.schedules,
+            self.schedules as f64 / secs,
+            self.fair_schedules,
+            self.events as f64 / 1e6,
+            self.elections_driven,
+            self.terms,
+            self.handovers,
+            self.batches,
+            self.batch_entries,
+            self.max_batch_entries,
+            self.max_renew_entries,
+            self.lost,
+            self.late_replies,
+            self.queued_calls,
+            self.refused_calls,
+            self.kills,
+            self.permanent_kills,
+            self.shutdowns,
+            self.late_joins,
+            self.leaves,
+            self.rejoins,
+            self.resigns,
+            self.shed,
+            self.schedules_shedding,
+            self.worst_recovery.0,
+            self.worst_recovery.1,
+            self.worst_fairness.0,
+            self.worst_fairness.1,
+            self.total_virtual.as_secs_f64() / 3600.0,
+            self.failures.len()
+        )
+    }
+}
+
+/// Runs the group schedules of seeds `first..first + count` under
+/// `variant` on `threads` threads. Each run is deterministic; only the
+/// order of the failures list depends on the threads.
+pub fn explore_groups(first: u64, count: u64, variant: GroupVariant, threads: usize) -> GroupExploration {
+    let started = std::time::Instant::now();
+    let threads = threads.max(1) as u64;
+    let mut total = GroupExploration::default();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                scope.spawn(move || {
+                    let mut e = GroupExploration::default();
+                    let mut seed = first + k;
+                    while seed < first + count {
+                        let r = run_group(&GroupSchedule::from_seed(seed, variant), false);
+                        e.add(seed, &r);
+                        seed += threads;
+                    }
+                    e
+                })
+            })
+            .collect();
+        for h in handles {
+            total.merge(h.join().expect("exploration thread panicked"));
+        }
+    });
+    total.failures.sort_by_key(|(seed, _)| *seed);
+    total.elapsed = started.elapsed();
+    total
+}

@@ -1,0 +1,793 @@
+//! Unit tests of the group's pure core: several participants' groups over
+//! one MemStore, on virtual time, with a per-election safety check at
+//! every event. The database clock stands days away from the local ones.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::*;
+use crate::{DbTime, MemStore};
+
+const DB_START: i64 = 1_700_000_000_000_000 + 3 * 86_400_000_000;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Lease 5 s, renew 1 s, retry 1 s, operation timeout 1 s, margin 1 s.
+fn timing() -> Timing {
+    Timing {
+        lease_duration: ms(5_000),
+        renew_interval: ms(1_000),
+        retry_period: ms(1_000),
+        operation_timeout: ms(1_000),
+        safety_margin: ms(1_000),
+    }
+}
+
+#[derive(Debug)]
+enum Ev {
+    Timer(usize),
+    /// A call reaches the database.
+    Apply(usize, GroupCall),
+    Reply(usize, BatchId, Answer),
+}
+
+#[derive(Debug)]
+enum Answer {
+    Batch(Vec<Outcome>),
+    Members(Result<Members, StoreError>),
+}
+
+/// A live term of one participant, as its guard would see it.
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    fence: u64,
+    deadline: LocalTime,
+}
+
+/// Participants' groups over one MemStore; virtual time; calls take
+/// `latency` (half each way). Every participant's local clock is the true
+/// clock here (the simulation varies rates).
+struct Fleet {
+    store: MemStore,
+    groups: Vec<GroupMachine>,
+    /// Participants whose process is gone: nothing is delivered to them.
+    dead: Vec<bool>,
+    /// Participants whose calls and answers are lost.
+    cut: Vec<bool>,
+    now: LocalTime,
+    latency: Duration,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(LocalTime, u64, usize)>>,
+    events: HashMap<u64, Ev>,
+    terms: HashMap<(usize, String), Live>,
+    /// Calls sent, by participant and kind (batches by op, heartbeats).
+    sent: Vec<HashMap<&'static str, u64>>,
+    starts: u64,
+    /// Drop every renewal batch's answer (the write may land).
+    lose_renew_answers: bool,
+    /// The timings of participants added from now on.
+    timing: Timing,
+}
+
+fn kind(call: &GroupCall) -> &'static str {
+    match call {
+        GroupCall::Batch(b) => match b.op {
+            BatchOp::Acquire => "acquire",
+            BatchOp::Renew => "renew",
+            BatchOp::Release => "release",
+            BatchOp::Inspect => "inspect",
+        },
+        GroupCall::Heartbeat { .. } => "heartbeat",
+        GroupCall::Leave { .. } => "leave",
+    }
+}
+
+impl Fleet {
+    fn new() -> Fleet {
+        Fleet {
+            store: MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START)),
+            groups: vec![],
+            dead: vec![],
+            cut: vec![],
+            now: LocalTime::from_duration(ms(1_000_000)),
+            latency: ms(4),
+            seq: 0,
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            terms: HashMap::new(),
+            sent: vec![],
+            starts: 0,
+            lose_renew_answers: false,
+            timing: timing(),
+        }
+    }
+
+    /// A participant joining `names`, its grid at `phase`.
+    fn add(&mut self, fair: bool, phase: Duration, names: &[String]) -> usize {
+        let i = self.groups.len();
+        let mut cfg = GroupMachineConfig::new(format!("p{i}#{i:016x}"), "g", self.timing, 11 + i as u64);
+        cfg.fair_share = fair;
+        cfg.phase = phase;
+        let mut g = GroupMachine::new(cfg);
+        for n in names {
+            g.join(self.now, n.as_str().into(), Arc::from(&b""[..])).unwrap();
+        }
+        self.groups.push(g);
+        self.dead.push(false);
+        self.cut.push(false);
+        self.sent.push(HashMap::new());
+        self.after(i);
+        i
+    }
+
+    fn push(&mut self, at: LocalTime, ev: Ev) {
+        self.seq += 1;
+        let target = match &ev {
+            Ev::Timer(i) | Ev::Apply(i, _) | Ev::Reply(i, _, _) => *i,
+        };
+        self.queue.push(Reverse((at, self.seq, target)));
+        self.events.insert(self.seq, ev);
+    }
+
+    /// After participant `i` took an input: carry out its outputs, send
+    /// its calls, arm its timer.
+    fn after(&mut self, i: usize) {
+        while let Some((key, out)) = self.groups[i].poll_event() {
+            let name = self.groups[i].name(key).map(|n| n.to_string());
+            match out {
+                Output::TermStarted { fence, deadline, .. } => {
+                    let name = name.expect("a live election");
+                    self.starts += 1;
+                    self.terms.insert((i, name), Live { fence, deadline });
+                }
+                Output::DeadlineExtended { deadline, .. } => {
+                    if let Some(t) = name.and_then(|n| self.terms.get_mut(&(i, n))) {
+                        t.deadline = deadline;
+                    }
+                }
+                Output::TermEnded { .. } => {
+                    if let Some(n) = name {
+                        self.terms.remove(&(i, n));
+                    }
+                }
+                Output::Stopped => self.groups[i].forget(key),
+                _ => {}
+            }
+        }
+        self.groups[i].take_touched();
+        while let Some(call) = self.groups[i].poll_call() {
+            *self.sent[i].entry(kind(&call)).or_default() += 1;
+            if let GroupCall::Batch(b) = &call {
+                if b.op == BatchOp::Inspect {
+                    *self.sent[i].entry("looked").or_default() += b.entries.len() as u64;
+                    let most = self.sent[i].entry("largest look").or_default();
+                    *most = (*most).max(b.entries.len() as u64);
+                }
+            }
+            if !self.cut[i] {
+                let at = self.now + self.latency / 2;
+                self.push(at, Ev::Apply(i, call));
+            }
+        }
+        if let Some(t) = self.groups[i].poll_timeout() {
+            self.push(t.max(self.now), Ev::Timer(i));
+        }
+    }
+
+    fn step(&mut self) -> bool {
+        let Some(Reverse((at, seq, i))) = self.queue.pop() else { return false };
+        let ev = self.events.remove(&seq).unwrap();
+        let d = at.saturating_since(self.now);
+        self.store.advance(d);
+        self.now = at;
+        if self.dead[i] {
+            return true;
+        }
+        match ev {
+            Ev::Timer(_) => {
+                // Only the latest timer counts: stale ones are harmless
+                // (handle_timeout early does no harm), so just fire.
+                self.groups[i].handle_timeout(self.now);
+            }
+            Ev::Apply(_, call) => {
+                let id = call.id();
+                let identity = self.groups[i].identity().to_owned();
+                let answer = match &call {
+                    GroupCall::Batch(b) => Answer::Batch(b.run(&self.store, &identity, timing().operation_timeout)),
+                    GroupCall::Heartbeat { ttl, .. } => {
+                        Answer::Members(self.store.heartbeat("g", &identity, *ttl, timing().operation_timeout))
+                    }
+                    GroupCall::Leave { .. } => Answer::Members(
+                        self.store
+                            .leave_group("g", &identity, timing().operation_timeout)
+                            .map(|()| Members::new(0, self.store.now())),
+                    ),
+                };
+                let lost = self.cut[i] || (self.lose_renew_answers && kind(&call) == "renew");
+                if !lost {
+                    let at = self.now + self.latency / 2;
+                    self.push(at, Ev::Reply(i, id, answer));
+                }
+                return true;
+            }
+            Ev::Reply(_, id, answer) => {
+                if self.cut[i] {
+                    return true;
+                }
+                match answer {
+                    Answer::Batch(out) => self.groups[i].handle_batch_reply(self.now, id, out),
+                    Answer::Members(r) => self.groups[i].handle_members_reply(self.now, id, r),
+                }
+            }
+        }
+        self.after(i);
+        self.check();
+        true
+    }
+
+    /// Always: at most one participant's term of an election is valid.
+    fn check(&self) {
+        let mut valid: HashMap<&str, Vec<(usize, u64)>> = HashMap::new();
+        for ((i, name), t) in &self.terms {
+            if !self.dead[*i] && self.now < t.deadline {
+                valid.entry(name.as_str()).or_default().push((*i, t.fence));
+            }
+        }
+        for (name, holders) in valid {
+            assert!(holders.len() <= 1, "{name}: two valid terms at {:?}: {holders:?}", self.now);
+        }
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        while self.queue.peek().is_some_and(|Reverse((at, _, _))| *at <= until) {
+            self.step();
+        }
+        self.store.advance(until.saturating_since(self.now));
+        self.now = until;
+    }
+
+    fn leading(&self, i: usize) -> usize {
+        self.terms.keys().filter(|(p, _)| *p == i).count()
+    }
+
+    fn led(&self) -> usize {
+        let mut names: Vec<&String> =
+            self.terms.iter().filter(|((i, _), _)| !self.dead[*i]).map(|((_, n), _)| n).collect();
+        names.sort();
+        names.dedup();
+        names.len()
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.dead[i] = true;
+        self.terms.retain(|(p, _), _| *p != i);
+    }
+}
+
+fn names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("shard-{i:04}")).collect()
+}
+
+/// Three participants over the same 300 elections, on grids 61 ms apart,
+/// 15 s after they started: every election led.
+fn three_over_300(fair: bool) -> (Fleet, Vec<String>) {
+    let all = names(300);
+    let mut f = Fleet::new();
+    for i in 0..3 {
+        f.add(fair, ms(61 * i as u64), &all);
+    }
+    f.run_for(ms(15_000));
+    assert_eq!(f.led(), 300, "every election led");
+    (f, all)
+}
+
+#[test]
+fn ticks_divide_the_intervals_when_they_can() {
+    assert_eq!(default_tick(&timing()), ms(250));
+    assert_eq!(default_tick(&Timing::default()), ms(500), "5 s and 3 s");
+    let odd = Timing { renew_interval: Duration::from_micros(1_000_003), ..timing() };
+    assert_eq!(default_tick(&odd), Duration::from_micros(250_000), "no common step: a quarter");
+    let tiny = Timing { renew_interval: ms(20), retry_period: ms(20), ..timing() };
+    assert_eq!(default_tick(&tiny), MIN_TICK);
+}
+
+#[test]
+fn the_grid_starts_at_the_phase_and_steps_by_the_tick() {
+    let mut cfg = GroupMachineConfig::new("a", "g", timing(), 1);
+    cfg.phase = ms(100);
+    let g = GroupMachine::new(cfg);
+    let at = |t: u64| g.next_grid_after(LocalTime::from_duration(ms(t))).as_duration();
+    assert_eq!(at(0), ms(100));
+    assert_eq!(at(100), ms(350), "strictly after");
+    assert_eq!(at(349), ms(350));
+    assert_eq!(at(10_000), ms(10_100));
+}
+
+// One participant, 300 elections: after the first claims, every renew
+// interval sends one renewal batch and no looks (it leads them all).
+// Three participants without shares: each sends at most one renewal and
+// one look batch per renew interval in steady state.
+#[test]
+fn renewals_and_looks_go_out_as_one_batch_each_per_interval() {
+    let all = names(300);
+    let mut f = Fleet::new();
+    for i in 0..3 {
+        f.add(false, ms(37 * i as u64), &all);
+    }
+    f.run_for(ms(10_000));
+    assert_eq!(f.led(), 300, "every election led");
+    let before = f.sent.clone();
+    f.run_for(ms(20_000));
+    for (i, before) in before.iter().enumerate() {
+        let d = |k: &str| f.sent[i].get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
+        let (renew, inspect) = (d("renew"), d("inspect"));
+        assert!(renew <= 21 && inspect <= 21, "p{i}: {renew} renewal and {inspect} look batches in 20 s");
+        assert_eq!(d("acquire") + d("release"), 0, "p{i}: no claims in steady state");
+        if f.leading(i) > 0 {
+            assert!(renew >= 19, "p{i} leads {} and sent {renew} renewal batches", f.leading(i));
+        }
+    }
+    let total: usize = (0..3).map(|i| f.leading(i)).sum();
+    assert_eq!(total, 300, "each election led once");
+}
+
+// Terms that started half an interval apart (joined at different times)
+// renew together after one early renewal: one renewal batch per interval,
+// not one per phase. The same for followers' looks.
+#[test]
+fn renewals_and_looks_of_different_phases_merge_into_one_batch() {
+    let mut f = Fleet::new();
+    let a = f.add(false, Duration::ZERO, &names(50));
+    f.run_for(ms(2_000));
+    let b = f.add(false, ms(100), &names(50)); // b follows a's 50
+    f.run_for(ms(2_500));
+    let late: Vec<String> = (50..100).map(|i| format!("shard-{i:04}")).collect();
+    let now = f.now;
+    for n in &late {
+        f.groups[a].join(now, n.as_str().into(), Arc::from(&b""[..])).unwrap();
+    }
+    f.after(a);
+    f.run_for(ms(600));
+    let now = f.now;
+    for n in &late {
+        f.groups[b].join(now, n.as_str().into(), Arc::from(&b""[..])).unwrap();
+    }
+    f.after(b);
+    f.run_for(ms(5_000));
+    assert_eq!(f.leading(a), 100, "a leads all: it claimed each first");
+    let before = f.sent.clone();
+    f.run_for(ms(10_000));
+    let d = |i: usize, k: &str| f.sent[i].get(k).copied().unwrap_or(0) - before[i].get(k).copied().unwrap_or(0);
+    assert!(d(a, "renew") <= 11, "a sent {} renewal batches in 10 intervals", d(a, "renew"));
+    assert!(d(b, "inspect") <= 11, "b sent {} look batches in 10 retry periods", d(b, "inspect"));
+}
+
+// A process that leads some elections and follows others sends its
+// renewal batch and its look batch on different grid instants, so it never
+// has both in flight at once (they contend on the database otherwise).
+#[test]
+fn renewals_and_looks_go_on_different_instants() {
+    let all = names(200);
+    let mut f = Fleet::new();
+    let a = f.add(true, Duration::ZERO, &all);
+    let b = f.add(true, Duration::ZERO, &all); // same grid, the worst case
+    f.run_for(ms(10_000));
+    assert!(f.leading(a) > 0 && f.leading(b) > 0);
+    let mut sent: Vec<(LocalTime, usize, &'static str)> = Vec::new();
+    for _ in 0..5_000 {
+        let before = f.sent.clone();
+        f.run_for(ms(2));
+        for (i, before) in before.iter().enumerate() {
+            for k in ["renew", "inspect"] {
+                let n = f.sent[i].get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
+                if n > 0 {
+                    sent.push((f.now, i, k));
+                }
+            }
+        }
+    }
+    for i in [a, b] {
+        let mine: Vec<_> = sent.iter().filter(|(_, p, _)| *p == i).collect();
+        assert!(mine.iter().any(|s| s.2 == "renew") && mine.iter().any(|s| s.2 == "inspect"), "{mine:?}");
+        for s in &mine {
+            let same = mine.iter().filter(|o| o.0 == s.0 && o.2 != s.2).count();
+            assert_eq!(same, 0, "p{i} sent a renewal and a look batch within 2 ms at {:?}", s.0);
+        }
+    }
+}
+
+// With a fair share, a participant that leads its share looks at the
+// elections others lead about once per lease (here every 4 retry periods,
+// the whole periods within a 5 s lease seen), not every retry period, and
+// still in one look batch per period at most, the looks spread over the
+// periods (batches of about a quarter, not all of them every 4 s). Without
+// a share (the control) every follower looks every period.
+#[test]
+fn at_their_share_followers_look_once_per_lease_not_every_period() {
+    for fair in [true, false] {
+        let (mut f, _) = three_over_300(fair);
+        let before = f.sent.clone();
+        for s in &mut f.sent {
+            s.remove("largest look");
+        }
+        f.run_for(ms(20_000));
+        for (i, before) in before.iter().enumerate() {
+            let d = |k: &str| f.sent[i].get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
+            let following = 300 - f.leading(i) as u64;
+            let largest = f.sent[i].get("largest look").copied().unwrap_or(0);
+            let (looked, batches) = (d("looked"), d("inspect"));
+            eprintln!("fair {fair}: p{i} follows {following}, looked at {looked} rows in {batches} batches in 20 s");
+            assert!(batches <= 21, "p{i}: {batches} look batches in 20 s");
+            if fair {
+                assert!(looked <= following * 20 / 3, "p{i} looked at {looked} rows following {following}");
+                assert!(largest <= following / 2, "p{i}: a look batch of {largest} rows, following {following}");
+            } else {
+                assert!(looked >= following * 19, "p{i} looked at {looked} rows following {following}");
+            }
+        }
+    }
+}
+
+// The lazy looks' threshold, over every way up to 7 members can lead up to
+// 20 elections: whenever an election is unled or a member leads more than
+// its share, some member under its share lacks more than the threshold, so
+// it looks every retry period and finds the free or shed election as soon
+// as before. The control: the looser threshold `slack` (what rounding
+// leaves over, undivided) lets every member under its share look lazily
+// in some such case.
+#[test]
+fn while_an_election_is_free_or_to_be_shed_some_member_looks_every_period() {
+    fn each_split(left: usize, members: usize, most: usize, led: &mut Vec<usize>, f: &mut dyn FnMut(&[usize])) {
+        if members == 0 {
+            f(led);
+            return;
+        }
+        for k in 0..=left.min(most) {
+            led.push(k);
+            each_split(left - k, members - 1, most, led, f);
+            led.pop();
+        }
+    }
+    let (mut cases, mut loose_misses) = (0u64, 0u64);
+    for live in 1..=7usize {
+        for elections in 1..=20usize {
+            let share = elections.div_ceil(live);
+            let slack = share * live - elections;
+            let threshold = lazy_threshold(share, live, elections);
+            each_split(elections, live, share + 2, &mut Vec::new(), &mut |led: &[usize]| {
+                let total: usize = led.iter().sum();
+                let freed = total < elections || led.iter().any(|&l| l > share);
+                if !freed {
+                    return;
+                }
+                cases += 1;
+                let lacking = |limit: usize| led.iter().any(|&l| l < share && share - l > limit);
+                assert!(lacking(threshold), "{live} members, {elections} elections, led {led:?}: all lazy");
+                if !lacking(slack) {
+                    loose_misses += 1;
+                }
+            });
+        }
+    }
+    eprintln!("{cases} cases with an election free or to be shed; the loose threshold missed {loose_misses}");
+    assert!(cases > 10_000 && loose_misses > 0, "{cases} cases, {loose_misses} missed by the control");
+}
+
+// An election resigned in a group at its shares (every participant lazy)
+// is led again within a lease and a retry period: found at the others'
+// next lazy look or claimed again by the resigner.
+#[test]
+fn a_resigned_election_is_led_again_within_a_lease_and_a_retry() {
+    let (mut f, _) = three_over_300(true);
+    let key = f.groups[0].keys().find(|k| f.groups[0].machine(*k).unwrap().term().is_some()).unwrap();
+    let name = f.groups[0].name(key).unwrap().to_string();
+    let now = f.now;
+    f.groups[0].with_machine(now, key, |m| {
+        let term = m.term().unwrap().id;
+        m.resign(now, term);
+    });
+    f.after(0);
+    assert_eq!(f.led(), 299);
+    let resigned = f.now;
+    let mut back = None;
+    for _ in 0..300 {
+        f.run_for(ms(25));
+        if f.terms.keys().any(|(_, n)| *n == name) {
+            back = Some(f.now.saturating_since(resigned));
+            break;
+        }
+    }
+    let took = back.expect("led again within 7.5 s");
+    let bound = timing().lease_duration + timing().retry_period;
+    eprintln!("a resigned election was led again after {took:?}");
+    assert!(took <= bound, "led again after {took:?}, bound {bound:?}");
+}
+
+// The fair share: three participants over 300 elections each lead at most
+// 100; a fourth joining brings everyone to at most 75 within a few
+// intervals, with about a quarter of the elections handed over.
+#[test]
+fn shares_converge_when_a_member_joins() {
+    let (mut f, all) = three_over_300(true);
+    for i in 0..3 {
+        assert!(f.leading(i) <= 100, "p{i} leads {} of 300 with 3 members", f.leading(i));
+        assert_eq!(f.groups[i].live_members(), Some(3));
+    }
+    let starts = f.starts;
+    let shed_before: u64 = (0..3).map(|i| f.groups[i].shed_count()).sum();
+    let late = f.add(true, ms(13), &all);
+    f.run_for(ms(15_000));
+    assert_eq!(f.led(), 300, "every election led again");
+    for i in 0..4 {
+        assert!(f.leading(i) <= 75, "p{i} leads {} of 300 with 4 members", f.leading(i));
+    }
+    assert!(f.leading(late) >= 70, "the new member got its share: {}", f.leading(late));
+    let handed = f.starts - starts;
+    eprintln!("a join handed over {handed} terms");
+    assert!(handed <= 80, "{handed} terms started for a join that needs 75 hand-overs");
+    let shed: u64 = (0..3).map(|i| f.groups[i].shed_count()).sum::<u64>() - shed_before;
+    assert!((70..=80).contains(&shed), "{shed} terms resigned for the join");
+}
+
+// A mass hand-over: one member leads all 400 elections when three more
+// join at once (on one grid phase, so their looks coincide); it sheds 300,
+// and the three, whose preferences collide, must not need a retry period
+// per round of lost claims: room freed by a lost claim goes to another
+// election seen free at once. Before, three rounds took 3 s.
+#[test]
+fn a_mass_hand_over_completes_within_a_retry_period_and_a_few_ticks() {
+    let all = names(400);
+    let mut f = Fleet::new();
+    let a = f.add(true, Duration::ZERO, &all);
+    f.run_for(ms(5_000));
+    assert_eq!(f.leading(a), 400);
+    for _ in 0..3 {
+        f.add(true, Duration::ZERO, &all);
+    }
+    // Until a sheds (two heartbeats with the new count), then watch.
+    let mut shed_at = None;
+    let mut whole = None;
+    for _ in 0..400 {
+        f.run_for(ms(25));
+        if shed_at.is_none() && f.leading(a) < 400 {
+            shed_at = Some(f.now);
+        }
+        if let Some(at) = shed_at {
+            if f.led() == 400 {
+                whole = Some(f.now.saturating_since(at));
+                break;
+            }
+        }
+    }
+    let took = whole.expect("every election led again");
+    eprintln!("a mass hand-over of 300 elections took {took:?}");
+
+    let bound = timing().retry_period + default_tick(&timing()) * 3;
+    assert!(took <= bound, "the shed elections took {took:?} to be led again (bound {bound:?})");
+    for i in 0..4 {
+        assert!(f.leading(i) <= 100, "p{i} leads {}", f.leading(i));
+    }
+}
+
+// A member killed: its elections are led again once its leases and its
+// heartbeat have expired, within lease + retry period + a tick or two,
+// and the survivors' shares grow to cover them.
+#[test]
+fn a_dead_members_elections_are_taken_over_within_a_lease_and_a_retry() {
+    let (mut f, _) = three_over_300(true);
+    let victim = 1;
+    let orphans = f.leading(victim);
+    assert!(orphans > 80, "{orphans}");
+    f.kill(victim);
+    let killed = f.now;
+    let mut whole = None;
+    for _ in 0..200 {
+        f.run_for(ms(50));
+        if f.led() == 300 {
+            whole = Some(f.now.saturating_since(killed));
+            break;
+        }
+    }
+    let took = whole.expect("every election led again within 10 s");
+    let t = timing();
+    let bound = t.lease_duration + t.retry_period + ms(1_000);
+    eprintln!("taken over after {took:?} (bound {bound:?})");
+    assert!(took <= bound, "led again after {took:?}, bound {bound:?}");
+    for i in [0, 2] {
+        assert!(f.leading(i) <= 150, "p{i} leads {}", f.leading(i));
+        assert_eq!(f.groups[i].live_members(), Some(2));
+    }
+}
+
+// A renewal batch whose answer never comes counts against every lease in
+// it: the terms end at their deadlines, none extended by the lost batch.
+#[test]
+fn a_batch_without_an_answer_counts_against_every_lease_in_it() {
+    let all = names(50);
+    let mut f = Fleet::new();
+    let p = f.add(false, Duration::ZERO, &all);
+    f.run_for(ms(5_000));
+    assert_eq!(f.leading(p), 50);
+    let last: Vec<LocalTime> = f.terms.values().map(|t| t.deadline).collect();
+    f.lose_renew_answers = true;
+    let latest = *last.iter().max().unwrap();
+    f.run_for(latest.saturating_since(f.now) + ms(1));
+    assert_eq!(f.leading(p), 0, "terms outlived their deadlines without an answer");
+    let ended = f.groups[p].keys().filter_map(|k| f.groups[p].machine(k)).filter(|m| m.term().is_none()).count();
+    assert_eq!(ended, 50);
+}
+
+// Shutdown releases every lease in one batch, then leaves the group; the
+// other member, which led its share and looked lazily, counts it out at
+// its next heartbeat and looks at everything at once: it takes every
+// election over within a renew interval (the heartbeat), a tick and round
+// trips, not up to a retry period later on its look phase. A retry period
+// three renew intervals long (lease 15 s: lazy looks every 4 periods), and
+// shutdowns at eight instants of the retry period.
+#[test]
+fn shutdown_releases_in_one_batch_and_leaves_the_group() {
+    let t = Timing { lease_duration: ms(15_000), retry_period: ms(3_000), ..timing() };
+    let mut slowest = Duration::ZERO;
+    for offset in 0..8u64 {
+        let all = names(100);
+        let mut f = Fleet::new();
+        f.timing = t;
+        let a = f.add(true, Duration::ZERO, &all);
+        let b = f.add(true, ms(70), &all);
+        f.run_for(ms(30_000 + 375 * offset));
+        assert_eq!(f.leading(a) + f.leading(b), 100);
+        // The one that stays leads its share and looks lazily.
+        let (a, b) = if f.leading(a) < f.leading(b) { (a, b) } else { (b, a) };
+        assert!(f.groups[b].lazy, "b leads {} of 100 and looks every period", f.leading(b));
+        let releases = f.sent[a].get("release").copied().unwrap_or(0);
+        let now = f.now;
+        f.groups[a].shutdown(now, true);
+        f.after(a);
+        assert_eq!(f.sent[a].get("release").copied().unwrap_or(0), releases + 1, "one release batch");
+        let gone = f.now;
+        let mut took = None;
+        for _ in 0..240 {
+            f.run_for(ms(25));
+            if f.leading(b) == 100 {
+                took = Some(f.now.saturating_since(gone));
+                break;
+            }
+        }
+        assert!(f.groups[a].is_stopped(), "stopped after the release and the leave");
+        assert_eq!(f.sent[a].get("leave").copied(), Some(1));
+        assert_eq!(f.groups[b].live_members(), Some(1));
+        slowest = slowest.max(took.expect("b leads everything within 6 s of a's shutdown"));
+    }
+    eprintln!("b took a's elections over at most {slowest:?} after a's shutdown");
+    let bound = t.renew_interval + default_tick(&t) * 2;
+    assert!(slowest <= bound, "b took a's elections over after {slowest:?}, bound {bound:?}");
+}
+
+// Claims wait for the share: before its first heartbeat answer a member
+// claims nothing, and never more than its share after.
+#[test]
+fn no_claim_before_the_share_is_known_nor_beyond_it() {
+    let all = names(40);
+    let mut f = Fleet::new();
+    let a = f.add(true, Duration::ZERO, &all);
+    f.cut[a] = true; // no heartbeat answer, no look answer
+    f.run_for(ms(5_000));
+    assert_eq!(f.sent[a].get("acquire"), None, "claimed before any heartbeat answer");
+    assert_eq!(f.groups[a].share(), Some(0));
+    f.cut[a] = false;
+    // Another member announces itself: a may lead 20 of 40.
+    f.store.heartbeat("g", "other", Duration::from_secs(3600), timing().operation_timeout).unwrap();
+    f.run_for(ms(4_000));
+    assert_eq!(f.groups[a].live_members(), Some(2));
+    assert_eq!(f.leading(a), 20, "exactly its share, the rest left free");
+    // "other" takes none: after a lease of seeing them unled (the looks
+    // while cut off do not count), a takes them beyond its share.
+    f.run_for(ms(3_000));
+    assert_eq!((f.leading(a), f.groups[a].beyond_share()), (40, 20));
+}
+
+// A member counted live that runs none of the elections: the share (half)
+// would leave half of them unled for ever; the starvation valve lets the
+// other member claim them after a lease of seeing them unled, and it keeps
+// them (no shedding of terms claimed beyond the share).
+#[test]
+fn elections_nobody_takes_are_claimed_beyond_the_share_after_a_lease() {
+    let all = names(40);
+    let mut f = Fleet::new();
+    let a = f.add(true, Duration::ZERO, &all);
+    let idle = f.add(true, ms(90), &[]);
+    f.run_for(ms(3_000));
+    assert_eq!(f.groups[a].live_members(), Some(2));
+    assert!(f.leading(a) >= 20, "{}", f.leading(a));
+    f.run_for(timing().lease_duration + ms(3_000));
+    assert_eq!(f.leading(a), 40, "the valve left elections unled");
+    assert_eq!(f.groups[a].beyond_share(), 20);
+    let shed = f.groups[a].shed_count();
+    f.run_for(ms(10_000));
+    assert_eq!(f.leading(a), 40);
+    assert_eq!(f.groups[a].shed_count(), shed, "terms claimed beyond the share were shed within 4 leases");
+    assert_eq!(f.leading(idle), 0);
+}
+
+// After a fault the valve may claim beyond the share while a member under
+// its share exists: after four leases those terms are shed like any other
+// and the shares even out.
+#[test]
+fn terms_claimed_beyond_the_share_are_shed_after_four_leases() {
+    let all = names(40);
+    let mut f = Fleet::new();
+    let a = f.add(true, Duration::ZERO, &all);
+    let idle = f.add(true, ms(90), &[]);
+    f.run_for(timing().lease_duration + ms(6_000));
+    assert_eq!((f.leading(a), f.groups[a].beyond_share()), (40, 20));
+    // The idle member now runs the elections too: it is under its share.
+    let now = f.now;
+    for n in &all {
+        f.groups[idle].join(now, n.as_str().into(), Arc::from(&b""[..])).unwrap();
+    }
+    f.after(idle);
+    f.run_for(timing().lease_duration * BEYOND_SHARE_KEPT + ms(5_000));
+    assert_eq!((f.leading(a), f.leading(idle)), (20, 20), "the shares evened out");
+    assert_eq!(f.groups[a].beyond_share(), 0);
+}
+
+// An election that leaves without releasing its lease and joins again
+// while that lease is still live (the group's identity is the same) must
+// not lead under the old term's fence again: it releases it and claims a
+// fresh one. Found by the group simulation (seed bytes in its docs).
+#[test]
+fn a_rejoined_election_never_leads_under_its_old_fence() {
+    let mut f = Fleet::new();
+    let a = f.add(false, Duration::ZERO, &names(3));
+    f.run_for(ms(2_000));
+    let first: Vec<u64> = f.terms.values().map(|t| t.fence).collect();
+    assert_eq!(first.len(), 3);
+    let keys: Vec<ElectionKey> = f.groups[a].keys().collect();
+    let now = f.now;
+    for k in keys {
+        f.groups[a].leave(now, k, false);
+    }
+    f.after(a);
+    f.run_for(ms(500));
+    assert_eq!(f.groups[a].len(), 0);
+    let now = f.now;
+    for n in names(3) {
+        f.groups[a].join(now, n.as_str().into(), Arc::from(&b""[..])).unwrap();
+    }
+    f.after(a);
+    f.run_for(ms(3_000));
+    let second: Vec<u64> = f.terms.values().map(|t| t.fence).collect();
+    assert_eq!(second.len(), 3, "led again");
+    for fence in &second {
+        assert!(first.iter().all(|old| fence > old), "a term under an old fence: {first:?} then {second:?}");
+    }
+}
+
+#[test]
+fn late_answers_and_answers_to_unknown_batches_change_nothing() {
+    let mut g = GroupMachine::new(GroupMachineConfig::new("a", "g", timing(), 1));
+    let key = g.join(LocalTime::ZERO, "x".into(), Arc::from(&b""[..])).unwrap();
+    g.handle_timeout(LocalTime::from_duration(ms(250)));
+    let Some(GroupCall::Batch(b)) = g.poll_call() else { panic!("a look") };
+    assert_eq!((b.op, b.entries.len()), (BatchOp::Inspect, 1));
+    // Unknown batch: ignored.
+    g.handle_batch_reply(LocalTime::from_duration(ms(260)), BatchId(999), vec![]);
+    assert!(g.machine(key).unwrap().call_in_flight().is_some());
+    // A wrong number of answers fails the call rather than guess.
+    g.handle_batch_reply(LocalTime::from_duration(ms(260)), b.id, vec![]);
+    assert!(g.machine(key).unwrap().call_in_flight().is_none());
+    assert!(g.machine(key).unwrap().last_error().is_some_and(|e| e.is_fatal()));
+}
+
+#[test]
+fn preferences_differ_between_participants_and_are_stable() {
+    assert_eq!(preference("a#1", "shard-1"), preference("a#1", "shard-1"));
+    let (a, b): (Vec<u64>, Vec<u64>) =
+        (0..100).map(|i| (preference("a#1", &format!("s{i}")), preference("b#2", &format!("s{i}")))).unzip();
+    let agree = a.iter().zip(&b).filter(|(x, y)| (**x > u64::MAX / 2) == (**y > u64::MAX / 2)).count();
+    assert!((30..=70).contains(&agree), "{agree} of 100 halves agree: preferences look correlated");
+    assert_eq!(ElectionKey::of_term(TermId((7u64 << 32) + 3)), ElectionKey(7));
+}

@@ -1,0 +1,621 @@
+//! Batched calls and group members on PostgreSQL, directly and through
+//! PgBouncer in transaction mode (issue 20), beyond the storetest cases:
+//! a claim batch does not wait behind a lease check and a renew batch goes
+//! through one; batches that share rows in opposite orders never deadlock;
+//! batched renewals stay HOT and batched reads write nothing; a missing
+//! members table says how to make it. And, ignored by default, the
+//! latencies of the group's batch sizes (`-- --ignored --nocapture`).
+//! Run with `bash scripts/test.sh` (it exports the DSNs).
+
+mod pg_support;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use leaderelection::postgres::PostgresStore;
+use leaderelection::{BatchItem, Lease, Store, StoreError};
+use pg_support::{client, dsn, BOUNCER, DIRECT};
+use postgres::types::Type;
+use support::{at_once, random_tag, wait_for};
+
+const TABLE: &str = "le_batch";
+const T: Duration = Duration::from_secs(5);
+const LONG: Duration = Duration::from_secs(60);
+
+fn store(var: &str) -> PostgresStore {
+    let s = PostgresStore::builder(&dsn(var)).table("public", TABLE).build().expect("store");
+    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
+    s
+}
+
+fn items<'a>(names: &'a [String], fences: &[u64], payload: &'a [u8]) -> Vec<BatchItem<'a>> {
+    names.iter().zip(fences).map(|(name, &fence)| BatchItem { name, fence, payload }).collect()
+}
+
+fn claims(names: &[String]) -> Vec<BatchItem<'_>> {
+    names.iter().map(|name| BatchItem { name, fence: 0, payload: b"" }).collect()
+}
+
+/// Every answer, or a panic naming the item that failed.
+fn all_ok<T>(what: &str, out: Vec<Result<T, StoreError>>) -> Vec<T> {
+    out.into_iter().enumerate().map(|(j, r)| r.unwrap_or_else(|e| panic!("{what}: item {j} failed: {e}"))).collect()
+}
+
+/// Polls until the database says every one of `names` has expired.
+fn wait_all_expired(s: &PostgresStore, names: &[String]) {
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let expired = wait_for(Duration::from_secs(10), || {
+        s.inspect_many(&refs, T).iter().all(|r| r.as_ref().is_ok_and(Lease::expired))
+    });
+    assert!(expired, "the leases did not expire within 10 s");
+}
+
+/// Opens a lease check of `lease` (held by `identity`) in `tx`, as a
+/// program does before it commits its own writes: `FOR KEY SHARE` on the
+/// row until the transaction ends.
+fn check(s: &PostgresStore, tx: &mut postgres::Transaction<'_>, lease: &Lease, identity: &str) {
+    let fence = i64::try_from(lease.fence).unwrap();
+    let rows = tx
+        .query_typed(&s.lease_check_sql(), &[(&lease.name, Type::TEXT), (&identity, Type::TEXT), (&fence, Type::INT8)])
+        .expect("the lease check");
+    assert_eq!(rows.len(), 1, "the check of the live term found no row");
+}
+
+/// A claim batch over expired elections, one of which a program holds a
+/// lease check on (its leader paused after checking, its lease ran out):
+/// the batch claims the others at once and answers the checked one with a
+/// retryable "locked" error, leaving its row alone; once the check's
+/// transaction ends, a claim of it works. A claim that waited for the
+/// check (the whole batch locking `FOR UPDATE` without `SKIP LOCKED`)
+/// would sit until the server's lock timeout (3/4 of the call's) and fail
+/// every item.
+fn a_claim_batch_skips_a_checked_row(var: &str) {
+    let s = store(var);
+    let base = format!("check-claim-{}", random_tag());
+    let names: Vec<String> = (0..6).map(|i| format!("{base}/{i}")).collect();
+    let held: Vec<Lease> =
+        names.iter().map(|n| s.acquire(n, "a", Duration::from_millis(700), b"a", T).unwrap()).collect();
+    const CHECKED: usize = 3;
+    let mut c = client(var);
+    let mut tx = c.transaction().unwrap();
+    check(&s, &mut tx, &held[CHECKED], "a");
+    wait_all_expired(&s, &names);
+
+    let timeout = Duration::from_secs(5);
+    let start = Instant::now();
+    let out = s.acquire_many("b", LONG, &claims(&names), timeout);
+    let took = start.elapsed();
+    eprintln!("{var}: a claim batch with one checked row answered in {took:?}");
+    assert!(took < timeout / 2, "the claim batch waited {took:?} behind the check");
+    assert_eq!(out.len(), names.len());
+    for (j, r) in out.iter().enumerate() {
+        if j == CHECKED {
+            let e = r.as_ref().expect_err("the checked row was claimed while the check's transaction was open");
+            assert!(e.is_retryable() && e.to_string().contains("locked"), "{e:?}");
+        } else {
+            let l = r.as_ref().unwrap_or_else(|e| panic!("item {j}: {e}"));
+            assert!(l.held_by("b") && l.fence > held[j].fence && l.ttl() == LONG, "item {j}: {l:?}");
+        }
+    }
+    let row = s.inspect(&names[CHECKED], T).unwrap();
+    assert!(row.holder == "a" && row.fence == held[CHECKED].fence, "the checked row was written: {row:?}");
+
+    tx.commit().unwrap();
+    let again = all_ok("acquire_many after the check", s.acquire_many("b", LONG, &claims(&names), T));
+    assert!(again.iter().all(|l| l.held_by("b")), "{again:?}");
+    assert!(again[CHECKED].fence > held[CHECKED].fence, "{:?}", again[CHECKED]);
+    let others: Vec<u64> = out.iter().flatten().map(|l| l.fence).collect();
+    let kept: Vec<u64> = again.iter().enumerate().filter(|(j, _)| *j != CHECKED).map(|(_, l)| l.fence).collect();
+    assert_eq!(kept, others, "the holder's own re-claim is the same term");
+}
+
+#[test]
+fn a_claim_batch_skips_a_checked_row_direct() {
+    a_claim_batch_skips_a_checked_row(DIRECT);
+}
+
+#[test]
+fn a_claim_batch_skips_a_checked_row_pgbouncer() {
+    a_claim_batch_skips_a_checked_row(BOUNCER);
+}
+
+/// Another writer holds one of several expired rows (an operator's `SELECT
+/// … FOR UPDATE` left open): a claim batch never waits for a row lock, so
+/// it claims the others and runs the locked one again for half a second at
+/// most, then answers it with a retryable error, well inside its 5 s
+/// timeout; once the lock goes, a claim of it works. A batch that waited
+/// for the lock, or kept running the item again until its timeout, would
+/// hold every answer back for seconds.
+fn a_claim_batch_does_not_wait_for_a_writer(var: &str) {
+    let s = store(var);
+    let base = format!("writer-{}", random_tag());
+    let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
+    for n in &names {
+        s.acquire(n, "a", Duration::from_millis(300), b"", T).unwrap();
+    }
+    wait_all_expired(&s, &names);
+    let mut c = client(var);
+    let mut tx = c.transaction().unwrap();
+    tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = '{}' FOR UPDATE", names[0])).unwrap();
+    let start = Instant::now();
+    let out = s.acquire_many("b", LONG, &claims(&names), Duration::from_secs(5));
+    let took = start.elapsed();
+    eprintln!("{var}: a claim batch with one row under a writer's lock answered in {took:?}");
+    assert!(took < Duration::from_millis(1500), "the claim batch took {took:?}");
+    let e = out[0].as_ref().expect_err("a row under another writer's lock was claimed");
+    assert!(e.is_retryable() && e.to_string().contains("stayed locked"), "{e}");
+    for r in &out[1..] {
+        assert!(r.as_ref().is_ok_and(|l| l.held_by("b")), "{r:?}");
+    }
+    tx.rollback().unwrap();
+    let again = all_ok("acquire_many after the lock", s.acquire_many("b", LONG, &claims(&names[..1]), T));
+    assert!(again[0].held_by("b"), "{:?}", again[0]);
+}
+
+#[test]
+fn a_claim_batch_does_not_wait_for_a_writer_direct() {
+    a_claim_batch_does_not_wait_for_a_writer(DIRECT);
+}
+
+#[test]
+fn a_claim_batch_does_not_wait_for_a_writer_pgbouncer() {
+    a_claim_batch_does_not_wait_for_a_writer(BOUNCER);
+}
+
+/// A renew batch goes through an open lease check of one of its terms, as
+/// a single renewal does (it changes no key column): at once, every term
+/// renewed. A batch that locked its rows `FOR UPDATE` would wait for the
+/// check's transaction and fail at the lock timeout.
+fn a_renew_batch_goes_through_a_check(var: &str) {
+    let s = store(var);
+    let base = format!("check-renew-{}", random_tag());
+    let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
+    let held: Vec<Lease> = names.iter().map(|n| s.acquire(n, "a", LONG, b"", T).unwrap()).collect();
+    let fences: Vec<u64> = held.iter().map(|l| l.fence).collect();
+    let mut c = client(var);
+    let mut tx = c.transaction().unwrap();
+    check(&s, &mut tx, &held[1], "a");
+    let timeout = Duration::from_secs(5);
+    let start = Instant::now();
+    let out = s.renew_many("a", LONG, &items(&names, &fences, b"renewed"), timeout);
+    let took = start.elapsed();
+    eprintln!("{var}: a renew batch with one checked term answered in {took:?}");
+    assert!(took < timeout / 2, "the renew batch waited {took:?} behind the check");
+    let renewed = all_ok("renew_many under a check", out);
+    for (l, f) in renewed.iter().zip(&fences) {
+        assert!(l.held_by("a") && l.fence == *f && l.payload == b"renewed", "{l:?}");
+    }
+    // The check still holds a claim off: the term it checked is valid, so
+    // a claim loses, and the checked transaction commits.
+    tx.commit().unwrap();
+}
+
+#[test]
+fn a_renew_batch_goes_through_a_check_direct() {
+    a_renew_batch_goes_through_a_check(DIRECT);
+}
+
+#[test]
+fn a_renew_batch_goes_through_a_check_pgbouncer() {
+    a_renew_batch_goes_through_a_check(BOUNCER);
+}
+
+/// `n` elections, their rows inserted in reverse name order (so the
+/// table's physical order is the opposite of the name order the batches
+/// lock in), all held by "a" for `ttl`.
+fn reversed_rows(s: &PostgresStore, tag: &str, n: usize, ttl: Duration) -> (Vec<String>, Vec<u64>) {
+    let names: Vec<String> = (0..n).map(|i| format!("{tag}/{i:03}")).collect();
+    let fences = names.iter().rev().map(|n| s.acquire(n, "a", ttl, b"", T).unwrap().fence).collect::<Vec<_>>();
+    (names, fences.into_iter().rev().collect())
+}
+
+/// Batches that share rows, sent at once with their items in opposite
+/// orders, round after round: the holder's renew batch (items in reverse
+/// name order) against claim batches of others (in name order and
+/// shuffled), which lose every row; then claim batches against each other
+/// on absent rows and on expired rows, one winner each. No item ever fails, as it would with
+/// a deadlock (40P01, after the server's one-second deadlock timeout).
+/// Caught: one `INSERT … SELECT … ON CONFLICT DO UPDATE` per claim batch
+/// (rows locked in item order), and inserts of absent rows not sorted by
+/// name.
+fn opposite_orders_never_deadlock(var: &str) {
+    const N: usize = 60;
+    const ROUNDS: usize = 6;
+    let s = store(var);
+    let (names, fences) = reversed_rows(&s, &format!("order-{}", random_tag()), N, LONG);
+    for round in 0..ROUNDS {
+        let results = at_once(
+            3,
+            |_| (),
+            |(), t| match t {
+                0 => {
+                    let mut batch = items(&names, &fences, b"r");
+                    batch.reverse();
+                    s.renew_many("a", LONG, &batch, T).into_iter().map(|r| r.map(|l| l.held_by("a"))).collect()
+                }
+                _ => {
+                    let mut batch = claims(&names);
+                    if t == 2 {
+                        batch.rotate_left(N / 3);
+                        batch.reverse();
+                    }
+                    s.acquire_many(&format!("b{t}"), LONG, &batch, T)
+                        .into_iter()
+                        .map(|r| r.map(|l| l.held_by("a")))
+                        .collect::<Vec<_>>()
+                }
+            },
+        );
+        for (t, out) in results.iter().enumerate() {
+            for (j, r) in out.iter().enumerate() {
+                assert!(matches!(r, Ok(true)), "round {round}, batch {t}, item {j}: {r:?}");
+            }
+        }
+    }
+
+    // Claims against claims, on rows nobody has yet: the inserts of each
+    // batch wait for those of the others (the same names), in one order.
+    for round in 0..ROUNDS {
+        let tag = format!("absent-{}", random_tag());
+        let names: Vec<String> = (0..4 * N).map(|i| format!("{tag}/{i:03}")).collect();
+        let results = at_once(
+            4,
+            |_| (),
+            |(), t| {
+                let mut batch = claims(&names);
+                batch.rotate_left(t * N);
+                if t % 2 == 1 {
+                    batch.reverse();
+                }
+                let id = format!("c{t}");
+                let out =
+                    all_ok(&format!("round {round}, claimer {t} of absent rows"), s.acquire_many(&id, LONG, &batch, T));
+                (id, out.into_iter().filter(|l| l.held_by(&format!("c{t}"))).count())
+            },
+        );
+        let won: usize = results.iter().map(|(_, n)| n).sum();
+        assert_eq!(won, names.len(), "round {round}: every absent row has one winner: {results:?}");
+    }
+
+    // Claims against claims, on rows that expired or were released.
+    let (names, _) = reversed_rows(&s, &format!("claims-{}", random_tag()), N, Duration::from_millis(300));
+    wait_all_expired(&s, &names);
+    for round in 0..ROUNDS {
+        let results = at_once(
+            4,
+            |_| (),
+            |(), t| {
+                let mut batch = claims(&names);
+                batch.rotate_left(t * N / 4);
+                if t % 2 == 1 {
+                    batch.reverse();
+                }
+                let id = format!("c{t}");
+                let out = all_ok(&format!("round {round}, claimer {t}"), s.acquire_many(&id, LONG, &batch, T));
+                let mut by_name: Vec<Lease> = out;
+                by_name.sort_by(|a, b| a.name.cmp(&b.name));
+                (id, by_name)
+            },
+        );
+        for j in 0..N {
+            let winners: Vec<&str> =
+                results.iter().filter(|(id, ls)| ls[j].held_by(id)).map(|(id, _)| id.as_str()).collect();
+            assert_eq!(winners.len(), 1, "round {round}, {}: {winners:?}", names[j]);
+        }
+        // The winners release, so the next round claims again.
+        for (id, ls) in &results {
+            let mine: Vec<BatchItem<'_>> = ls
+                .iter()
+                .filter(|l| l.held_by(id))
+                .map(|l| BatchItem { name: &l.name, fence: l.fence, payload: b"" })
+                .collect();
+            all_ok("release_many", s.release_many(id, &mine, T));
+        }
+    }
+}
+
+#[test]
+fn opposite_orders_never_deadlock_direct() {
+    opposite_orders_never_deadlock(DIRECT);
+}
+
+#[test]
+fn opposite_orders_never_deadlock_pgbouncer() {
+    opposite_orders_never_deadlock(BOUNCER);
+}
+
+/// A table of a test's own, dropped (with the tables beside it) when it goes.
+struct Scratch {
+    table: String,
+}
+
+impl Scratch {
+    fn new(prefix: &str) -> Scratch {
+        Scratch { table: format!("{prefix}_{}", random_tag()) }
+    }
+    fn store(&self) -> PostgresStore {
+        let s = PostgresStore::builder(&dsn(DIRECT)).table("public", self.table.clone()).build().unwrap();
+        s.ensure_schema().unwrap();
+        s
+    }
+    /// The first column of the first row of `q`, with `{t}` the table.
+    fn one(&self, q: &str) -> String {
+        let q = q.replace("{t}", &self.table);
+        let rows = client(DIRECT).simple_query(&q).unwrap_or_else(|e| panic!("{q}: {e}"));
+        rows.iter()
+            .find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{q}: no row"))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let t = &self.table;
+        let _ = client(DIRECT).batch_execute(&format!(
+            "DROP TABLE IF EXISTS public.\"{t}\", public.\"{t}_slots\", public.\"{t}_members\""
+        ));
+    }
+}
+
+/// Batched renewals stay HOT updates, as single ones do (the ordered lock
+/// writes no new row version, and no indexed column changes): after a few
+/// hundred, the server counts nearly all of them HOT.
+#[test]
+fn batched_renewals_are_hot_updates() {
+    let t = Scratch::new("le_batch_hot");
+    let s = t.store();
+    let names: Vec<String> = (0..20).map(|i| format!("hot-{i}")).collect();
+    let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, &[7u8; 200], T).unwrap().fence).collect();
+    for _ in 0..15 {
+        all_ok("renew_many", s.renew_many("a", LONG, &items(&names, &fences, &[9u8; 200]), T));
+    }
+    drop(s); // closing its sessions makes their backends flush statistics
+    let mut counts = (0i64, 0i64);
+    let ok = wait_for(Duration::from_secs(15), || {
+        let row = t.one(
+            "SELECT n_tup_upd || ' ' || n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'public.{t}'::regclass",
+        );
+        let mut it = row.split(' ').map(|x| x.parse::<i64>().unwrap());
+        counts = (it.next().unwrap(), it.next().unwrap());
+        counts.0 >= 300
+    });
+    assert!(ok, "statistics never showed the 300 renewals: {counts:?}");
+    assert!(counts.1 * 10 >= counts.0 * 9, "only {} of {} batched renewals were HOT", counts.1, counts.0);
+}
+
+/// A batched read, and a claim batch that loses every row, leave the rows'
+/// versions alone (same `xmin`); a renew batch writes (control).
+fn batched_reads_do_not_write(var: &str) {
+    let s = store(var);
+    let base = format!("xmin-{}", random_tag());
+    let names: Vec<String> = (0..5).map(|i| format!("{base}/{i}")).collect();
+    let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, b"", T).unwrap().fence).collect();
+    let xmins = || {
+        let q = format!("SELECT string_agg(xmin::text, ',' ORDER BY name) FROM {TABLE} WHERE name LIKE '{base}/%'");
+        let rows = client(var).simple_query(&q).unwrap();
+        rows.iter()
+            .find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let before = xmins();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    for _ in 0..3 {
+        all_ok("inspect_many", s.inspect_many(&refs, T));
+        let lost = all_ok("acquire_many", s.acquire_many("b", LONG, &claims(&names), T));
+        assert!(lost.iter().all(|l| l.held_by("a")), "{lost:?}");
+    }
+    assert_eq!(xmins(), before, "inspect_many or a losing acquire_many wrote a new row version");
+    all_ok("renew_many", s.renew_many("a", LONG, &items(&names, &fences, b""), T));
+    assert_ne!(xmins(), before, "control: a renew batch does write");
+}
+
+#[test]
+fn batched_reads_do_not_write_direct() {
+    batched_reads_do_not_write(DIRECT);
+}
+
+#[test]
+fn batched_reads_do_not_write_pgbouncer() {
+    batched_reads_do_not_write(BOUNCER);
+}
+
+/// The members table comes with the schema (`schema()` and
+/// `ensure_schema`); without it, heartbeats and leaving fail fatally,
+/// saying to run `ensure_schema`, which brings it back.
+#[test]
+fn a_missing_members_table_is_fatal_and_names_the_fix() {
+    let t = Scratch::new("le_members");
+    let s = t.store();
+    let ddl = PostgresStore::schema("public", &t.table).unwrap();
+    assert!(ddl.contains(&format!("CREATE TABLE IF NOT EXISTS \"public\".\"{}_members\"", t.table)), "{ddl}");
+    assert_eq!(s.heartbeat("g", "m", LONG, T).unwrap().live, 1);
+    client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{}_members\"", t.table)).unwrap();
+    let e = s.heartbeat("g", "m", LONG, T).unwrap_err();
+    let text = e.to_string();
+    assert!(e.is_fatal() && text.contains("42P01") && text.contains("ensure_schema"), "{text}");
+    assert!(text.contains(&format!("{}_members", t.table)), "{text}");
+    let e = s.leave_group("g", "m", T).unwrap_err();
+    assert!(e.is_fatal() && e.to_string().contains("ensure_schema"), "{e}");
+    s.ensure_schema().unwrap();
+    assert_eq!(s.heartbeat("g", "m", LONG, T).unwrap().live, 1);
+    s.leave_group("g", "m", T).unwrap();
+    assert_eq!(t.one("SELECT count(*) FROM public.\"{t}_members\""), "0");
+}
+
+/// A heartbeat deletes the group's rows that expired over an hour ago
+/// (members that crashed), and no other: not a row expired for less, nor
+/// another group's.
+#[test]
+fn a_heartbeat_forgets_members_gone_for_an_hour() {
+    let t = Scratch::new("le_members_gc");
+    let s = t.store();
+    for m in ["old", "recent", "me"] {
+        s.heartbeat("g", m, LONG, T).unwrap();
+    }
+    s.heartbeat("other", "old", LONG, T).unwrap();
+    client(DIRECT)
+        .batch_execute(&format!(
+            "UPDATE public.\"{t}_members\" SET expires_at = now() - interval '61 minutes' WHERE member = 'old'; \
+             UPDATE public.\"{t}_members\" SET expires_at = now() - interval '59 minutes' WHERE member = 'recent'",
+            t = t.table
+        ))
+        .unwrap();
+    assert_eq!(s.heartbeat("g", "me", LONG, T).unwrap().live, 1, "expired members are not counted");
+    let left = t.one(
+        "SELECT string_agg(group_name || ':' || member, ',' ORDER BY group_name, member) FROM public.\"{t}_members\"",
+    );
+    assert_eq!(left, "g:me,g:recent,other:old");
+}
+
+// ---- latency of the group's batch sizes (not a timed assertion) ----
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn report(what: &str, mut v: Vec<Duration>) {
+    v.sort();
+    eprintln!(
+        "{what:<44} n={:>2}  p50 {:>7.1} ms  p99 {:>7.1} ms  max {:>7.1} ms",
+        v.len(),
+        percentile(&v, 0.5).as_secs_f64() * 1e3,
+        percentile(&v, 0.99).as_secs_f64() * 1e3,
+        v.last().unwrap().as_secs_f64() * 1e3
+    );
+}
+
+/// The sizes a group of 10,000 elections over three processes sends: a
+/// renew batch of 3,334 terms, an inspect batch of 6,667 rows, a claim
+/// batch of 3,334 expired rows; 30 of each, direct and through PgBouncer,
+/// on a table of 10,002 elections. Prints p50/p99.
+fn measure(var: &str) {
+    const REPS: usize = 30;
+    const SHARE: usize = 3334;
+    let t = Scratch::new("le_batch_bench");
+    let s = PostgresStore::builder(&dsn(var)).table("public", t.table.clone()).build().unwrap();
+    s.ensure_schema().unwrap();
+    let names: Vec<String> = (0..3 * SHARE).map(|i| format!("group/election-{i:05}")).collect();
+    let payload = b"host-a:8080";
+    // Three members: "a" leads the first third, "b" the second, the last is expired.
+    let (a, rest) = names.split_at(SHARE);
+    let (b, free) = rest.split_at(SHARE);
+    let mine = all_ok("setup a", s.acquire_many("a", LONG, &claims(a), Duration::from_secs(60)));
+    all_ok("setup b", s.acquire_many("b", LONG, &claims(b), Duration::from_secs(60)));
+    let held = all_ok("setup c", s.acquire_many("c", LONG, &claims(free), Duration::from_secs(60)));
+    let c_items: Vec<BatchItem<'_>> =
+        held.iter().map(|l| BatchItem { name: &l.name, fence: l.fence, payload: b"" }).collect();
+    all_ok("setup release", s.release_many("c", &c_items, Duration::from_secs(60)));
+    client(DIRECT).batch_execute(&format!("VACUUM ANALYZE public.\"{}\"", t.table)).unwrap();
+
+    let fences: Vec<u64> = mine.iter().map(|l| l.fence).collect();
+    let renew = items(a, &fences, payload);
+    let mut took = Vec::new();
+    for _ in 0..REPS {
+        let start = Instant::now();
+        all_ok("renew_many", s.renew_many("a", LONG, &renew, T));
+        took.push(start.elapsed());
+    }
+    report(&format!("{var}: renew_many x{}", renew.len()), took);
+
+    let follow: Vec<&str> = rest.iter().take(6667).map(String::as_str).collect();
+    let mut took = Vec::new();
+    for _ in 0..REPS {
+        let start = Instant::now();
+        all_ok("inspect_many", s.inspect_many(&follow, T));
+        took.push(start.elapsed());
+    }
+    report(&format!("{var}: inspect_many x{}", follow.len()), took);
+
+    let claim = claims(free);
+    let mut took = Vec::new();
+    for _ in 0..REPS {
+        let start = Instant::now();
+        let won = all_ok("acquire_many", s.acquire_many("a", LONG, &claim, T));
+        took.push(start.elapsed());
+        assert!(won.iter().all(|l| l.held_by("a")));
+        let back: Vec<BatchItem<'_>> =
+            won.iter().map(|l| BatchItem { name: &l.name, fence: l.fence, payload: b"" }).collect();
+        all_ok("release_many", s.release_many("a", &back, T));
+    }
+    report(&format!("{var}: acquire_many x{} (expired)", claim.len()), took);
+}
+
+/// Three members of a group at once, as three processes would be: each
+/// renews its third of 10,002 elections and inspects the other two thirds,
+/// back to back, 20 times, on stores of their own (their own
+/// connections). Every call contends with the other two members' calls,
+/// which is the worst case of a group whose members' ticks coincide.
+/// Prints p50/p99 over all members.
+fn measure_three_members(var: &str) {
+    const REPS: usize = 20;
+    const SHARE: usize = 3334;
+    let t = Scratch::new("le_batch_bench3");
+    let build = || PostgresStore::builder(&dsn(var)).table("public", t.table.clone()).build().unwrap();
+    let setup = build();
+    setup.ensure_schema().unwrap();
+    let names: Vec<String> = (0..3 * SHARE).map(|i| format!("group/election-{i:05}")).collect();
+    let ids = ["a", "b", "c"];
+    let fences: Vec<Vec<u64>> = ids
+        .iter()
+        .zip(names.chunks(SHARE))
+        .map(|(id, part)| {
+            let won = all_ok("setup", setup.acquire_many(id, LONG, &claims(part), Duration::from_secs(60)));
+            won.iter().map(|l| l.fence).collect()
+        })
+        .collect();
+    client(DIRECT).batch_execute(&format!("VACUUM ANALYZE public.\"{}\"", t.table)).unwrap();
+    let results = at_once(
+        3,
+        |_| build(),
+        |s, m| {
+            let own = &names[m * SHARE..(m + 1) * SHARE];
+            let others: Vec<&str> =
+                names.iter().enumerate().filter(|(i, _)| i / SHARE != m).map(|(_, n)| n.as_str()).collect();
+            let renew = items(own, &fences[m], b"host:8080");
+            let (mut renews, mut inspects) = (Vec::new(), Vec::new());
+            for _ in 0..REPS {
+                let start = Instant::now();
+                all_ok("renew_many", s.renew_many(ids[m], LONG, &renew, T));
+                renews.push(start.elapsed());
+                let start = Instant::now();
+                all_ok("inspect_many", s.inspect_many(&others, T));
+                inspects.push(start.elapsed());
+            }
+            (renews, inspects)
+        },
+    );
+    let (renews, inspects): (Vec<_>, Vec<_>) = results.into_iter().unzip();
+    report(&format!("{var}: 3 members, renew_many x{SHARE}"), renews.concat());
+    report(&format!("{var}: 3 members, inspect_many x{}", 2 * SHARE), inspects.concat());
+}
+
+#[test]
+#[ignore = "prints latencies; run with -- --ignored --nocapture"]
+fn measure_three_members_direct() {
+    measure_three_members(DIRECT);
+}
+
+#[test]
+#[ignore = "prints latencies; run with -- --ignored --nocapture"]
+fn measure_three_members_pgbouncer() {
+    measure_three_members(BOUNCER);
+}
+
+#[test]
+#[ignore = "prints latencies; run with -- --ignored --nocapture"]
+fn measure_batch_latency_direct() {
+    measure(DIRECT);
+}
+
+#[test]
+#[ignore = "prints latencies; run with -- --ignored --nocapture"]
+fn measure_batch_latency_pgbouncer() {
+    measure(BOUNCER);
+}
