@@ -1,12 +1,17 @@
-//! The way a fleet's workers reach the election's database, shared by the
-//! multi-process chaos suites (`group_support`, `ledger_support`), which
-//! include this file as a module of their own.
+//! What the multi-process chaos suites (`group_support`, `ledger_support`)
+//! share, each including this file as a module of its own: the way a
+//! fleet's workers reach the election's database, and how a fleet stops,
+//! continues and ends its worker processes.
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::process::{Child, ChildStdin};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::mysql_support::{self, SHARED};
 use crate::pg_support::{self, BOUNCER, DIRECT};
+use crate::support::wait_for;
 
 /// The way the workers reach the election's database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,4 +75,55 @@ impl Path {
             _ => pg_support::dsn_via(self.var(), "127.0.0.1", port, None, ""),
         }
     }
+}
+
+// Linux's numbers for the signals (x86-64 and arm64 agree).
+const SIGCONT: i32 = 18;
+const SIGSTOP: i32 = 19;
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// SIGSTOPs worker `who` and returns once every thread of it is stopped.
+pub fn sigstop(child: &Child, who: &str) {
+    let pid = child.id() as i32;
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    assert_eq!(unsafe { kill(pid, SIGSTOP) }, 0, "SIGSTOP {who}");
+    assert!(wait_for(Duration::from_secs(2), || proc_state(pid) == Some('T')), "{who} did not stop");
+}
+
+/// SIGCONTs worker `who`.
+pub fn sigcont(child: &Child, who: &str) {
+    // SAFETY: as in sigstop.
+    assert_eq!(unsafe { kill(child.id() as i32, SIGCONT) }, 0, "SIGCONT {who}");
+}
+
+/// Ends a fleet's workers still alive (a fleet's `Drop`). A worker exits at
+/// the end of its input. One that is exiting may be writing its coverage
+/// profile: killed then, it leaves a truncated file that fails the whole
+/// coverage report (a group fleet did so once in CI). So every worker is
+/// continued and its input closed first, and one still there 10 s later is
+/// killed.
+pub fn end_all(mut alive: Vec<(&mut Child, &mut Option<ChildStdin>)>) {
+    for (child, stdin) in &mut alive {
+        // SAFETY: as in sigstop; a stopped child is continued so that it
+        // can go on.
+        unsafe { kill(child.id() as i32, SIGCONT) };
+        **stdin = None;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (child, _) in &mut alive {
+        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+            thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// The state letter of /proc/PID/stat (read after the command's ')').
+fn proc_state(pid: i32) -> Option<char> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
 }

@@ -16,17 +16,9 @@ use std::time::{Duration, Instant};
 
 use super::oracle::{Term, TermEnd};
 use super::worker::{election_name, Mode, Spec};
-use super::{mono_ns, Path, Tables};
+use super::{fleet_path, mono_ns, Path, Tables};
 use crate::support::faults::FaultProxy;
-use crate::support::{random_tag, wait_for};
-
-// Linux's numbers for the signals (x86-64 and arm64 agree).
-const SIGCONT: i32 = 18;
-const SIGSTOP: i32 = 19;
-
-extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
+use crate::support::random_tag;
 
 /// A worker's latest `status` line.
 #[derive(Clone, Debug, Default)]
@@ -387,25 +379,17 @@ impl Fleet {
         self.wait_book(within, |b| b.ext.get(&w).copied().filter(|t| *t > since))
     }
 
-    fn pid(&self, w: usize) -> i32 {
-        self.workers[w].child.id() as i32
-    }
-
     /// SIGSTOPs worker `w` and returns once every thread of it is stopped;
     /// the instant then.
     pub fn sigstop(&mut self, w: usize) -> u64 {
-        let pid = self.pid(w);
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        assert_eq!(unsafe { kill(pid, SIGSTOP) }, 0, "SIGSTOP w{w}");
-        assert!(wait_for(Duration::from_secs(2), || proc_state(pid) == Some('T')), "w{w} did not stop");
+        fleet_path::sigstop(&self.workers[w].child, &format!("w{w}"));
         self.workers[w].stopped = true;
         mono_ns()
     }
 
     pub fn sigcont(&mut self, w: usize) -> u64 {
         let t = mono_ns();
-        // SAFETY: as in sigstop.
-        assert_eq!(unsafe { kill(self.pid(w), SIGCONT) }, 0, "SIGCONT w{w}");
+        fleet_path::sigcont(&self.workers[w].child, &format!("w{w}"));
         self.workers[w].stopped = false;
         t
     }
@@ -482,38 +466,12 @@ impl Drop for Fleet {
         if thread::panicking() {
             eprintln!("chaos-group {}: table {} (kept)\n{}", self.label, self.tables.table, self.tail());
         }
-        // A worker exits at the end of its input. One that is exiting may
-        // be writing its coverage profile: killed then, it leaves a
-        // truncated file that fails the whole coverage report (seen once in
-        // CI). So every input is closed first, and a worker is killed only
-        // if it has not exited 10 s later.
+        fleet_path::end_all(self.workers.iter_mut().filter(|w| !w.dead).map(|w| (&mut w.child, &mut w.stdin)).collect());
         for w in &mut self.workers {
-            if !w.dead {
-                // SAFETY: as in sigstop; a stopped child is continued so that
-                // it can go on (SIGCONT to our own child's pid).
-                unsafe { kill(w.child.id() as i32, SIGCONT) };
-                w.stdin = None;
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for w in &mut self.workers {
-            if !w.dead {
-                while Instant::now() < deadline && matches!(w.child.try_wait(), Ok(None)) {
-                    thread::sleep(Duration::from_millis(10));
-                }
-                let _ = w.child.kill();
-                let _ = w.child.wait();
-                w.dead = true;
-            }
+            w.dead = true;
         }
         if !thread::panicking() {
             self.tables.drop_all();
         }
     }
-}
-
-/// The state letter of /proc/PID/stat (read after the command's ')').
-fn proc_state(pid: i32) -> Option<char> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
 }

@@ -14,17 +14,9 @@ use std::time::{Duration, Instant};
 
 use super::oracle::{self, Report, Violation};
 use super::worker::Spec;
-use super::{Mode, Path, Tables, IDLE};
+use super::{fleet_path, Mode, Path, Tables, IDLE};
 use crate::support::faults::FaultProxy;
-use crate::support::{random_tag, wait_for};
-
-// Linux's numbers for the signals (x86-64 and arm64 agree).
-const SIGCONT: i32 = 18;
-const SIGSTOP: i32 = 19;
-
-extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
+use crate::support::random_tag;
 
 /// What a worker reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,21 +265,13 @@ impl Fleet {
         writeln!(stdin, "{line}").and_then(|()| stdin.flush()).unwrap_or_else(|e| panic!("to w{i}: {e}"));
     }
 
-    fn pid(&self, i: usize) -> i32 {
-        self.workers[i].child.id() as i32
-    }
-
     /// SIGSTOPs worker `i` and returns once every thread of it is stopped.
     pub fn sigstop(&self, i: usize) {
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        assert_eq!(unsafe { kill(self.pid(i), SIGSTOP) }, 0, "SIGSTOP w{i}");
-        let pid = self.pid(i);
-        assert!(wait_for(Duration::from_secs(2), || proc_state(pid) == Some('T')), "w{i} did not stop");
+        fleet_path::sigstop(&self.workers[i].child, &format!("w{i}"));
     }
 
     pub fn sigcont(&self, i: usize) {
-        // SAFETY: as in sigstop.
-        assert_eq!(unsafe { kill(self.pid(i), SIGCONT) }, 0, "SIGCONT w{i}");
+        fleet_path::sigcont(&self.workers[i].child, &format!("w{i}"));
     }
 
     /// SIGKILLs worker `i` and reaps it.
@@ -370,38 +354,12 @@ impl Drop for Fleet {
         if thread::panicking() {
             eprintln!("chaos-ledger {}: tables {} (kept)\n{}", self.label, self.tables.ledger, self.tail());
         }
-        // A worker exits at the end of its input. One that is exiting may
-        // be writing its coverage profile, and killed then it would leave a
-        // truncated file that fails the coverage report (a group fleet did
-        // so once in CI): inputs are closed first, and a worker still there
-        // 10 s later is killed.
+        fleet_path::end_all(self.workers.iter_mut().filter(|w| !w.killed).map(|w| (&mut w.child, &mut w.stdin)).collect());
         for w in &mut self.workers {
-            if !w.killed {
-                // SAFETY: as in sigstop; a stopped child is continued so that
-                // it can go on (SIGCONT to our own child's pid).
-                unsafe { kill(w.child.id() as i32, SIGCONT) };
-                w.stdin = None;
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for w in &mut self.workers {
-            if !w.killed {
-                while Instant::now() < deadline && matches!(w.child.try_wait(), Ok(None)) {
-                    thread::sleep(Duration::from_millis(10));
-                }
-                let _ = w.child.kill();
-                let _ = w.child.wait();
-                w.killed = true;
-            }
+            w.killed = true;
         }
         if !thread::panicking() {
             self.tables.drop_all();
         }
     }
-}
-
-/// The state letter of /proc/PID/stat (read after the command's ')').
-fn proc_state(pid: i32) -> Option<char> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
 }
