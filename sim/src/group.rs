@@ -1909,27 +1909,15 @@ impl GroupExploration {
 /// order of the failures list depends on the threads.
 pub fn explore_groups(first: u64, count: u64, variant: GroupVariant, threads: usize) -> GroupExploration {
     let started = std::time::Instant::now();
-    let threads = threads.max(1) as u64;
-    let mut total = GroupExploration::default();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|k| {
-                scope.spawn(move || {
-                    let mut e = GroupExploration::default();
-                    let mut seed = first + k;
-                    while seed < first + count {
-                        let r = run_group(&GroupSchedule::from_seed(seed, variant), false);
-                        e.add(seed, &r);
-                        seed += threads;
-                    }
-                    e
-                })
-            })
-            .collect();
-        for h in handles {
-            total.merge(h.join().expect("exploration thread panicked"));
-        }
-    });
+    let mut total = crate::over_seeds(
+        first,
+        count,
+        threads,
+        |seed, e: &mut GroupExploration| {
+            e.add(seed, &run_group(&GroupSchedule::from_seed(seed, variant), false));
+        },
+        GroupExploration::merge,
+    );
     total.failures.sort_by_key(|(seed, _)| *seed);
     total.elapsed = started.elapsed();
     total

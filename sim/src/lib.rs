@@ -458,28 +458,51 @@ impl Exploration {
 /// failures list depends on the threads.
 pub fn explore(first: u64, count: u64, variant: Variant, threads: usize) -> Exploration {
     let started = Instant::now();
+    let mut total = over_seeds(
+        first,
+        count,
+        threads,
+        |seed, e: &mut Exploration| {
+            e.add(seed, &run(&Schedule::from_seed(seed, variant), false));
+        },
+        Exploration::merge,
+    );
+    total.failures.sort_by_key(|(seed, _)| *seed);
+    total.elapsed = started.elapsed();
+    total
+}
+
+/// Calls `one(seed, part)` for every seed of `first..first + count`, on
+/// `threads` threads (thread `k` takes seeds `first + k`, `first + k +
+/// threads`, …), each filling a `part` of its own, then folds the parts
+/// together with `merge`, in the threads' order.
+pub(crate) fn over_seeds<E: Default + Send>(
+    first: u64,
+    count: u64,
+    threads: usize,
+    one: impl Fn(u64, &mut E) + Sync,
+    merge: impl Fn(&mut E, E),
+) -> E {
     let threads = threads.max(1) as u64;
-    let mut total = Exploration::default();
+    let one = &one;
+    let mut total = E::default();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|k| {
                 scope.spawn(move || {
-                    let mut e = Exploration::default();
+                    let mut part = E::default();
                     let mut seed = first + k;
                     while seed < first + count {
-                        let r = run(&Schedule::from_seed(seed, variant), false);
-                        e.add(seed, &r);
+                        one(seed, &mut part);
                         seed += threads;
                     }
-                    e
+                    part
                 })
             })
             .collect();
         for h in handles {
-            total.merge(h.join().expect("exploration thread panicked"));
+            merge(&mut total, h.join().expect("exploration thread panicked"));
         }
     });
-    total.failures.sort_by_key(|(seed, _)| *seed);
-    total.elapsed = started.elapsed();
     total
 }

@@ -9,7 +9,6 @@
 //! `SIM_BYTES=<hex> SIM_VARIANT=<name> cargo test -p leaderelection-sim --test sim replay -- --nocapture`
 //! (or `SIM_SEED=<n>` instead of `SIM_BYTES`).
 
-use std::io::Write;
 use std::time::Duration;
 
 use leaderelection::Timing;
@@ -18,19 +17,9 @@ use leaderelection_sim::{
     TimedFault, Variant, OPERATOR_KINDS,
 };
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
-}
+mod common;
 
-/// Prints past the test harness's capture, so plain `cargo test` shows what
-/// was explored.
-fn report(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-fn threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
-}
+use common::{env_u64, report, threads};
 
 #[test]
 fn explore_schedules() {

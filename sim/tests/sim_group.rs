@@ -16,7 +16,6 @@
 //! one bug this simulation found in the group core: an election that left
 //! without its lease released and joined again led under its old fence.
 
-use std::io::Write;
 use std::time::Duration;
 
 use leaderelection::Timing;
@@ -26,19 +25,9 @@ use leaderelection_sim::{
     GroupVariant, Participant, MAX_PARTICIPANTS,
 };
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
-}
+mod common;
 
-/// Prints past the test harness's capture, so plain `cargo test` shows what
-/// was explored.
-fn report(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-fn threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
-}
+use common::{env_u64, report, threads};
 
 /// Fails on the first violation, with its replay command.
 fn check_failures(e: &GroupExploration, variant: GroupVariant) {
