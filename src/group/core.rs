@@ -667,7 +667,11 @@ impl GroupMachine {
         if self.mode == Mode::Running {
             self.mode = Mode::Stopping;
         }
-        let keys: Vec<ElectionKey> = self.entries.keys().copied().collect();
+        // In key order, as everything the machines are driven in (an
+        // order of the map's own would make the same run send different
+        // batches, and the simulation not replayable).
+        let mut keys: Vec<ElectionKey> = self.entries.keys().copied().collect();
+        keys.sort_unstable();
         for key in keys {
             self.start_leaving(key, release);
         }
@@ -948,7 +952,9 @@ impl GroupMachine {
         if !was || lazy {
             return;
         }
-        let followers: Vec<ElectionKey> = self.entries.iter().filter(|(_, e)| !e.leading).map(|(k, _)| *k).collect();
+        let mut followers: Vec<ElectionKey> =
+            self.entries.iter().filter(|(_, e)| !e.leading).map(|(k, _)| *k).collect();
+        followers.sort_unstable(); // as in shutdown
         let soon = now + self.cfg.timing.retry_period + self.cfg.tick;
         for key in followers {
             self.touch(key, |m| {
