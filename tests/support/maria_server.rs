@@ -134,7 +134,9 @@ impl MariaServer {
             server.port = free_port();
             match server.spawn() {
                 Ok(()) => break,
-                Err(log) if attempt < 3 && log.contains("Bind on TCP/IP port") => continue,
+                Err(log) if attempt < 3 && (log.contains("Bind on TCP/IP port") || log.starts_with(PORT_TAKEN)) => {
+                    continue
+                }
                 Err(log) => panic!("mariadbd in {} did not come up: {log}", server.dir.display()),
             }
         }
@@ -326,9 +328,22 @@ impl MariaServer {
         let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&self.admin_url()).unwrap())
             .prefer_socket(false)
             .tcp_connect_timeout(Some(Duration::from_secs(1)));
+        let socket = d("mariadbd.sock");
         loop {
-            if mysql::Conn::new(opts.clone()).is_ok() {
-                return Ok(());
+            if let Ok(mut c) = mysql::Conn::new(opts.clone()) {
+                // The login must be this server's: another test's server may
+                // have taken the port between free_port and our bind (ours
+                // then exits), and would answer here (seen once in CI: a
+                // replica then connected to it as to its primary).
+                let theirs: Option<String> = c.query_first("SELECT @@socket").ok().flatten();
+                if theirs.as_deref() == Some(socket.as_str()) {
+                    return Ok(());
+                }
+                if let Some(mut c) = self.child().take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(format!("{PORT_TAKEN} {} (its socket is {theirs:?})", self.port));
             }
             let exited = self.child().as_mut().unwrap().try_wait().expect("wait for mariadbd").is_some();
             if exited || Instant::now() >= deadline {
@@ -460,6 +475,10 @@ fn sweep_orphans() {
         let _ = fs::remove_dir_all(&path);
     }
 }
+
+/// How [`MariaServer::spawn`] says that another server answers on the
+/// port it was given.
+const PORT_TAKEN: &str = "another server answers on port";
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
