@@ -466,7 +466,9 @@ impl Drop for Fleet {
         if thread::panicking() {
             eprintln!("chaos-group {}: table {} (kept)\n{}", self.label, self.tables.table, self.tail());
         }
-        fleet_path::end_all(self.workers.iter_mut().filter(|w| !w.dead).map(|w| (&mut w.child, &mut w.stdin)).collect());
+        fleet_path::end_all(
+            self.workers.iter_mut().filter(|w| !w.dead).map(|w| (&mut w.child, &mut w.stdin)).collect(),
+        );
         for w in &mut self.workers {
             w.dead = true;
         }

@@ -354,7 +354,9 @@ impl Drop for Fleet {
         if thread::panicking() {
             eprintln!("chaos-ledger {}: tables {} (kept)\n{}", self.label, self.tables.ledger, self.tail());
         }
-        fleet_path::end_all(self.workers.iter_mut().filter(|w| !w.killed).map(|w| (&mut w.child, &mut w.stdin)).collect());
+        fleet_path::end_all(
+            self.workers.iter_mut().filter(|w| !w.killed).map(|w| (&mut w.child, &mut w.stdin)).collect(),
+        );
         for w in &mut self.workers {
             w.killed = true;
         }
