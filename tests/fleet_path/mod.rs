@@ -1,11 +1,14 @@
 //! What the multi-process chaos suites (`group_support`, `ledger_support`)
 //! share, each including this file as a module of its own: the way a
-//! fleet's workers reach the election's database, and how a fleet stops,
-//! continues and ends its worker processes.
+//! fleet's workers reach the election's database, and how a fleet reads,
+//! stops, continues and ends its worker processes.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -126,4 +129,57 @@ pub fn end_all(mut alive: Vec<(&mut Child, &mut Option<ChildStdin>)>) {
 fn proc_state(pid: i32) -> Option<char> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+}
+
+/// A worker's last lines that were not reports (its harness's lines,
+/// panics, its standard error), for a failing scenario's message.
+#[derive(Clone, Default)]
+pub struct WorkerLog(Arc<Mutex<VecDeque<String>>>);
+
+impl WorkerLog {
+    const LINES: usize = 40;
+
+    /// Reads `child`'s output on two threads of its own: each line of its
+    /// standard output goes to `report`, and is kept when `report` says it
+    /// was none; each line of its standard error is kept.
+    pub fn read(child: &mut Child, mut report: impl FnMut(&str) -> bool + Send + 'static) -> WorkerLog {
+        let log = WorkerLog::default();
+        let (out, err) = (child.stdout.take().expect("piped stdout"), child.stderr.take().expect("piped stderr"));
+        let out_log = log.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if !report(&line) {
+                    out_log.keep(line);
+                }
+            }
+        });
+        let err_log = log.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                err_log.keep(format!("stderr: {line}"));
+            }
+        });
+        log
+    }
+
+    fn keep(&self, line: String) {
+        let mut l = self.0.lock().unwrap();
+        if l.len() == Self::LINES {
+            l.pop_front();
+        }
+        l.push_back(line);
+    }
+
+    /// The lines kept, under a heading naming worker `i`; empty if none.
+    pub fn text(&self, i: usize) -> String {
+        let l = self.0.lock().unwrap();
+        if l.is_empty() {
+            return String::new();
+        }
+        let mut s = format!("w{i} log:\n");
+        for line in l.iter() {
+            s += &format!("  {line}\n");
+        }
+        s
+    }
 }

@@ -7,16 +7,17 @@
 //! first), kills any still there 10 s later, and prints each one's log
 //! when the test panicked.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Write};
+use std::collections::HashMap;
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::fleet_path::{self, WorkerLog};
 use super::oracle::{Term, TermEnd};
 use super::worker::{election_name, Mode, Spec};
-use super::{fleet_path, mono_ns, Path, Tables};
+use super::{mono_ns, Path, Tables};
 use crate::support::faults::FaultProxy;
 use crate::support::random_tag;
 
@@ -180,23 +181,11 @@ struct Worker {
     child: Child,
     stdin: Option<ChildStdin>,
     proxy: FaultProxy,
-    /// The last lines it printed that were not reports (its harness's
-    /// lines, panics).
-    log: Arc<Mutex<VecDeque<String>>>,
+    log: WorkerLog,
     dead: bool,
     stopped: bool,
     /// Its path is broken (a partition).
     cut: bool,
-}
-
-const LOG_LINES: usize = 40;
-
-fn keep(log: &Mutex<VecDeque<String>>, line: String) {
-    let mut l = log.lock().unwrap();
-    if l.len() == LOG_LINES {
-        l.pop_front();
-    }
-    l.push_back(line);
 }
 
 /// A fleet of worker processes running one group's elections, with its
@@ -256,26 +245,13 @@ impl Fleet {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting worker w{i} ({}): {e}", exe.display()));
-        let log = Arc::new(Mutex::new(VecDeque::new()));
-        let out = child.stdout.take().unwrap();
-        let (reports, out_log) = (Arc::clone(&self.reports), Arc::clone(&log));
-        thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let mut book = reports.book.lock().unwrap();
-                if book.take(i, &line) {
-                    reports.changed.notify_all();
-                } else {
-                    drop(book);
-                    keep(&out_log, line);
-                }
+        let reports = Arc::clone(&self.reports);
+        let log = WorkerLog::read(&mut child, move |line| {
+            let taken = reports.book.lock().unwrap().take(i, line);
+            if taken {
+                reports.changed.notify_all();
             }
-        });
-        let err = child.stderr.take().unwrap();
-        let err_log = Arc::clone(&log);
-        thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                keep(&err_log, format!("stderr: {line}"));
-            }
+            taken
         });
         let stdin = child.stdin.take();
         self.workers.push(Worker { child, stdin, proxy, log, dead: false, stopped: false, cut: false });
@@ -449,13 +425,7 @@ impl Fleet {
         }
         drop(b);
         for (i, w) in self.workers.iter().enumerate() {
-            let log = w.log.lock().unwrap();
-            if !log.is_empty() {
-                s += &format!("w{i} log:\n");
-                for line in log.iter() {
-                    s += &format!("  {line}\n");
-                }
-            }
+            s += &w.log.text(i);
         }
         s
     }

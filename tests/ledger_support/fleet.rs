@@ -5,16 +5,16 @@
 //! stopped one is continued first, so nothing is left behind after a
 //! failed assertion) and prints each one's log when the test panicked.
 
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::fleet_path::{self, WorkerLog};
 use super::oracle::{self, Report, Violation};
 use super::worker::Spec;
-use super::{fleet_path, Mode, Path, Tables, IDLE};
+use super::{Mode, Path, Tables, IDLE};
 use crate::support::faults::FaultProxy;
 use crate::support::random_tag;
 
@@ -88,19 +88,8 @@ struct Events {
 struct Worker {
     child: Child,
     stdin: Option<ChildStdin>,
-    /// Everything else it printed (its harness's lines, panics), last lines.
-    log: Arc<Mutex<VecDeque<String>>>,
+    log: WorkerLog,
     killed: bool,
-}
-
-const LOG_LINES: usize = 40;
-
-fn keep(log: &Mutex<VecDeque<String>>, line: String) {
-    let mut l = log.lock().unwrap();
-    if l.len() == LOG_LINES {
-        l.pop_front();
-    }
-    l.push_back(line);
 }
 
 /// A fleet of worker processes in one election, with its tables.
@@ -153,28 +142,14 @@ impl Fleet {
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap_or_else(|e| panic!("starting worker w{i} ({}): {e}", exe.display()));
-            let log = Arc::new(Mutex::new(VecDeque::new()));
-            let out = child.stdout.take().unwrap();
-            let (events, out_log) = (f.events.clone(), log.clone());
-            thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    match Ev::parse(i, &line) {
-                        Some(mut ev) => {
-                            let mut l = events.list.lock().unwrap();
-                            ev.idx = l.len();
-                            l.push(ev);
-                            events.changed.notify_all();
-                        }
-                        None => keep(&out_log, line),
-                    }
-                }
-            });
-            let err = child.stderr.take().unwrap();
-            let err_log = log.clone();
-            thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    keep(&err_log, format!("stderr: {line}"));
-                }
+            let events = f.events.clone();
+            let log = WorkerLog::read(&mut child, move |line| {
+                let Some(mut ev) = Ev::parse(i, line) else { return false };
+                let mut l = events.list.lock().unwrap();
+                ev.idx = l.len();
+                l.push(ev);
+                events.changed.notify_all();
+                true
             });
             let stdin = child.stdin.take();
             f.workers.push(Worker { child, stdin, log, killed: false });
@@ -332,13 +307,7 @@ impl Fleet {
         }
         drop(l);
         for (i, w) in self.workers.iter().enumerate() {
-            let log = w.log.lock().unwrap();
-            if !log.is_empty() {
-                s += &format!("w{i} log:\n");
-                for line in log.iter() {
-                    s += &format!("  {line}\n");
-                }
-            }
+            s += &w.log.text(i);
         }
         s
     }
