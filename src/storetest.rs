@@ -836,6 +836,9 @@ pub fn batched_renewals_are_guarded_per_row(s: &dyn Store) {
         Ok(l) => {
             assert!(l.held_by("a") && l.fence == held.fence && l.ttl() == LONG && l.payload == b"r0", "{l:?}");
             assert_eq!(&l.name, &names[0]);
+            assert_eq!(l.acquired_at, held.acquired_at, "renew_many keeps the term start");
+            assert_eq!(l.renewed_at, l.now, "renewed_at is the statement's now");
+            assert_eq!(row(l), row(&inspect(s, &names[0])), "renew_many answered another row than it wrote");
         }
         Err(e) => panic!("renew_many: the held term must renew, got {e}"),
     }
@@ -913,6 +916,11 @@ pub fn a_large_batch_answers_in_order(s: &dyn Store) {
         let l = r.as_ref().unwrap_or_else(|e| panic!("renew_many item {i}: {e}"));
         assert!(&l.name == mine[i] && l.fence == fences[i] && l.payload == payloads[i].as_bytes(), "item {i}: {l:?}");
     }
+    let refs: Vec<&str> = mine.iter().map(|n| n.as_str()).collect();
+    for (i, (r, back)) in out.iter().zip(s.inspect_many(&refs, TIMEOUT)).enumerate() {
+        let back = back.unwrap_or_else(|e| panic!("inspect_many {}: {e}", refs[i]));
+        assert_eq!(row(r.as_ref().unwrap()), row(&back), "renew_many item {i} answered another row than it wrote");
+    }
     let mut shuffled: Vec<&str> = names.iter().map(String::as_str).collect();
     shuffled.rotate_left(N / 3);
     let read = s.inspect_many(&shuffled, TIMEOUT);
@@ -922,7 +930,6 @@ pub fn a_large_batch_answers_in_order(s: &dyn Store) {
     }
     let out = s.release_many("a", &renew, TIMEOUT);
     answers("release_many", &out, mine.len());
-    let refs: Vec<&str> = mine.iter().map(|n| n.as_str()).collect();
     for (r, n) in s.inspect_many(&refs, TIMEOUT).iter().zip(&refs) {
         let l = r.as_ref().unwrap_or_else(|e| panic!("inspect_many {n}: {e}"));
         assert!(l.expired(), "{n} was not released: {l:?}");

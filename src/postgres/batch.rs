@@ -146,7 +146,8 @@ impl PostgresStore {
     }
 
     /// [`Store::renew_many`](crate::Store::renew_many): see
-    /// [`sql::renew_many`]; an item without an answer row lost its lease.
+    /// [`sql::renew_many`]; an item without an answer row lost its lease,
+    /// and one with a row gets the lease [`sql::renewed_at`] builds.
     pub(super) fn renew_batch(
         &self,
         identity: &str,
@@ -156,9 +157,15 @@ impl PostgresStore {
     ) -> Vec<Result<Lease, StoreError>> {
         const OP: &str = "renew_many";
         let answers = Answers::new(items, true);
-        self.one_statement(OP, sql::Pin::Write, answers, items, timeout, |batch| {
-            sql::renew_many(&self.qualified, identity, ttl, batch)
-        })
+        self.one_statement(
+            OP,
+            sql::Pin::Write,
+            answers,
+            items,
+            timeout,
+            |batch| sql::renew_many(&self.qualified, identity, ttl, batch),
+            |item, row| sql::renewed_at(OP, row, identity, item),
+        )
         .finish(|_| Err(StoreError::lease_lost()))
     }
 
@@ -173,9 +180,15 @@ impl PostgresStore {
     ) -> Vec<Result<(), StoreError>> {
         const OP: &str = "release_many";
         let answers = Answers::new(items, true);
-        self.one_statement(OP, sql::Pin::Write, answers, items, timeout, |batch| {
-            sql::release_many(&self.qualified, identity, batch)
-        })
+        self.one_statement(
+            OP,
+            sql::Pin::Write,
+            answers,
+            items,
+            timeout,
+            |batch| sql::release_many(&self.qualified, identity, batch),
+            |_, _| Ok(()),
+        )
         .finish(|_| Ok(()))
     }
 
@@ -185,19 +198,29 @@ impl PostgresStore {
         const OP: &str = "inspect_many";
         let items: Vec<BatchItem<'_>> = names.iter().map(|n| BatchItem { name: n, fence: 0, payload: b"" }).collect();
         let answers = Answers::new(&items, false);
-        self.one_statement(OP, sql::Pin::Read, answers, &items, timeout, |batch| {
-            let names: Vec<&str> = batch.iter().map(|i| i.name).collect();
-            sql::inspect_many(&self.qualified, &names)
-        })
+        self.one_statement(
+            OP,
+            sql::Pin::Read,
+            answers,
+            &items,
+            timeout,
+            |batch| {
+                let names: Vec<&str> = batch.iter().map(|i| i.name).collect();
+                sql::inspect_many(&self.qualified, &names)
+            },
+            |_, row| sql::lease_at(OP, row, 1),
+        )
         .finish(|j| Err(StoreError::no_lease(names[j])))
     }
 
     /// Runs the statement `build` makes of the items still without an
-    /// answer, as one call before `timeout` pinned as `pin`, and fills in the answer of
-    /// each item that has an answer row (`k, COLS…`). A statement that
-    /// answers no rows (a release) fills in nothing. A failure of the
-    /// whole call fails every item still waiting.
-    fn one_statement<T: FromRow + Clone>(
+    /// answer, as one call before `timeout` pinned as `pin`, and fills in
+    /// the answer of each item that has an answer row (`k, …`) with
+    /// `answer(item, row)`. A statement that answers no rows (a release)
+    /// fills in nothing. A failure of the whole call fails every item still
+    /// waiting.
+    #[allow(clippy::too_many_arguments)] // the statement's two halves, built and read
+    fn one_statement<T: Clone>(
         &self,
         op: &'static str,
         pin: sql::Pin,
@@ -205,6 +228,7 @@ impl PostgresStore {
         items: &[BatchItem<'_>],
         timeout: Duration,
         build: impl FnOnce(&[BatchItem<'_>]) -> Result<String, StoreError>,
+        answer: impl Fn(&BatchItem<'_>, &tokio_postgres::SimpleQueryRow) -> Result<T, StoreError>,
     ) -> Answers<T> {
         let pending = answers.pending();
         if pending.is_empty() {
@@ -213,7 +237,7 @@ impl PostgresStore {
         let batch: Vec<BatchItem<'_>> = pending.iter().map(|&j| items[j]).collect();
         let rows = build(&batch).and_then(|body| self.run(op, &body, deadline_after(timeout), pin)).and_then(|msgs| {
             let rows = sql::batch_rows(op, &msgs, batch.len())?;
-            Ok(rows.into_iter().map(|(k, row)| (pending[k], T::from_row(op, row))).collect::<Vec<_>>())
+            Ok(rows.into_iter().map(|(k, row)| (pending[k], answer(&batch[k], row))).collect::<Vec<_>>())
         });
         match rows {
             Ok(rows) => rows.into_iter().for_each(|(j, r)| answers.set(j, r)),
@@ -280,21 +304,4 @@ fn locked(name: &str) -> StoreError {
         "postgres acquire_many: the row of election {name:?} is locked by another transaction (a lease check, most \
          likely); not claimed, not waited for"
     ))
-}
-
-/// What an answer row of a one-statement batch gives its item.
-trait FromRow: Sized {
-    fn from_row(op: &str, row: &tokio_postgres::SimpleQueryRow) -> Result<Self, StoreError>;
-}
-
-impl FromRow for Lease {
-    fn from_row(op: &str, row: &tokio_postgres::SimpleQueryRow) -> Result<Lease, StoreError> {
-        sql::lease_at(op, row, 1)
-    }
-}
-
-impl FromRow for () {
-    fn from_row(_: &str, _: &tokio_postgres::SimpleQueryRow) -> Result<(), StoreError> {
-        Ok(())
-    }
 }

@@ -673,9 +673,18 @@ pub(crate) fn acquire_many(
 
 /// [`renew`] of every item (distinct names and fences), for `identity`, as
 /// one `UPDATE … FROM` the items with the single renewal's guard and
-/// writes: each answer row `k, COLS…` is a term renewed; an item without
-/// one lost its lease. No indexed column changes, so the writes stay HOT
-/// updates, and a lease check's `FOR KEY SHARE` lets them through.
+/// writes: each answer row is a term renewed; an item without one lost its
+/// lease. No indexed column changes, so the writes stay HOT updates, and a
+/// lease check's `FOR KEY SHARE` lets them through.
+///
+/// An answer row is `k, acquired_at, expires_at, now` ([`RENEWED`]), not
+/// the whole lease: the rest of a renewed row is the item's (name, fence,
+/// payload), the caller's (holder) or the statement's (`renewed_at` is
+/// `now()`), so [`renewed_at`] builds the lease from them. Each timestamp's
+/// exact conversion costs the server about 2 ms a batch of 3,334, and the
+/// unchanged columns' text more: 17–23 ms for whole rows against 11–12 ms
+/// answering nothing (`pgbench`, one renewal of 3,334 rows of 10,000).
+/// `now()` is converted once, as an init plan.
 pub(crate) fn renew_many(
     table: &str,
     identity: &str,
@@ -689,8 +698,45 @@ pub(crate) fn renew_many(
          payload = v.p, history = {h} \
          FROM {v} WHERE v.n = t.name AND v.f = t.fence AND t.holder = {i} \
          AND (t.expires_at > now() OR t.history <> {h}) AND t.renewed_at <= now() \
-         RETURNING v.k::text, {COLS}"
+         RETURNING v.k::text, {RENEWED}"
     ))
+}
+
+/// The columns of [`renew_many`]'s answer row after `k`.
+const RENEWED: &str = concat!(
+    micros!("t.acquired_at"),
+    "::text, ",
+    micros!("t.expires_at"),
+    "::text, (SELECT ",
+    micros!("now()"),
+    "::text)"
+);
+
+/// The lease an answer row of [`renew_many`] (`k`, then [`RENEWED`])
+/// renewed for `item`: held by `identity`, the item's fence and payload,
+/// renewed at the statement's `now()`.
+pub(crate) fn renewed_at(
+    op: &str,
+    row: &SimpleQueryRow,
+    identity: &str,
+    item: &BatchItem<'_>,
+) -> Result<Lease, StoreError> {
+    let bad = |what: &str| StoreError::fatal(format!("postgres {op}: cannot read the renewed row ({what})"));
+    let micros = |i: usize| -> Result<DbTime, StoreError> {
+        let text = row.try_get(i).ok().flatten().ok_or_else(|| bad("missing column"))?;
+        text.parse::<i64>().map(DbTime::from_unix_micros).map_err(|_| bad("bad timestamp"))
+    };
+    let now = micros(3)?;
+    Ok(Lease {
+        name: item.name.to_owned(),
+        holder: identity.to_owned(),
+        fence: item.fence,
+        acquired_at: micros(1)?,
+        renewed_at: now,
+        expires_at: micros(2)?,
+        now,
+        payload: item.payload.to_vec(),
+    })
 }
 
 /// [`release`] of every item (distinct names and fences), for `identity`,
