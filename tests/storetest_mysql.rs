@@ -1561,3 +1561,57 @@ fn racing_claims_of_a_new_name_survive_deadlocks() {
         assert_eq!(winners, 1, "round {round}: {winners} winners");
     }
 }
+
+/// A batched renewal on MariaDB reads back each chunk's rows by scanning
+/// the primary key from its first name to its last, bounded per item, and
+/// looks up by name the chunks whose scan did not find every row the
+/// renewal wrote. Both ways answer every item with the row as written:
+/// 600 terms (two chunks) each next to another holder's election, read by
+/// the scan; two terms with 300 other elections between them, past the
+/// scan's bound, looked up; and a term lost among them answered LeaseLost.
+#[test]
+fn batched_renewals_read_back_by_scan_and_by_name() {
+    let t = Scratch::new("le_renew_scan");
+    let s = t.store();
+    s.ensure_schema().unwrap();
+    let item = |name: &'static str, fence: u64| leaderelection::BatchItem { name, fence, payload: b"r" };
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let claim = |who: &str, names: &[&'static str]| -> Vec<Lease> {
+        let items: Vec<_> = names.iter().map(|n| item(n, 0)).collect();
+        let out = s.acquire_many(who, LONG, &items, T);
+        out.into_iter().map(|r| r.unwrap_or_else(|e| panic!("acquire_many: {e}"))).collect()
+    };
+    let check = |names: &[&'static str], leases: &[Lease], lost: &[usize]| {
+        let items: Vec<_> = names.iter().zip(leases).map(|(n, l)| item(n, l.fence)).collect();
+        let out = s.renew_many("a", LONG, &items, T);
+        let back = s.inspect_many(names, T);
+        for (k, (r, b)) in out.iter().zip(&back).enumerate() {
+            if lost.contains(&k) {
+                assert!(r.as_ref().is_err_and(StoreError::is_lease_lost), "item {k} must be lost: {r:?}");
+                continue;
+            }
+            let l = r.as_ref().unwrap_or_else(|e| panic!("renew_many item {k} ({}): {e}", names[k]));
+            let b = b.as_ref().unwrap();
+            assert!(l.held_by("a") && l.fence == leases[k].fence && l.payload == b"r", "item {k}: {l:?}");
+            assert_eq!(l.acquired_at, leases[k].acquired_at, "item {k}'s term start");
+            assert_eq!(
+                (l.renewed_at, l.expires_at, &l.name, &l.holder),
+                (b.renewed_at, b.expires_at, &b.name, &b.holder),
+                "item {k}: the answer is not the row written"
+            );
+        }
+    };
+    // Dense: every other row is another holder's.
+    let mine: Vec<&'static str> = (0..600).map(|i| leak(format!("d{i:04}a"))).collect();
+    let theirs: Vec<&'static str> = (0..600).map(|i| leak(format!("d{i:04}b"))).collect();
+    let held = claim("a", &mine);
+    claim("b", &theirs);
+    check(&mine, &held, &[]);
+    // Sparse: 300 rows between two terms, and a lost term among them.
+    let between: Vec<&'static str> = (0..300).map(|i| leak(format!("s{i:04}"))).collect();
+    claim("b", &between);
+    let ends = ["s", "s9999", "s0150x"];
+    let mut held = claim("a", &ends);
+    held[2].fence += 1; // a fence that is not the term's: lost
+    check(&ends, &held, &[2]);
+}

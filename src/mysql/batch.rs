@@ -432,6 +432,20 @@ pub(crate) fn release(table: String, i: String, items: Vec<Item>) -> Job<Done> {
 /// holds every renewal of this call; a row it did not renew is lost,
 /// whatever it holds now).
 ///
+/// On MariaDB the read-back of a chunk is first a scan of the primary key
+/// from its first name to its last for the rows this call renewed
+/// (`renewed_at` its instant, `holder` this identity), bounded by `LIMIT
+/// ROWS EXAMINED` ([`SCAN_PER_ITEM`] rows an item): a chunk's names lie
+/// among the other participants' elections, and reading the rows next to
+/// each other costs the server a third of looking each name up (measured:
+/// 4.4 against 12–13 ms for 3,334 names among 10,000 rows; the whole
+/// renewal 32 against 42 ms). The `UPDATE`'s `ROW_COUNT()` says how many
+/// rows the scan must find; a chunk whose scan found fewer (it stopped at
+/// its bound, or a hand-made table's collation orders the names otherwise)
+/// has its other names looked up as before, in a second query of the same
+/// transaction. Which rows count as renewed is decided as before, per row
+/// ([`renewed`]); the scan only chooses which rows are read.
+///
 /// Items that publish one payload (a group's usual case) go in one
 /// `UPDATE … WHERE (name, fence) IN (…)` per chunk, which locks in the
 /// primary key's order; a chunk whose payloads differ takes its rows'
@@ -449,9 +463,9 @@ pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -
         script.push(&pin(env));
         script.push(BEGIN);
         let guard = format!("(expires_at > {AT} OR COALESCE(history <> {HISTORY}, FALSE)) AND renewed_at <= {AT}");
-        let mut reads = Vec::new();
+        let mut spans = Vec::new();
         for g in groups {
-            let chunk = &items[g];
+            let chunk = &items[g.clone()];
             let names = list(chunk.iter().map(|it| it.name.as_slice()));
             if chunk.iter().all(|it| it.payload == chunk[0].payload) {
                 script.push(&format!(
@@ -479,18 +493,99 @@ pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -
                      AND (le.expires_at > {AT} OR COALESCE(le.history <> {HISTORY}, FALSE)) AND le.renewed_at <= {AT};"
                 ));
             }
-            reads.push(format!("SELECT 'r', {LEASE} FROM {table} {BY_KEY} WHERE name IN ({names});"));
+            if env.rows_examined {
+                script.push("SELECT 'c', ROW_COUNT();");
+            }
+            spans.push(g);
         }
-        for r in &reads {
-            script.push(r);
+        let mut rows = Vec::new();
+        let mut again: Vec<&[u8]> = Vec::new();
+        if env.rows_examined {
+            for g in &spans {
+                let (first, last) = (sql::hex(&items[g.start].name), sql::hex(&items[g.end - 1].name));
+                script.push(&format!(
+                    "SELECT 'r', {LEASE} FROM {table} {BY_KEY} WHERE name BETWEEN {first} AND {last} \
+                     AND renewed_at = {AT} AND CAST(holder AS BINARY) = {i} LIMIT ROWS EXAMINED {}; SELECT 'e';",
+                    g.len() * SCAN_PER_ITEM + 16
+                ));
+            }
+            let scanned = std::mem::replace(&mut script, Script::new(env.budget)).run(conn)?;
+            rows = scanned_rows(scanned, &items, &spans, &mut again);
+        } else {
+            again.extend(items.iter().map(|it| it.name.as_slice()));
+        }
+        for g in name_chunks(&again, room(env), 200 + LEASE.len() + table.len()) {
+            script.push(&format!(
+                "SELECT 'r', {LEASE} FROM {table} {BY_KEY} WHERE name IN ({});",
+                list(again[g].iter().copied())
+            ));
         }
         script.push(&format!("SELECT 'n', {AT}, {NOW};"));
         script.push(COMMIT);
         script.push(&unpin());
-        let rows = script.run(conn)?;
+        rows.extend(script.run(conn)?);
         let refused = too_big.into_iter().map(|(k, len)| (items[k].at, too_large("renew", len, env))).collect();
         Ok(Done { rows, refused })
     })
+}
+
+/// Rows of the primary key a renewal's scan may examine per item of its
+/// chunk (see [`renew`]): a scan row costs the server about a seventh of a
+/// lookup by name, so a scan that stops at this bound costs less than the
+/// lookups it then leaves to do, and a chunk among up to five other
+/// elections per name is read by the scan alone.
+const SCAN_PER_ITEM: usize = 6;
+
+/// The rows of a renewal's first query (see [`renew`]) that the read-back
+/// keeps: every chunk's scanned rows that name one of its items, when the
+/// scan found as many as the chunk's `UPDATE` renewed; else those are
+/// dropped and the chunk's names go to `again`, to be looked up. `spans`
+/// are the chunks, in order; each `UPDATE` answered a row `'c', count` and
+/// each scan ended with a row `'e'`.
+fn scanned_rows<'a>(
+    rows: Vec<Vec<Value>>,
+    items: &'a [Item],
+    spans: &[Range<usize>],
+    again: &mut Vec<&'a [u8]>,
+) -> Vec<Vec<Value>> {
+    let tag = |r: &[Value]| match r.first() {
+        Some(Value::Bytes(t)) => t.clone(),
+        _ => Vec::new(),
+    };
+    let counts: Vec<Option<i64>> =
+        rows.iter().filter(|r| tag(r) == b"c").map(|r| r.get(1).and_then(sql::int_value)).collect();
+    let (mut kept, mut chunk, mut found) = (Vec::new(), 0, Vec::new());
+    for r in rows {
+        match tag(&r).as_slice() {
+            b"r" => {
+                let Some(g) = spans.get(chunk) else { continue };
+                let named = match r.get(1) {
+                    Some(Value::Bytes(n)) => items[g.clone()].binary_search_by(|it| it.name.as_slice().cmp(n)).is_ok(),
+                    _ => false,
+                };
+                if named {
+                    found.push(r);
+                }
+            }
+            b"e" => {
+                if let Some(g) = spans.get(chunk) {
+                    if counts.get(chunk).copied().flatten() == Some(found.len() as i64) {
+                        kept.append(&mut found);
+                    } else {
+                        found.clear();
+                        again.extend(items[g.clone()].iter().map(|it| it.name.as_slice()));
+                    }
+                }
+                chunk += 1;
+            }
+            _ => {}
+        }
+    }
+    // A chunk whose scan did not end (no rows came for it) is looked up.
+    for g in spans.iter().skip(chunk) {
+        again.extend(items[g.clone()].iter().map(|it| it.name.as_slice()));
+    }
+    kept
 }
 
 /// Whether a read-back row is the renewal this call wrote for an item of
@@ -872,7 +967,12 @@ mod tests {
     /// bound (and its end puts the server's defaults back).
     #[test]
     fn a_batch_bounds_how_long_the_server_waits_for_it() {
-        let env = Env { budget: 1 << 20, skip_locked: true, deadline: Instant::now() + Duration::from_secs(8) };
+        let env = Env {
+            budget: 1 << 20,
+            skip_locked: true,
+            rows_examined: true,
+            deadline: Instant::now() + Duration::from_secs(8),
+        };
         let p = pin(&env);
         assert!(p.contains("innodb_lock_wait_timeout = 5, lock_wait_timeout = 5;"), "{p}");
         assert!(p.ends_with("SET SESSION wait_timeout = 5, net_read_timeout = 5, net_write_timeout = 5;"), "{p}");

@@ -94,6 +94,8 @@ pub(crate) struct Env {
     pub budget: usize,
     /// Whether the server takes `SKIP LOCKED` (MySQL 8.0.1+, MariaDB 10.6+).
     pub skip_locked: bool,
+    /// Whether the server takes `LIMIT ROWS EXAMINED` (MariaDB).
+    pub rows_examined: bool,
     /// When the call gives up: what the server's lock waits are bounded by.
     pub deadline: Instant,
 }
@@ -401,7 +403,7 @@ impl Inner {
     /// queries, the packet limit (read on this connection the first time,
     /// then kept) and the server's version.
     fn env(&self, conn: &mut Conn, splits: bool, deadline: Instant) -> Result<Env, (Failed, usize)> {
-        let mut env = Env { budget: usize::MAX, skip_locked: false, deadline };
+        let mut env = Env { budget: usize::MAX, skip_locked: false, rows_examined: false, deadline };
         if !splits {
             return Ok(env);
         }
@@ -419,6 +421,7 @@ impl Inner {
         }
         env.budget = budget_for(limit);
         env.skip_locked = skips_locked_rows(&version);
+        env.rows_examined = version.contains("MariaDB");
         Ok(env)
     }
 
