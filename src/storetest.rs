@@ -836,9 +836,6 @@ pub fn batched_renewals_are_guarded_per_row(s: &dyn Store) {
         Ok(l) => {
             assert!(l.held_by("a") && l.fence == held.fence && l.ttl() == LONG && l.payload == b"r0", "{l:?}");
             assert_eq!(&l.name, &names[0]);
-            assert_eq!(l.acquired_at, held.acquired_at, "renew_many keeps the term start");
-            assert_eq!(l.renewed_at, l.now, "renewed_at is the statement's now");
-            assert_eq!(row(l), row(&inspect(s, &names[0])), "renew_many answered another row than it wrote");
         }
         Err(e) => panic!("renew_many: the held term must renew, got {e}"),
     }
@@ -848,6 +845,10 @@ pub fn batched_renewals_are_guarded_per_row(s: &dyn Store) {
     assert_eq!(row(&inspect(s, &names[1])), row(&taken), "the other holder's row was written");
     assert_eq!(row(&inspect(s, &names[2])), row(&wrong), "a wrong fence's row was written");
     assert!(s.inspect(&names[3], TIMEOUT).is_err_and(|e| e.is_no_lease()), "a renewal created a row");
+    let renewed = out[0].as_ref().expect("checked above");
+    assert_eq!(renewed.acquired_at, held.acquired_at, "renew_many keeps the term start");
+    assert_eq!(renewed.renewed_at, renewed.now, "renewed_at is the statement's now");
+    assert_eq!(row(renewed), row(&inspect(s, &names[0])), "renew_many answered another row than it wrote");
 }
 
 /// A batched release ends the caller's terms (the row and fence stay) and
