@@ -29,7 +29,9 @@ impl<T: Clone> Answers<T> {
         let mut first = HashMap::new();
         let (mut out, mut same_as) = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
         for (j, it) in items.iter().enumerate() {
-            let bad = sql::literal("election name", it.name).err();
+            // Only a NUL stops a name being written (see `sql::literal`);
+            // the literal is built only then, for its error.
+            let bad = if it.name.contains('\0') { sql::literal("election name", it.name).err() } else { None };
             let key = (it.name, if by_fence { it.fence } else { 0 });
             same_as.push(if bad.is_some() { None } else { first.get(&key).copied() });
             if bad.is_none() {

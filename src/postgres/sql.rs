@@ -298,7 +298,10 @@ pub(crate) fn pinned(body: &str, remaining: Duration, pin: Pin) -> String {
 
 /// A string literal that means `s` whatever `standard_conforming_strings` is.
 pub(crate) fn literal(what: &'static str, s: &str) -> Result<String, StoreError> {
-    crate::ident::quote_postgres_literal(what, s).map_err(|e| StoreError::fatal(e.to_string()))
+    // A NUL is the only thing the quoting refuses.
+    crate::ident::quote_postgres_literal(what, s).map_err(|_| {
+        StoreError::fatal(format!("postgres: the {what} holds a NUL character, which PostgreSQL text cannot store"))
+    })
 }
 
 fn bytes(payload: &[u8]) -> String {
