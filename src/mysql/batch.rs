@@ -466,7 +466,6 @@ pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -
         let mut spans = Vec::new();
         for g in groups {
             let chunk = &items[g.clone()];
-            let names = list(chunk.iter().map(|it| it.name.as_slice()));
             if chunk.iter().all(|it| it.payload == chunk[0].payload) {
                 script.push(&format!(
                     "UPDATE {table} {BY_KEY} SET renewed_at = {AT}, payload = {}, \
@@ -475,6 +474,7 @@ pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -
                     by_term(chunk, &i),
                 ));
             } else {
+                let names = list(chunk.iter().map(|it| it.name.as_slice()));
                 let mut values = String::new();
                 for (k, it) in chunk.iter().enumerate() {
                     let (n, p) = (sql::hex(&it.name), sql::hex(&it.payload));
@@ -548,15 +548,14 @@ fn scanned_rows<'a>(
     spans: &[Range<usize>],
     again: &mut Vec<&'a [u8]>,
 ) -> Vec<Vec<Value>> {
-    let tag = |r: &[Value]| match r.first() {
-        Some(Value::Bytes(t)) => t.clone(),
-        _ => Vec::new(),
-    };
-    let counts: Vec<Option<i64>> =
-        rows.iter().filter(|r| tag(r) == b"c").map(|r| r.get(1).and_then(sql::int_value)).collect();
+    let counts: Vec<Option<i64>> = tagged(&rows, "c").map(|r| r.first().and_then(sql::int_value)).collect();
     let (mut kept, mut chunk, mut found) = (Vec::new(), 0, Vec::new());
     for r in rows {
-        match tag(&r).as_slice() {
+        let tag = match r.first() {
+            Some(Value::Bytes(t)) => t.as_slice(),
+            _ => b"",
+        };
+        match tag {
             b"r" => {
                 let Some(g) = spans.get(chunk) else { continue };
                 let named = match r.get(1) {
