@@ -724,10 +724,9 @@ pub(crate) fn renewed_at(
     identity: &str,
     item: &BatchItem<'_>,
 ) -> Result<Lease, StoreError> {
-    let bad = |what: &str| StoreError::fatal(format!("postgres {op}: cannot read the renewed row ({what})"));
-    let micros = |i: usize| -> Result<DbTime, StoreError> {
-        let text = row.try_get(i).ok().flatten().ok_or_else(|| bad("missing column"))?;
-        text.parse::<i64>().map(DbTime::from_unix_micros).map_err(|_| bad("bad timestamp"))
+    let micros = |i: usize| {
+        micros_at(row, i)
+            .map_err(|what| StoreError::fatal(format!("postgres {op}: cannot read the renewed row ({what})")))
     };
     let now = micros(3)?;
     Ok(Lease {
@@ -827,9 +826,7 @@ pub(crate) fn first_lease(op: &str, msgs: &[SimpleQueryMessage]) -> Result<Optio
 pub(crate) fn lease_at(op: &str, row: &SimpleQueryRow, base: usize) -> Result<Lease, StoreError> {
     let bad = |what: &str| StoreError::fatal(format!("postgres {op}: cannot read the lease row ({what})"));
     let text = |i: usize| row.try_get(base + i).ok().flatten().ok_or_else(|| bad("missing column"));
-    let micros = |i: usize| -> Result<DbTime, StoreError> {
-        text(i)?.parse::<i64>().map(DbTime::from_unix_micros).map_err(|_| bad("bad timestamp"))
-    };
+    let micros = |i: usize| micros_at(row, base + i).map_err(bad);
     let fence = text(2)?.parse::<i64>().map_err(|_| bad("bad fence"))?;
     Ok(Lease {
         name: text(0)?.to_owned(),
@@ -841,6 +838,13 @@ pub(crate) fn lease_at(op: &str, row: &SimpleQueryRow, base: usize) -> Result<Le
         now: micros(6)?,
         payload: unhex(text(7)?).ok_or_else(|| bad("bad payload"))?,
     })
+}
+
+/// The instant in `row`'s column `i` (microseconds since the epoch, as
+/// text), or what is wrong with it.
+fn micros_at(row: &SimpleQueryRow, i: usize) -> Result<DbTime, &'static str> {
+    let text = row.try_get(i).ok().flatten().ok_or("missing column")?;
+    text.parse::<i64>().map(DbTime::from_unix_micros).map_err(|_| "bad timestamp")
 }
 
 /// The answer rows of a batch among `msgs`: each row's item, from its
