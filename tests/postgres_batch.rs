@@ -425,9 +425,6 @@ fn batched_reads_do_not_write_pgbouncer() {
     batched_reads_do_not_write(BOUNCER);
 }
 
-/// The members table comes with the schema (`schema()` and
-/// `ensure_schema`); without it, heartbeats and leaving fail fatally,
-/// saying to run `ensure_schema`, which brings it back.
 /// A name PostgreSQL text cannot hold (it has a NUL) fails on its own,
 /// fatally, in every batched call, and the other items of the batch go
 /// ahead: claimed, renewed, read and released as if it were not there.
@@ -436,24 +433,24 @@ fn a_name_with_nul_fails_alone_in_every_batch() {
     let s = store(DIRECT);
     let base = format!("nul-{}", random_tag());
     let names = [format!("{base}/a"), format!("{base}/b\0c"), format!("{base}/d")];
-    let fatal = |what: &str, r: &Result<(), StoreError>| {
+    fn fatal<T: std::fmt::Debug>(what: &str, r: &Result<T, StoreError>) {
         let e = r.as_ref().expect_err(&format!("{what}: the NUL name was accepted"));
         assert!(e.is_fatal() && e.to_string().contains("the election name holds a NUL character"), "{what}: {e}");
-    };
+    }
     let claimed = s.acquire_many("a", LONG, &claims(&names), T);
-    fatal("acquire_many", &claimed[1].as_ref().map(drop).map_err(Clone::clone));
+    fatal("acquire_many", &claimed[1]);
     let leases: Vec<Lease> = [0, 2].iter().map(|&j| claimed[j].clone().expect("a good name's claim")).collect();
     assert!(leases.iter().all(|l| l.held_by("a")), "{leases:?}");
     let fences = [leases[0].fence, 7, leases[1].fence];
     let renewed = s.renew_many("a", LONG, &items(&names, &fences, b"r"), T);
-    fatal("renew_many", &renewed[1].as_ref().map(drop).map_err(Clone::clone));
+    fatal("renew_many", &renewed[1]);
     for j in [0, 2] {
         let l = renewed[j].as_ref().unwrap_or_else(|e| panic!("renew_many item {j}: {e}"));
         assert!(l.held_by("a") && l.payload == b"r", "{l:?}");
     }
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let read = s.inspect_many(&refs, T);
-    fatal("inspect_many", &read[1].as_ref().map(drop).map_err(Clone::clone));
+    fatal("inspect_many", &read[1]);
     assert!(read[0].is_ok() && read[2].is_ok(), "{read:?}");
     let released = s.release_many("a", &items(&names, &fences, b""), T);
     fatal("release_many", &released[1]);
@@ -463,6 +460,9 @@ fn a_name_with_nul_fails_alone_in_every_batch() {
     }
 }
 
+/// The members table comes with the schema (`schema()` and
+/// `ensure_schema`); without it, heartbeats and leaving fail fatally,
+/// saying to run `ensure_schema`, which brings it back.
 #[test]
 fn a_missing_members_table_is_fatal_and_names_the_fix() {
     let t = Scratch::new("le_members");

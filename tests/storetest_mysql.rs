@@ -1574,17 +1574,19 @@ fn batched_renewals_read_back_by_scan_and_by_name() {
     let t = Scratch::new("le_renew_scan");
     let s = t.store();
     s.ensure_schema().unwrap();
-    let item = |name: &'static str, fence: u64| leaderelection::BatchItem { name, fence, payload: b"r" };
-    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
-    let claim = |who: &str, names: &[&'static str]| -> Vec<Lease> {
+    fn item(name: &str, fence: u64) -> leaderelection::BatchItem<'_> {
+        leaderelection::BatchItem { name, fence, payload: b"r" }
+    }
+    let claim = |who: &str, names: &[String]| -> Vec<Lease> {
         let items: Vec<_> = names.iter().map(|n| item(n, 0)).collect();
         let out = s.acquire_many(who, LONG, &items, T);
         out.into_iter().map(|r| r.unwrap_or_else(|e| panic!("acquire_many: {e}"))).collect()
     };
-    let check = |names: &[&'static str], leases: &[Lease], lost: &[usize]| {
+    let check = |names: &[String], leases: &[Lease], lost: &[usize]| {
         let items: Vec<_> = names.iter().zip(leases).map(|(n, l)| item(n, l.fence)).collect();
         let out = s.renew_many("a", LONG, &items, T);
-        let back = s.inspect_many(names, T);
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let back = s.inspect_many(&refs, T);
         for (k, (r, b)) in out.iter().zip(&back).enumerate() {
             if lost.contains(&k) {
                 assert!(r.as_ref().is_err_and(StoreError::is_lease_lost), "item {k} must be lost: {r:?}");
@@ -1602,15 +1604,15 @@ fn batched_renewals_read_back_by_scan_and_by_name() {
         }
     };
     // Dense: every other row is another holder's.
-    let mine: Vec<&'static str> = (0..600).map(|i| leak(format!("d{i:04}a"))).collect();
-    let theirs: Vec<&'static str> = (0..600).map(|i| leak(format!("d{i:04}b"))).collect();
+    let mine: Vec<String> = (0..600).map(|i| format!("d{i:04}a")).collect();
+    let theirs: Vec<String> = (0..600).map(|i| format!("d{i:04}b")).collect();
     let held = claim("a", &mine);
     claim("b", &theirs);
     check(&mine, &held, &[]);
     // Sparse: 300 rows between two terms, and a lost term among them.
-    let between: Vec<&'static str> = (0..300).map(|i| leak(format!("s{i:04}"))).collect();
+    let between: Vec<String> = (0..300).map(|i| format!("s{i:04}")).collect();
     claim("b", &between);
-    let ends = ["s", "s9999", "s0150x"];
+    let ends = ["s".to_owned(), "s9999".to_owned(), "s0150x".to_owned()];
     let mut held = claim("a", &ends);
     held[2].fence += 1; // a fence that is not the term's: lost
     check(&ends, &held, &[2]);
