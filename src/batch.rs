@@ -47,7 +47,7 @@ impl fmt::Debug for BatchItem<'_> {
 }
 
 /// What a group member's heartbeat learned: how many members of the group
-/// are alive on the database's clock.
+/// are alive on the database's clock, and where this one stands among them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Members {
@@ -56,12 +56,24 @@ pub struct Members {
     pub live: u32,
     /// The database clock when the heartbeat was written.
     pub now: DbTime,
+    /// How many of the other live members come before this one when their
+    /// names are compared byte by byte; `None` from a store that does not
+    /// say. Members spread their renewals over the renew interval by it
+    /// (see [`crate::group`]); without it they renew when their terms fall
+    /// due, as before.
+    pub rank: Option<u32>,
 }
 
 impl Members {
     /// A reading of `live` members at `now`, for stores outside this crate.
     pub fn new(live: u32, now: DbTime) -> Members {
-        Members { live, now }
+        Members { live, now, rank: None }
+    }
+
+    /// This reading with this member's `rank` among the live ones.
+    #[must_use]
+    pub fn with_rank(self, rank: u32) -> Members {
+        Members { rank: Some(rank), ..self }
     }
 }
 

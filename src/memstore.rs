@@ -550,7 +550,10 @@ impl Store for MemStore {
             let expires = rows.entry(member.to_owned()).or_insert(now);
             *expires = (*expires).max(now.saturating_add(ttl));
             let live = rows.values().filter(|e| **e > now).count();
-            Ok(Members::new(u32::try_from(live).unwrap_or(u32::MAX), now))
+            // Names compare byte by byte, as `str` orders them.
+            let rank = rows.iter().filter(|(m, e)| **e > now && m.as_str() < member).count();
+            let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+            Ok(Members::new(count(live), now).with_rank(count(rank)))
         })
     }
 

@@ -176,6 +176,7 @@ macro_rules! storetest_suite {
         $crate::storetest_suite!(@cases $make;
             heartbeats_count_live_members,
             a_member_that_leaves_is_counted_out_at_once,
+            heartbeats_rank_live_members_by_their_bytes,
         );
     };
     ($make:expr) => {
@@ -997,6 +998,7 @@ pub fn concurrent_batched_claims_one_wins_each(s: &dyn Store) {
 pub const MEMBER_CASES: &[(&str, Case)] = &[
     ("heartbeats_count_live_members", heartbeats_count_live_members),
     ("a_member_that_leaves_is_counted_out_at_once", a_member_that_leaves_is_counted_out_at_once),
+    ("heartbeats_rank_live_members_by_their_bytes", heartbeats_rank_live_members_by_their_bytes),
 ];
 
 /// Runs every case in [`MEMBER_CASES`] against `store`.
@@ -1038,6 +1040,37 @@ pub fn heartbeats_count_live_members(s: &dyn Store) {
         thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(beat(s, &group, "a", LONG).live, 3, "an expired member counts again once it beats");
+}
+
+/// A heartbeat that tells a rank tells how many of the other live members
+/// come before this one byte by byte (`"Z" < "a" < "b" < "é"`, whatever
+/// the database's collation says), counting neither expired members nor
+/// other groups'. A store that tells none passes.
+pub fn heartbeats_rank_live_members_by_their_bytes(s: &dyn Store) {
+    let group = fresh_name("members-rank");
+    let other = fresh_name("members-rank-other");
+    beat(s, &other, "0", LONG);
+    let first = beat(s, &group, "A", SHORT);
+    if first.rank.is_none() {
+        return;
+    }
+    let order = ["Z", "a", "b", "\u{e9}"];
+    for m in ["b", "\u{e9}", "a", "Z"] {
+        beat(s, &group, m, LONG);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ranks: Vec<Option<u32>> = order.iter().map(|m| beat(s, &group, m, LONG).rank).collect();
+        if ranks[0] == Some(0) {
+            assert_eq!(ranks, vec![Some(0), Some(1), Some(2), Some(3)], "ranks of {order:?} once A expired");
+            break;
+        }
+        assert_eq!(ranks, vec![Some(1), Some(2), Some(3), Some(4)], "ranks of {order:?} after A");
+        assert!(Instant::now() < deadline, "a member whose heartbeat expired still ranks after 10 s");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(beat(s, &group, "A", LONG).rank, Some(0), "a member that beats again ranks again");
+    assert_eq!(beat(s, &group, "Z", LONG).rank, Some(1));
 }
 
 /// A member that leaves is counted out at once by the next heartbeat of

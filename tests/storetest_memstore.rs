@@ -341,6 +341,9 @@ enum BatchBug {
     ClaimsEverything,
     /// Counts members whose heartbeat expired.
     CountsExpiredMembers,
+    /// Ranks every member ever seen, in the order of their names in lower
+    /// case (a case-insensitive collation's, roughly).
+    RanksByCollation,
     /// A read that claims absent rows.
     InspectWrites,
 }
@@ -442,12 +445,16 @@ impl Store for BrokenBatch {
     }
     fn heartbeat(&self, g: &str, m: &str, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
         let real = self.inner.heartbeat(g, m, ttl, t)?;
-        if self.bug != BatchBug::CountsExpiredMembers {
+        if !matches!(self.bug, BatchBug::CountsExpiredMembers | BatchBug::RanksByCollation) {
             return Ok(real);
         }
         let mut seen = self.seen.lock().unwrap();
         let all = seen.entry(g.to_owned()).or_default();
         all.insert(m.to_owned());
+        if self.bug == BatchBug::RanksByCollation {
+            let rank = all.iter().filter(|o| o.to_lowercase() < m.to_lowercase()).count();
+            return Ok(real.with_rank(rank as u32));
+        }
         Ok(Members::new(all.len() as u32, real.now))
     }
     fn leave_group(&self, g: &str, m: &str, t: Duration) -> Result<(), StoreError> {
@@ -476,6 +483,7 @@ fn the_suite_catches_broken_batches_and_member_counts() {
     caught(BatchBug::ClaimsEverything, storetest::concurrent_batched_claims_one_wins_each, "exactly one must win");
     caught(BatchBug::InspectWrites, storetest::batched_releases_and_reads, "a missing row");
     caught(BatchBug::CountsExpiredMembers, storetest::heartbeats_count_live_members, "still counted after 10 s");
+    caught(BatchBug::RanksByCollation, storetest::heartbeats_rank_live_members_by_their_bytes, "after A");
     // Control: the store the wrapper breaks passes every case.
     let plain = MemStore::new();
     storetest::run_all(&plain);

@@ -69,6 +69,13 @@ struct Fleet {
     lose_renew_answers: bool,
     /// The timings of participants added from now on.
     timing: Timing,
+    /// Whether participants added from now on spread their renewals.
+    spread: bool,
+    /// Answers take up to this much longer than `latency / 2` on their
+    /// way back, varying from call to call.
+    jitter: Duration,
+    /// When each participant sent each renewal batch.
+    renewals: Vec<Vec<LocalTime>>,
 }
 
 fn kind(call: &GroupCall) -> &'static str {
@@ -101,6 +108,9 @@ impl Fleet {
             starts: 0,
             lose_renew_answers: false,
             timing: timing(),
+            spread: true,
+            jitter: Duration::ZERO,
+            renewals: vec![],
         }
     }
 
@@ -110,6 +120,7 @@ impl Fleet {
         let mut cfg = GroupMachineConfig::new(format!("p{i}#{i:016x}"), "g", self.timing, 11 + i as u64);
         cfg.fair_share = fair;
         cfg.phase = phase;
+        cfg.spread_renewals = self.spread;
         let mut g = GroupMachine::new(cfg);
         for n in names {
             g.join(self.now, n.as_str().into(), Arc::from(&b""[..])).unwrap();
@@ -118,6 +129,7 @@ impl Fleet {
         self.dead.push(false);
         self.cut.push(false);
         self.sent.push(HashMap::new());
+        self.renewals.push(vec![]);
         self.after(i);
         i
     }
@@ -160,6 +172,9 @@ impl Fleet {
         while let Some(call) = self.groups[i].poll_call() {
             *self.sent[i].entry(kind(&call)).or_default() += 1;
             if let GroupCall::Batch(b) = &call {
+                if b.op == BatchOp::Renew {
+                    self.renewals[i].push(self.now);
+                }
                 if b.op == BatchOp::Inspect {
                     *self.sent[i].entry("looked").or_default() += b.entries.len() as u64;
                     let most = self.sent[i].entry("largest look").or_default();
@@ -207,7 +222,9 @@ impl Fleet {
                 };
                 let lost = self.cut[i] || (self.lose_renew_answers && kind(&call) == "renew");
                 if !lost {
-                    let at = self.now + self.latency / 2;
+                    // SplitMix of the event's number: the same run each time.
+                    let draw = mix(self.seq) % 1_000;
+                    let at = self.now + self.latency / 2 + self.jitter.mul_f64(draw as f64 / 1_000.0);
                     self.push(at, Ev::Reply(i, id, answer));
                 }
                 return true;
@@ -363,6 +380,67 @@ fn renewals_and_looks_of_different_phases_merge_into_one_batch() {
     let d = |i: usize, k: &str| f.sent[i].get(k).copied().unwrap_or(0) - before[i].get(k).copied().unwrap_or(0);
     assert!(d(a, "renew") <= 11, "a sent {} renewal batches in 10 intervals", d(a, "renew"));
     assert!(d(b, "inspect") <= 11, "b sent {} look batches in 10 retry periods", d(b, "inspect"));
+}
+
+// With a fair share, each member renews at its slot of the renew interval,
+// `rank / live` of it on the database clock: three members on one grid
+// phase (the worst case) send their renewal batches a third of an
+// interval apart, each still one batch per interval, and every term still
+// renews before it falls due (the fleet checks safety at every event).
+// When a member leaves, the other two move to halves. Control: without
+// spreading, members on one phase renew within a few milliseconds of
+// each other.
+#[test]
+fn members_renew_a_third_of_an_interval_apart_on_their_slots() {
+    for spread in [true, false] {
+        let all = names(300);
+        let mut f = Fleet::new();
+        f.spread = spread;
+        // Round trips that vary move each estimate of a slot a little.
+        f.jitter = ms(30);
+        for _ in 0..3 {
+            f.add(true, ms(40), &all);
+        }
+        f.run_for(ms(20_000));
+        assert_eq!(f.led(), 300, "every election led");
+        let apart = |f: &Fleet, who: &[usize], from: LocalTime| {
+            // Each member's renewal instants within the renew interval
+            // (all alike in steady state), then the closest two members.
+            let phase = |i: usize| -> Vec<u128> {
+                let at = f.renewals[i].iter().filter(|t| **t >= from);
+                at.map(|t| t.as_duration().as_millis() % 1_000).collect()
+            };
+            let mut closest = 1_000;
+            for (x, &i) in who.iter().enumerate() {
+                let (pi, per) = (phase(i), f.renewals[i].iter().filter(|t| **t >= from).count());
+                assert!((9..=11).contains(&per), "p{i} sent {per} renewal batches in 10 intervals");
+                assert!(pi.iter().all(|p| *p == pi[0]), "p{i} renewed at several phases: {pi:?}");
+                for &j in &who[x + 1..] {
+                    let d = pi[0].abs_diff(phase(j)[0]);
+                    closest = closest.min(d.min(1_000 - d));
+                }
+            }
+            closest
+        };
+        let from = f.now;
+        f.run_for(ms(10_000));
+        let three = apart(&f, &[0, 1, 2], from);
+        if !spread {
+            assert!(three < 20, "the control: members on one phase renew {three} ms apart");
+            continue;
+        }
+        // Each slot is off by half a round trip's jitter at most.
+        assert!((303..=334).contains(&three), "closest members renew {three} ms apart, not a third of an interval");
+        let now = f.now;
+        f.groups[1].shutdown(now, true);
+        f.after(1);
+        f.run_for(ms(15_000));
+        assert_eq!(f.led(), 300, "every election led after one left");
+        let from = f.now;
+        f.run_for(ms(10_000));
+        let two = apart(&f, &[0, 2], from);
+        assert!((470..=500).contains(&two), "two members renew {two} ms apart, not half an interval");
+    }
 }
 
 // A process that leads some elections and follows others sends its
@@ -646,8 +724,11 @@ fn shutdown_releases_in_one_batch_and_leaves_the_group() {
         let now = f.now;
         f.groups[a].shutdown(now, true);
         f.after(a);
-        assert_eq!(f.sent[a].get("release").copied().unwrap_or(0), releases + 1, "one release batch");
         let gone = f.now;
+        // A shutdown at a slot instant finds the renewals in flight: the
+        // releases go once they are answered, a round trip later.
+        f.run_for(f.latency + ms(1));
+        assert_eq!(f.sent[a].get("release").copied().unwrap_or(0), releases + 1, "one release batch");
         let mut took = None;
         for _ in 0..240 {
             f.run_for(ms(25));

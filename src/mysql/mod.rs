@@ -928,7 +928,7 @@ impl Store for MySqlStore {
         let bad = || StoreError::fatal("mysql heartbeat: cannot read the members' count");
         let row = sql::tagged(&rows, "members").next().ok_or_else(bad)?;
         let int = |k: usize| row.get(k).and_then(sql::int_value).ok_or_else(bad);
-        let (live, stale, now) = (int(0)?, int(1)?, int(2)?);
+        let (live, stale, now, rank) = (int(0)?, int(1)?, int(2)?, int(3)?);
         if stale > 0 {
             // Members that stopped long ago without leaving: their rows go,
             // in a transaction of their own (it locks the group's rows).
@@ -937,7 +937,8 @@ impl Store for MySqlStore {
                 log::debug!("leaderelection: mysql heartbeat: forgetting stale members: {e}");
             }
         }
-        Ok(Members::new(u32::try_from(live).unwrap_or(u32::MAX), crate::lease::DbTime::from_unix_micros(now)))
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(Members::new(count(live), crate::lease::DbTime::from_unix_micros(now)).with_rank(count(rank)))
     }
 
     fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {

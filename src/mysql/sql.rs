@@ -220,9 +220,11 @@ pub(crate) const FORGET_MEMBERS_AFTER: Duration = Duration::from_secs(3600);
 /// the later of its expiry and the call's instant plus `ttl` (one
 /// assignment, reading only the old row, and only when the row found is
 /// exactly this group's and member's), then one row `'members', live,
-/// stale, now`: the group's rows unexpired at the call's instant (this one
-/// included) and those expired for longer than [`FORGET_MEMBERS_AFTER`],
-/// by a plain read (no lock on the other members' rows).
+/// stale, now, rank`: the group's rows unexpired at the call's instant
+/// (this one included), those expired for longer than
+/// [`FORGET_MEMBERS_AFTER`], and the unexpired ones whose member's bytes
+/// come before this one's, by a plain read (no lock on the other members'
+/// rows).
 pub(crate) fn heartbeat(members: &str, group: &str, member: &str, ttl: Duration) -> Result<String, StoreError> {
     let (g, m, t) =
         (text("group name", group, MAX_NAME_LEN)?, text("member", member, MAX_IDENTITY_LEN)?, ttl_micros(ttl));
@@ -231,7 +233,8 @@ pub(crate) fn heartbeat(members: &str, group: &str, member: &str, ttl: Duration)
         "{BEGIN} \
          INSERT INTO {members} (group_name, member, expires_at) VALUES ({g}, {m}, {AT} + {t}) \
          ON DUPLICATE KEY UPDATE expires_at = IF({} AND {}, GREATEST(expires_at, {AT} + {t}), expires_at); \
-         SELECT 'members', COALESCE(SUM(expires_at > {AT}), 0), COALESCE(SUM(expires_at < {AT} - {forget}), 0), {AT} \
+         SELECT 'members', COALESCE(SUM(expires_at > {AT}), 0), COALESCE(SUM(expires_at < {AT} - {forget}), 0), {AT}, \
+         COALESCE(SUM(expires_at > {AT} AND CAST(member AS BINARY) < {m}), 0) \
          FROM {members} {BY_KEY} WHERE group_name = {g} AND {}; \
          {COMMIT}",
         exactly("group_name", &g),

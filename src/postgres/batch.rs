@@ -264,13 +264,15 @@ impl PostgresStore {
             .map_err(|e| sql::explain_missing_members(e, OP, &members))?;
         let row = sql::rows(&msgs).into_iter().next();
         let bad = || StoreError::fatal("postgres heartbeat: cannot read the count of members");
-        let (live, now) = match row.as_deref() {
-            Some([Some(live), Some(now)]) => {
-                (live.parse::<u32>().map_err(|_| bad())?, now.parse::<i64>().map_err(|_| bad())?)
-            }
+        let (live, now, rank) = match row.as_deref() {
+            Some([Some(live), Some(now), Some(rank)]) => (
+                live.parse::<u32>().map_err(|_| bad())?,
+                now.parse::<i64>().map_err(|_| bad())?,
+                rank.parse::<u32>().map_err(|_| bad())?,
+            ),
             _ => return Err(bad()),
         };
-        Ok(Members::new(live, DbTime::from_unix_micros(now)))
+        Ok(Members::new(live, DbTime::from_unix_micros(now)).with_rank(rank))
     }
 
     /// [`Store::leave_group`](crate::Store::leave_group): see

@@ -783,7 +783,10 @@ const FORGET_MEMBERS: &str = "interval '1 hour'";
 
 /// Writes `member`'s heartbeat, `GREATEST(old expiry, now() + ttl)`, and
 /// answers one row: the group's members alive at `now()` (this one
-/// included), and `now()` in microseconds. A data-modifying CTE's effects
+/// included), `now()` in microseconds, and the live members whose names
+/// come before this one's byte by byte (`COLLATE "C"`: the database's own
+/// collation may order them otherwise, and ranks must agree with every
+/// other store's). A data-modifying CTE's effects
 /// are not visible to its siblings (they share the snapshot taken before
 /// it), so the others are counted from the table and this member from what
 /// its upsert returned. Rows of the group that expired over an hour ago
@@ -801,7 +804,9 @@ pub(crate) fn heartbeat(members: &str, group: &str, member: &str, ttl: Duration)
            RETURNING x.expires_at > now() AS live\
          ) \
          SELECT ((SELECT count(*) FROM {members} WHERE group_name = {g} AND member <> {m} AND expires_at > now()) \
-           + (SELECT count(*) FROM me WHERE live))::text, {NOW_MICROS}::text"
+           + (SELECT count(*) FROM me WHERE live))::text, {NOW_MICROS}::text, \
+           (SELECT count(*) FROM {members} WHERE group_name = {g} AND member COLLATE \"C\" < {m} \
+             AND expires_at > now())::text"
     ))
 }
 
