@@ -270,7 +270,10 @@ pub trait Store: Send + Sync {
     /// one included), in one statement or short transaction. A group with
     /// a fair share ([`GroupConfig::fair_share`](crate::GroupConfig::fair_share))
     /// sends one every renew interval and leads at most its share of the
-    /// elections by the count.
+    /// elections by the count. A store that can should also answer the
+    /// member's rank ([`Members::with_rank`]: the live members whose names
+    /// come before `member` byte by byte), by which members spread their
+    /// renewals over the interval.
     ///
     /// A store may also delete the group's rows that expired long ago
     /// (members that crashed); it must never count an expired row.
