@@ -207,8 +207,15 @@ impl Store for AnyStore {
     fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
         each!(self, s => s.inspect_many(names, timeout))
     }
-    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, timeout: Duration) -> Result<Members, StoreError> {
-        each!(self, s => s.heartbeat(group, member, ttl, timeout))
+    fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        leading: u32,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Members, StoreError> {
+        each!(self, s => s.heartbeat(group, member, leading, ttl, timeout))
     }
     fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
         each!(self, s => s.leave_group(group, member, timeout))

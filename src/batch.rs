@@ -62,18 +62,33 @@ pub struct Members {
     /// (see [`crate::group`]); without it they renew when their terms fall
     /// due, as before.
     pub rank: Option<u32>,
+    /// How many elections the live members lead between them, by what each
+    /// reported with its last heartbeat (this one's report included);
+    /// `None` from a store that does not say.
+    pub led: Option<u64>,
+    /// The most elections any live member reported leading; `None` with
+    /// `led`.
+    pub most: Option<u32>,
 }
 
 impl Members {
     /// A reading of `live` members at `now`, for stores outside this crate.
     pub fn new(live: u32, now: DbTime) -> Members {
-        Members { live, now, rank: None }
+        Members { live, now, rank: None, led: None, most: None }
     }
 
     /// This reading with this member's `rank` among the live ones.
     #[must_use]
     pub fn with_rank(self, rank: u32) -> Members {
         Members { rank: Some(rank), ..self }
+    }
+
+    /// This reading with the elections the live members lead between them
+    /// (`led`) and the most any one of them leads (`most`), by their
+    /// reports.
+    #[must_use]
+    pub fn with_leading(self, led: u64, most: u32) -> Members {
+        Members { led: Some(led), most: Some(most), ..self }
     }
 }
 

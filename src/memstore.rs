@@ -85,8 +85,9 @@ struct State {
     /// The negative control of the failover rule: claim inherited rows at
     /// once ([`MemStore::set_claims_inherited_rows`]).
     claims_inherited: bool,
-    /// Group members' heartbeats: group, member, expiry.
-    members: HashMap<String, HashMap<String, DbTime>>,
+    /// Group members' heartbeats: group, member, expiry and the elections
+    /// it reported leading.
+    members: HashMap<String, HashMap<String, (DbTime, u32)>>,
 }
 
 #[derive(Clone)]
@@ -540,20 +541,29 @@ impl Store for MemStore {
         self.batch(names.len(), |st, now| names.iter().map(|n| st.inspect(now, n)).collect())
     }
 
-    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, _timeout: Duration) -> Result<Members, StoreError> {
+    fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        leading: u32,
+        ttl: Duration,
+        _timeout: Duration,
+    ) -> Result<Members, StoreError> {
         self.call(|st, now| {
             st.stats.heartbeats += 1;
             let rows = st.members.entry(group.to_owned()).or_default();
             // Rows of members that stopped long ago go, as a database
             // store may delete them; an expired row is never counted.
-            rows.retain(|_, expires| now.saturating_duration_since(*expires) < FORGET_MEMBERS_AFTER);
-            let expires = rows.entry(member.to_owned()).or_insert(now);
-            *expires = (*expires).max(now.saturating_add(ttl));
-            let live = rows.values().filter(|e| **e > now).count();
+            rows.retain(|_, (expires, _)| now.saturating_duration_since(*expires) < FORGET_MEMBERS_AFTER);
+            let row = rows.entry(member.to_owned()).or_insert((now, 0));
+            *row = (row.0.max(now.saturating_add(ttl)), leading);
+            let live: Vec<(&String, u32)> = rows.iter().filter(|(_, r)| r.0 > now).map(|(m, r)| (m, r.1)).collect();
             // Names compare byte by byte, as `str` orders them.
-            let rank = rows.iter().filter(|(m, e)| **e > now && m.as_str() < member).count();
+            let rank = live.iter().filter(|(m, _)| m.as_str() < member).count();
+            let led = live.iter().map(|(_, n)| u64::from(*n)).sum();
+            let most = live.iter().map(|(_, n)| *n).max().unwrap_or(0);
             let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-            Ok(Members::new(count(live), now).with_rank(count(rank)))
+            Ok(Members::new(count(live.len()), now).with_rank(count(rank)).with_leading(led, most))
         })
     }
 

@@ -266,14 +266,18 @@ pub trait Store: Send + Sync {
     }
 
     /// Records that `member` of `group` is alive until `ttl` after the
-    /// database's `now`, and counts the group's members alive at that `now` (this
-    /// one included), in one statement or short transaction. A group with
+    /// database's `now` and leads `leading` elections, and counts the
+    /// group's members alive at that `now` (this one included), in one
+    /// statement or short transaction. A group with
     /// a fair share ([`GroupConfig::fair_share`](crate::GroupConfig::fair_share))
     /// sends one every renew interval and leads at most its share of the
     /// elections by the count. A store that can should also answer the
     /// member's rank ([`Members::with_rank`]: the live members whose names
     /// come before `member` byte by byte), by which members spread their
-    /// renewals over the interval.
+    /// renewals over the interval, and what the live members lead
+    /// ([`Members::with_leading`]: the sum and the most of their last
+    /// reports), by which they look at others' leases lazily while every
+    /// election is led.
     ///
     /// A store may also delete the group's rows that expired long ago
     /// (members that crashed); it must never count an expired row.
@@ -284,8 +288,15 @@ pub trait Store: Send + Sync {
     /// # Errors
     ///
     /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`].
-    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, timeout: Duration) -> Result<Members, StoreError> {
-        let _ = (group, member, ttl, timeout);
+    fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        leading: u32,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Members, StoreError> {
+        let _ = (group, member, leading, ttl, timeout);
         Err(StoreError::fatal("this store keeps no group members (it does not implement Store::heartbeat)"))
     }
 
@@ -390,10 +401,11 @@ macro_rules! forward_store {
                 &self,
                 group: &str,
                 member: &str,
+                leading: u32,
                 ttl: Duration,
                 timeout: Duration,
             ) -> Result<Members, StoreError> {
-                (**self).heartbeat(group, member, ttl, timeout)
+                (**self).heartbeat(group, member, leading, ttl, timeout)
             }
             fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
                 (**self).leave_group(group, member, timeout)

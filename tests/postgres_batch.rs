@@ -469,18 +469,37 @@ fn a_missing_members_table_is_fatal_and_names_the_fix() {
     let s = t.store();
     let ddl = PostgresStore::schema("public", &t.table).unwrap();
     assert!(ddl.contains(&format!("CREATE TABLE IF NOT EXISTS \"public\".\"{}_members\"", t.table)), "{ddl}");
-    assert_eq!(s.heartbeat("g", "m", LONG, T).unwrap().live, 1);
+    assert_eq!(s.heartbeat("g", "m", 0, LONG, T).unwrap().live, 1);
     client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{}_members\"", t.table)).unwrap();
-    let e = s.heartbeat("g", "m", LONG, T).unwrap_err();
+    let e = s.heartbeat("g", "m", 0, LONG, T).unwrap_err();
     let text = e.to_string();
     assert!(e.is_fatal() && text.contains("42P01") && text.contains("ensure_schema"), "{text}");
     assert!(text.contains(&format!("{}_members", t.table)), "{text}");
     let e = s.leave_group("g", "m", T).unwrap_err();
     assert!(e.is_fatal() && e.to_string().contains("ensure_schema"), "{e}");
     s.ensure_schema().unwrap();
-    assert_eq!(s.heartbeat("g", "m", LONG, T).unwrap().live, 1);
+    assert_eq!(s.heartbeat("g", "m", 0, LONG, T).unwrap().live, 1);
     s.leave_group("g", "m", T).unwrap();
     assert_eq!(t.one("SELECT count(*) FROM public.\"{t}_members\""), "0");
+}
+
+/// A members table made before members reported what they lead lacks the
+/// `leads` column: a heartbeat fails fatally (42703), naming the statement
+/// that adds it, and `ensure_schema` adds it; the reports then add up.
+#[test]
+fn a_members_table_without_leads_is_fatal_until_ensure_schema_adds_it() {
+    let t = Scratch::new("le_members_leads");
+    let s = t.store();
+    client(DIRECT).batch_execute(&format!("ALTER TABLE public.\"{}_members\" DROP COLUMN leads", t.table)).unwrap();
+    let e = s.heartbeat("g", "m", 4, LONG, T).unwrap_err();
+    let text = e.to_string();
+    assert!(e.is_fatal() && text.contains("42703") && text.contains("ADD COLUMN IF NOT EXISTS leads"), "{text}");
+    s.ensure_schema().unwrap();
+    s.ensure_schema().unwrap();
+    let m = s.heartbeat("g", "m", 4, LONG, T).unwrap();
+    assert_eq!((m.live, m.led, m.most), (1, Some(4), Some(4)));
+    let m = s.heartbeat("g", "n", 6, LONG, T).unwrap();
+    assert_eq!((m.live, m.rank, m.led, m.most), (2, Some(1), Some(10), Some(6)));
 }
 
 /// A heartbeat deletes the group's rows that expired over an hour ago
@@ -491,9 +510,9 @@ fn a_heartbeat_forgets_members_gone_for_an_hour() {
     let t = Scratch::new("le_members_gc");
     let s = t.store();
     for m in ["old", "recent", "me"] {
-        s.heartbeat("g", m, LONG, T).unwrap();
+        s.heartbeat("g", m, 0, LONG, T).unwrap();
     }
-    s.heartbeat("other", "old", LONG, T).unwrap();
+    s.heartbeat("other", "old", 0, LONG, T).unwrap();
     client(DIRECT)
         .batch_execute(&format!(
             "UPDATE public.\"{t}_members\" SET expires_at = now() - interval '61 minutes' WHERE member = 'old'; \
@@ -501,7 +520,7 @@ fn a_heartbeat_forgets_members_gone_for_an_hour() {
             t = t.table
         ))
         .unwrap();
-    assert_eq!(s.heartbeat("g", "me", LONG, T).unwrap().live, 1, "expired members are not counted");
+    assert_eq!(s.heartbeat("g", "me", 0, LONG, T).unwrap().live, 1, "expired members are not counted");
     let left = t.one(
         "SELECT string_agg(group_name || ':' || member, ',' ORDER BY group_name, member) FROM public.\"{t}_members\"",
     );

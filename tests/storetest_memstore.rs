@@ -344,6 +344,9 @@ enum BatchBug {
     /// Ranks every member ever seen, in the order of their names in lower
     /// case (a case-insensitive collation's, roughly).
     RanksByCollation,
+    /// Adds each report to what the member reported before, instead of
+    /// replacing it.
+    AddsReports,
     /// A read that claims absent rows.
     InspectWrites,
 }
@@ -353,11 +356,13 @@ struct BrokenBatch {
     bug: BatchBug,
     /// Every member ever seen, for [`BatchBug::CountsExpiredMembers`].
     seen: Mutex<HashMap<String, std::collections::HashSet<String>>>,
+    /// What each member reported so far, for [`BatchBug::AddsReports`].
+    sums: Mutex<HashMap<(String, String), u64>>,
 }
 
 impl BrokenBatch {
     fn new(bug: BatchBug) -> BrokenBatch {
-        BrokenBatch { inner: MemStore::new(), bug, seen: Mutex::new(HashMap::new()) }
+        BrokenBatch { inner: MemStore::new(), bug, seen: Mutex::new(HashMap::new()), sums: Mutex::new(HashMap::new()) }
     }
     fn order<T>(&self, mut v: Vec<T>) -> Vec<T> {
         if self.bug == BatchBug::Reversed {
@@ -443,8 +448,15 @@ impl Store for BrokenBatch {
         }
         self.order(self.inner.inspect_many(names, t))
     }
-    fn heartbeat(&self, g: &str, m: &str, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
-        let real = self.inner.heartbeat(g, m, ttl, t)?;
+    fn heartbeat(&self, g: &str, m: &str, n: u32, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
+        let real = self.inner.heartbeat(g, m, n, ttl, t)?;
+        if self.bug == BatchBug::AddsReports {
+            let mut sums = self.sums.lock().unwrap();
+            let mine = sums.entry((g.to_owned(), m.to_owned())).or_default();
+            let before = *mine;
+            *mine += u64::from(n);
+            return Ok(real.with_leading(real.led.unwrap_or(0) + before, real.most.unwrap_or(0)));
+        }
         if !matches!(self.bug, BatchBug::CountsExpiredMembers | BatchBug::RanksByCollation) {
             return Ok(real);
         }
@@ -484,6 +496,7 @@ fn the_suite_catches_broken_batches_and_member_counts() {
     caught(BatchBug::InspectWrites, storetest::batched_releases_and_reads, "a missing row");
     caught(BatchBug::CountsExpiredMembers, storetest::heartbeats_count_live_members, "still counted after 10 s");
     caught(BatchBug::RanksByCollation, storetest::heartbeats_rank_live_members_by_their_bytes, "after A");
+    caught(BatchBug::AddsReports, storetest::heartbeats_sum_what_live_members_lead, "gone 7, a 3, b 5");
     // Control: the store the wrapper breaks passes every case.
     let plain = MemStore::new();
     storetest::run_all(&plain);

@@ -1376,7 +1376,7 @@ fn batch_latencies() {
                     let start = Instant::now();
                     for round in 0..ROUNDS as u32 {
                         let at = Instant::now();
-                        s.heartbeat("bench", ids[m], ttl, t).unwrap();
+                        s.heartbeat("bench", ids[m], 0, ttl, t).unwrap();
                         out.push(("heartbeat", at.elapsed()));
                         let at = Instant::now();
                         let r = s.renew_many(ids[m], ttl, &mine, t);
@@ -1416,12 +1416,12 @@ fn members_need_their_table_and_long_gone_members_are_forgotten() {
     let t = Scratch::new("le_members");
     let s = t.store();
     exec(&mut admin(SHARED), MySqlStore::schema(&t.table).unwrap().split(";\n").next().unwrap());
-    for e in [s.heartbeat("g", "a", LONG, T).unwrap_err(), s.leave_group("g", "a", T).unwrap_err()] {
+    for e in [s.heartbeat("g", "a", 0, LONG, T).unwrap_err(), s.leave_group("g", "a", T).unwrap_err()] {
         assert!(e.is_fatal() && e.to_string().contains("ensure_schema"), "{e}");
         assert!(e.to_string().contains(&format!("{}_members", t.table)), "{e}");
     }
     s.ensure_schema().unwrap();
-    assert_eq!(s.heartbeat("g", "a", LONG, T).unwrap().live, 1);
+    assert_eq!(s.heartbeat("g", "a", 0, LONG, T).unwrap().live, 1);
     let members = format!("`{}_members`", t.table);
     exec(
         &mut admin(SHARED),
@@ -1431,10 +1431,29 @@ fn members_need_their_table_and_long_gone_members_are_forgotten() {
              ('other', 'gone', {NOW_SQL} - 7200000000)"
         ),
     );
-    assert_eq!(s.heartbeat("g", "a", LONG, T).unwrap().live, 1, "expired members are not counted");
+    assert_eq!(s.heartbeat("g", "a", 0, LONG, T).unwrap().live, 1, "expired members are not counted");
     let left: Vec<String> =
         admin(SHARED).query(format!("SELECT CONCAT(group_name, '/', member) FROM {members} ORDER BY 1")).unwrap();
     assert_eq!(left, ["g/a", "g/recent", "other/gone"], "only the group's members gone for over an hour go");
+}
+
+/// A members table made before members reported what they lead lacks the
+/// `leads` column: a heartbeat fails fatally, naming the statement that
+/// adds it, and `ensure_schema` adds it; the reports then add up.
+#[test]
+fn a_members_table_without_leads_is_fatal_until_ensure_schema_adds_it() {
+    let t = Scratch::new("le_members_leads");
+    let s = t.store();
+    s.ensure_schema().unwrap();
+    exec(&mut admin(SHARED), &format!("ALTER TABLE `{}_members` DROP COLUMN leads", t.table));
+    let e = s.heartbeat("g", "a", 4, LONG, T).unwrap_err();
+    assert!(e.is_fatal() && e.to_string().contains("ADD COLUMN leads") && e.to_string().contains("1054"), "{e}");
+    s.ensure_schema().unwrap();
+    s.ensure_schema().unwrap();
+    let m = s.heartbeat("g", "a", 4, LONG, T).unwrap();
+    assert_eq!((m.live, m.led, m.most), (1, Some(4), Some(4)));
+    let m = s.heartbeat("g", "b", 6, LONG, T).unwrap();
+    assert_eq!((m.live, m.rank, m.led, m.most), (2, Some(1), Some(10), Some(6)));
 }
 
 /// A batched claim does not wait for a row that a transaction of a

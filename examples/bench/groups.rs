@@ -176,8 +176,15 @@ impl Store for Recorded {
     fn inspect_many(&self, names: &[&str], t: Duration) -> Vec<Result<Lease, StoreError>> {
         self.many("look", names.len(), || self.inner.inspect_many(names, t))
     }
-    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
-        self.one("heartbeat", || self.inner.heartbeat(group, member, ttl, t))
+    fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        leading: u32,
+        ttl: Duration,
+        t: Duration,
+    ) -> Result<Members, StoreError> {
+        self.one("heartbeat", || self.inner.heartbeat(group, member, leading, ttl, t))
     }
     fn leave_group(&self, group: &str, member: &str, t: Duration) -> Result<(), StoreError> {
         self.one("leave", || self.inner.leave_group(group, member, t))

@@ -952,8 +952,8 @@ impl World<'_> {
                 }
                 Answer::Batch(out)
             }
-            GroupCall::Heartbeat { ttl, .. } => {
-                let r = self.store.heartbeat(GROUP, &self.nodes[node].member, *ttl, op_timeout);
+            GroupCall::Heartbeat { ttl, leading, .. } => {
+                let r = self.store.heartbeat(GROUP, &self.nodes[node].member, *leading, *ttl, op_timeout);
                 self.note(t, 21, node as u64, id.0, || format!("db applies n{node} heartbeat {}: {r:?}", id.0));
                 Answer::Members(r)
             }

@@ -64,7 +64,10 @@
 //! instead of every retry period ([`Machine::set_lazy_looks`]): while some
 //! election is free or about to be shed, another member under its share
 //! still looks every period, and a holder that fails is still seen at its
-//! lease's expiry.
+//! lease's expiry. Each heartbeat also reports how many elections the
+//! member leads; while the members' reports say every election is led and
+//! none is beyond its share, every member looks lazily, the one that
+//! rounding left short too.
 //!
 //! The share assumes every member runs the same elections. One that runs
 //! fewer (or none yet) is counted all the same, and the others would leave
@@ -268,6 +271,8 @@ pub enum GroupCall {
         id: BatchId,
         /// How long the heartbeat keeps this member counted.
         ttl: Duration,
+        /// The elections this participant leads, reported to the others.
+        leading: u32,
     },
     /// [`Store::leave_group`] of this participant, at shutdown; answer with
     /// [`GroupMachine::handle_members_reply`] (any `Members`, or the error).
@@ -420,6 +425,9 @@ struct MemberView {
     /// others are whole renew intervals before and after it), by the last
     /// answer that told a rank; `None` without one.
     slot: Option<LocalTime>,
+    /// What the live members lead between them and the most one leads, by
+    /// their reports, as the last answer said; `None` if it did not.
+    led: Option<(u64, u32)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -851,6 +859,7 @@ impl GroupMachine {
                 let t = &self.cfg.timing;
                 self.members.fresh_until = sent_at + t.lease_duration.saturating_sub(t.safety_margin);
                 self.members.last_error = None;
+                self.members.led = m.led.zip(m.most);
                 self.place_slot(sent_at, m);
             }
             Err(e) => self.members.last_error = Some(e),
@@ -909,7 +918,21 @@ impl GroupMachine {
         if share == 0 || self.mode != Mode::Running {
             return false;
         }
-        self.claim_budget() <= lazy_threshold(share, live as usize, self.staying)
+        self.claim_budget() <= lazy_threshold(share, live as usize, self.staying) || self.all_led_within_shares(share)
+    }
+
+    /// Whether, by the members' reports in the last heartbeat answer, they
+    /// lead every election between them and none leads more than `share`:
+    /// then no election is free and none is about to be shed, and a member
+    /// short of its share (rounding leaves some short) has nothing to look
+    /// for every period. Reports are a renew interval old at most; an
+    /// election resigned since is reported at its holder's next heartbeat
+    /// and seen by the others' next ones, and the looks put off come back
+    /// within a retry period (`end_lazy_looks`).
+    fn all_led_within_shares(&self, share: usize) -> bool {
+        self.members
+            .led
+            .is_some_and(|(led, most)| led >= self.staying as u64 && usize::try_from(most).is_ok_and(|m| m <= share))
     }
 
     /// How many more claims the share allows now (unbounded without one).
@@ -1213,7 +1236,8 @@ impl GroupMachine {
         let id = BatchId(self.next_batch);
         self.members.inflight = Some((id, now));
         self.members.next_at = now + t.renew_interval;
-        self.calls.push_back(GroupCall::Heartbeat { id, ttl: t.lease_duration });
+        let leading = u32::try_from(self.leading).unwrap_or(u32::MAX);
+        self.calls.push_back(GroupCall::Heartbeat { id, ttl: t.lease_duration, leading });
     }
 
     /// With a fair share, a count seen twice in a row and more terms than

@@ -71,6 +71,8 @@ struct Fleet {
     timing: Timing,
     /// Whether participants added from now on spread their renewals.
     spread: bool,
+    /// Heartbeat answers say nothing of what the members lead.
+    hide_leading: bool,
     /// Answers take up to this much longer than `latency / 2` on their
     /// way back, varying from call to call.
     jitter: Duration,
@@ -109,6 +111,7 @@ impl Fleet {
             lose_renew_answers: false,
             timing: timing(),
             spread: true,
+            hide_leading: false,
             jitter: Duration::ZERO,
             renewals: vec![],
         }
@@ -211,8 +214,15 @@ impl Fleet {
                 let identity = self.groups[i].identity().to_owned();
                 let answer = match &call {
                     GroupCall::Batch(b) => Answer::Batch(b.run(&self.store, &identity, timing().operation_timeout)),
-                    GroupCall::Heartbeat { ttl, .. } => {
-                        Answer::Members(self.store.heartbeat("g", &identity, *ttl, timing().operation_timeout))
+                    GroupCall::Heartbeat { ttl, leading, .. } => {
+                        let r = self.store.heartbeat("g", &identity, *leading, *ttl, timing().operation_timeout);
+                        Answer::Members(r.map(|m| {
+                            if self.hide_leading {
+                                Members::new(m.live, m.now).with_rank(m.rank.unwrap_or(0))
+                            } else {
+                                m
+                            }
+                        }))
                     }
                     GroupCall::Leave { .. } => Answer::Members(
                         self.store
@@ -440,6 +450,65 @@ fn members_renew_a_third_of_an_interval_apart_on_their_slots() {
         f.run_for(ms(10_000));
         let two = apart(&f, &[0, 2], from);
         assert!((470..=500).contains(&two), "two members renew {two} ms apart, not half an interval");
+    }
+}
+
+// Three members over 302 elections: the share is 101, and rounding leaves
+// one member a term short (101, 101, 100). By the lead counts in the
+// heartbeat answers every election is led and none is beyond its share, so
+// that member too looks at the others' leases about once per lease, in
+// batches of about a quarter of them. Control: answers that tell no counts
+// leave it looking at all 202 every retry period, as the share's own
+// threshold must (it cannot tell a free election from rounding). With
+// counts, an election resigned in that state is still led again within a
+// few renew intervals and a retry period.
+#[test]
+fn with_lead_counts_a_member_short_by_rounding_looks_lazily() {
+    for counts in [true, false] {
+        let all = names(302);
+        let mut f = Fleet::new();
+        f.hide_leading = !counts;
+        for i in 0..3 {
+            f.add(true, ms(61 * i as u64), &all);
+        }
+        f.run_for(ms(20_000));
+        assert_eq!(f.led(), 302, "every election led");
+        let short = (0..3).find(|i| f.leading(*i) == 100).expect("one member leads 100");
+        for s in &mut f.sent {
+            s.remove("largest look");
+        }
+        let before = f.sent[short].get("looked").copied().unwrap_or(0);
+        f.run_for(ms(20_000));
+        let largest = f.sent[short].get("largest look").copied().unwrap_or(0);
+        let looked = f.sent[short].get("looked").copied().unwrap_or(0) - before;
+        if !counts {
+            assert_eq!(largest, 202, "the control: the member short by rounding looks at every follower");
+            assert!(looked >= 202 * 19, "the control looked at {looked} rows in 20 s");
+            continue;
+        }
+        assert!(largest <= 101, "a look batch of {largest} rows, following 202");
+        assert!(looked <= 202 * 20 / 3, "looked at {looked} rows in 20 s following 202");
+        // A leader resigns one election: it is led again, by someone.
+        let holder = (0..3).find(|i| *i != short).unwrap();
+        let key = f.groups[holder].keys().find(|k| f.groups[holder].machine(*k).is_some_and(|m| m.term().is_some()));
+        let key = key.expect("a term to resign");
+        let now = f.now;
+        f.groups[holder].with_machine(now, key, |m| {
+            let term = m.term().expect("leading").id;
+            m.resign(now, term);
+        });
+        f.after(holder);
+        let name = f.groups[holder].name(key).unwrap().to_string();
+        let mut took = None;
+        for _ in 0..400 {
+            f.run_for(ms(25));
+            if f.terms.keys().any(|(_, n)| *n == name) {
+                took = Some(f.now.saturating_since(now));
+                break;
+            }
+        }
+        let took = took.expect("the resigned election is led again within 10 s");
+        assert!(took <= ms(4_500), "the resigned election was led again after {took:?}");
     }
 }
 
@@ -760,7 +829,7 @@ fn no_claim_before_the_share_is_known_nor_beyond_it() {
     assert_eq!(f.groups[a].share(), Some(0));
     f.cut[a] = false;
     // Another member announces itself: a may lead 20 of 40.
-    f.store.heartbeat("g", "other", Duration::from_secs(3600), timing().operation_timeout).unwrap();
+    f.store.heartbeat("g", "other", 0, Duration::from_secs(3600), timing().operation_timeout).unwrap();
     f.run_for(ms(4_000));
     assert_eq!(f.groups[a].live_members(), Some(2));
     assert_eq!(f.leading(a), 20, "exactly its share, the rest left free");

@@ -272,8 +272,8 @@ fn run_job(job: Job) -> Reply {
             || b.run(&*job.store, &job.identity, job.timeout),
             || b.failed(&StoreError::fatal("store call panicked")),
         )),
-        GroupCall::Heartbeat { ttl, .. } => Answer::Members(catching(
-            || job.store.heartbeat(&job.group, &job.identity, *ttl, job.timeout),
+        GroupCall::Heartbeat { ttl, leading, .. } => Answer::Members(catching(
+            || job.store.heartbeat(&job.group, &job.identity, *leading, *ttl, job.timeout),
             || Err(StoreError::fatal("store call panicked")),
         )),
         GroupCall::Leave { .. } => Answer::Members(catching(

@@ -624,11 +624,14 @@ impl MySqlStore {
         // the same time made it first (duplicate column, duplicate key
         // name). Lock waits bounded at 1 s, the smallest bound the server
         // takes.
-        let changes = [
+        let mut changes = vec![
             ("terms", sql::add_terms(&self.quoted), 1060),
             ("history", sql::add_history(&self.quoted), 1060),
             ("index", sql::add_term_index(&self.quoted), 1061),
         ];
+        if let Some(m) = members_table(&self.table) {
+            changes.push(("leads", sql::add_leading(&m), 1060));
+        }
         let deadline = deadline_after(self.ddl_timeout);
         let code = |e: &StoreError, code: u16| e.message().contains(&format!("server error {code} "));
         let mut attempt = 0;
@@ -920,15 +923,23 @@ impl Store for MySqlStore {
         .done()
     }
 
-    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, timeout: Duration) -> Result<Members, StoreError> {
+    fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        leading: u32,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Members, StoreError> {
         let members = self.members()?;
-        let body = sql::heartbeat(&members, group, member, ttl)?;
+        let body = sql::heartbeat(&members, group, member, leading, ttl)?;
         let deadline = deadline_after(timeout);
         let rows = self.run("heartbeat", &body, deadline).map_err(|e| self.explain_members_error(e))?;
         let bad = || StoreError::fatal("mysql heartbeat: cannot read the members' count");
         let row = sql::tagged(&rows, "members").next().ok_or_else(bad)?;
         let int = |k: usize| row.get(k).and_then(sql::int_value).ok_or_else(bad);
         let (live, stale, now, rank) = (int(0)?, int(1)?, int(2)?, int(3)?);
+        let (led, most) = (int(4)?, int(5)?);
         if stale > 0 {
             // Members that stopped long ago without leaving: their rows go,
             // in a transaction of their own (it locks the group's rows).
@@ -938,7 +949,9 @@ impl Store for MySqlStore {
             }
         }
         let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
-        Ok(Members::new(count(live), crate::lease::DbTime::from_unix_micros(now)).with_rank(count(rank)))
+        Ok(Members::new(count(live), crate::lease::DbTime::from_unix_micros(now))
+            .with_rank(count(rank))
+            .with_leading(u64::try_from(led).unwrap_or(0), count(most)))
     }
 
     fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
@@ -1084,6 +1097,13 @@ impl MySqlStore {
     /// A members call that found no members table: fatal, saying how to
     /// make it.
     fn explain_members_error(&self, e: StoreError) -> StoreError {
+        if e.message().contains("server error 1054 ") {
+            return StoreError::fatal(format!(
+                "{} (a group members' table made by an older version needs: {}; or MySqlStore::ensure_schema)",
+                e.message(),
+                sql::add_leading(&members_table(&self.table).unwrap_or_default())
+            ));
+        }
         if !e.message().contains("server error 1146 ") {
             return e;
         }

@@ -118,8 +118,9 @@ pub(crate) fn add_history(table: &str) -> String {
 }
 
 /// How many `terms` and `history` columns and [`TERM_INDEX`] indexes the
-/// table `name` (unquoted) of the session's database has: rows
-/// `'terms', n`, `'history', n` and `'index', n`, each 1 or 0. The comparison is binary (a hex literal), so
+/// table `name` (unquoted) of the session's database has, and `leads`
+/// columns its members table has: rows `'terms', n`, `'history', n`,
+/// `'index', n` and `'leads', n`, each 1 or 0. The comparison is binary (a hex literal), so
 /// a server with `lower_case_table_names` set may answer 0 for a table that
 /// has them; the `ALTER` then fails with 1060 or 1061, which count as done.
 pub(crate) fn schema_state(name: &str) -> String {
@@ -130,7 +131,10 @@ pub(crate) fn schema_state(name: &str) -> String {
          SELECT 'history', COUNT(*) FROM information_schema.COLUMNS \
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {n} AND COLUMN_NAME = 'history'; \
          SELECT 'index', COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {n} AND INDEX_NAME = '{TERM_INDEX}';"
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {n} AND INDEX_NAME = '{TERM_INDEX}'; \
+         SELECT 'leads', COUNT(*) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {} AND COLUMN_NAME = 'leads';",
+        hex(format!("{name}_members").as_bytes())
     )
 }
 
@@ -208,6 +212,7 @@ pub(crate) fn create_members(members: &str) -> String {
          \x20   group_name  VARBINARY({MAX_NAME_LEN}) NOT NULL,\n\
          \x20   member      VARBINARY({MAX_IDENTITY_LEN}) NOT NULL,\n\
          \x20   expires_at  BIGINT      NOT NULL COMMENT 'microseconds since 1970-01-01 00:00 UTC, server clock',\n\
+         \x20   leads       BIGINT      NOT NULL DEFAULT 0 COMMENT 'elections the member last reported leading',\n\
          \x20   PRIMARY KEY (group_name, member)\n\
          ) ENGINE = InnoDB;\n"
     )
@@ -220,27 +225,42 @@ pub(crate) const FORGET_MEMBERS_AFTER: Duration = Duration::from_secs(3600);
 /// the later of its expiry and the call's instant plus `ttl` (one
 /// assignment, reading only the old row, and only when the row found is
 /// exactly this group's and member's), then one row `'members', live,
-/// stale, now, rank`: the group's rows unexpired at the call's instant
-/// (this one included), those expired for longer than
-/// [`FORGET_MEMBERS_AFTER`], and the unexpired ones whose member's bytes
-/// come before this one's, by a plain read (no lock on the other members'
-/// rows).
-pub(crate) fn heartbeat(members: &str, group: &str, member: &str, ttl: Duration) -> Result<String, StoreError> {
+/// stale, now, rank, led, most`: the group's rows unexpired at the call's
+/// instant (this one included), those expired for longer than
+/// [`FORGET_MEMBERS_AFTER`], the unexpired ones whose member's bytes come
+/// before this one's, and the sum and the most of the unexpired rows'
+/// `leads` (this one's as just written), by a plain read (no lock on
+/// the other members' rows).
+pub(crate) fn heartbeat(
+    members: &str,
+    group: &str,
+    member: &str,
+    leading: u32,
+    ttl: Duration,
+) -> Result<String, StoreError> {
     let (g, m, t) =
         (text("group name", group, MAX_NAME_LEN)?, text("member", member, MAX_IDENTITY_LEN)?, ttl_micros(ttl));
     let forget = FORGET_MEMBERS_AFTER.as_micros();
+    let ours = format!("{} AND {}", exactly("group_name", &g), exactly("member", &m));
     Ok(format!(
         "{BEGIN} \
-         INSERT INTO {members} (group_name, member, expires_at) VALUES ({g}, {m}, {AT} + {t}) \
-         ON DUPLICATE KEY UPDATE expires_at = IF({} AND {}, GREATEST(expires_at, {AT} + {t}), expires_at); \
+         INSERT INTO {members} (group_name, member, expires_at, leads) VALUES ({g}, {m}, {AT} + {t}, {leading}) \
+         ON DUPLICATE KEY UPDATE expires_at = IF({ours}, GREATEST(expires_at, {AT} + {t}), expires_at), \
+         leads = IF({ours}, {leading}, leads); \
          SELECT 'members', COALESCE(SUM(expires_at > {AT}), 0), COALESCE(SUM(expires_at < {AT} - {forget}), 0), {AT}, \
-         COALESCE(SUM(expires_at > {AT} AND CAST(member AS BINARY) < {m}), 0) \
+         COALESCE(SUM(expires_at > {AT} AND CAST(member AS BINARY) < {m}), 0), \
+         COALESCE(SUM(IF(expires_at > {AT}, leads, 0)), 0), COALESCE(MAX(IF(expires_at > {AT}, leads, 0)), 0) \
          FROM {members} {BY_KEY} WHERE group_name = {g} AND {}; \
          {COMMIT}",
         exactly("group_name", &g),
-        exactly("member", &m),
-        exactly("group_name", &g),
     ))
+}
+
+/// The statement that gives a members table made before members reported
+/// what they lead the `leads` column; a racing replica's duplicate
+/// column (1060) counts as done.
+pub(crate) fn add_leading(members: &str) -> String {
+    format!("ALTER TABLE {members} ADD COLUMN leads BIGINT NOT NULL DEFAULT 0")
 }
 
 /// Deletes the rows of `group`'s members whose heartbeat expired longer
@@ -1117,10 +1137,11 @@ mod tests {
 
     #[test]
     fn member_statements_write_only_from_the_old_row_and_name_exact_bytes() {
-        let hb = heartbeat("`t_members`", "g'1", "m\\1", Duration::from_secs(5)).unwrap();
+        let hb = heartbeat("`t_members`", "g'1", "m\\1", 42, Duration::from_secs(5)).unwrap();
         assert!(hb.contains("expires_at = IF(CAST(group_name AS BINARY) = X'672731' AND CAST(member AS BINARY) = X'6d5c31', GREATEST(expires_at, @leaderelection_now + 5000000), expires_at)"), "{hb}");
+        assert!(hb.contains("leads = IF(CAST(group_name AS BINARY) = X'672731' AND CAST(member AS BINARY) = X'6d5c31', 42, leads)"), "{hb}");
         assert!(hb.contains("COMMIT AND NO CHAIN NO RELEASE;") && hb.starts_with(BEGIN), "{hb}");
-        assert!(heartbeat("`t`", &"g".repeat(MAX_NAME_LEN + 1), "m", Duration::from_secs(1)).is_err());
+        assert!(heartbeat("`t`", &"g".repeat(MAX_NAME_LEN + 1), "m", 0, Duration::from_secs(1)).is_err());
         assert!(leave_group("`t`", "g", &"m".repeat(MAX_IDENTITY_LEN + 1)).is_err());
         let f = forget_members("`t`", "g").unwrap();
         assert!(f.contains("expires_at < @leaderelection_now - 3600000000"), "{f}");

@@ -253,26 +253,31 @@ impl PostgresStore {
         &self,
         group: &str,
         member: &str,
+        leading: u32,
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Members, StoreError> {
         const OP: &str = "heartbeat";
         let members = self.members()?;
-        let body = sql::heartbeat(&members, group, member, ttl)?;
+        let body = sql::heartbeat(&members, group, member, leading, ttl)?;
         let msgs = self
             .run(OP, &body, deadline_after(timeout), sql::Pin::Write)
             .map_err(|e| sql::explain_missing_members(e, OP, &members))?;
         let row = sql::rows(&msgs).into_iter().next();
         let bad = || StoreError::fatal("postgres heartbeat: cannot read the count of members");
-        let (live, now, rank) = match row.as_deref() {
-            Some([Some(live), Some(now), Some(rank)]) => (
+        let (live, now, rank, led, most) = match row.as_deref() {
+            Some([Some(live), Some(now), Some(rank), Some(led), Some(most)]) => (
                 live.parse::<u32>().map_err(|_| bad())?,
                 now.parse::<i64>().map_err(|_| bad())?,
                 rank.parse::<u32>().map_err(|_| bad())?,
+                led.parse::<u64>().map_err(|_| bad())?,
+                // Reports are u32; a hand-written row beyond that counts as
+                // the most there can be.
+                most.parse::<i64>().map_err(|_| bad())?.clamp(0, i64::from(u32::MAX)) as u32,
             ),
             _ => return Err(bad()),
         };
-        Ok(Members::new(live, DbTime::from_unix_micros(now)).with_rank(rank))
+        Ok(Members::new(live, DbTime::from_unix_micros(now)).with_rank(rank).with_leading(led, most))
     }
 
     /// [`Store::leave_group`](crate::Store::leave_group): see

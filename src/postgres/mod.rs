@@ -510,13 +510,17 @@ impl PostgresStore {
             Some((index, _)) => ddl.replace(&sql::create_fence_index(&index, &self.qualified), ""),
             None => ddl,
         };
-        let create = format!("{ddl}{}", sql::has_terms(&self.qualified)?);
-        let add = format!("{}; {}", sql::add_terms(&self.qualified), sql::add_history(&self.qualified));
+        let members = members_table(&self.schema, &self.table);
+        let create = format!("{ddl}{}", sql::has_terms(&self.qualified, members.as_deref())?);
+        let mut add = format!("{}; {}", sql::add_terms(&self.qualified), sql::add_history(&self.qualified));
+        if let Some(m) = &members {
+            add = format!("{add}; {}", sql::add_leading(m));
+        }
         let deadline = deadline_after(self.ddl_timeout);
         let mut races = 0;
         loop {
             let step = self.run("ensure_schema", &create, deadline, sql::Pin::None).and_then(|rows| {
-                if sql::first_text(&rows) == Some("2") {
+                if sql::first_text(&rows) == Some("3") {
                     return Ok(());
                 }
                 // The server gives up on the lock before the client does, so
@@ -921,8 +925,15 @@ impl Store for PostgresStore {
         self.inspect_batch(names, timeout)
     }
 
-    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, timeout: Duration) -> Result<Members, StoreError> {
-        self.beat(group, member, ttl, timeout)
+    fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        leading: u32,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Members, StoreError> {
+        self.beat(group, member, leading, ttl, timeout)
     }
 
     fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {

@@ -234,14 +234,29 @@ pub(crate) fn add_history(table: &str) -> String {
 }
 
 /// How many of the columns added since the first version (`terms`,
-/// `history`) `table` (a quoted, qualified name) has: `2` when up to date.
-/// A catalog read, so it takes no lock that a renewal could wait on.
-pub(crate) fn has_terms(table: &str) -> Result<String, StoreError> {
+/// `history`) `table` (a quoted, qualified name) has, and (`leads`) its
+/// members table if it has one: `3` when up to date. A catalog read, so it
+/// takes no lock that a renewal could wait on.
+pub(crate) fn has_terms(table: &str, members: Option<&str>) -> Result<String, StoreError> {
     let t = literal("table", table)?;
+    let m = match members {
+        Some(m) => format!(
+            "(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass({}) AND attname = 'leads' \
+             AND NOT attisdropped)",
+            literal("table", m)?
+        ),
+        None => "1".to_owned(),
+    };
     Ok(format!(
-        "SELECT count(*)::text FROM pg_attribute \
-         WHERE attrelid = to_regclass({t}) AND attname IN ('terms', 'history') AND NOT attisdropped"
+        "SELECT ((SELECT count(*) FROM pg_attribute \
+         WHERE attrelid = to_regclass({t}) AND attname IN ('terms', 'history') AND NOT attisdropped) + {m})::text"
     ))
+}
+
+/// The statement that gives a members table made before members reported
+/// what they lead the `leads` column. A constant default: no rewrite.
+pub(crate) fn add_leading(members: &str) -> String {
+    format!("ALTER TABLE {members} ADD COLUMN IF NOT EXISTS leads bigint NOT NULL DEFAULT 0")
 }
 
 /// What a call's statement does, for the settings it pins.
@@ -773,6 +788,7 @@ pub(crate) fn create_members(members: &str) -> String {
          \x20   group_name  text        NOT NULL,\n\
          \x20   member      text        NOT NULL,\n\
          \x20   expires_at  timestamptz NOT NULL,\n\
+         \x20   leads       bigint      NOT NULL DEFAULT 0,\n\
          \x20   PRIMARY KEY (group_name, member)\n\
          ) WITH (fillfactor = 70);\n"
     )
@@ -783,30 +799,41 @@ const FORGET_MEMBERS: &str = "interval '1 hour'";
 
 /// Writes `member`'s heartbeat, `GREATEST(old expiry, now() + ttl)`, and
 /// answers one row: the group's members alive at `now()` (this one
-/// included), `now()` in microseconds, and the live members whose names
-/// come before this one's byte by byte (`COLLATE "C"`: the database's own
+/// included), `now()` in microseconds, the live members whose names come
+/// before this one's byte by byte (`COLLATE "C"`: the database's own
 /// collation may order them otherwise, and ranks must agree with every
-/// other store's). A data-modifying CTE's effects
+/// other store's), and the sum and the most of what the live members
+/// reported leading (this one's report as written). A data-modifying CTE's effects
 /// are not visible to its siblings (they share the snapshot taken before
 /// it), so the others are counted from the table and this member from what
 /// its upsert returned. Rows of the group that expired over an hour ago
 /// are deleted on the way, skipping any another heartbeat is deleting.
-pub(crate) fn heartbeat(members: &str, group: &str, member: &str, ttl: Duration) -> Result<String, StoreError> {
+pub(crate) fn heartbeat(
+    members: &str,
+    group: &str,
+    member: &str,
+    leading: u32,
+    ttl: Duration,
+) -> Result<String, StoreError> {
     let (g, m, t) = (literal("group", group)?, literal("member", member)?, interval(ttl));
+    let others = format!("FROM {members} WHERE group_name = {g} AND member <> {m} AND expires_at > now()");
     Ok(format!(
         "WITH gone AS (\
            DELETE FROM {members} WHERE (group_name, member) IN (\
              SELECT group_name, member FROM {members} WHERE group_name = {g} AND member <> {m} \
              AND expires_at <= now() - {FORGET_MEMBERS} FOR UPDATE SKIP LOCKED)\
          ), me AS (\
-           INSERT INTO {members} AS x (group_name, member, expires_at) VALUES ({g}, {m}, now() + {t}) \
-           ON CONFLICT (group_name, member) DO UPDATE SET expires_at = GREATEST(x.expires_at, excluded.expires_at) \
-           RETURNING x.expires_at > now() AS live\
+           INSERT INTO {members} AS x (group_name, member, expires_at, leads) \
+           VALUES ({g}, {m}, now() + {t}, {leading}) \
+           ON CONFLICT (group_name, member) DO UPDATE \
+           SET expires_at = GREATEST(x.expires_at, excluded.expires_at), leads = excluded.leads \
+           RETURNING x.expires_at > now() AS live, x.leads\
          ) \
-         SELECT ((SELECT count(*) FROM {members} WHERE group_name = {g} AND member <> {m} AND expires_at > now()) \
-           + (SELECT count(*) FROM me WHERE live))::text, {NOW_MICROS}::text, \
+         SELECT ((SELECT count(*) {others}) + (SELECT count(*) FROM me WHERE live))::text, {NOW_MICROS}::text, \
            (SELECT count(*) FROM {members} WHERE group_name = {g} AND member COLLATE \"C\" < {m} \
-             AND expires_at > now())::text"
+             AND expires_at > now())::text, \
+           ((SELECT COALESCE(sum(leads), 0) {others}) + (SELECT COALESCE(sum(leads), 0) FROM me WHERE live))::text, \
+           GREATEST((SELECT COALESCE(max(leads), 0) {others}), (SELECT COALESCE(max(leads), 0) FROM me WHERE live))::text"
     ))
 }
 
@@ -962,6 +989,12 @@ pub(crate) fn explain_missing_members(e: StoreError, op: &str, members: &str) ->
         Some(db) if db.code().code() == "42P01" => StoreError::fatal(format!(
             "postgres {op}: SQLSTATE 42P01 (the group members table {members} does not exist; run \
              PostgresStore::ensure_schema, or the DDL of PostgresStore::schema)"
+        ))
+        .with_source(db.clone()),
+        Some(db) if db.code().code() == "42703" => StoreError::fatal(format!(
+            "postgres {op}: SQLSTATE 42703 (a group members table made by an older version needs: {}; \
+             or PostgresStore::ensure_schema)",
+            add_leading(members)
         ))
         .with_source(db.clone()),
         _ => e,

@@ -319,8 +319,15 @@ impl Store for Watched {
         self.inner.inspect_many(names, timeout)
     }
 
-    fn heartbeat(&self, group: &str, member: &str, ttl: Duration, timeout: Duration) -> Result<Members, StoreError> {
-        self.inner.heartbeat(group, member, ttl, timeout)
+    fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        leading: u32,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Members, StoreError> {
+        self.inner.heartbeat(group, member, leading, ttl, timeout)
     }
 
     fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
