@@ -276,6 +276,28 @@ impl Fleet {
         self.now = until;
     }
 
+    /// Participant `i` resigns one of its terms; how long until someone
+    /// leads that election again, looking every 25 ms up to `limit`.
+    fn resign_one(&mut self, i: usize, limit: Duration) -> Option<Duration> {
+        let key = self.groups[i].keys().find(|k| self.groups[i].machine(*k).is_some_and(|m| m.term().is_some()));
+        let key = key.expect("a term to resign");
+        let name = self.groups[i].name(key).unwrap().to_string();
+        let now = self.now;
+        self.groups[i].with_machine(now, key, |m| {
+            let term = m.term().expect("leading").id;
+            m.resign(now, term);
+        });
+        self.after(i);
+        assert!(!self.terms.keys().any(|(_, n)| *n == name), "{name} is still led after its resignation");
+        for _ in 0..limit.as_millis() / 25 {
+            self.run_for(ms(25));
+            if self.terms.keys().any(|(_, n)| *n == name) {
+                return Some(self.now.saturating_since(now));
+            }
+        }
+        None
+    }
+
     fn leading(&self, i: usize) -> usize {
         self.terms.keys().filter(|(p, _)| *p == i).count()
     }
@@ -490,24 +512,7 @@ fn with_lead_counts_a_member_short_by_rounding_looks_lazily() {
         assert!(looked <= 202 * 20 / 3, "looked at {looked} rows in 20 s following 202");
         // A leader resigns one election: it is led again, by someone.
         let holder = (0..3).find(|i| *i != short).unwrap();
-        let key = f.groups[holder].keys().find(|k| f.groups[holder].machine(*k).is_some_and(|m| m.term().is_some()));
-        let key = key.expect("a term to resign");
-        let now = f.now;
-        f.groups[holder].with_machine(now, key, |m| {
-            let term = m.term().expect("leading").id;
-            m.resign(now, term);
-        });
-        f.after(holder);
-        let name = f.groups[holder].name(key).unwrap().to_string();
-        let mut took = None;
-        for _ in 0..400 {
-            f.run_for(ms(25));
-            if f.terms.keys().any(|(_, n)| *n == name) {
-                took = Some(f.now.saturating_since(now));
-                break;
-            }
-        }
-        let took = took.expect("the resigned election is led again within 10 s");
+        let took = f.resign_one(holder, ms(10_000)).expect("the resigned election is led again within 10 s");
         assert!(took <= ms(4_500), "the resigned election was led again after {took:?}");
     }
 }
@@ -629,25 +634,7 @@ fn while_an_election_is_free_or_to_be_shed_some_member_looks_every_period() {
 #[test]
 fn a_resigned_election_is_led_again_within_a_lease_and_a_retry() {
     let (mut f, _) = three_over_300(true);
-    let key = f.groups[0].keys().find(|k| f.groups[0].machine(*k).unwrap().term().is_some()).unwrap();
-    let name = f.groups[0].name(key).unwrap().to_string();
-    let now = f.now;
-    f.groups[0].with_machine(now, key, |m| {
-        let term = m.term().unwrap().id;
-        m.resign(now, term);
-    });
-    f.after(0);
-    assert_eq!(f.led(), 299);
-    let resigned = f.now;
-    let mut back = None;
-    for _ in 0..300 {
-        f.run_for(ms(25));
-        if f.terms.keys().any(|(_, n)| *n == name) {
-            back = Some(f.now.saturating_since(resigned));
-            break;
-        }
-    }
-    let took = back.expect("led again within 7.5 s");
+    let took = f.resign_one(0, ms(7_500)).expect("led again within 7.5 s");
     let bound = timing().lease_duration + timing().retry_period;
     eprintln!("a resigned election was led again after {took:?}");
     assert!(took <= bound, "led again after {took:?}, bound {bound:?}");
