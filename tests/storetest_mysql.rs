@@ -1650,3 +1650,43 @@ fn batched_renewals_read_back_by_scan_and_by_name() {
     held[2].fence += 1; // a fence that is not the term's: lost
     check(&ends, &held, &[2]);
 }
+
+/// A renewal of 1,000 items or more runs as two halves at once, each a
+/// transaction on a connection of its own, and still answers every item
+/// from its own row: 1,301 items of 1,300 terms, an election named twice
+/// where the halves meet (both in the second half), and a lost term (a
+/// fence that is not the term's) in each half.
+#[test]
+fn a_large_renewal_runs_in_two_halves_and_answers_every_item() {
+    use leaderelection::BatchItem;
+    let t = Scratch::new("le_renew_halves");
+    let s = t.store();
+    s.ensure_schema().unwrap();
+    let names: Vec<String> = (0..1_300).map(|i| format!("h{i:05}")).collect();
+    let claims: Vec<BatchItem<'_>> = names.iter().map(|n| BatchItem { name: n, fence: 0, payload: b"p" }).collect();
+    let held: Vec<Lease> =
+        s.acquire_many("a", LONG, &claims, T).into_iter().map(|r| r.expect("acquire_many")).collect();
+    let mut items: Vec<BatchItem<'_>> =
+        names.iter().zip(&held).map(|(n, l)| BatchItem { name: n, fence: l.fence, payload: b"q" }).collect();
+    items.insert(650, items[649]);
+    items[10].fence += 1;
+    items[1_201].fence += 1;
+    let lost = [10, 1_201];
+    let out = s.renew_many("a", LONG, &items, T);
+    assert_eq!(out.len(), items.len());
+    for (k, (it, r)) in items.iter().zip(&out).enumerate() {
+        if lost.contains(&k) {
+            assert!(r.as_ref().is_err_and(StoreError::is_lease_lost), "item {k} must be lost: {r:?}");
+            continue;
+        }
+        let l = r.as_ref().unwrap_or_else(|e| panic!("item {k} ({}): {e}", it.name));
+        let row = s.inspect(it.name, T).unwrap();
+        assert!(l.held_by("a") && l.name == it.name && l.fence == it.fence && l.payload == b"q", "item {k}: {l:?}");
+        assert_eq!((l.renewed_at, l.expires_at), (row.renewed_at, row.expires_at), "item {k}: not the row written");
+    }
+    // The lost terms' rows were left as they were.
+    for k in [10, 1_200] {
+        let row = s.inspect(&names[k], T).unwrap();
+        assert_eq!((row.renewed_at, &row.payload[..]), (held[k].renewed_at, &b"p"[..]), "{}", names[k]);
+    }
+}

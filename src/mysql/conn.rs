@@ -225,6 +225,24 @@ impl Pool {
         splits: bool,
         job: Job<T>,
     ) -> Result<T, StoreError> {
+        self.start_job(op, deadline, splits, job)?.wait()
+    }
+
+    /// How many connections the pool may hold at once.
+    pub(crate) fn size(&self) -> usize {
+        self.inner.max
+    }
+
+    /// [`Pool::run_job`]'s first half: starts `job` on its own thread and
+    /// returns at once; [`Started::wait`] takes its answer. So a caller can
+    /// run two jobs at once, on two connections.
+    pub(crate) fn start_job<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        deadline: Instant,
+        splits: bool,
+        job: Job<T>,
+    ) -> Result<Started<T>, StoreError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(StoreError::retryable(format!("mysql {op}: no time left for the call")));
@@ -274,26 +292,49 @@ impl Pool {
         if let Err(e) = spawned {
             return Err(StoreError::retryable(format!("mysql {op}: cannot start a call thread")).with_source(e));
         }
-        match rx.recv_timeout(remaining) {
+        Ok(Started { inner: Arc::clone(&self.inner), op, deadline, budget: remaining, lasts, rx, state, session })
+    }
+}
+
+/// A job [`Pool::start_job`] started: its answer, or its abandonment at
+/// the deadline, comes through [`Started::wait`].
+pub(crate) struct Started<T> {
+    inner: Arc<Inner>,
+    op: &'static str,
+    deadline: Instant,
+    /// The time the call had when it started.
+    budget: Duration,
+    lasts: Duration,
+    rx: crossbeam_channel::Receiver<Result<T, StoreError>>,
+    state: Arc<AtomicU8>,
+    session: Arc<AtomicU32>,
+}
+
+impl<T> Started<T> {
+    /// The job's answer; at the deadline, the job is abandoned (its
+    /// session killed, counted stuck until its thread ends) and the answer
+    /// is a retryable error.
+    pub(crate) fn wait(self) -> Result<T, StoreError> {
+        let Started { inner, op, deadline, budget, lasts, rx, state, session } = self;
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(result) => result,
             Err(_) => {
                 // Count it stuck before telling the thread, so its decrement
                 // can only come after this increment.
-                self.inner.stuck.fetch_add(1, Ordering::SeqCst);
+                inner.stuck.fetch_add(1, Ordering::SeqCst);
                 if state.compare_exchange(WAITING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
                     let id = session.load(Ordering::SeqCst);
-                    kill(&self.inner, id, lasts);
+                    kill(&inner, id, lasts);
                     Err(StoreError::retryable(match id {
-                        NO_SESSION => format!("mysql {op}: all {} connections of the pool are busy", self.inner.max),
-                        CONNECTING => format!("mysql {op}: no connection within {}", Human::about(remaining)),
-                        _ => format!(
-                            "mysql {op}: no answer within {}; the connection is dropped",
-                            Human::about(remaining)
-                        ),
+                        NO_SESSION => format!("mysql {op}: all {} connections of the pool are busy", inner.max),
+                        CONNECTING => format!("mysql {op}: no connection within {}", Human::about(budget)),
+                        _ => {
+                            format!("mysql {op}: no answer within {}; the connection is dropped", Human::about(budget))
+                        }
                     }))
                 } else {
                     // It finished just now: take its answer.
-                    self.inner.stuck.fetch_sub(1, Ordering::SeqCst);
+                    inner.stuck.fetch_sub(1, Ordering::SeqCst);
                     rx.recv()
                         .unwrap_or_else(|_| Err(StoreError::retryable(format!("mysql {op}: the call thread ended"))))
                 }

@@ -670,6 +670,39 @@ impl MySqlStore {
     }
 
     /// An acquire that failed with unknown column (1054) stays fatal and
+    /// Each of `owned`'s answers from a renewal job's result: the rows it
+    /// renewed, each checked as [`sql::check_written`] checks one; the
+    /// others lost; all failed with the job.
+    fn renewed(
+        &self,
+        out: &mut Answers<Lease>,
+        owned: &[batch::Item],
+        done: Result<batch::Done, StoreError>,
+        identity: &str,
+        ttl: Duration,
+    ) {
+        let done = match done {
+            Ok(done) => done,
+            Err(e) => return out.fail_each(owned, &self.explain_unknown_column(e)),
+        };
+        let mut leases = match batch::ReadBacks::new("renew", done.rows, owned) {
+            Ok(l) => l,
+            Err(e) => return out.fail_each(owned, &e),
+        };
+        out.refused(done.refused);
+        for (k, it) in owned.iter().enumerate() {
+            let again = owned.get(k + 1).is_some_and(|n| n.name == it.name);
+            out.set(it.at, || match leases.take(&it.name, again)? {
+                // The row this call renewed: the update reported it.
+                Some(rb) if batch::renewed(&rb, identity, it.fence) => {
+                    let rb = sql::ReadBack { row_count: 1, ..rb };
+                    sql::check_written("renew", rb, identity, ttl, &it.payload, Some(it.fence))
+                }
+                _ => Err(StoreError::lease_lost()),
+            });
+        }
+    }
+
     /// says how to add `terms`, the column a table made by an older
     /// version's DDL lacks; the server's message names the column.
     fn explain_unknown_column(&self, e: StoreError) -> StoreError {
@@ -845,30 +878,24 @@ impl Store for MySqlStore {
         let mut out = Answers::new(items.len());
         let Some(owned) = self.batch_items(&mut out, identity, items) else { return out.done() };
         let Ok(i) = batch::identity(identity) else { return out.done() };
-        let job = batch::renew(self.quoted.clone(), i, ttl, owned.clone());
-        match self.pool.run_job("renew_many", deadline_after(timeout), true, job) {
-            Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
-            Ok(done) => {
-                let mut leases = match batch::ReadBacks::new("renew", done.rows, &owned) {
-                    Ok(l) => l,
-                    Err(e) => return out.fail(&owned, &e).done(),
-                };
-                out.refused(done.refused);
-                for (k, it) in owned.iter().enumerate() {
-                    let again = owned.get(k + 1).is_some_and(|n| n.name == it.name);
-                    out.set(it.at, || match leases.take(&it.name, again)? {
-                        // The row this call renewed: the update reported it.
-                        Some(rb) if batch::renewed(&rb, identity, it.fence) => {
-                            let rb = sql::ReadBack { row_count: 1, ..rb };
-                            sql::check_written("renew", rb, identity, ttl, &it.payload, Some(it.fence))
-                        }
-                        _ => Err(StoreError::lease_lost()),
-                    });
-                }
-                out
+        let deadline = deadline_after(timeout);
+        let job = |part: &[batch::Item]| batch::renew(self.quoted.clone(), i.clone(), ttl, part.to_vec());
+        match batch::halves(&owned, self.pool.size()) {
+            // The second half on a connection of its own while this thread
+            // waits for the first (see `batch::halves`).
+            Some(k) => {
+                let (first, second) = owned.split_at(k);
+                let started = self.pool.start_job("renew_many", deadline, true, job(second));
+                let done = self.pool.run_job("renew_many", deadline, true, job(first));
+                self.renewed(&mut out, first, done, identity, ttl);
+                self.renewed(&mut out, second, started.and_then(conn::Started::wait), identity, ttl);
+            }
+            None => {
+                let done = self.pool.run_job("renew_many", deadline, true, job(&owned));
+                self.renewed(&mut out, &owned, done, identity, ttl);
             }
         }
-        .done()
+        out.done()
     }
 
     fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
@@ -1036,10 +1063,15 @@ impl<T> Answers<T> {
     /// The batch failed as a whole: every item of `items` without an
     /// answer gets `e`.
     fn fail(mut self, items: &[batch::Item], e: &StoreError) -> Answers<T> {
+        self.fail_each(items, e);
+        self
+    }
+
+    /// [`Answers::fail`] in place, for a part of the batch.
+    fn fail_each(&mut self, items: &[batch::Item], e: &StoreError) {
         for it in items {
             self.set(it.at, || Err(e.clone()));
         }
-        self
     }
 
     fn done(self) -> Vec<Result<T, StoreError>> {
