@@ -669,7 +669,6 @@ impl MySqlStore {
         }
     }
 
-    /// An acquire that failed with unknown column (1054) stays fatal and
     /// Each of `owned`'s answers from a renewal job's result: the rows it
     /// renewed, each checked as [`sql::check_written`] checks one; the
     /// others lost; all failed with the job.
@@ -703,6 +702,7 @@ impl MySqlStore {
         }
     }
 
+    /// An acquire that failed with unknown column (1054) stays fatal and
     /// says how to add `terms`, the column a table made by an older
     /// version's DDL lacks; the server's message names the column.
     fn explain_unknown_column(&self, e: StoreError) -> StoreError {
