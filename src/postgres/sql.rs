@@ -803,7 +803,8 @@ const FORGET_MEMBERS: &str = "interval '1 hour'";
 /// before this one's byte by byte (`COLLATE "C"`: the database's own
 /// collation may order them otherwise, and ranks must agree with every
 /// other store's), and the sum and the most of what the live members
-/// reported leading (this one's report as written). A data-modifying CTE's effects
+/// reported leading (this one's report as written); the others' four
+/// figures come from one pass over their rows. A data-modifying CTE's effects
 /// are not visible to its siblings (they share the snapshot taken before
 /// it), so the others are counted from the table and this member from what
 /// its upsert returned. Rows of the group that expired over an hour ago
@@ -816,7 +817,6 @@ pub(crate) fn heartbeat(
     ttl: Duration,
 ) -> Result<String, StoreError> {
     let (g, m, t) = (literal("group", group)?, literal("member", member)?, interval(ttl));
-    let others = format!("FROM {members} WHERE group_name = {g} AND member <> {m} AND expires_at > now()");
     Ok(format!(
         "WITH gone AS (\
            DELETE FROM {members} WHERE (group_name, member) IN (\
@@ -828,12 +828,15 @@ pub(crate) fn heartbeat(
            ON CONFLICT (group_name, member) DO UPDATE \
            SET expires_at = GREATEST(x.expires_at, excluded.expires_at), leads = excluded.leads \
            RETURNING x.expires_at > now() AS live, x.leads\
+         ), others AS (\
+           SELECT count(*) AS live, count(*) FILTER (WHERE member COLLATE \"C\" < {m}) AS rank, \
+             COALESCE(sum(leads), 0) AS led, COALESCE(max(leads), 0) AS most \
+           FROM {members} WHERE group_name = {g} AND member <> {m} AND expires_at > now()\
          ) \
-         SELECT ((SELECT count(*) {others}) + (SELECT count(*) FROM me WHERE live))::text, {NOW_MICROS}::text, \
-           (SELECT count(*) FROM {members} WHERE group_name = {g} AND member COLLATE \"C\" < {m} \
-             AND expires_at > now())::text, \
-           ((SELECT COALESCE(sum(leads), 0) {others}) + (SELECT COALESCE(sum(leads), 0) FROM me WHERE live))::text, \
-           GREATEST((SELECT COALESCE(max(leads), 0) {others}), (SELECT COALESCE(max(leads), 0) FROM me WHERE live))::text"
+         SELECT (o.live + (SELECT count(*) FROM me WHERE live))::text, {NOW_MICROS}::text, o.rank::text, \
+           (o.led + (SELECT COALESCE(sum(leads), 0) FROM me WHERE live))::text, \
+           GREATEST(o.most, (SELECT COALESCE(max(leads), 0) FROM me WHERE live))::text \
+         FROM others o"
     ))
 }
 
