@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::batch::{BatchItem, Members};
+use crate::batch::{BatchItem, Heartbeat, Members};
 use crate::guard::LeaseCheck;
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
@@ -200,6 +200,16 @@ impl Store for AnyStore {
         timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         each!(self, s => s.renew_many(identity, ttl, items, timeout))
+    }
+    fn renew_many_with_heartbeat(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        beat: Heartbeat<'_>,
+        timeout: Duration,
+    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+        each!(self, s => s.renew_many_with_heartbeat(identity, ttl, items, beat, timeout))
     }
     fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
         each!(self, s => s.release_many(identity, items, timeout))

@@ -46,6 +46,20 @@ impl fmt::Debug for BatchItem<'_> {
     }
 }
 
+/// A member's heartbeat sent along with a renewal batch
+/// ([`Store::renew_many_with_heartbeat`]): the member is the renewing
+/// identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heartbeat<'a> {
+    /// The group, as [`Store::heartbeat`]'s `group`.
+    pub group: &'a str,
+    /// The elections the member leads, as [`Store::heartbeat`]'s `leading`.
+    pub leading: u32,
+    /// How long the heartbeat keeps the member counted, as
+    /// [`Store::heartbeat`]'s `ttl`.
+    pub ttl: Duration,
+}
+
 /// What a group member's heartbeat learned: how many members of the group
 /// are alive on the database's clock, and where this one stands among them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +154,22 @@ pub(crate) fn renew_each<S: Store + ?Sized>(
     timeout: Duration,
 ) -> Vec<Result<Lease, StoreError>> {
     one_by_one(items, timeout, |i, t| s.renew(i.name, identity, i.fence, ttl, i.payload, t))
+}
+
+/// The default of [`Store::renew_many_with_heartbeat`]: the heartbeat,
+/// then the renewals in what is left of `timeout`.
+pub(crate) fn renew_with_heartbeat<S: Store + ?Sized>(
+    s: &S,
+    identity: &str,
+    ttl: Duration,
+    items: &[BatchItem<'_>],
+    beat: Heartbeat<'_>,
+    timeout: Duration,
+) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+    let start = Instant::now();
+    let members = s.heartbeat(beat.group, identity, beat.leading, beat.ttl, timeout);
+    let left = timeout.saturating_sub(start.elapsed());
+    (s.renew_many(identity, ttl, items, left), members)
 }
 
 /// The default of [`Store::release_many`].

@@ -259,7 +259,7 @@ mod workers;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use any::{connect, connect_table, AnyStore};
-pub use batch::{BatchItem, Members};
+pub use batch::{BatchItem, Heartbeat, Members};
 pub use config::{
     default_safety_margin, Config, ConfigError, Problem, Timing, DEFAULT_LEASE_DURATION, DEFAULT_OPERATION_TIMEOUT,
     DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::batch::{BatchItem, Members};
+use crate::batch::{BatchItem, Heartbeat, Members};
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
 
@@ -236,6 +236,31 @@ pub trait Store: Send + Sync {
         crate::batch::renew_each(self, identity, ttl, items, timeout)
     }
 
+    /// [`Store::renew_many`] and [`Store::heartbeat`] of member `identity`
+    /// in one call: a group with a fair share and many terms renews them
+    /// in two batches per renew interval, and sends its heartbeat with one
+    /// of them rather than as a call of its own. Each part is decided and
+    /// answered as the separate call would be; the heartbeat's answer
+    /// ([`Members::now`] in particular) should be read early in the call,
+    /// as the group takes it to fall halfway through.
+    ///
+    /// The default sends the heartbeat, then the renewals within what is
+    /// left of `timeout`. A store may run the two at once.
+    ///
+    /// # Errors
+    ///
+    /// Per item and for the heartbeat, as the separate calls.
+    fn renew_many_with_heartbeat(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        beat: Heartbeat<'_>,
+        timeout: Duration,
+    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+        crate::batch::renew_with_heartbeat(self, identity, ttl, items, beat, timeout)
+    }
+
     /// Releases several terms of `identity` in one call: for each item,
     /// what [`Store::release`] does with the item's fence. One answer per
     /// item, in order.
@@ -385,6 +410,16 @@ macro_rules! forward_store {
                 timeout: Duration,
             ) -> Vec<Result<Lease, StoreError>> {
                 (**self).renew_many(identity, ttl, items, timeout)
+            }
+            fn renew_many_with_heartbeat(
+                &self,
+                identity: &str,
+                ttl: Duration,
+                items: &[BatchItem<'_>],
+                beat: Heartbeat<'_>,
+                timeout: Duration,
+            ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+                (**self).renew_many_with_heartbeat(identity, ttl, items, beat, timeout)
             }
             fn release_many(
                 &self,

@@ -40,7 +40,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::batch::BatchItem;
+use crate::batch::{BatchItem, Heartbeat};
 use crate::lease::Lease;
 use crate::memstore::MemStore;
 use crate::slot::SlotClaim;
@@ -178,6 +178,7 @@ macro_rules! storetest_suite {
             a_member_that_leaves_is_counted_out_at_once,
             heartbeats_rank_live_members_by_their_bytes,
             heartbeats_sum_what_live_members_lead,
+            renewals_go_with_a_heartbeat,
         );
     };
     ($make:expr) => {
@@ -1001,6 +1002,7 @@ pub const MEMBER_CASES: &[(&str, Case)] = &[
     ("a_member_that_leaves_is_counted_out_at_once", a_member_that_leaves_is_counted_out_at_once),
     ("heartbeats_rank_live_members_by_their_bytes", heartbeats_rank_live_members_by_their_bytes),
     ("heartbeats_sum_what_live_members_lead", heartbeats_sum_what_live_members_lead),
+    ("renewals_go_with_a_heartbeat", renewals_go_with_a_heartbeat),
 ];
 
 /// Runs every case in [`MEMBER_CASES`] against `store`.
@@ -1020,6 +1022,38 @@ fn beat(s: &dyn Store, group: &str, member: &str, ttl: Duration) -> crate::Membe
 
 fn leads(s: &dyn Store, group: &str, member: &str, n: u32, ttl: Duration) -> crate::Members {
     s.heartbeat(group, member, n, ttl, TIMEOUT).unwrap_or_else(|e| panic!("heartbeat({group}, {member}) failed: {e}"))
+}
+
+/// [`Store::renew_many_with_heartbeat`] does what [`Store::renew_many`] and
+/// [`Store::heartbeat`] do apart: each item renewed, or refused, by its own
+/// row (a wrong fence is `LeaseLost` and leaves the row as it was), and the
+/// member's heartbeat written and answered (another member then counts
+/// it).
+pub fn renewals_go_with_a_heartbeat(s: &dyn Store) {
+    let group = fresh_name("members-renew");
+    let names = [fresh_name("renew-beat-a"), fresh_name("renew-beat-b")];
+    let me = "renewer";
+    let claim = |n: &str| s.acquire(n, me, LONG, b"p", TIMEOUT).unwrap_or_else(|e| panic!("acquire {n}: {e}"));
+    let (a, b) = (claim(&names[0]), claim(&names[1]));
+    assert_eq!(beat(s, &group, "other", LONG).live, 1);
+    let items = [
+        BatchItem { name: &names[0], fence: a.fence, payload: b"q" },
+        BatchItem { name: &names[1], fence: b.fence + 1, payload: b"q" },
+    ];
+    let beat_of = Heartbeat { group: &group, leading: 2, ttl: LONG };
+    let (out, members) = s.renew_many_with_heartbeat(me, LONG, &items, beat_of, TIMEOUT);
+    assert_eq!(out.len(), 2, "one answer per item");
+    let r = out[0].as_ref().unwrap_or_else(|e| panic!("the renewal under the right fence failed: {e}"));
+    assert!(r.held_by(me) && r.fence == a.fence && r.payload == b"q", "renewed as renew_many renews: {r:?}");
+    assert!(out[1].as_ref().is_err_and(StoreError::is_lease_lost), "a wrong fence must be LeaseLost: {:?}", out[1]);
+    let still = s.inspect(&names[1], TIMEOUT).unwrap_or_else(|e| panic!("inspect: {e}"));
+    assert_eq!((still.fence, still.payload.as_slice()), (b.fence, &b"p"[..]), "the refused row as it was");
+    let m = members.unwrap_or_else(|e| panic!("the heartbeat with the renewals failed: {e}"));
+    assert_eq!(m.live, 2, "the renewer counted with the other member");
+    if m.led.is_some() {
+        assert_eq!((m.led, m.most), (Some(2), Some(2)), "the renewer's report and the other's 0");
+    }
+    assert_eq!(beat(s, &group, "third", LONG).live, 3, "the renewer's heartbeat was written");
 }
 
 /// A heartbeat that tells what the members lead tells the sum and the

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use leaderelection::storetest::{self, Operator};
-use leaderelection::{BatchItem, Lease, MemStore, Members, SlotClaim, Store, StoreError};
+use leaderelection::{BatchItem, DbTime, Heartbeat, Lease, MemStore, Members, SlotClaim, Store, StoreError};
 
 leaderelection::storetest_suite!(MemStore::new());
 
@@ -349,6 +349,9 @@ enum BatchBug {
     AddsReports,
     /// A read that claims absent rows.
     InspectWrites,
+    /// Renewals with a heartbeat that answer the heartbeat without writing
+    /// it.
+    BeatsWithoutWriting,
 }
 
 struct BrokenBatch {
@@ -448,6 +451,22 @@ impl Store for BrokenBatch {
         }
         self.order(self.inner.inspect_many(names, t))
     }
+    fn renew_many_with_heartbeat(
+        &self,
+        id: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        beat: Heartbeat<'_>,
+        t: Duration,
+    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+        if self.bug != BatchBug::BeatsWithoutWriting {
+            // As the trait's default does.
+            let m = self.heartbeat(beat.group, id, beat.leading, beat.ttl, t);
+            return (self.renew_many(id, ttl, items, t), m);
+        }
+        let out = self.inner.renew_many(id, ttl, items, t);
+        (out, Ok(Members::new(2, DbTime::from_unix_micros(0)).with_leading(2, 2)))
+    }
     fn heartbeat(&self, g: &str, m: &str, n: u32, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
         let real = self.inner.heartbeat(g, m, n, ttl, t)?;
         if self.bug == BatchBug::AddsReports {
@@ -497,6 +516,7 @@ fn the_suite_catches_broken_batches_and_member_counts() {
     caught(BatchBug::CountsExpiredMembers, storetest::heartbeats_count_live_members, "still counted after 10 s");
     caught(BatchBug::RanksByCollation, storetest::heartbeats_rank_live_members_by_their_bytes, "after A");
     caught(BatchBug::AddsReports, storetest::heartbeats_sum_what_live_members_lead, "gone 7, a 3, b 5");
+    caught(BatchBug::BeatsWithoutWriting, storetest::renewals_go_with_a_heartbeat, "heartbeat was written");
     // Control: the store the wrapper breaks passes every case.
     let plain = MemStore::new();
     storetest::run_all(&plain);

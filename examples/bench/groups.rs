@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{BatchItem, Config, Group, GroupConfig, Lease, Members, Store, StoreError};
+use leaderelection::{BatchItem, Config, Group, GroupConfig, Heartbeat, Lease, Members, Store, StoreError};
 use parking_lot::Mutex;
 
 use crate::common::{ms, pct, poll, proc_status, random_tag, violation, OwnTable, Table, Verdict};
@@ -169,6 +169,21 @@ impl Store for Recorded {
         t: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.many("renew", items.len(), || self.inner.renew_many(id, ttl, items, t))
+    }
+    fn renew_many_with_heartbeat(
+        &self,
+        id: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        beat: Heartbeat<'_>,
+        t: Duration,
+    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+        // One call: the renewals with the heartbeat.
+        self.record("renew", items.len(), || {
+            let (r, m) = self.inner.renew_many_with_heartbeat(id, ttl, items, beat, t);
+            let failed = r.iter().filter(|r| r.is_err()).count() + usize::from(m.is_err());
+            ((r, m), failed)
+        })
     }
     fn release_many(&self, id: &str, items: &[BatchItem<'_>], t: Duration) -> Vec<Result<(), StoreError>> {
         self.many("release", items.len(), || self.inner.release_many(id, items, t))

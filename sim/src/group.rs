@@ -12,7 +12,7 @@ use super::group_schedule::{GroupFault, GroupSchedule, GroupTarget, GroupVariant
 use super::rng::SimRng;
 use super::schedule::PPM;
 use super::world::DB_BASE_MICROS;
-use leaderelection::group::core::{BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
+use leaderelection::group::core::{Batch, BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
 use leaderelection::machine::{CallId, LocalTime, Outcome, Output, TermId};
 use leaderelection::{DbTime, ErrorKind, MemStore, Members, Store, StoreError, MAX_GROUP_CALL_THREADS};
 
@@ -157,6 +157,10 @@ pub struct GroupRunReport {
     pub max_renew_entries: usize,
     /// Heartbeats and leave calls sent.
     pub member_calls: u64,
+    /// Of the heartbeats, those that went with a renewal batch (a member
+    /// that splits its renewals, see
+    /// [`GroupMachineConfig::split_renewals_from`]).
+    pub beats_with_renewals: u64,
     /// Calls that found every store-call worker busy
     /// ([`MAX_GROUP_CALL_THREADS`]) and waited for one, as the library's
     /// pool does.
@@ -221,7 +225,9 @@ pub struct GroupRunReport {
 
 #[derive(Clone, Debug)]
 enum Answer {
-    Batch(Vec<Outcome>),
+    /// A batch's outcomes, and the answer of the heartbeat that went with
+    /// it, if one did.
+    Batch(Vec<Outcome>, Option<(BatchId, Result<Members, StoreError>)>),
     Members(Result<Members, StoreError>),
 }
 
@@ -621,6 +627,12 @@ impl World<'_> {
         cfg.phase = h.phase;
         cfg.release_on_shutdown = h.release_on_shutdown;
         cfg.unsafe_anchor_at_reply = s.variant == GroupVariant::AnchorAtReply;
+        // A third of the schedules (by their seed, so the byte format keeps
+        // its meaning) split renewals from two terms: two renewal batches
+        // per interval, the heartbeat riding on one of them.
+        if s.seed % 3 == 0 {
+            cfg.split_renewals_from = 2;
+        }
         let node = self.nodes.len();
         self.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
         self.nodes.push(Node {
@@ -860,12 +872,17 @@ impl World<'_> {
 
     /// Starts `call` on one of `node`'s store-call workers, or queues it
     /// for the first to come free.
-    fn send(&mut self, t: u64, node: usize, call: GroupCall) {
+    fn send(&mut self, t: u64, node: usize, mut call: GroupCall) {
         let host = self.nodes[node].host;
         let id = call.id();
         if self.s.variant == GroupVariant::DropsHeartbeats && matches!(call, GroupCall::Heartbeat { .. }) {
             self.note(t, 9, node as u64, id.0, || format!("n{node} heartbeat {} dropped by the driver", id.0));
             return;
+        }
+        if let (GroupVariant::DropsHeartbeats, GroupCall::Batch(b)) = (self.s.variant, &mut call) {
+            if let Some(h) = b.heartbeat.take() {
+                self.note(t, 9, node as u64, h.id.0, || format!("n{node} heartbeat {} dropped by the driver", h.id.0));
+            }
         }
         self.nodes[node].workers.retain(|&(_, until)| until > t);
         if self.nodes[node].workers.len() >= MAX_GROUP_CALL_THREADS {
@@ -931,7 +948,17 @@ impl World<'_> {
         let id = call.id();
         let answer = match &call {
             GroupCall::Batch(b) => {
-                let out = b.run(&self.store, &identity, op_timeout);
+                // A heartbeat that goes with the batch is the member's, by
+                // its member name (as a call of its own), then the batch.
+                let members = b.heartbeat.map(|h| {
+                    let r = self.store.heartbeat(GROUP, &self.nodes[node].member, h.leading, h.ttl, op_timeout);
+                    self.note(t, 21, node as u64, h.id.0, || format!("db applies n{node} heartbeat {}: {r:?}", h.id.0));
+                    self.report.member_calls += 1;
+                    self.report.beats_with_renewals += 1;
+                    (h.id, r)
+                });
+                let bare = Batch { heartbeat: None, ..b.clone() };
+                let (out, _) = bare.run(&self.store, GROUP, &identity, op_timeout);
                 self.note(t, 20, node as u64, id.0, || {
                     let ok = out
                         .iter()
@@ -950,7 +977,7 @@ impl World<'_> {
                 if b.op != BatchOp::Inspect {
                     self.batch_applied(t, node, b.op, b.entries.iter().map(|e| &*e.name), &out);
                 }
-                Answer::Batch(out)
+                Answer::Batch(out, members)
             }
             GroupCall::Heartbeat { ttl, leading, .. } => {
                 let r = self.store.heartbeat(GROUP, &self.nodes[node].member, *leading, *ttl, op_timeout);
@@ -1042,8 +1069,11 @@ impl World<'_> {
             if let Some(gm) = self.nodes[node].gm.as_mut() {
                 match call {
                     GroupCall::Batch(b) => {
-                        let failed = b.failed(&e);
+                        let (failed, members) = b.failed(&e);
                         gm.handle_batch_reply(now, b.id, failed);
+                        if let (Some(h), Some(m)) = (b.heartbeat, members) {
+                            gm.handle_members_reply(now, h.id, m);
+                        }
                     }
                     call => gm.handle_members_reply(now, call.id(), Err(e)),
                 }
@@ -1067,7 +1097,7 @@ impl World<'_> {
         let now = self.local(host, t);
         let variant = self.s.variant;
         match answer {
-            Answer::Batch(mut out) => {
+            Answer::Batch(mut out, members) => {
                 let sent = self.nodes[node].sent_at.remove(&id);
                 let gm = self.nodes[node].gm.as_ref().expect("checked above");
                 let known = !gm.batch_keys(id).is_empty();
@@ -1094,6 +1124,12 @@ impl World<'_> {
                 }
                 if let Some(gm) = self.nodes[node].gm.as_mut() {
                     gm.handle_batch_reply(now, id, out);
+                }
+                if let Some((mid, r)) = members {
+                    self.note(t, 6, node as u64, mid.0, || format!("n{node} members answer {}: {r:?}", mid.0));
+                    if let Some(gm) = self.nodes[node].gm.as_mut() {
+                        gm.handle_members_reply(now, mid, r);
+                    }
                 }
             }
             Answer::Members(r) => {
@@ -1733,6 +1769,8 @@ pub struct GroupExploration {
     pub max_batch_entries: usize,
     /// The most elections one renewal batch carried.
     pub max_renew_entries: usize,
+    /// Heartbeats that went with a renewal batch, summed.
+    pub beats_with_renewals: u64,
     /// Requests and replies lost, summed.
     pub lost: u64,
     /// Calls that waited for a busy worker, summed.
@@ -1794,6 +1832,7 @@ impl GroupExploration {
         self.batch_entries += r.batch_entries;
         self.max_batch_entries = self.max_batch_entries.max(r.max_batch_entries);
         self.max_renew_entries = self.max_renew_entries.max(r.max_renew_entries);
+        self.beats_with_renewals += r.beats_with_renewals;
         self.lost += r.lost_requests + r.lost_replies;
         self.queued_calls += r.queued_calls;
         self.refused_calls += r.refused_calls;
@@ -1836,6 +1875,7 @@ impl GroupExploration {
         self.batch_entries += o.batch_entries;
         self.max_batch_entries = self.max_batch_entries.max(o.max_batch_entries);
         self.max_renew_entries = self.max_renew_entries.max(o.max_renew_entries);
+        self.beats_with_renewals += o.beats_with_renewals;
         self.lost += o.lost;
         self.queued_calls += o.queued_calls;
         self.refused_calls += o.refused_calls;
@@ -1866,7 +1906,7 @@ impl GroupExploration {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
         format!(
             "sim-group: explored {} schedules ({:.1}/s, {} with a fair share), {:.2} M events, {} elections driven, \
-             {} terms, {} hand-overs; {} batches carrying {} calls (largest {}, largest renewal {}); {} messages \
+             {} terms, {} hand-overs; {} batches carrying {} calls (largest {}, largest renewal {}), {} heartbeats with renewals; {} messages \
              lost, {} late answers, {} calls waited for a worker ({} waited out the timeout); {} kills ({} for good), {} clean shutdowns, {} late joins, {} elections left \
              and {} joined again, {} resignations, {} terms shed (in {} schedules); slowest recovery {:?} of bound \
              {:?}; latest fairness convergence {:?} of allowance {:?}; {:.0} h virtual; {} failing",
@@ -1881,6 +1921,7 @@ impl GroupExploration {
             self.batch_entries,
             self.max_batch_entries,
             self.max_renew_entries,
+            self.beats_with_renewals,
             self.lost,
             self.late_replies,
             self.queued_calls,

@@ -61,6 +61,8 @@ fn explore_group_schedules() {
         // Batches carry many elections: whole fleets' renewals and looks.
         assert!(e.max_batch_entries >= 150 && e.max_renew_entries >= 100, "{s}");
         assert!(e.batch_entries > 20 * e.batches, "batches too small on average: {s}");
+        // Members that split their renewals send heartbeats with them.
+        assert!(e.beats_with_renewals > 0, "no heartbeat went with a renewal batch: {s}");
         // Fair-share runs shed terms when members join.
         assert!(e.shed > 0 && e.schedules_shedding * 4 > e.fair_schedules, "{s}");
         assert!(e.lost > 0 && e.late_replies > 0, "no lost messages or late answers: {s}");

@@ -35,7 +35,7 @@ enum Ev {
 
 #[derive(Debug)]
 enum Answer {
-    Batch(Vec<Outcome>),
+    Batch(Vec<Outcome>, Option<(BatchId, Result<Members, StoreError>)>),
     Members(Result<Members, StoreError>),
 }
 
@@ -78,6 +78,11 @@ struct Fleet {
     jitter: Duration,
     /// When each participant sent each renewal batch.
     renewals: Vec<Vec<LocalTime>>,
+    /// How many terms each of those batches renewed.
+    renewal_sizes: Vec<Vec<usize>>,
+    /// From how many terms participants added from now on split their
+    /// renewals.
+    split_from: usize,
 }
 
 fn kind(call: &GroupCall) -> &'static str {
@@ -114,6 +119,8 @@ impl Fleet {
             hide_leading: false,
             jitter: Duration::ZERO,
             renewals: vec![],
+            renewal_sizes: vec![],
+            split_from: crate::group::core::SPLIT_RENEWALS_FROM,
         }
     }
 
@@ -124,6 +131,7 @@ impl Fleet {
         cfg.fair_share = fair;
         cfg.phase = phase;
         cfg.spread_renewals = self.spread;
+        cfg.split_renewals_from = self.split_from;
         let mut g = GroupMachine::new(cfg);
         for n in names {
             g.join(self.now, n.as_str().into(), Arc::from(&b""[..])).unwrap();
@@ -133,6 +141,7 @@ impl Fleet {
         self.cut.push(false);
         self.sent.push(HashMap::new());
         self.renewals.push(vec![]);
+        self.renewal_sizes.push(vec![]);
         self.after(i);
         i
     }
@@ -177,6 +186,11 @@ impl Fleet {
             if let GroupCall::Batch(b) = &call {
                 if b.op == BatchOp::Renew {
                     self.renewals[i].push(self.now);
+                    self.renewal_sizes[i].push(b.entries.len());
+                }
+                if b.heartbeat.is_some() {
+                    *self.sent[i].entry("heartbeat").or_default() += 1;
+                    *self.sent[i].entry("heartbeat with renewals").or_default() += 1;
                 }
                 if b.op == BatchOp::Inspect {
                     *self.sent[i].entry("looked").or_default() += b.entries.len() as u64;
@@ -213,16 +227,14 @@ impl Fleet {
                 let id = call.id();
                 let identity = self.groups[i].identity().to_owned();
                 let answer = match &call {
-                    GroupCall::Batch(b) => Answer::Batch(b.run(&self.store, &identity, timing().operation_timeout)),
+                    GroupCall::Batch(b) => {
+                        let (out, members) = b.run(&self.store, "g", &identity, timing().operation_timeout);
+                        let members = members.map(|r| r.map(|m| self.hidden(m)));
+                        Answer::Batch(out, b.heartbeat.map(|h| h.id).zip(members))
+                    }
                     GroupCall::Heartbeat { ttl, leading, .. } => {
                         let r = self.store.heartbeat("g", &identity, *leading, *ttl, timing().operation_timeout);
-                        Answer::Members(r.map(|m| {
-                            if self.hide_leading {
-                                Members::new(m.live, m.now).with_rank(m.rank.unwrap_or(0))
-                            } else {
-                                m
-                            }
-                        }))
+                        Answer::Members(r.map(|m| self.hidden(m)))
                     }
                     GroupCall::Leave { .. } => Answer::Members(
                         self.store
@@ -244,7 +256,12 @@ impl Fleet {
                     return true;
                 }
                 match answer {
-                    Answer::Batch(out) => self.groups[i].handle_batch_reply(self.now, id, out),
+                    Answer::Batch(out, members) => {
+                        self.groups[i].handle_batch_reply(self.now, id, out);
+                        if let Some((mid, r)) = members {
+                            self.groups[i].handle_members_reply(self.now, mid, r);
+                        }
+                    }
                     Answer::Members(r) => self.groups[i].handle_members_reply(self.now, id, r),
                 }
             }
@@ -252,6 +269,16 @@ impl Fleet {
         self.after(i);
         self.check();
         true
+    }
+
+    /// A heartbeat answer as the fleet hands it back: without the members'
+    /// lead counts when `hide_leading`.
+    fn hidden(&self, m: Members) -> Members {
+        if self.hide_leading {
+            Members::new(m.live, m.now).with_rank(m.rank.unwrap_or(0))
+        } else {
+            m
+        }
     }
 
     /// Always: at most one participant's term of an election is valid.
@@ -472,6 +499,91 @@ fn members_renew_a_third_of_an_interval_apart_on_their_slots() {
         f.run_for(ms(10_000));
         let two = apart(&f, &[0, 2], from);
         assert!((470..=500).contains(&two), "two members renew {two} ms apart, not half an interval");
+    }
+}
+
+// A member that leads `split_renewals_from` terms or more renews them in two
+// batches per interval, each about half of them, at two slots half an
+// interval apart; with three members the six slots lie a sixth of an
+// interval apart, and with two (after one leaves) the four a quarter apart.
+// The heartbeat goes with one of the renewal batches, so each member still
+// makes three calls per interval. The fleet checks safety at every event.
+// Control: without splitting, one batch of all 100 terms per interval.
+#[test]
+fn a_member_with_many_terms_renews_them_in_two_halves_between_the_others_slots() {
+    for split in [true, false] {
+        let all = names(300);
+        let mut f = Fleet::new();
+        f.split_from = if split { 50 } else { usize::MAX };
+        f.jitter = ms(30);
+        for _ in 0..3 {
+            f.add(true, ms(40), &all);
+        }
+        f.run_for(ms(20_000));
+        assert_eq!(f.led(), 300, "every election led");
+        let measure = |f: &mut Fleet, who: &[usize]| -> u128 {
+            let before = f.sent.clone();
+            let mark: Vec<usize> = who.iter().map(|&i| f.renewals[i].len()).collect();
+            f.run_for(ms(10_000));
+            let mut phases = Vec::new();
+            for (x, &i) in who.iter().enumerate() {
+                let d = |k: &str| f.sent[i].get(k).copied().unwrap_or(0) - before[i].get(k).copied().unwrap_or(0);
+                let sizes = &f.renewal_sizes[i][mark[x]..];
+                let at: Vec<u128> =
+                    f.renewals[i][mark[x]..].iter().map(|t| t.as_duration().as_millis() % 1_000).collect();
+                let mut mine = at;
+                mine.sort_unstable();
+                mine.dedup();
+                let leading = f.leading(i);
+                let calls = d("renew") + d("inspect") + d("acquire") + d("release") + d("heartbeat")
+                    - d("heartbeat with renewals");
+                assert!(calls <= 31, "p{i} made {calls} calls in 10 intervals");
+                assert_eq!(d("acquire") + d("release"), 0, "p{i}: no claims in steady state");
+                if split {
+                    assert!(
+                        (19..=21).contains(&sizes.len()),
+                        "p{i} sent {} renewal batches in 10 intervals",
+                        sizes.len()
+                    );
+                    let half = leading / 2;
+                    assert!(
+                        sizes.iter().all(|n| n.abs_diff(half) <= 1),
+                        "p{i} leads {leading}; its batches renewed {sizes:?}"
+                    );
+                    assert_eq!(mine.len(), 2, "p{i} renewed at {mine:?}, not at two slots");
+                    assert!((9..=11).contains(&d("heartbeat")), "p{i} sent {} heartbeats", d("heartbeat"));
+                    assert_eq!(d("heartbeat"), d("heartbeat with renewals"), "p{i}: a heartbeat went alone");
+                } else {
+                    assert!(
+                        (9..=11).contains(&sizes.len()),
+                        "p{i} sent {} renewal batches in 10 intervals",
+                        sizes.len()
+                    );
+                    assert!(sizes.iter().all(|n| *n == leading), "p{i} leads {leading}; batches {sizes:?}");
+                    assert_eq!(mine.len(), 1, "p{i} renewed at {mine:?}, not at one slot");
+                    assert_eq!(d("heartbeat with renewals"), 0);
+                }
+                phases.extend(mine);
+            }
+            phases.sort_unstable();
+            let n = phases.len();
+            (0..n).map(|k| (phases[(k + 1) % n] + 1_000 - phases[k]) % 1_000).min().unwrap_or(0)
+        };
+        let closest = measure(&mut f, &[0, 1, 2]);
+        if !split {
+            // One slot each, a third of an interval apart.
+            assert!((303..=334).contains(&closest), "closest slots {closest} ms apart");
+            continue;
+        }
+        // Each slot is off by half a round trip's jitter at most.
+        assert!((137..=167).contains(&closest), "closest slots {closest} ms apart, not a sixth of an interval");
+        let now = f.now;
+        f.groups[1].shutdown(now, true);
+        f.after(1);
+        f.run_for(ms(15_000));
+        assert_eq!(f.led(), 300, "every election led after one left");
+        let closest = measure(&mut f, &[0, 2]);
+        assert!((220..=250).contains(&closest), "closest slots {closest} ms apart, not a quarter of an interval");
     }
 }
 

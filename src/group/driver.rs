@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
 
-use super::core::{BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
+use super::core::{Batch, BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
 use super::{
     GroupConfig, GroupNewLeaderFn, GroupStartedFn, GroupStatus, GroupStoppedFn, JoinError, Joined, LeaveReply,
 };
@@ -250,8 +250,15 @@ struct Job {
 }
 
 enum Answer {
-    Batch(Vec<Outcome>),
+    /// A batch's outcomes, and the answer of the heartbeat that went with
+    /// it (its id and result), if one did.
+    Batch(Vec<Outcome>, Option<(BatchId, Result<Members, StoreError>)>),
     Members(Result<Members, StoreError>),
+}
+
+/// A batch's answers as [`Answer::Batch`] carries them.
+fn batch_answer(b: &Batch, (out, members): (Vec<Outcome>, Option<Result<Members, StoreError>>)) -> Answer {
+    Answer::Batch(out, b.heartbeat.map(|h| h.id).zip(members))
 }
 
 struct Reply {
@@ -268,10 +275,13 @@ fn run_job(job: Job) -> Reply {
     let sent = Instant::now();
     let (id, op, items, label) = describe(&job.call);
     let answer = match &job.call {
-        GroupCall::Batch(b) => Answer::Batch(catching(
-            || b.run(&*job.store, &job.identity, job.timeout),
-            || b.failed(&StoreError::fatal("store call panicked")),
-        )),
+        GroupCall::Batch(b) => batch_answer(
+            b,
+            catching(
+                || b.run(&*job.store, &job.group, &job.identity, job.timeout),
+                || b.failed(&StoreError::fatal("store call panicked")),
+            ),
+        ),
         GroupCall::Heartbeat { ttl, leading, .. } => Answer::Members(catching(
             || job.store.heartbeat(&job.group, &job.identity, *leading, *ttl, job.timeout),
             || Err(StoreError::fatal("store call panicked")),
@@ -303,7 +313,7 @@ fn expired_job(job: Job) -> Reply {
     ));
     let (id, op, items, label) = describe(&job.call);
     let answer = match &job.call {
-        GroupCall::Batch(b) => Answer::Batch(b.failed(&e)),
+        GroupCall::Batch(b) => batch_answer(b, b.failed(&e)),
         _ => Answer::Members(Err(e)),
     };
     Reply { id, op, label, items, took: Duration::ZERO, answer }
@@ -450,8 +460,11 @@ impl Driver {
             let now = self.now();
             match job.call {
                 GroupCall::Batch(b) => {
-                    let failed = b.failed(&e);
+                    let (failed, members) = b.failed(&e);
                     self.core.handle_batch_reply(now, b.id, failed);
+                    if let (Some(h), Some(m)) = (b.heartbeat, members) {
+                        self.core.handle_members_reply(now, h.id, m);
+                    }
                 }
                 call => self.core.handle_members_reply(now, call.id(), Err(e)),
             }
@@ -461,7 +474,9 @@ impl Driver {
     fn reply(&mut self, reply: Reply) {
         let now = self.now();
         let failure = match &reply.answer {
-            Answer::Batch(out) => whole_failure(out),
+            Answer::Batch(out, members) => {
+                whole_failure(out).or_else(|| members.as_ref().and_then(|(_, r)| r.as_ref().err().cloned()))
+            }
             Answer::Members(r) => r.as_ref().err().cloned(),
         };
         {
@@ -487,7 +502,7 @@ impl Driver {
             log::warn!("leaderelection: group {:?}: {:?}: {what} failed: {e}", self.shared.name, self.shared.identity);
         }
         match reply.answer {
-            Answer::Batch(out) => {
+            Answer::Batch(out, members) => {
                 if let Some(op) = reply.op.map(op_kind) {
                     for key in self.core.batch_keys(reply.id) {
                         if let Some(h) = self.elections.get(&key) {
@@ -496,6 +511,9 @@ impl Driver {
                     }
                 }
                 self.core.handle_batch_reply(now, reply.id, out);
+                if let Some((id, r)) = members {
+                    self.core.handle_members_reply(now, id, r);
+                }
             }
             Answer::Members(r) => self.core.handle_members_reply(now, reply.id, r),
         }
