@@ -494,6 +494,9 @@ struct MemberView {
     slot: Option<LocalTime>,
     /// The live members the slot was placed among.
     slot_live: u32,
+    /// The round trip of the heartbeat that placed the slot: its estimate
+    /// is off by half of it at most.
+    slot_rtt: Duration,
     /// What the live members lead between them and the most one leads, by
     /// their reports, as the last answer said; `None` if it did not.
     led: Option<(u64, u32)>,
@@ -1165,15 +1168,26 @@ impl GroupMachine {
         // Within a quarter of the members' spacing of the slot in force, it
         // is the same slot, estimated through another round trip: kept, as
         // a slot moved a little later would take renewals a tick early to
-        // the grid instant before it, and again at the slot.
+        // the grid instant before it, and again at the slot. Members that
+        // split their renewals have two slots each, half as far apart. An
+        // estimate through a round trip under a quarter of the one that
+        // placed the slot, and further from it than that round trip,
+        // replaces it all the same: a slot placed while the database was
+        // slow (at the start, behind the first claims) is off by up to half
+        // that round trip, and would otherwise stay so.
+        let rtt = self.now.saturating_since(sent_at);
         if let Some(old) = self.members.slot {
             let p = interval.as_nanos().max(1);
             let d = slot.as_duration().as_nanos().abs_diff(old.as_duration().as_nanos()) % p;
-            if d.min(p - d) <= interval.as_nanos() / (4 * live.unsigned_abs()) {
+            let d = d.min(p - d);
+            let slots = if self.split() { 2 } else { 1 };
+            let better = rtt.saturating_mul(4) < self.members.slot_rtt && d > rtt.as_nanos();
+            if d <= interval.as_nanos() / (4 * slots * live.unsigned_abs()) && !better {
                 return;
             }
         }
         self.members.slot = Some(slot);
+        self.members.slot_rtt = rtt;
         let tick = self.cfg.tick.as_nanos().max(1);
         self.phase = Duration::from_nanos(u64::try_from(slot.as_duration().as_nanos() % tick).unwrap_or(0));
     }

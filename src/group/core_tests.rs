@@ -515,12 +515,18 @@ fn a_member_with_many_terms_renews_them_in_two_halves_between_the_others_slots()
         let all = names(300);
         let mut f = Fleet::new();
         f.split_from = if split { 50 } else { usize::MAX };
-        f.jitter = ms(30);
+        // A slow start (answers up to 160 ms late, as behind the first
+        // claims) misplaces the first slots by up to 80 ms; the later,
+        // closer estimates must move them.
+        f.jitter = ms(160);
         for _ in 0..3 {
             f.add(true, ms(40), &all);
         }
         f.run_for(ms(20_000));
         assert_eq!(f.led(), 300, "every election led");
+        // Round trips that vary move each estimate of a slot a little.
+        f.jitter = ms(30);
+        f.run_for(ms(5_000));
         let measure = |f: &mut Fleet, who: &[usize]| -> u128 {
             let before = f.sent.clone();
             let mark: Vec<usize> = who.iter().map(|&i| f.renewals[i].len()).collect();
@@ -531,9 +537,15 @@ fn a_member_with_many_terms_renews_them_in_two_halves_between_the_others_slots()
                 let sizes = &f.renewal_sizes[i][mark[x]..];
                 let at: Vec<u128> =
                     f.renewals[i][mark[x]..].iter().map(|t| t.as_duration().as_millis() % 1_000).collect();
+                // Instants within 25 ms of each other are one slot (a slot
+                // moves by a few ms when a much closer estimate replaces it).
                 let mut mine = at;
                 mine.sort_unstable();
-                mine.dedup();
+                let wraps = mine.len() > 1 && mine[0] + 1_000 - mine[mine.len() - 1] <= 25;
+                mine.dedup_by(|b, a| *b - *a <= 25);
+                if wraps {
+                    mine.pop();
+                }
                 let leading = f.leading(i);
                 let calls = d("renew") + d("inspect") + d("acquire") + d("release") + d("heartbeat")
                     - d("heartbeat with renewals");
