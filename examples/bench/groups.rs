@@ -714,8 +714,10 @@ fn measure(
     }
     if let Ok(path) = std::env::var("LE_BENCH_GROUP_CALLS") {
         // Every call of the window, for a closer look (not part of the row):
-        // `worker op items start_ns_into_the_window micros` per line.
-        let mut text = String::new();
+        // `worker op items start_ns_into_the_window micros` per line, after
+        // a first line `# window W0` with the window's start on
+        // CLOCK_MONOTONIC (to line calls up with the servers' own logs).
+        let mut text = format!("# window {w0}\n");
         for k in &all {
             for c in heard[*k].lock().calls.iter().filter(|c| c.start >= w0 && c.start < w1) {
                 let _ = writeln!(text, "{k} {} {} {} {}", c.op, c.items, c.start - w0, c.micros);
@@ -743,7 +745,10 @@ fn measure(
             looks_each.iter().map(usize::to_string).collect::<Vec<_>>().join(" / "),
             match kind {
                 Kind::Postgres => "",
-                Kind::MariaDb => "; a MariaDB call is one short transaction",
+                Kind::MariaDb => {
+                    "; on MariaDB a renewal of 1,000 rows or more is two transactions at once, and one renewal \
+                     an interval carries the heartbeat's"
+                }
             }
         ),
         "≤ 3",
