@@ -620,6 +620,18 @@ mod tests {
         assert!(after.expired() && after.fence == fence);
         assert!(shared.acquire("jobs", "b", ttl, b"", t).unwrap().fence > fence);
         assert_eq!(inner.stats().writes, 4, "acquire, renew, release, acquire: each reached the inner store once");
+
+        // The group's combined call reaches the inner store's renewals and
+        // members, through `Arc` and through `Box`.
+        let fence_b = inner.peek("jobs").unwrap().fence;
+        let items = [BatchItem { name: "jobs", fence: fence_b, payload: b"addr-b" }];
+        let beat = Heartbeat { group: "g", leading: 1, ttl };
+        let (out, members) = shared.renew_many_with_heartbeat("b", ttl, &items, beat, t);
+        assert!(out[0].as_ref().is_ok_and(|l| l.held_by("b")), "{out:?}");
+        assert_eq!(members.unwrap().live, 1);
+        let boxed: Box<dyn Store> = Box::new(Arc::clone(&inner));
+        let (out, members) = boxed.renew_many_with_heartbeat("b", ttl, &items, beat, t);
+        assert!(out[0].is_ok() && members.is_ok_and(|m| m.led == Some(1)), "{out:?}");
     }
 
     #[test]
