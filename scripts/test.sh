@@ -51,7 +51,7 @@ echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)
 source scripts/mysql.sh
 cargo test --features mysql,storetest --lib mysql
 cargo test --features mysql,storetest --doc -- mysql
-cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check
+cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check --test mysql_memory
 
 echo "== the leaderelection command-line tool (cli/): the real binary on PostgreSQL and MariaDB"
 cargo test -p leaderelection-cli
