@@ -340,7 +340,12 @@ impl<O: Outside> Handoff<O> {
 
     pub(crate) fn publish(&self, machine: &Machine) {
         let mut st = self.shared.state.lock();
-        st.observed = machine.observed().cloned();
+        // In place (see `Observed::clone_from`): every election of a group
+        // publishes each reading of its lease.
+        match (&mut st.observed, machine.observed()) {
+            (Some(to), Some(from)) => to.clone_from(from),
+            (to, from) => *to = from.cloned(),
+        }
         st.last_error = machine.last_error().cloned();
         st.held_back = self.held_back.is_some();
     }

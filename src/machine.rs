@@ -300,7 +300,7 @@ impl MachineConfig {
 }
 
 /// The leader this participant last saw in the store.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(PartialEq, Eq)]
 pub struct Observed {
     /// Holder identity.
     pub identity: String,
@@ -312,6 +312,29 @@ pub struct Observed {
     pub valid: bool,
     /// When it was read (local time of the reply).
     pub at: LocalTime,
+}
+
+impl Clone for Observed {
+    fn clone(&self) -> Observed {
+        Observed {
+            identity: self.identity.clone(),
+            fence: self.fence,
+            payload: self.payload.clone(),
+            valid: self.valid,
+            at: self.at,
+        }
+    }
+
+    /// Field by field, into the strings `self` already has: a group copies
+    /// every election's sighting each time it reads the lease
+    /// (`tests/group_allocations.rs`).
+    fn clone_from(&mut self, source: &Observed) {
+        self.identity.clone_from(&source.identity);
+        self.payload.clone_from(&source.payload);
+        self.fence = source.fence;
+        self.valid = source.valid;
+        self.at = source.at;
+    }
 }
 
 impl fmt::Debug for Observed {
@@ -965,13 +988,30 @@ impl Machine {
             self.outputs.push_back(Output::NewLeader { identity: lease.holder.clone(), fence: lease.fence });
             self.spread_next_poll = lease.holder != self.cfg.identity;
         }
-        self.observed = Some(Observed {
-            identity: lease.holder.clone(),
-            fence: lease.fence,
-            payload: lease.payload.clone(),
-            valid,
-            at: now,
-        });
+        match &mut self.observed {
+            // In place, reusing the strings already kept: a group reads
+            // thousands of leases a second on a few threads, and a new copy
+            // of each holder kept until the next reading is a small
+            // long-lived allocation among the batches' large short-lived
+            // ones, which fragmented glibc's heap without bound
+            // (`tests/machine_allocations.rs`, `tests/group_allocations.rs`).
+            Some(o) => {
+                o.identity.clone_from(&lease.holder);
+                o.payload.clone_from(&lease.payload);
+                o.fence = lease.fence;
+                o.valid = valid;
+                o.at = now;
+            }
+            None => {
+                self.observed = Some(Observed {
+                    identity: lease.holder.clone(),
+                    fence: lease.fence,
+                    payload: lease.payload.clone(),
+                    valid,
+                    at: now,
+                })
+            }
+        }
         self.observed_expiry = Some(lease.expires_at);
         let held_by_other = valid && lease.holder != self.cfg.identity;
         Sighting { ttl: lease.ttl(), stalled, held_by_other }
