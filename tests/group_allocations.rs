@@ -14,106 +14,18 @@
 //! Its own test binary: the count is the process's.
 
 mod threaded;
+mod tracking;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use leaderelection::{Config, Group, GroupConfig, MemStore};
 use threaded::{eventually, timing};
+use tracking::{live, Tracking, SERIAL};
 
-/// The system allocator, recording the address of every allocation made on
-/// a group's driver thread while [`TRACKING`] is on, and forgetting it when
-/// it is freed (on any thread).
-struct Tracking;
-
-#[global_allocator]
-static ALLOC: Tracking = Tracking;
-
-static TRACKING: AtomicBool = AtomicBool::new(false);
-static LIVE: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
-/// One test at a time: the count is the process's.
-static SERIAL: Mutex<()> = Mutex::new(());
 const DRIVER: &str = "leaderelection-group";
 
-thread_local! {
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
-    /// 0 not known yet, 1 a driver, 2 another thread.
-    static DRIVER_THREAD: Cell<u8> = const { Cell::new(0) };
-}
-
-fn on_driver() -> bool {
-    match DRIVER_THREAD.with(Cell::get) {
-        1 => true,
-        2 => false,
-        _ => {
-            let yes = std::thread::current().name() == Some(DRIVER);
-            DRIVER_THREAD.with(|c| c.set(if yes { 1 } else { 2 }));
-            yes
-        }
-    }
-}
-
-fn hook(f: impl FnOnce()) {
-    if IN_HOOK.try_with(|h| h.replace(true)) == Ok(false) {
-        f();
-        IN_HOOK.with(|h| h.set(false));
-    }
-}
-
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as the caller promised for `layout`.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() && TRACKING.load(Ordering::Relaxed) {
-            hook(|| {
-                if on_driver() {
-                    if let Ok(mut live) = LIVE.lock() {
-                        live.get_or_insert_with(HashSet::new).insert(p as usize);
-                    }
-                }
-            });
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        hook(|| {
-            if let Ok(mut live) = LIVE.lock() {
-                if let Some(set) = live.as_mut() {
-                    set.remove(&(p as usize));
-                }
-            }
-        });
-        // SAFETY: as the caller promised for `p` and `layout`.
-        unsafe { System.dealloc(p, layout) }
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as the caller promised; the new block is recorded like an
-        // allocation, the old one forgotten like a free.
-        let q = unsafe { System.realloc(p, layout, new_size) };
-        if !q.is_null() {
-            hook(|| {
-                if let Ok(mut live) = LIVE.lock() {
-                    let set = live.get_or_insert_with(HashSet::new);
-                    let was = set.remove(&(p as usize));
-                    if was || (TRACKING.load(Ordering::Relaxed) && on_driver()) {
-                        set.insert(q as usize);
-                    }
-                }
-            });
-        }
-        q
-    }
-}
-
-fn live() -> usize {
-    LIVE.lock().unwrap().as_ref().map_or(0, HashSet::len)
-}
+#[global_allocator]
+static ALLOC: Tracking = Tracking { thread: DRIVER };
 
 const N: usize = 500;
 
@@ -138,13 +50,13 @@ fn ten_renewals_of_every_election_leave_nothing_new_on_the_driver() {
         s.renews >= s0.renews + 3 * N as u64 && s.inspects >= s0.inspects + 3 * N as u64
     }));
 
-    TRACKING.store(true, Ordering::SeqCst);
+    tracking::start();
     let s1 = store.stats();
     let enough = eventually(Duration::from_secs(30), || {
         let s = store.stats();
         s.renews >= s1.renews + 10 * N as u64 && s.inspects >= s1.inspects + 10 * N as u64
     });
-    TRACKING.store(false, Ordering::SeqCst);
+    tracking::stop();
     assert!(enough, "ten renewals and looks of every election within 30 s: {:?}", store.stats());
     let left = live();
     let s2 = store.stats();
@@ -173,14 +85,7 @@ fn ten_renewals_of_every_election_leave_nothing_new_on_the_driver() {
 fn the_count_sees_what_a_driver_leaves_behind() {
     let _one = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let before = live();
-    TRACKING.store(true, Ordering::SeqCst);
-    let kept: Vec<String> = std::thread::Builder::new()
-        .name(DRIVER.into())
-        .spawn(|| (0..N).map(|i| format!("left behind {i}")).collect())
-        .unwrap()
-        .join()
-        .unwrap();
-    TRACKING.store(false, Ordering::SeqCst);
+    let kept = tracking::strings_made_on(DRIVER, N);
     let left = live();
     assert!(left >= before + N, "{left} live allocations counted, {before} + {N} strings expected");
     drop(kept);

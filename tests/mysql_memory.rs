@@ -15,113 +15,18 @@
 
 mod mysql_support;
 mod support;
+mod tracking;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
 use leaderelection::{BatchItem, Lease, Store};
 use mysql_support::{url, SHARED};
 use support::random_tag;
-
-/// The system allocator, recording the address of every allocation made on
-/// a thread named `le-mysql-call` while [`TRACKING`] is on, and forgetting
-/// it when it is freed (on any thread).
-struct Tracking;
+use tracking::{live, Tracking, SERIAL};
 
 #[global_allocator]
-static ALLOC: Tracking = Tracking;
-
-static TRACKING: AtomicBool = AtomicBool::new(false);
-static LIVE: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
-/// One test at a time: the count is the process's.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-thread_local! {
-    /// Inside the allocator's own bookkeeping (its allocations are not
-    /// recorded, and it must not take the lock again).
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
-    /// 0 not known yet, 1 a call thread, 2 another thread.
-    static CALL_THREAD: Cell<u8> = const { Cell::new(0) };
-}
-
-fn on_call_thread() -> bool {
-    match CALL_THREAD.with(Cell::get) {
-        1 => true,
-        2 => false,
-        _ => {
-            // The name's lookup may allocate: inside the hook, not recorded.
-            let yes = std::thread::current().name() == Some("le-mysql-call");
-            CALL_THREAD.with(|c| c.set(if yes { 1 } else { 2 }));
-            yes
-        }
-    }
-}
-
-/// Runs `f` unless already inside the hook on this thread (or the thread is
-/// being torn down).
-fn hook(f: impl FnOnce()) {
-    if IN_HOOK.try_with(|h| h.replace(true)) == Ok(false) {
-        f();
-        IN_HOOK.with(|h| h.set(false));
-    }
-}
-
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as the caller promised for `layout`.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() && TRACKING.load(Ordering::Relaxed) {
-            hook(|| {
-                if on_call_thread() {
-                    if let Ok(mut live) = LIVE.lock() {
-                        live.get_or_insert_with(HashSet::new).insert(p as usize);
-                    }
-                }
-            });
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        hook(|| {
-            if let Ok(mut live) = LIVE.lock() {
-                if let Some(set) = live.as_mut() {
-                    set.remove(&(p as usize));
-                }
-            }
-        });
-        // SAFETY: as the caller promised for `p` and `layout`.
-        unsafe { System.dealloc(p, layout) }
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as the caller promised; a new block is recorded like an
-        // allocation, the old one forgotten like a free.
-        let q = unsafe { System.realloc(p, layout, new_size) };
-        if !q.is_null() {
-            hook(|| {
-                if let Ok(mut live) = LIVE.lock() {
-                    let set = live.get_or_insert_with(HashSet::new);
-                    let was = set.remove(&(p as usize));
-                    if was || (TRACKING.load(Ordering::Relaxed) && on_call_thread()) {
-                        set.insert(q as usize);
-                    }
-                }
-            });
-        }
-        q
-    }
-}
-
-/// Allocations made on call threads while tracking that are live now.
-fn live() -> usize {
-    LIVE.lock().unwrap().as_ref().map_or(0, HashSet::len)
-}
+static ALLOC: Tracking = Tracking { thread: "le-mysql-call" };
 
 const N: usize = 300;
 const T: Duration = Duration::from_secs(10);
@@ -168,9 +73,9 @@ fn leases_a_batch_answers_are_not_made_on_its_call_thread() {
     let first = calls(&store, &names, &mut fences);
     assert_eq!(first.len(), 3 * N);
 
-    TRACKING.store(true, Ordering::SeqCst);
+    tracking::start();
     let kept: Vec<Lease> = (0..3).flat_map(|_| calls(&store, &names, &mut fences)).collect();
-    TRACKING.store(false, Ordering::SeqCst);
+    tracking::stop();
     assert_eq!(kept.len(), 6 * N, "every renewal and inspection answered");
 
     // A call thread ends after handing its answer over: wait until what it
@@ -196,14 +101,7 @@ fn leases_a_batch_answers_are_not_made_on_its_call_thread() {
 #[test]
 fn the_count_sees_what_a_call_thread_leaves_behind() {
     let _one = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    TRACKING.store(true, Ordering::SeqCst);
-    let kept: Vec<String> = std::thread::Builder::new()
-        .name("le-mysql-call".into())
-        .spawn(|| (0..N).map(|i| format!("left behind {i}")).collect())
-        .unwrap()
-        .join()
-        .unwrap();
-    TRACKING.store(false, Ordering::SeqCst);
+    let kept = tracking::strings_made_on("le-mysql-call", N);
     let left = live();
     assert!(left > N, "{left} live allocations counted, {N} strings and their vector expected");
     drop(kept);
