@@ -988,30 +988,24 @@ impl Machine {
             self.outputs.push_back(Output::NewLeader { identity: lease.holder.clone(), fence: lease.fence });
             self.spread_next_poll = lease.holder != self.cfg.identity;
         }
-        match &mut self.observed {
-            // In place, reusing the strings already kept: a group reads
-            // thousands of leases a second on a few threads, and a new copy
-            // of each holder kept until the next reading is a small
-            // long-lived allocation among the batches' large short-lived
-            // ones, which fragmented glibc's heap without bound
-            // (`tests/machine_allocations.rs`, `tests/group_allocations.rs`).
-            Some(o) => {
-                o.identity.clone_from(&lease.holder);
-                o.payload.clone_from(&lease.payload);
-                o.fence = lease.fence;
-                o.valid = valid;
-                o.at = now;
-            }
-            None => {
-                self.observed = Some(Observed {
-                    identity: lease.holder.clone(),
-                    fence: lease.fence,
-                    payload: lease.payload.clone(),
-                    valid,
-                    at: now,
-                })
-            }
-        }
+        // In place, reusing the strings already kept: a group reads
+        // thousands of leases a second on a few threads, and a new copy of
+        // each holder kept until the next reading is a small long-lived
+        // allocation among the batches' large short-lived ones, which
+        // fragmented glibc's heap without bound (`tests/machine_allocations.rs`,
+        // `tests/group_allocations.rs`).
+        let o = self.observed.get_or_insert_with(|| Observed {
+            identity: String::new(),
+            fence: 0,
+            payload: Vec::new(),
+            valid: false,
+            at: now,
+        });
+        o.identity.clone_from(&lease.holder);
+        o.payload.clone_from(&lease.payload);
+        o.fence = lease.fence;
+        o.valid = valid;
+        o.at = now;
         self.observed_expiry = Some(lease.expires_at);
         let held_by_other = valid && lease.holder != self.cfg.identity;
         Sighting { ttl: lease.ttl(), stalled, held_by_other }

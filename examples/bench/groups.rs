@@ -793,8 +793,6 @@ fn measure(
             // MiB a minute, from the window's first figure to its last.
             let grew = (b.rss_kib as f64 - a.rss_kib as f64) / 1024.0 / ((b.at - a.at) as f64 / 60e9);
             rss_growth = rss_growth.max(grew);
-        }
-        if b.at > a.at {
             cpu = cpu.max((b.cpu_ns - a.cpu_ns) as f64 / (b.at - a.at) as f64 * 100.0);
         }
         let calls: Vec<&Call> = h.calls.iter().filter(|c| c.start >= w0 && c.start < w1).collect();
