@@ -1148,7 +1148,8 @@ impl GroupMachine {
     /// to fall halfway through the round trip (off by half of it at most,
     /// a few milliseconds). The grid moves so that the slot lies on it. An
     /// estimate within a quarter of the members' spacing of the slot in
-    /// force changes nothing.
+    /// force changes nothing, nor does one through a longer round trip
+    /// that agrees with it within both estimates' errors.
     fn place_slot(&mut self, sent_at: LocalTime, m: Members) {
         let interval = self.cfg.timing.renew_interval;
         let (Some(rank), true) = (m.rank, self.cfg.spread_renewals) else {
@@ -1174,7 +1175,13 @@ impl GroupMachine {
         // placed the slot, and further from it than that round trip,
         // replaces it all the same: a slot placed while the database was
         // slow (at the start, behind the first claims) is off by up to half
-        // that round trip, and would otherwise stay so.
+        // that round trip, and would otherwise stay so. An estimate through
+        // a longer round trip than the slot's, as far from it as the two
+        // estimates' errors together allow (half of each round trip), is
+        // the same slot too: the database answered early in a round trip
+        // that something after it stretched (a commit behind a stalled
+        // disk), and moving the slot there and back at the next estimate
+        // would re-phase the renewals twice, a batch more each time.
         let rtt = self.now.saturating_since(sent_at);
         if let Some(old) = self.members.slot {
             let p = interval.as_nanos().max(1);
@@ -1182,7 +1189,9 @@ impl GroupMachine {
             let d = d.min(p - d);
             let slots = if self.split() { 2 } else { 1 };
             let better = rtt.saturating_mul(4) < self.members.slot_rtt && d > rtt.as_nanos();
-            if d <= interval.as_nanos() / (4 * slots * live.unsigned_abs()) && !better {
+            let close = d <= interval.as_nanos() / (4 * slots * live.unsigned_abs());
+            let worse = rtt > self.members.slot_rtt && d <= (rtt + self.members.slot_rtt).as_nanos() / 2;
+            if (close || worse) && !better {
                 return;
             }
         }
