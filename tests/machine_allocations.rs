@@ -21,6 +21,9 @@ use std::time::Duration;
 use leaderelection::machine::{LocalTime, Machine, MachineConfig, Output};
 use leaderelection::{DbTime, MemStore, Timing};
 
+mod tracking;
+use tracking::hook;
+
 struct Counting;
 
 #[global_allocator]
@@ -29,17 +32,8 @@ static ALLOC: Counting = Counting;
 thread_local! {
     /// Recording: inside a machine method on this thread.
     static ON: Cell<bool> = const { Cell::new(false) };
-    /// Inside the allocator's own bookkeeping.
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
     /// Allocations made while recording and not freed since.
     static LIVE: RefCell<HashSet<usize>> = RefCell::new(HashSet::new());
-}
-
-fn hook(f: impl FnOnce()) {
-    if IN_HOOK.try_with(|h| h.replace(true)) == Ok(false) {
-        f();
-        IN_HOOK.with(|h| h.set(false));
-    }
 }
 
 unsafe impl GlobalAlloc for Counting {

@@ -66,8 +66,9 @@ impl Tracking {
 }
 
 /// Runs `f` unless already inside the hook on this thread (or the thread is
-/// being torn down).
-fn hook(f: impl FnOnce()) {
+/// being torn down): an allocator's bookkeeping, which may allocate itself.
+/// `machine_allocations.rs`'s own allocator uses it too.
+pub fn hook(f: impl FnOnce()) {
     if IN_HOOK.try_with(|h| h.replace(true)) == Ok(false) {
         f();
         IN_HOOK.with(|h| h.set(false));
