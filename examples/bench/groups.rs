@@ -711,6 +711,11 @@ impl Window {
         self.stolen(start, micros) || self.stalled(start, micros)
     }
 
+    /// How long the disk stalled in all, in nanoseconds.
+    fn stalled_ns(&self) -> u64 {
+        self.stalls().map(|f| f.1).sum()
+    }
+
     /// Quiet: at most [`QUIET_STEAL_PCT`] stolen and no disk stall.
     fn quiet(&self) -> bool {
         self.steal_pct <= QUIET_STEAL_PCT && self.stalls().next().is_none()
@@ -719,7 +724,7 @@ impl Window {
     /// `steal S %, N disk stalls (T ms in all, longest M ms)` for the row.
     fn describe(&self) -> String {
         let longest = self.stalls().map(|f| f.1).max().unwrap_or(0) as f64 / 1e6;
-        let total = self.stalls().map(|f| f.1).sum::<u64>() as f64 / 1e6;
+        let total = self.stalled_ns() as f64 / 1e6;
         match self.stalls().count() {
             _ if self.flushes.is_empty() => format!("steal {:.2} %, disk not probed", self.steal_pct),
             0 => format!("steal {:.2} %, no disk stall", self.steal_pct),
@@ -839,7 +844,7 @@ fn choose_window(windows: &[Window]) -> usize {
     if let Some(i) = windows.iter().position(Window::quiet) {
         return i;
     }
-    let key = |w: &Window| (w.steal_pct > QUIET_STEAL_PCT, w.stalls().map(|f| f.1).sum::<u64>(), w.steal_pct);
+    let key = |w: &Window| (w.steal_pct > QUIET_STEAL_PCT, w.stalled_ns(), w.steal_pct);
     let mut best = windows.len() - 1;
     for (i, w) in windows.iter().enumerate() {
         if key(w).partial_cmp(&key(&windows[best])) == Some(std::cmp::Ordering::Less) {
@@ -901,8 +906,9 @@ fn measure(
     let (shares, worst) = spread(heard, &all);
     let secs = (w1 - w0) as f64 / 1e9;
 
-    let (mut threads, mut rss, mut cpu, mut per_interval) = (0u64, 0f64, 0f64, 0f64);
-    // The calls and whole intervals behind `per_interval`.
+    let (mut threads, mut rss, mut cpu) = (0u64, 0f64, 0f64);
+    // The most calls any worker made in the window's whole renew
+    // intervals, and how many intervals (the same for every worker).
     let mut counted = (0usize, 1usize);
     // The most any worker's resident memory grew over the window, and over
     // the window's second half: a worker's allocator still takes memory for a few seconds
@@ -929,13 +935,12 @@ fn measure(
         threads = threads.max(stats.iter().map(|s| s.threads).max().unwrap_or(0));
         rss = rss.max(stats.iter().map(|s| s.rss_kib).max().unwrap_or(0) as f64 / 1024.0);
         if b.at > a.at {
-            // MiB a minute, from the window's first figure to its last.
-            let grew = (b.rss_kib as f64 - a.rss_kib as f64) / 1024.0 / ((b.at - a.at) as f64 / 60e9);
-            rss_growth = rss_growth.max(grew);
+            // MiB a minute, from figure `x` to the window's last.
+            let grew = |x: &Stat| (b.rss_kib as f64 - x.rss_kib as f64) / 1024.0 / ((b.at - x.at) as f64 / 60e9);
+            rss_growth = rss_growth.max(grew(a));
             let mid = a.at + (b.at - a.at) / 2;
             if let Some(m) = stats.iter().find(|s| s.at >= mid).filter(|m| b.at > m.at) {
-                let late = (b.rss_kib as f64 - m.rss_kib as f64) / 1024.0 / ((b.at - m.at) as f64 / 60e9);
-                rss_growth_late = rss_growth_late.max(late);
+                rss_growth_late = rss_growth_late.max(grew(m));
             }
             cpu = cpu.max((b.cpu_ns - a.cpu_ns) as f64 / (b.at - a.at) as f64 * 100.0);
         }
@@ -947,10 +952,7 @@ fn measure(
         if let Some(s0) = calls.iter().map(|c| c.start).min() {
             let n = (secs / RENEW.as_secs_f64()).floor().max(1.0) as usize;
             let end = s0 + n as u64 * RENEW.as_nanos() as u64;
-            let made = calls.iter().filter(|c| c.start < end).count();
-            if made as f64 / n as f64 >= per_interval {
-                (per_interval, counted) = (made as f64 / n as f64, (made, n));
-            }
+            counted = counted.max((calls.iter().filter(|c| c.start < end).count(), n));
         }
         let looks: Vec<usize> = calls.iter().filter(|c| c.op == "look").map(|c| c.items).collect();
         looks_each.push(if looks.is_empty() { 0 } else { looks.iter().sum::<usize>() / looks.len() });
@@ -1032,6 +1034,7 @@ fn measure(
         "≤ 8",
         Verdict::of(threads <= 8),
     );
+    let per_interval = counted.0 as f64 / counted.1 as f64;
     table.add(
         row("store calls per renew interval per process, steady"),
         format!(
