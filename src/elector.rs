@@ -59,13 +59,7 @@ pub struct Elector {
     threads: Mutex<Threads>,
 }
 
-#[derive(Default)]
-struct Threads {
-    renewal: Option<JoinHandle<Result<(), ElectionError>>>,
-    watchdog: Option<JoinHandle<()>>,
-    callbacks: Option<JoinHandle<()>>,
-    result: Option<Result<(), ElectionError>>,
-}
+use crate::threads::Threads;
 
 /// Why [`Elector::start`] refused.
 #[derive(Debug)]
@@ -165,7 +159,7 @@ impl Elector {
         let mut threads = Threads::default();
 
         let dog_shared = Arc::clone(&shared);
-        threads.watchdog = Some(spawn("leaderelection-watchdog", move || watchdog(dog_shared, dog_rx))?);
+        threads.others.push(spawn("leaderelection-watchdog", move || watchdog(dog_shared, dog_rx))?);
 
         let has_callbacks = config.on_started_leading.is_some()
             || config.on_stopped_leading.is_some()
@@ -175,7 +169,7 @@ impl Elector {
             let (started, stopped, new_leader) =
                 (config.on_started_leading.clone(), config.on_stopped_leading.clone(), config.on_new_leader.clone());
             match spawn("leaderelection-callbacks", move || callbacks(ev_rx, started, stopped, new_leader)) {
-                Ok(h) => threads.callbacks = Some(h),
+                Ok(h) => threads.others.push(h),
                 Err(e) => {
                     drop(dog_tx);
                     return Err(e);
@@ -197,7 +191,7 @@ impl Elector {
             config.timing.lease_duration,
         );
         let driver = Driver { machine, handoff };
-        threads.renewal = Some(spawn("leaderelection-renewal", move || driver.run(cmd_rx))?);
+        threads.driver = Some(spawn("leaderelection-renewal", move || driver.run(cmd_rx))?);
         Ok(Elector { shared, cmd_tx, threads: Mutex::new(threads) })
     }
 
@@ -322,20 +316,9 @@ impl Elector {
     }
 
     fn stop(&self, release: bool) -> Result<(), ElectionError> {
-        let mut threads = self.threads.lock();
-        if let Some(result) = &threads.result {
-            return result.clone();
-        }
-        let _ = self.cmd_tx.send(Command::Shutdown { release });
-        let result = match threads.renewal.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            _ => Err(ElectionError::Stopped),
-        };
-        for handle in [threads.watchdog.take(), threads.callbacks.take()].into_iter().flatten() {
-            let _ = handle.join();
-        }
-        threads.result = Some(result.clone());
-        result
+        self.threads.lock().join(|| {
+            let _ = self.cmd_tx.send(Command::Shutdown { release });
+        })
     }
 }
 

@@ -255,6 +255,7 @@ mod store;
 pub mod storetest;
 mod sync;
 pub mod testing;
+mod threads;
 mod workers;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]

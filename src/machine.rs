@@ -271,12 +271,6 @@ pub struct MachineConfig {
     /// gives each election's machine a range of its own, so a [`TermId`]
     /// names one election's term across the whole group.
     pub term_ids_from: u64,
-    /// Fences up to this one may have been led under by an earlier machine
-    /// of the same identity (a group's election that left and joined
-    /// again): this machine never leads under one of them. A lease of its
-    /// identity it finds live under such a fence is released and a fresh
-    /// fence claimed, as after stepping down locally. 0 by default.
-    pub led_fences_up_to: u64,
     /// **Broken on purpose; for negative controls only.** Anchors the
     /// deadline at the reply instead of the request, which is unsafe.
     #[doc(hidden)]
@@ -293,7 +287,6 @@ impl MachineConfig {
             seed,
             poll_jitter: true,
             term_ids_from: 0,
-            led_fences_up_to: 0,
             unsafe_anchor_at_reply: false,
         }
     }
@@ -437,6 +430,10 @@ pub struct Machine {
     pending_release: Option<u64>,
     /// Every term must have a fence above this one.
     highest_fence: u64,
+    /// This machine has sent a claim. Until it has, every lease of its
+    /// identity it sees is an earlier machine's (see
+    /// [`Machine::on_inspect`]).
+    claimed: bool,
     /// Guards of an ended term are alive: observe, do not campaign.
     hold_back: bool,
     /// The driver allows claims ([`Machine::set_claims_allowed`]); a
@@ -464,7 +461,7 @@ impl Machine {
     /// A follower that will poll at its first [`Machine::handle_timeout`].
     pub fn new(cfg: MachineConfig) -> Machine {
         let rng = SplitMix64(cfg.seed);
-        let (first_term, led_fences_up_to) = (cfg.term_ids_from, cfg.led_fences_up_to);
+        let first_term = cfg.term_ids_from;
         Machine {
             cfg,
             rng,
@@ -477,7 +474,8 @@ impl Machine {
             observed_expiry: None,
             spread_next_poll: false,
             pending_release: None,
-            highest_fence: led_fences_up_to,
+            highest_fence: 0,
+            claimed: false,
             hold_back: false,
             claims_allowed: true,
             lazy_looks: false,
@@ -514,8 +512,9 @@ impl Machine {
         self.term.is_some_and(|t| now < t.deadline)
     }
 
-    /// The highest fence this machine has led under (or was told of by
-    /// [`MachineConfig::led_fences_up_to`]): it never leads under it again.
+    /// The highest fence this machine has led under, or found held under
+    /// its identity before its first claim (an earlier machine's): it
+    /// never leads under it again.
     pub fn highest_fence(&self) -> u64 {
         self.highest_fence
     }
@@ -770,10 +769,20 @@ impl Machine {
             Ok(lease) => {
                 self.succeeded();
                 let seen = self.observe(now, &lease);
+                let mine = lease.holder == self.cfg.identity;
+                if mine && !self.claimed {
+                    // Before this machine's first claim, a lease of its
+                    // identity is an earlier machine's: a group's election
+                    // that left and joined again, whose renewals may still
+                    // be landing. Lead under none of its fences. Fences only
+                    // grow and a machine looks before it claims, so this
+                    // first look sees every fence the earlier one can still
+                    // extend: a renewal needs its fence live on the row.
+                    self.highest_fence = self.highest_fence.max(lease.fence);
+                }
                 if self.mode != Mode::Running {
                     return;
                 }
-                let mine = lease.holder == self.cfg.identity;
                 if mine && !lease.expired() && lease.fence <= self.highest_fence {
                     // Our own lease, under a fence this participant no longer
                     // leads under (a release failed or was lost): give it back
@@ -1123,6 +1132,7 @@ impl Machine {
                 (Some(term), _) => Op::Renew { fence: term.fence, ttl: self.cfg.timing.lease_duration },
                 (None, Some(fence)) => Op::Release { fence },
                 (None, None) if self.claim_at.is_some_and(|t| now >= t) && self.may_campaign(now) => {
+                    self.claimed = true;
                     Op::Acquire { ttl: self.cfg.timing.lease_duration }
                 }
                 (None, None) => Op::Inspect,

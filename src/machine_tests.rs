@@ -1188,6 +1188,56 @@ fn an_inspect_that_finds_our_own_old_fence_releases_it_instead_of_acquiring() {
     assert_eq!(r.pending.first().map(|c| c.op), Some(Op::Release { fence }), "{:?}", r.calls());
 }
 
+// A machine of an identity an earlier machine had (a group's election
+// that left and joined again) leads under none of that machine's fences:
+// the earlier one's renewals may still be landing (issue 33).
+#[test]
+fn a_first_look_at_a_live_lease_of_our_identity_releases_it_and_claims_a_fresh_fence() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    let old = store.acquire(NAME, "a", ms(10_000), b"", OPT).unwrap().fence;
+    let mut r = Rig::with("a", store, timing(), 7);
+    r.run_for(ms(100));
+    assert_eq!(
+        r.calls()[..4],
+        [Op::Inspect, Op::Release { fence: old }, Op::Inspect, Op::Acquire { ttl: timing().lease_duration }],
+        "{:?}",
+        r.calls()
+    );
+    let fences: Vec<u64> = r.started().iter().map(|(f, _)| *f).collect();
+    assert!(fences.len() == 1 && fences[0] > old, "{fences:?} after {old}");
+}
+
+// The earlier machine's lease looked expired, and a late renewal of its
+// revived it before the claim landed (an inherited row renews expired):
+// the claim's answer is the old fence, and it is refused.
+#[test]
+fn a_first_claim_answered_with_an_old_fence_of_our_identity_is_refused() {
+    let mut r = Rig::new("a");
+    r.tick();
+    let look = r.pending[0];
+    r.reply(look, Outcome::Lease(Ok(lease_for("a", 41, Duration::ZERO))));
+    let claim = r.pending[0];
+    assert!(matches!(claim.op, Op::Acquire { .. }), "{claim:?}");
+    r.reply(claim, Outcome::Lease(Ok(lease_for("a", 41, ms(10_000)))));
+    assert!(r.started().is_empty(), "led under the old fence");
+    assert_eq!(r.pending.first().map(|c| c.op), Some(Op::Release { fence: 41 }));
+}
+
+// Once it has claimed, a lease of its identity it finds is its own claim's
+// whose answer was lost: that fence was never led under, and is resumed.
+#[test]
+fn a_claim_whose_answer_was_lost_is_resumed_under_its_fence() {
+    let mut r = Rig::new("a");
+    let (claim, _) = acquire_in_flight(&mut r);
+    r.pending.clear();
+    let granted = r.execute(claim.op);
+    let Outcome::Lease(Ok(granted)) = granted else { panic!("{granted:?}") };
+    r.run_for(ms(10_000));
+    let fences: Vec<u64> = r.started().iter().map(|(f, _)| *f).collect();
+    assert_eq!(fences, [granted.fence], "{:?}", r.calls());
+    assert!(!r.calls().iter().any(|c| matches!(c, Op::Release { .. })), "{:?}", r.calls());
+}
+
 // One atomic end per term: when the machine's own end of a term lost the
 // race to the program's resignation, the driver resigns the ended term and
 // the back-off applies all the same.

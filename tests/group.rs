@@ -227,3 +227,49 @@ fn shutdown_without_release_leaves_the_leases_to_run_out() {
         assert!(!store.peek(e.name()).unwrap().expired(), "{} was released", e.name());
     }
 }
+
+/// Issue 33: a callback may shut its own group down, or drop the last
+/// handle to it: the callback thread is not joined from itself (before the
+/// fix, "Resource deadlock avoided"), the shutdown's result comes back, and
+/// a second shutdown returns the same result.
+#[test]
+fn a_callback_can_shut_its_own_group_down_or_drop_the_last_handle() {
+    for drop_it in [false, true] {
+        let store = MemStore::new();
+        let slot: Arc<Mutex<Option<Arc<Group>>>> = Arc::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let cfg = {
+            let (slot, tx) = (Arc::clone(&slot), Mutex::new(tx));
+            config(&store, "a").on_started_leading(move |_, guard| {
+                drop(guard);
+                let Some(group) = slot.lock().unwrap().take() else { return };
+                let result = if drop_it {
+                    drop(group);
+                    Ok(())
+                } else {
+                    let first = group.shutdown().map_err(|e| e.to_string());
+                    let second = group.shutdown().map_err(|e| e.to_string());
+                    assert_eq!(second, first, "a second shutdown returns the first's result");
+                    first
+                };
+                tx.lock().unwrap().send(result).unwrap();
+            })
+        };
+        let group = Arc::new(Group::start(cfg).unwrap());
+        let election = group.join("shard-000").unwrap();
+        *slot.lock().unwrap() = Some(Arc::clone(&group));
+        let group = if drop_it {
+            drop(group);
+            None
+        } else {
+            Some(group)
+        };
+        let result = rx.recv_timeout(Duration::from_secs(10)).expect("the callback's shutdown came back");
+        assert_eq!(result, Ok(()), "drop_it {drop_it}");
+        assert!(!election.is_leader());
+        assert!(eventually(Duration::from_secs(2), || store.peek("shard-000").is_some_and(|l| l.expired())));
+        if let Some(group) = group {
+            assert!(group.shutdown().is_ok(), "and from the program after it");
+        }
+    }
+}

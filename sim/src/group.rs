@@ -3,7 +3,7 @@
 //! oracle that watches every election.
 
 use crate::events::{dur, nanos, Events, HostClock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -192,6 +192,9 @@ pub struct GroupRunReport {
     pub shutdowns: u64,
     /// Elections that left a running group.
     pub leaves: u64,
+    /// Renewal batches held in transit across a leave that reached the
+    /// database after it.
+    pub landed_late: u64,
     /// Elections that joined a running group again.
     pub rejoins: u64,
     /// Terms the program resigned.
@@ -267,6 +270,14 @@ enum Ev {
         node: usize,
         elections: Vec<usize>,
     },
+    /// [`GroupFault::LeaveRejoin`] with renewals held: the leave, once they
+    /// have been sent.
+    Leave(usize),
+    /// The oldest renewal batch `node` has held in transit reaches the
+    /// database.
+    Land {
+        node: usize,
+    },
     /// The record of `election` expires before the guard of `node`'s term
     /// `term` does: look then.
     CheckBacked {
@@ -306,6 +317,9 @@ struct Node {
     leaving_since: HashMap<ElectionKey, u64>,
     /// Elections to join again once their leave has finished.
     rejoin_pending: Vec<bool>,
+    /// Renewal batches still to hold in transit ([`GroupFault::LeaveRejoin`]'s
+    /// `stuck`), and the fault whose leave follows the last.
+    hold_renewals: (usize, usize),
     /// When each batch in flight was sent (real time), and its calls.
     sent_at: HashMap<BatchId, (u64, Vec<(ElectionKey, CallId)>)>,
     /// The store-call workers' calls: busy until the answer comes back or,
@@ -350,6 +364,11 @@ struct World<'a> {
     active: Vec<(usize, usize)>,
     paused: u32,
     held: Vec<(usize, GroupCall)>,
+    /// Renewal batches held in transit across a leave, by node, in the
+    /// order sent.
+    stuck: Vec<(usize, GroupCall)>,
+    /// Faults whose leave waits for renewals to be held.
+    deferred_leaves: BTreeSet<usize>,
     elecs: Vec<Elec>,
     tracing: bool,
     report: GroupRunReport,
@@ -379,6 +398,8 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
         active: Vec::new(),
         paused: 0,
         held: Vec::new(),
+        stuck: Vec::new(),
+        deferred_leaves: BTreeSet::new(),
         elecs: (0..s.elections)
             .map(|i| Elec {
                 name: election_name(i).into(),
@@ -598,6 +619,8 @@ impl World<'_> {
                 }
             }
             Ev::Rejoin { node, elections } => self.rejoin(t, node, &elections),
+            Ev::Leave(i) => self.leave_held(t, i),
+            Ev::Land { node } => self.land(t, node),
             Ev::CheckBacked { election, node, term } => {
                 if self.nodes[node].guards.get(&election).is_some_and(|g| g.term == term)
                     && self.valid(node, election, t)
@@ -650,6 +673,7 @@ impl World<'_> {
             shutdown_at: None,
             leaving_since: HashMap::new(),
             rejoin_pending: vec![false; s.elections],
+            hold_renewals: (0, 0),
             sent_at: HashMap::new(),
             workers: Vec::new(),
             queued: std::collections::VecDeque::new(),
@@ -925,6 +949,22 @@ impl World<'_> {
                 self.report.member_calls += 1;
                 let what = if matches!(call, GroupCall::Leave { .. }) { "leave" } else { "heartbeat" };
                 self.note(t, 10, node as u64, id.0, || format!("n{node} call {}: {what}", id.0));
+            }
+        }
+        if let GroupCall::Batch(b) = &call {
+            let (left, fault) = self.nodes[node].hold_renewals;
+            if b.op == BatchOp::Renew && left > 0 {
+                self.nodes[node].hold_renewals.0 -= 1;
+                self.note(t, 3, node as u64, id.0, || format!("n{node} batch {} held in transit", id.0));
+                let first = !self.stuck.iter().any(|(n, _)| *n == node);
+                self.stuck.push((node, call));
+                if first {
+                    self.schedule_landing(t, node);
+                }
+                if left == 1 {
+                    self.push(t, Ev::Leave(fault));
+                }
+                return;
             }
         }
         let (req_loss, _) = self.loss(host);
@@ -1234,9 +1274,23 @@ impl World<'_> {
                 self.shutdown(t, i, host, down, permanent);
                 return;
             }
-            GroupFault::LeaveRejoin { target, first, count, release, after } => {
+            GroupFault::LeaveRejoin { target, first, count, release, after, stuck } => {
                 let host = self.resolve(t, target);
-                self.leave_some(t, i, host, first, count, release, after);
+                if stuck == 0 {
+                    self.leave_some(t, i, host, first, count, release, after);
+                } else if let Some(node) = self.running(host) {
+                    self.note(t, 30, i as u64, host as u64, || {
+                        format!("fault {i}: n{node} holds its next {stuck} renewal batches in transit, then leaves")
+                    });
+                    self.nodes[node].hold_renewals = (stuck, i);
+                    self.deferred_leaves.insert(i);
+                    // If the renewals do not all go (it leads nothing), the
+                    // leave goes anyway.
+                    let timing = self.s.timing;
+                    let most = (timing.renew_interval + timing.operation_timeout) * stuck as u32;
+                    let wait = self.real_span(host, most);
+                    self.push(t + wait, Ev::Leave(i));
+                }
                 return;
             }
             GroupFault::Resign { target, count } => {
@@ -1365,6 +1419,51 @@ impl World<'_> {
         });
         self.after(t, node);
         self.push(t + nanos(after), Ev::Rejoin { node, elections: left });
+    }
+
+    /// [`GroupFault::LeaveRejoin`] with renewals held, once they went (or
+    /// at the latest they could have): the leave, while they are in transit.
+    fn leave_held(&mut self, t: u64, i: usize) {
+        if !self.deferred_leaves.remove(&i) {
+            return;
+        }
+        let GroupFault::LeaveRejoin { target, first, count, release, after, .. } = self.s.faults[i].fault else {
+            unreachable!("only a leave is deferred")
+        };
+        for n in &mut self.nodes {
+            if n.hold_renewals.1 == i {
+                n.hold_renewals.0 = 0;
+            }
+        }
+        let host = self.resolve(t, target);
+        self.leave_some(t, i, host, first, count, release, after);
+    }
+
+    /// Arms the landing of `node`'s oldest held batch: a millisecond before
+    /// the earliest of its leases still live expires (the database clock
+    /// runs at the real rate), at once if none is.
+    fn schedule_landing(&mut self, t: u64, node: usize) {
+        self.advance_db(t);
+        let Some((_, GroupCall::Batch(b))) = self.stuck.iter().find(|(n, _)| *n == node) else { return };
+        let identity = &self.nodes[node].identity;
+        let left = b
+            .entries
+            .iter()
+            .filter_map(|e| self.store.peek(&e.name).filter(|l| l.held_by(identity) && l.fence == e.fence))
+            .map(|l| l.ttl())
+            .min()
+            .unwrap_or_default();
+        self.push(t + nanos(left.saturating_sub(Duration::from_millis(1))), Ev::Land { node });
+    }
+
+    fn land(&mut self, t: u64, node: usize) {
+        let Some(at) = self.stuck.iter().position(|(n, _)| *n == node) else { return };
+        let (_, call) = self.stuck.remove(at);
+        let id = call.id();
+        self.report.landed_late += 1;
+        self.note(t, 4, node as u64, id.0, || format!("n{node} batch {} held in transit lands", id.0));
+        self.apply(t, node, call);
+        self.schedule_landing(t, node);
     }
 
     fn rejoin(&mut self, t: u64, node: usize, elections: &[usize]) {
@@ -1789,6 +1888,8 @@ pub struct GroupExploration {
     pub late_joins: u64,
     /// Elections that left and joined again, summed.
     pub leaves: u64,
+    /// See [`GroupRunReport::landed_late`].
+    pub landed_late: u64,
     /// See [`GroupExploration::leaves`].
     pub rejoins: u64,
     /// Terms resigned by the program, summed.
@@ -1843,6 +1944,7 @@ impl GroupExploration {
         self.late_joins += r.late_joins;
         self.leaves += r.leaves;
         self.rejoins += r.rejoins;
+        self.landed_late += r.landed_late;
         self.resigns += r.resigns;
         self.shed += r.shed;
         self.replayed += r.replayed;
@@ -1886,6 +1988,7 @@ impl GroupExploration {
         self.late_joins += o.late_joins;
         self.leaves += o.leaves;
         self.rejoins += o.rejoins;
+        self.landed_late += o.landed_late;
         self.resigns += o.resigns;
         self.shed += o.shed;
         self.replayed += o.replayed;
@@ -1908,7 +2011,7 @@ impl GroupExploration {
             "sim-group: explored {} schedules ({:.1}/s, {} with a fair share), {:.2} M events, {} elections driven, \
              {} terms, {} hand-overs; {} batches carrying {} calls (largest {}, largest renewal {}), {} heartbeats with renewals; {} messages \
              lost, {} late answers, {} calls waited for a worker ({} waited out the timeout); {} kills ({} for good), {} clean shutdowns, {} late joins, {} elections left \
-             and {} joined again, {} resignations, {} terms shed (in {} schedules); slowest recovery {:?} of bound \
+             and {} joined again ({} renewals landed after a leave), {} resignations, {} terms shed (in {} schedules); slowest recovery {:?} of bound \
              {:?}; latest fairness convergence {:?} of allowance {:?}; {:.0} h virtual; {} failing",
             self.schedules,
             self.schedules as f64 / secs,
@@ -1932,6 +2035,7 @@ impl GroupExploration {
             self.late_joins,
             self.leaves,
             self.rejoins,
+            self.landed_late,
             self.resigns,
             self.shed,
             self.schedules_shedding,

@@ -208,6 +208,11 @@ pub enum GroupFault {
         release: bool,
         /// How long until they join again.
         after: Duration,
+        /// How many of the process's renewal batches are held in transit
+        /// before the leave (which then waits `stuck` renew intervals): each
+        /// reaches the database just before the lease in force expires,
+        /// after the leave, and its answer comes too late. 0 to 3.
+        stuck: usize,
     },
     /// The program drops the guards of up to `count` of the terms the
     /// participant leads (the lowest-numbered elections first): it resigns
@@ -391,13 +396,20 @@ impl GroupSchedule {
                 7 => GroupFault::DbFailing { dur, fatal: p2 & 1 == 1 },
                 8 | 9 | 14 => GroupFault::Kill { target, down, permanent: p3 & 3 == 0 },
                 10 => GroupFault::Shutdown { target, down, permanent: p3 & 3 == 0 },
-                11 | 12 | 15 => GroupFault::LeaveRejoin {
-                    target,
-                    first: usize::from(p1) * elections / 256,
-                    count: 1 + usize::from(p2 & 0x7f) * elections / 128,
-                    release: p2 & 0x80 == 0,
-                    after: scale(lease * 2, u64::from(p3), 255),
-                },
+                11 | 12 | 15 => {
+                    let stuck = usize::from(kind >> 4) % 4;
+                    // Held renewals keep the old leases live for up to
+                    // `stuck` leases more: join again within that too.
+                    let most = lease * (2 + 2 * u32::from(stuck > 0));
+                    GroupFault::LeaveRejoin {
+                        target,
+                        first: usize::from(p1) * elections / 256,
+                        count: 1 + usize::from(p2 & 0x7f) * elections / 128,
+                        release: p2 & 0x80 == 0,
+                        after: scale(most, u64::from(p3), 255),
+                        stuck,
+                    }
+                }
                 _ => GroupFault::Resign { target, count: 1 + usize::from(p2 % 32) },
             };
             faults.push(GroupTimedFault { at, fault });
@@ -475,7 +487,11 @@ impl GroupSchedule {
                 GroupFault::Shutdown { down, .. } => down.max(self.stop_bound(true)),
                 // A leave still under way when the time to join again comes
                 // joins once it has stopped.
-                GroupFault::LeaveRejoin { after, .. } => after.max(self.stop_bound(false)),
+                GroupFault::LeaveRejoin { after, stuck, .. } => {
+                    self.timing.renew_interval * stuck as u32
+                        + after.max(self.stop_bound(false))
+                        + self.timing.lease_duration * stuck as u32
+                }
                 GroupFault::Resign { .. } => Duration::ZERO,
             }
         });

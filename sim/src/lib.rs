@@ -220,9 +220,13 @@
 //!
 //! The group simulation found one bug in the group core, since fixed: an
 //! election that left without its lease being released and joined again
-//! led under its old fence (the group now keeps the fences a departed
-//! election led under); `sim/tests/sim_group.rs` keeps its schedule as a
-//! regression test.
+//! led under its old fence; `sim/tests/sim_group.rs` keeps its schedule as
+//! a regression test. A review found the same reuse where the simulation's
+//! faults did not reach (renewals landing after the leave kept the old
+//! lease live past the group's record of the departure, issue 33); the
+//! machine now treats every fence of its identity that its first look
+//! finds as led, and `GroupFault::LeaveRejoin` holds renewals in transit
+//! across the leave.
 //!
 //! ```text
 //! SIM_GROUP_SCHEDULES=20000 cargo test --release -p leaderelection-sim --test sim_group explore -- --nocapture

@@ -57,6 +57,7 @@ fn explore_group_schedules() {
         assert!(e.kills > 0 && e.permanent_kills > 0 && e.shutdowns > 0, "no kills or shutdowns: {s}");
         assert!(e.late_joins > 0, "no participant joined a running group: {s}");
         assert!(e.leaves > 0 && e.rejoins > 0, "no election left and joined again: {s}");
+        assert!(e.landed_late > 0, "no renewal held across a leave landed after it: {s}");
         assert!(e.resigns > 0 && e.handovers > 0, "{s}");
         // Batches carry many elections: whole fleets' renewals and looks.
         assert!(e.max_batch_entries >= 150 && e.max_renew_entries >= 100, "{s}");
@@ -258,22 +259,38 @@ fn two_participants(fault: [u8; 5]) -> GroupSchedule {
     GroupSchedule::from_bytes(&b, GroupVariant::Normal)
 }
 
-/// The known issue, on a minimal schedule: participant 0 leads election
-/// e000; at 20 s e000 leaves it without releasing its lease and joins
-/// again 1.06 s later. The new machine finds its own lease still live on
-/// the server, claims it (the claim extends it, fence unchanged) and starts
-/// a term under the fence the ended term had. A fenced resource cannot
-/// tell the two terms' writes apart. The fix (in the report with this
-/// branch): the group remembers the highest fence each election led under
-/// and the rejoined machine starts above it, so it releases its old lease
-/// and claims a fresh fence. When the core is fixed this test fails: turn
-/// its assertion around and drop `KNOWN_REJOIN_FENCE`.
+/// Issue 33, on a minimal schedule: participant 0 holds its next three
+/// renewal batches in transit, then e000 leaves without releasing its
+/// lease; each held batch lands just before the lease in force expires,
+/// which keeps the old lease live for three leases more, and e000 joins
+/// again 38 s after the leave, past any record of the departure the group
+/// kept (two leases). The rejoined machine must lead under a fresh fence.
+#[test]
+fn a_rejoined_election_takes_a_fresh_fence_after_late_renewals_outlive_its_leave() {
+    let s = two_participants([11 + (3 << 4), 0, 0, 0x80, 160]);
+    let GroupFault::LeaveRejoin { stuck, release, after, .. } = s.faults[0].fault else { panic!("{:?}", s.faults) };
+    assert_eq!((stuck, release), (3, false));
+    assert!(after > s.timing.lease_duration * 2, "{after:?}");
+    let r = run_group(&s, true);
+    assert!(r.violation.is_none(), "{}", describe_group_failure(None, &s));
+    assert_eq!(r.landed_late, 3, "the held renewals landed");
+    let fences: Vec<u64> = r
+        .trace
+        .iter()
+        .filter(|l| l.contains("n0 e000 TERM STARTED fence "))
+        .filter_map(|l| l.rsplit("fence ").next()?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(fences.len() >= 2, "e000 did not lead again after joining: {fences:?}");
+    assert!(fences.windows(2).all(|w| w[1] > w[0]), "a fence came back: {fences:?}");
+}
+
 /// The one bug this simulation found in the group core: an election that
 /// left without releasing its lease and joined again while the lease was
 /// still live claimed it as its own and led under the old term's fence
-/// (the oracle: "fences strictly increase per election"). The group now
-/// keeps the fences a departed election led under, so the rejoined
-/// election releases the old lease and leads under a fresh fence.
+/// (the oracle: "fences strictly increase per election"). A machine now
+/// treats a lease of its identity that its first look finds as an
+/// earlier machine's, so the rejoined election releases the old lease and
+/// leads under a fresh fence.
 #[test]
 fn a_rejoined_election_takes_a_fresh_fence() {
     let s = two_participants([11, 0, 0, 0x80, 9]);
@@ -284,7 +301,8 @@ fn a_rejoined_election_takes_a_fresh_fence() {
             first: 0,
             count: 1,
             release: false,
-            after: Duration::from_nanos(1_058_823_529)
+            after: Duration::from_nanos(1_058_823_529),
+            stuck: 0
         }
     );
     let r = run_group(&s, true);

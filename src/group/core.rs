@@ -549,11 +549,6 @@ pub struct GroupMachine {
     lazy: bool,
     /// The last heartbeat counted fewer members than the one before.
     member_left: bool,
-    /// Elections that left recently: the highest fence each led under, and
-    /// when it left. An election that joins again must not lead under one
-    /// of those fences (its identity is the group's, so it could find its
-    /// old lease still live, unreleased, and extend it).
-    departed: HashMap<Arc<str>, (u64, LocalTime)>,
 }
 
 impl GroupMachine {
@@ -586,7 +581,6 @@ impl GroupMachine {
             beat: None,
             lazy: false,
             member_left: false,
-            departed: HashMap::new(),
         }
     }
 
@@ -728,7 +722,6 @@ impl GroupMachine {
         mcfg.release_on_shutdown = self.cfg.release_on_shutdown;
         mcfg.poll_jitter = false;
         mcfg.term_ids_from = key.first_term_id();
-        mcfg.led_fences_up_to = self.departed.remove(&name).map_or(0, |(fence, _)| fence);
         mcfg.unsafe_anchor_at_reply = self.cfg.unsafe_anchor_at_reply;
         let machine = Machine::new(mcfg);
         let pref = preference(&self.cfg.identity, &name);
@@ -773,10 +766,6 @@ impl GroupMachine {
     pub fn forget(&mut self, key: ElectionKey) {
         if self.entries.get(&key).is_some_and(|e| e.machine.is_stopped()) {
             if let Some(e) = self.entries.remove(&key) {
-                let fence = e.machine.highest_fence();
-                if fence > 0 {
-                    self.departed.insert(Arc::clone(&e.name), (fence, self.now));
-                }
                 if let Some(w) = e.wake {
                     self.wakes.remove(&(w, key));
                 }
@@ -857,13 +846,6 @@ impl GroupMachine {
         let op_timeout = self.cfg.timing.operation_timeout;
         // Every call of a batch this old was abandoned by its machine.
         self.inflight.retain(|_, b| now < b.sent_at + op_timeout);
-        // Two leases after an election left, any lease it left behind has
-        // expired (its last renewal went before it stopped), and claiming
-        // an expired lease takes a fresh fence anyway.
-        let forget_after = self.cfg.timing.lease_duration.saturating_mul(2);
-        if !self.departed.is_empty() {
-            self.departed.retain(|_, (_, left)| now < *left + forget_after);
-        }
         self.heartbeat(now, horizon);
         self.shed_surplus(now);
         self.progress_stop();

@@ -87,6 +87,15 @@ struct Fleet {
     /// back this much later, after the database answered (as behind a
     /// disk that stalls the commit).
     stall_heartbeat: Option<(usize, Duration)>,
+    /// The next this many renewal batches of this participant are held
+    /// in transit: they reach the database only when
+    /// [`Fleet::land_held`] lets them, and their answers are lost.
+    hold_renewals: Option<(usize, usize)>,
+    /// Renewal batches held in transit, by participant.
+    held: Vec<(usize, GroupCall)>,
+    /// Every fence a term started under, by election: no two terms of
+    /// an election share one (guarantee 5).
+    fences: HashMap<String, Vec<u64>>,
 }
 
 fn kind(call: &GroupCall) -> &'static str {
@@ -126,6 +135,9 @@ impl Fleet {
             renewal_sizes: vec![],
             split_from: crate::group::core::SPLIT_RENEWALS_FROM,
             stall_heartbeat: None,
+            hold_renewals: None,
+            held: vec![],
+            fences: HashMap::new(),
         }
     }
 
@@ -168,6 +180,9 @@ impl Fleet {
             match out {
                 Output::TermStarted { fence, deadline, .. } => {
                     let name = name.expect("a live election");
+                    let led = self.fences.entry(name.clone()).or_default();
+                    assert!(!led.contains(&fence), "{name}: a second term under fence {fence}");
+                    led.push(fence);
                     self.starts += 1;
                     self.terms.insert((i, name), Live { fence, deadline });
                 }
@@ -203,7 +218,16 @@ impl Fleet {
                     *most = (*most).max(b.entries.len() as u64);
                 }
             }
-            if !self.cut[i] {
+            let hold = match (&mut self.hold_renewals, &call) {
+                (Some((p, left)), GroupCall::Batch(b)) if *p == i && *left > 0 && b.op == BatchOp::Renew => {
+                    *left -= 1;
+                    true
+                }
+                _ => false,
+            };
+            if hold {
+                self.held.push((i, call));
+            } else if !self.cut[i] {
                 let at = self.now + self.latency / 2;
                 self.push(at, Ev::Apply(i, call));
             }
@@ -340,6 +364,15 @@ impl Fleet {
             }
         }
         None
+    }
+
+    /// The oldest held renewal batch reaches the database now; its answer
+    /// is lost.
+    fn land_held(&mut self) {
+        let (i, call) = self.held.remove(0);
+        let GroupCall::Batch(b) = call else { unreachable!("only renewal batches are held") };
+        let identity = self.groups[i].identity().to_owned();
+        b.run(&self.store, "g", &identity, timing().operation_timeout);
     }
 
     fn leading(&self, i: usize) -> usize {
@@ -1091,6 +1124,53 @@ fn a_rejoined_election_never_leads_under_its_old_fence() {
     for fence in &second {
         assert!(first.iter().all(|old| fence > old), "a term under an old fence: {first:?} then {second:?}");
     }
+}
+
+// Renewals still in transit when an election leaves, each landing just
+// before the lease in force expires, keep its lease live for leases
+// more: past any memory of the departure a group could keep. The
+// election joined again after that must still take a fresh fence (found
+// by review, issue 33: before the fix the new term kept the old fence).
+#[test]
+fn a_rejoined_election_takes_a_fresh_fence_after_late_renewals_outlive_its_leave() {
+    let mut f = Fleet::new();
+    // A second election keeps the group busy, and its clock running.
+    let a = f.add(false, Duration::ZERO, &names(2));
+    f.run_for(ms(3_000));
+    let name = names(1).remove(0);
+    let fence = |f: &Fleet| f.terms.get(&(a, name.clone())).map(|t| t.fence);
+    let old = fence(&f).expect("led");
+    f.hold_renewals = Some((a, 3));
+    let until_expiry = |f: &Fleet| f.store.inspect(&name, ms(1_000)).unwrap().ttl();
+    let mut left_at = None;
+    let mut landed = 0;
+    while landed < 3 {
+        f.run_for(ms(10));
+        if left_at.is_none() && f.held.len() == 3 {
+            let key = f.groups[a].keys().find(|k| f.groups[a].name(*k).is_some_and(|n| **n == *name)).unwrap();
+            let now = f.now;
+            f.groups[a].leave(now, key, false);
+            f.after(a);
+            left_at = Some(now);
+        }
+        if !f.held.is_empty() && until_expiry(&f) < ms(60) {
+            assert!(until_expiry(&f) > Duration::ZERO, "the lease is still live when a held renewal lands");
+            f.land_held();
+            landed += 1;
+            assert_eq!(f.store.inspect(&name, ms(1_000)).unwrap().fence, old);
+        }
+    }
+    let left_at = left_at.expect("left");
+    assert_eq!(f.groups[a].len(), 1, "left");
+    // Three leases after the leave, the old lease is live still.
+    f.run_for(until_expiry(&f) - ms(1_000));
+    assert!(f.now.saturating_since(left_at) > ms(15_000), "the late renewals kept the old lease live");
+    let now = f.now;
+    f.groups[a].join(now, name.as_str().into(), Arc::from(&b""[..])).unwrap();
+    f.after(a);
+    f.run_for(ms(8_000));
+    let new = fence(&f).expect("led again");
+    assert!(new > old, "the new term reuses the old fence {old}: {new}");
 }
 
 #[test]

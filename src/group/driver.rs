@@ -81,31 +81,14 @@ impl GroupShared {
     }
 }
 
-/// The group's threads, joined at shutdown.
-#[derive(Default)]
-pub(crate) struct Threads {
-    driver: Option<JoinHandle<Result<(), ElectionError>>>,
-    watchdog: Option<JoinHandle<()>>,
-    callbacks: Option<JoinHandle<()>>,
-    result: Option<Result<(), ElectionError>>,
-}
+/// The group's threads, joined at shutdown (from any thread, see
+/// [`crate::threads`]).
+pub(crate) type Threads = crate::threads::Threads;
 
-impl Threads {
-    pub(crate) fn stop(&mut self, shared: &GroupShared, release: bool) -> Result<(), ElectionError> {
-        if let Some(result) = &self.result {
-            return result.clone();
-        }
+pub(crate) fn stop(threads: &mut Threads, shared: &GroupShared, release: bool) -> Result<(), ElectionError> {
+    threads.join(|| {
         let _ = shared.cmd_tx.send(Command::Shutdown { release });
-        let result = match self.driver.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            _ => Err(ElectionError::Stopped),
-        };
-        for handle in [self.watchdog.take(), self.callbacks.take()].into_iter().flatten() {
-            let _ = handle.join();
-        }
-        self.result = Some(result.clone());
-        result
-    }
+    })
 }
 
 fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<JoinHandle<T>, StartError> {
@@ -137,15 +120,16 @@ pub(crate) fn start(config: GroupConfig) -> Result<(Arc<GroupShared>, Threads), 
     });
     let mut threads = Threads::default();
     let (dog_tx, dog_rx) = crossbeam_channel::unbounded();
-    threads.watchdog = Some(spawn("leaderelection-group-watchdog", move || watchdog(dog_rx))?);
+    threads.others.push(spawn("leaderelection-group-watchdog", move || watchdog(dog_rx))?);
     let has_callbacks =
         config.on_started_leading.is_some() || config.on_stopped_leading.is_some() || config.on_new_leader.is_some();
     let events = if has_callbacks {
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let (started, stopped, new_leader) =
             (config.on_started_leading.clone(), config.on_stopped_leading.clone(), config.on_new_leader.clone());
-        threads.callbacks =
-            Some(spawn("leaderelection-group-callbacks", move || callbacks(ev_rx, started, stopped, new_leader))?);
+        threads
+            .others
+            .push(spawn("leaderelection-group-callbacks", move || callbacks(ev_rx, started, stopped, new_leader))?);
         Some(ev_tx)
     } else {
         None

@@ -416,7 +416,7 @@ impl Group {
     }
 
     fn stop(&self, release: bool) -> Result<(), ElectionError> {
-        self.threads.lock().stop(&self.shared, release)
+        driver::stop(&mut self.threads.lock(), &self.shared, release)
     }
 }
 
