@@ -86,8 +86,9 @@ struct State {
     /// once ([`MemStore::set_claims_inherited_rows`]).
     claims_inherited: bool,
     /// Group members' heartbeats: group, member, expiry and the elections
-    /// it reported leading.
-    members: HashMap<String, HashMap<String, (DbTime, u32)>>,
+    /// it reported leading, `None` for a member that left (a tombstone no
+    /// heartbeat revives).
+    members: HashMap<String, HashMap<String, (DbTime, Option<u32>)>>,
 }
 
 #[derive(Clone)]
@@ -555,9 +556,14 @@ impl Store for MemStore {
             // Rows of members that stopped long ago go, as a database
             // store may delete them; an expired row is never counted.
             rows.retain(|_, (expires, _)| now.saturating_duration_since(*expires) < FORGET_MEMBERS_AFTER);
-            let row = rows.entry(member.to_owned()).or_insert((now, 0));
-            *row = (row.0.max(now.saturating_add(ttl)), leading);
-            let live: Vec<(&String, u32)> = rows.iter().filter(|(_, r)| r.0 > now).map(|(m, r)| (m, r.1)).collect();
+            let row = rows.entry(member.to_owned()).or_insert((now, Some(0)));
+            // A heartbeat that comes after its member's leave does not
+            // count it in again.
+            if row.1.is_some() {
+                *row = (row.0.max(now.saturating_add(ttl)), Some(leading));
+            }
+            let live: Vec<(&String, u32)> =
+                rows.iter().filter_map(|(m, r)| r.1.filter(|_| r.0 > now).map(|n| (m, n))).collect();
             // Names compare byte by byte, as `str` orders them.
             let rank = live.iter().filter(|(m, _)| m.as_str() < member).count();
             let led = live.iter().map(|(_, n)| u64::from(*n)).sum();
@@ -568,10 +574,11 @@ impl Store for MemStore {
     }
 
     fn leave_group(&self, group: &str, member: &str, _timeout: Duration) -> Result<(), StoreError> {
-        self.call(|st, _now| {
-            if let Some(rows) = st.members.get_mut(group) {
-                rows.remove(member);
-            }
+        self.call(|st, now| {
+            // A tombstone, expired at once, forgotten with the others.
+            let rows = st.members.entry(group.to_owned()).or_default();
+            let row = rows.entry(member.to_owned()).or_insert((now, None));
+            *row = (row.0.min(now), None);
             Ok(())
         })
     }

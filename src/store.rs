@@ -326,8 +326,12 @@ pub trait Store: Send + Sync {
     }
 
     /// Removes `member` from `group`, so the others count it out at once
-    /// rather than when its heartbeat expires. Leaving a group one is not
-    /// in changes nothing.
+    /// rather than when its heartbeat expires, for good: a heartbeat of
+    /// `member` that reaches the store after the leave (sent before it,
+    /// and slower) must not count it in again. The built-in stores leave a
+    /// tombstone that heartbeats do not revive, deleted with the rows of
+    /// members gone for an hour; a member name is never used again after
+    /// its leave (each group run has an identity of its own).
     ///
     /// The default refuses, with a fatal error, as [`Store::heartbeat`].
     ///

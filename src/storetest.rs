@@ -1150,14 +1150,28 @@ pub fn heartbeats_rank_live_members_by_their_bytes(s: &dyn Store) {
 }
 
 /// A member that leaves is counted out at once by the next heartbeat of
-/// another; leaving a group one is not in changes nothing.
+/// another, and for good: a heartbeat of it that reaches the store after
+/// the leave (sent before it, and slower), alone or with renewals, does
+/// not count it in again, even when the leave came before any heartbeat
+/// of it. Leaving a group one is not in changes nothing for the others.
 pub fn a_member_that_leaves_is_counted_out_at_once(s: &dyn Store) {
     let group = fresh_name("members-leave");
     beat(s, &group, "a", LONG);
     assert_eq!(beat(s, &group, "b", LONG).live, 2);
     s.leave_group(&group, "a", TIMEOUT).expect("leave_group");
     assert_eq!(beat(s, &group, "b", LONG).live, 1, "a member that left is still counted");
+    let late = beat(s, &group, "a", LONG);
+    assert_eq!((late.live, late.led), (1, Some(0)), "a heartbeat after the leave counted its member in again");
+    let name = fresh_name("members-leave-renew");
+    let items = [BatchItem { name: &name, fence: 1, payload: b"" }];
+    let with = Heartbeat { group: &group, leading: 3, ttl: LONG };
+    let (_, late) = s.renew_many_with_heartbeat("a", LONG, &items, with, TIMEOUT);
+    let late = late.unwrap_or_else(|e| panic!("a heartbeat with renewals failed: {e}"));
+    assert_eq!(late.live, 1, "a heartbeat with renewals after the leave counted its member in again");
+    assert_eq!(beat(s, &group, "b", LONG).live, 1, "the member that left is counted again");
     s.leave_group(&group, "never-joined", TIMEOUT).expect("leaving a group one is not in");
     s.leave_group(&fresh_name("no-such-group"), "b", TIMEOUT).expect("leaving a group nobody is in");
     assert_eq!(beat(s, &group, "b", LONG).live, 1);
+    beat(s, &group, "never-joined", LONG);
+    assert_eq!(beat(s, &group, "b", LONG).live, 1, "a heartbeat after a leave that came first counted");
 }

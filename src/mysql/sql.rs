@@ -245,8 +245,8 @@ pub(crate) fn heartbeat(
     Ok(format!(
         "{BEGIN} \
          INSERT INTO {members} (group_name, member, expires_at, leads) VALUES ({g}, {m}, {AT} + {t}, {leading}) \
-         ON DUPLICATE KEY UPDATE expires_at = IF({ours}, GREATEST(expires_at, {AT} + {t}), expires_at), \
-         leads = IF({ours}, {leading}, leads); \
+         ON DUPLICATE KEY UPDATE expires_at = IF({ours} AND leads >= 0, GREATEST(expires_at, {AT} + {t}), expires_at), \
+         leads = IF({ours} AND leads >= 0, {leading}, leads); \
          SELECT 'members', COALESCE(SUM(expires_at > {AT}), 0), COALESCE(SUM(expires_at < {AT} - {forget}), 0), {AT}, \
          COALESCE(SUM(expires_at > {AT} AND CAST(member AS BINARY) < {m}), 0), \
          COALESCE(SUM(IF(expires_at > {AT}, leads, 0)), 0), COALESCE(MAX(IF(expires_at > {AT}, leads, 0)), 0) \
@@ -276,13 +276,16 @@ pub(crate) fn forget_members(members: &str, group: &str) -> Result<String, Store
     ))
 }
 
-/// Removes `member`'s row from `group`.
+/// Turns `member`'s row of `group` into a tombstone: expired now, `leads`
+/// -1, which a heartbeat that arrives later leaves as it is (see
+/// [`heartbeat`]); deleted with the rows of members gone for an hour.
 pub(crate) fn leave_group(members: &str, group: &str, member: &str) -> Result<String, StoreError> {
     let (g, m) = (text("group name", group, MAX_NAME_LEN)?, text("member", member, MAX_IDENTITY_LEN)?);
+    let ours = format!("{} AND {}", exactly("group_name", &g), exactly("member", &m));
     Ok(format!(
-        "{BEGIN} DELETE FROM {members} WHERE group_name = {g} AND member = {m} AND {} AND {}; {COMMIT}",
-        exactly("group_name", &g),
-        exactly("member", &m)
+        "{BEGIN} INSERT INTO {members} (group_name, member, expires_at, leads) VALUES ({g}, {m}, {AT}, -1) \
+         ON DUPLICATE KEY UPDATE expires_at = IF({ours}, LEAST(expires_at, {AT}), expires_at), \
+         leads = IF({ours}, -1, leads); {COMMIT}"
     ))
 }
 

@@ -826,7 +826,8 @@ pub(crate) fn heartbeat(
            INSERT INTO {members} AS x (group_name, member, expires_at, leads) \
            VALUES ({g}, {m}, now() + {t}, {leading}) \
            ON CONFLICT (group_name, member) DO UPDATE \
-           SET expires_at = GREATEST(x.expires_at, excluded.expires_at), leads = excluded.leads \
+           SET expires_at = CASE WHEN x.leads < 0 THEN x.expires_at ELSE GREATEST(x.expires_at, excluded.expires_at) END, \
+             leads = CASE WHEN x.leads < 0 THEN x.leads ELSE excluded.leads END \
            RETURNING x.expires_at > now() AS live, x.leads\
          ), others AS (\
            SELECT count(*) AS live, count(*) FILTER (WHERE member COLLATE \"C\" < {m}) AS rank, \
@@ -840,10 +841,15 @@ pub(crate) fn heartbeat(
     ))
 }
 
-/// Deletes `member`'s row of `group`.
+/// Turns `member`'s row of `group` into a tombstone: expired now, `leads`
+/// -1, which a heartbeat that arrives later leaves as it is (see
+/// [`heartbeat`]); deleted with the rows of members gone for an hour.
 pub(crate) fn leave_group(members: &str, group: &str, member: &str) -> Result<String, StoreError> {
     let (g, m) = (literal("group", group)?, literal("member", member)?);
-    Ok(format!("DELETE FROM {members} WHERE group_name = {g} AND member = {m}"))
+    Ok(format!(
+        "INSERT INTO {members} AS x (group_name, member, expires_at, leads) VALUES ({g}, {m}, now(), -1) \
+         ON CONFLICT (group_name, member) DO UPDATE SET expires_at = LEAST(x.expires_at, now()), leads = -1"
+    ))
 }
 
 /// The first row of the last statement, as a lease.
