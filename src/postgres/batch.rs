@@ -124,7 +124,7 @@ impl PostgresStore {
                     Ok(rows
                         .into_iter()
                         .map(|(k, row)| match row.get(1) {
-                            Some("l") => (pending[k], Err(locked(batch[k].name))),
+                            Some("l") => (pending[k], Err(locked(OP, batch[k].name))),
                             _ => (pending[k], sql::lease_at(OP, row, 2)),
                         })
                         .collect::<Vec<_>>())
@@ -149,7 +149,9 @@ impl PostgresStore {
 
     /// [`Store::renew_many`](crate::Store::renew_many): see
     /// [`sql::renew_many`]; an item without an answer row lost its lease,
-    /// and one with a row gets the lease [`sql::renewed_at`] builds.
+    /// one with a renewed row gets the lease [`sql::renewed_at`] builds,
+    /// and one whose row another transaction held locked runs again as in
+    /// [`PostgresStore::settle_locked`].
     pub(super) fn renew_batch(
         &self,
         identity: &str,
@@ -158,22 +160,21 @@ impl PostgresStore {
         timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         const OP: &str = "renew_many";
-        let answers = Answers::new(items, true);
-        self.one_statement(
+        self.settle_locked(
             OP,
-            sql::Pin::Write,
-            answers,
+            Answers::new(items, true),
             items,
             timeout,
             |batch| sql::renew_many(&self.qualified, identity, ttl, batch),
-            |item, row| sql::renewed_at(OP, row, identity, item),
+            |item, row| row.get(1).map(|_| sql::renewed_at(OP, row, identity, item)),
         )
         .finish(|_| Err(StoreError::lease_lost()))
     }
 
     /// [`Store::release_many`](crate::Store::release_many): see
     /// [`sql::release_many`]. Every item the statement carried is released
-    /// or was not held: `Ok` either way.
+    /// or was not held, `Ok` either way, except one whose row another
+    /// transaction held locked ([`PostgresStore::settle_locked`]).
     pub(super) fn release_batch(
         &self,
         identity: &str,
@@ -181,17 +182,77 @@ impl PostgresStore {
         timeout: Duration,
     ) -> Vec<Result<(), StoreError>> {
         const OP: &str = "release_many";
-        let answers = Answers::new(items, true);
-        self.one_statement(
+        self.settle_locked(
             OP,
-            sql::Pin::Write,
-            answers,
+            Answers::new(items, true),
             items,
             timeout,
             |batch| sql::release_many(&self.qualified, identity, batch),
-            |_, _| Ok(()),
+            |_, _| None,
         )
         .finish(|_| Ok(()))
+    }
+
+    /// Runs a renew or release batch (`build`), whose answer rows are the
+    /// items written (`answer` gives `Some`) or skipped because another
+    /// transaction held their row locked (`None`). Skipped items run again
+    /// in a new statement after a short pause that doubles each time (2 ms
+    /// to 50 ms), for at most [`BUSY_RETRIES_FOR`] or half the time left,
+    /// as a claim batch does: a claim batch of another member locks the
+    /// rows it looks at for milliseconds. A row locked longer (an
+    /// operator's open transaction) is then answered alone with a retryable
+    /// error; the batch never waits on it, and its other terms keep their
+    /// answers.
+    fn settle_locked<T: Clone>(
+        &self,
+        op: &'static str,
+        mut answers: Answers<T>,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+        build: impl Fn(&[BatchItem<'_>]) -> Result<String, StoreError>,
+        answer: impl Fn(&BatchItem<'_>, &tokio_postgres::SimpleQueryRow) -> Option<Result<T, StoreError>>,
+    ) -> Answers<T> {
+        let deadline = deadline_after(timeout);
+        let (mut pause, mut give_up) = (Duration::from_millis(2), None);
+        let mut pending = answers.pending();
+        let mut busy: Vec<usize> = Vec::new();
+        while !pending.is_empty() {
+            let batch: Vec<BatchItem<'_>> = pending.iter().map(|&j| items[j]).collect();
+            let rows = build(&batch).and_then(|body| self.run(op, &body, deadline, sql::Pin::Write)).and_then(|msgs| {
+                let rows = sql::batch_rows(op, &msgs, batch.len())?;
+                Ok(rows.into_iter().map(|(k, row)| (pending[k], answer(&batch[k], row))).collect::<Vec<_>>())
+            });
+            let rows = match rows {
+                Ok(rows) => rows,
+                Err(e) => {
+                    pending.iter().for_each(|&j| answers.set(j, Err(e.clone())));
+                    return answers;
+                }
+            };
+            busy.clear();
+            for (j, r) in rows {
+                match r {
+                    Some(r) => answers.set(j, r),
+                    None => busy.push(j),
+                }
+            }
+            if busy.is_empty() {
+                break;
+            }
+            let now = Instant::now();
+            let until = *give_up
+                .get_or_insert_with(|| now + (deadline.saturating_duration_since(now) / 2).min(BUSY_RETRIES_FOR));
+            if now + pause >= until {
+                busy.iter().for_each(|&j| answers.set(j, Err(locked(op, items[j].name))));
+                break;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+            // Only the skipped run again; an item without an answer row is
+            // settled (the caller's `finish` says what it means).
+            pending = std::mem::take(&mut busy);
+        }
+        answers
     }
 
     /// [`Store::inspect_many`](crate::Store::inspect_many): see
@@ -307,10 +368,11 @@ fn busy(name: &str) -> StoreError {
     ))
 }
 
-/// A claim that applies but found the row locked by another transaction.
-fn locked(name: &str) -> StoreError {
+/// A claim that applies, or a renewal or release, that found the row
+/// locked by another transaction (a claim: a lease check, most likely; a
+/// renewal or release: a writer, or an operator's `SELECT … FOR UPDATE`).
+fn locked(op: &str, name: &str) -> StoreError {
     StoreError::retryable(format!(
-        "postgres acquire_many: the row of election {name:?} is locked by another transaction (a lease check, most \
-         likely); not claimed, not waited for"
+        "postgres {op}: the row of election {name:?} is locked by another transaction; not written, not waited for"
     ))
 }

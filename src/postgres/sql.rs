@@ -690,19 +690,25 @@ pub(crate) fn acquire_many(
 }
 
 /// [`renew`] of every item (distinct names and fences), for `identity`, as
-/// one `UPDATE … FROM` the items with the single renewal's guard and
-/// writes: each answer row is a term renewed; an item without one lost its
-/// lease. No indexed column changes, so the writes stay HOT updates, and a
-/// lease check's `FOR KEY SHARE` lets them through.
+/// one statement: each item's row is locked `FOR NO KEY UPDATE SKIP LOCKED`
+/// (a lease check's `FOR KEY SHARE` lets it through, another writer's lock
+/// does not: that row is skipped, not waited for), then the rows locked are
+/// updated with the single renewal's guard and writes. Each answer row is a
+/// term renewed, or an item whose row another transaction held locked
+/// (`k` and three NULLs: run again shortly, then retryable, its lease
+/// untouched); an item without one lost its lease. So one row locked from
+/// outside (an operator's `SELECT … FOR UPDATE`, a long transaction) costs
+/// that row's renewal alone, not the whole batch its timeout. No indexed column changes, so
+/// the writes stay HOT updates.
 ///
-/// An answer row is `k, acquired_at, expires_at, now` ([`RENEWED`]), not
-/// the whole lease: the rest of a renewed row is the item's (name, fence,
-/// payload), the caller's (holder) or the statement's (`renewed_at` is
-/// `now()`), so [`renewed_at`] builds the lease from them. Each timestamp's
-/// exact conversion costs the server about 2 ms a batch of 3,334, and the
-/// unchanged columns' text more: 17–23 ms for whole rows against 11–12 ms
-/// answering nothing (`pgbench`, one renewal of 3,334 rows of 10,000).
-/// `now()` is converted once, as an init plan.
+/// A renewed item's row is `k, acquired_at, expires_at, now` ([`RENEWED`]),
+/// not the whole lease: the rest of a renewed row is the item's (name,
+/// fence, payload), the caller's (holder) or the statement's (`renewed_at`
+/// is `now()`), so [`renewed_at`] builds the lease from them. Each
+/// timestamp's exact conversion costs the server about 2 ms a batch of
+/// 3,334, and the unchanged columns' text more: 17–23 ms for whole rows
+/// against 11–12 ms answering nothing (`pgbench`, one renewal of 3,334 rows
+/// of 10,000). `now()` is converted once, as an init plan.
 pub(crate) fn renew_many(
     table: &str,
     identity: &str,
@@ -712,11 +718,18 @@ pub(crate) fn renew_many(
     let (i, t, h) = (literal("identity", identity)?, interval(ttl), history_once());
     let v = unnest(items, true, true)?;
     Ok(format!(
-        "UPDATE {table} AS t SET renewed_at = now(), expires_at = GREATEST(t.expires_at, now() + {t}), \
-         payload = v.p, history = {h} \
-         FROM {v} WHERE v.n = t.name AND v.f = t.fence AND t.holder = {i} \
-         AND (t.expires_at > now() OR t.history <> {h}) AND t.renewed_at <= now() \
-         RETURNING v.k::text, {RENEWED}"
+        "WITH v AS MATERIALIZED (SELECT * FROM {v}), l AS MATERIALIZED (\
+           SELECT t.name, v.k, v.f, v.p FROM {table} t JOIN v ON v.n = t.name FOR NO KEY UPDATE OF t SKIP LOCKED\
+         ), up AS (\
+           UPDATE {table} AS t SET renewed_at = now(), expires_at = GREATEST(t.expires_at, now() + {t}), \
+           payload = l.p, history = {h} \
+           FROM l WHERE l.name = t.name AND l.f = t.fence AND t.holder = {i} \
+           AND (t.expires_at > now() OR t.history <> {h}) AND t.renewed_at <= now() \
+           RETURNING l.k::text AS k, {RENEWED}\
+         ) \
+         SELECT * FROM up UNION ALL \
+         SELECT v.k::text, NULL, NULL, NULL FROM v WHERE NOT EXISTS (SELECT 1 FROM l WHERE l.k = v.k) \
+         AND EXISTS (SELECT 1 FROM {table} x WHERE x.name = v.n)"
     ))
 }
 
@@ -757,16 +770,24 @@ pub(crate) fn renewed_at(
 }
 
 /// [`release`] of every item (distinct names and fences), for `identity`,
-/// as one `UPDATE … FROM` the items with the single release's guard and
-/// writes. No answer rows: releasing what one does not hold is not an
-/// error.
+/// as one statement that locks the items' rows as [`renew_many`] does
+/// (skipping those another transaction holds) and updates the rows locked
+/// with the single release's guard and writes. Answer rows `k`: the items
+/// whose row was locked by another transaction (retryable, not released).
+/// Releasing what one does not hold is not an error.
 pub(crate) fn release_many(table: &str, identity: &str, items: &[BatchItem<'_>]) -> Result<String, StoreError> {
     let (i, h) = (literal("identity", identity)?, history_once());
     let v = unnest(items, true, false)?;
     Ok(format!(
-        "UPDATE {table} AS t SET expires_at = now(), renewed_at = GREATEST(t.renewed_at, now()) \
-         FROM {v} WHERE v.n = t.name AND v.f = t.fence AND t.holder = {i} AND t.expires_at > now() \
-         AND (t.history IS NULL OR t.history = {h})"
+        "WITH v AS MATERIALIZED (SELECT * FROM {v}), l AS MATERIALIZED (\
+           SELECT t.name, v.k, v.f FROM {table} t JOIN v ON v.n = t.name FOR NO KEY UPDATE OF t SKIP LOCKED\
+         ), up AS (\
+           UPDATE {table} AS t SET expires_at = now(), renewed_at = GREATEST(t.renewed_at, now()) \
+           FROM l WHERE l.name = t.name AND l.f = t.fence AND t.holder = {i} AND t.expires_at > now() \
+           AND (t.history IS NULL OR t.history = {h})\
+         ) \
+         SELECT v.k::text FROM v WHERE NOT EXISTS (SELECT 1 FROM l WHERE l.k = v.k) \
+         AND EXISTS (SELECT 1 FROM {table} x WHERE x.name = v.n)"
     ))
 }
 
