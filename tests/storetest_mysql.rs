@@ -1690,3 +1690,45 @@ fn a_large_renewal_runs_in_two_halves_and_answers_every_item() {
         assert_eq!((row.renewed_at, &row.payload[..]), (held[k].renewed_at, &b"p"[..]), "{}", names[k]);
     }
 }
+
+/// Another session holds one term's row (`SELECT … FOR UPDATE` left open,
+/// issue 33): a renew batch renews every other term and answers the
+/// locked one alone with a retryable error after the server's one-second
+/// lock wait, well inside its timeout, and a release batch the same. Before,
+/// the batch waited on the lock and every term of it failed at the timeout.
+#[test]
+fn a_renew_or_release_batch_does_not_wait_for_a_writer() {
+    let s = store();
+    let base = format!("writer-renew-{}", random_tag());
+    let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
+    let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, b"", T).unwrap().fence).collect();
+    let items = |payload: &'static [u8]| -> Vec<leaderelection::BatchItem<'_>> {
+        names.iter().zip(&fences).map(|(name, &fence)| leaderelection::BatchItem { name, fence, payload }).collect()
+    };
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(names[2].as_bytes())));
+    let timeout = Duration::from_secs(4);
+    let start = Instant::now();
+    let out = s.renew_many("a", LONG, &items(b"renewed"), timeout);
+    let took = start.elapsed();
+    eprintln!("a renew batch with one row under a writer's lock answered in {took:?}");
+    assert!(took < timeout / 2, "the renew batch waited {took:?} for the lock");
+    let e = out[2].as_ref().expect_err("a row under another writer's lock was renewed");
+    assert!(e.is_retryable() && !e.is_lease_lost() && e.to_string().contains("locked"), "{e}");
+    for (j, r) in out.iter().enumerate().filter(|(j, _)| *j != 2) {
+        assert!(r.as_ref().is_ok_and(|l| l.held_by("a") && l.payload == b"renewed"), "{j}: {r:?}");
+    }
+    let start = Instant::now();
+    let out = s.release_many("a", &items(b""), timeout);
+    assert!(start.elapsed() < timeout / 2, "the release batch waited {:?} for the lock", start.elapsed());
+    let e = out[2].as_ref().expect_err("a row under another writer's lock was released");
+    assert!(e.is_retryable() && e.to_string().contains("locked"), "{e}");
+    assert!(out.iter().enumerate().all(|(j, r)| j == 2 || r.is_ok()), "{out:?}");
+    exec(&mut locker, "ROLLBACK");
+    let left = s.inspect(&names[2], T).unwrap();
+    assert!(left.held_by("a") && left.fence == fences[2], "the locked term was left as it was: {left:?}");
+    for n in [&names[0], &names[3]] {
+        assert!(s.inspect(n, T).unwrap().expired(), "{n} was not released");
+    }
+}

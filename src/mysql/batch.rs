@@ -429,13 +429,12 @@ fn by_term_each(it: &Item) -> usize {
 /// (same guard, same writes), in name order.
 pub(crate) fn release(table: String, i: String, items: Vec<Item>) -> Job<Done> {
     Box::new(move |conn, env| {
+        let (items, held) = begin_without_held("release_many", &items, &table, conn, env)?;
         let fixed = 400 + 5 * AT.len() + HISTORY.len() + table.len() + i.len();
         let each = |k: usize| by_term_each(&items[k]);
         let (groups, too_big) =
             chunks(items.len(), room(env), &Size { fixed, each: &each, payload: None, shared: false });
         let mut script = Script::new(env.budget);
-        script.push(&pin(env));
-        script.push(BEGIN);
         for g in groups {
             script.push(&format!(
                 "UPDATE {table} {BY_KEY} SET renewed_at = GREATEST(renewed_at, {AT}), expires_at = {AT} \
@@ -446,7 +445,9 @@ pub(crate) fn release(table: String, i: String, items: Vec<Item>) -> Job<Done> {
         script.push(COMMIT);
         script.push(&unpin());
         let rows = script.run(conn)?;
-        let refused = too_big.into_iter().map(|(k, len)| (items[k].at, too_large("release", len, env))).collect();
+        let mut refused: Vec<_> =
+            too_big.into_iter().map(|(k, len)| (items[k].at, too_large("release", len, env))).collect();
+        refused.extend(held);
         Ok(Done { rows, refused })
     })
 }
@@ -478,6 +479,7 @@ pub(crate) fn release(table: String, i: String, items: Vec<Item>) -> Job<Done> {
 /// its values.
 pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -> Job<Done> {
     Box::new(move |conn, env| {
+        let (items, held) = begin_without_held("renew_many", &items, &table, conn, env)?;
         let t = sql::ttl_micros(ttl);
         let fixed = 1200 + 12 * AT.len() + 4 * HISTORY.len() + 3 * table.len() + i.len();
         let each = |k: usize| by_term_each(&items[k]) + 40;
@@ -485,8 +487,6 @@ pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -
         let size = Size { fixed, each: &each, payload: Some(&payload), shared: true };
         let (groups, too_big) = chunks(items.len(), room(env), &size);
         let mut script = Script::new(env.budget);
-        script.push(&pin(env));
-        script.push(BEGIN);
         let guard = format!("(expires_at > {AT} OR COALESCE(history <> {HISTORY}, FALSE)) AND renewed_at <= {AT}");
         let mut spans = Vec::new();
         for g in groups {
@@ -549,7 +549,9 @@ pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -
         script.push(COMMIT);
         script.push(&unpin());
         rows.extend(script.run(conn)?);
-        let refused = too_big.into_iter().map(|(k, len)| (items[k].at, too_large("renew", len, env))).collect();
+        let mut refused: Vec<_> =
+            too_big.into_iter().map(|(k, len)| (items[k].at, too_large("renew", len, env))).collect();
+        refused.extend(held);
         Ok(Done { rows, refused })
     })
 }
@@ -879,6 +881,48 @@ fn acquire_now(c: &Claim, items: &[Item], conn: &mut Conn, env: &Env) -> Result<
     script.push(&unpin());
     let rows = script.run(conn)?;
     Ok((Done { rows, refused }, skipped))
+}
+
+/// The start of a renew or release batch: the session pinned, the
+/// transaction begun and, where the server has `SKIP LOCKED`, every item's
+/// row locked in name order as [`lock_rows`] locks them (a writer's brief
+/// lock is waited for, a second at most). The items whose row another
+/// transaction held longer (an operator's `SELECT … FOR UPDATE`, a long
+/// transaction) are left out of the batch and answered alone with a
+/// retryable error, so they cost their own term's renewal, not every term
+/// of the batch its timeout. Returns the items to write and those answers.
+#[allow(clippy::type_complexity)]
+fn begin_without_held(
+    op: &str,
+    items: &[Item],
+    table: &str,
+    conn: &mut Conn,
+    env: &Env,
+) -> Result<(Vec<Item>, Vec<(usize, StoreError)>), Failed> {
+    let mut script = Script::new(env.budget);
+    script.push(&pin(env));
+    script.push(BEGIN);
+    script.run(conn)?;
+    if !env.skip_locked || items.is_empty() {
+        return Ok((items.to_vec(), Vec::new()));
+    }
+    let mut names: Vec<&[u8]> = items.iter().map(|it| it.name.as_slice()).collect();
+    names.sort();
+    names.dedup();
+    let (_, held) = lock_rows(&names, "1", table, conn, env)?;
+    let (free, busy): (Vec<&Item>, Vec<&Item>) = items.iter().partition(|it| !held.contains(it.name.as_slice()));
+    let answers = busy
+        .into_iter()
+        .map(|it| {
+            let name = String::from_utf8_lossy(&it.name);
+            let e = StoreError::retryable(format!(
+                "mysql {op}: the row of election {name:?} is locked by another transaction; not written, not waited \
+                 for beyond a second"
+            ));
+            (it.at, e)
+        })
+        .collect();
+    Ok((free.into_iter().cloned().collect(), answers))
 }
 
 /// The look's locks on `rows` (sorted) through the primary key, in name
