@@ -156,8 +156,11 @@ pub(crate) fn renew_each<S: Store + ?Sized>(
     one_by_one(items, timeout, |i, t| s.renew(i.name, identity, i.fence, ttl, i.payload, t))
 }
 
-/// The default of [`Store::renew_many_with_heartbeat`]: the heartbeat,
-/// then the renewals in what is left of `timeout`.
+/// The default of [`Store::renew_many_with_heartbeat`]: the heartbeat and
+/// the renewals at once, each within the whole `timeout` (the heartbeat on
+/// a scoped thread of its own), so a slow heartbeat never eats the time of
+/// the renewals that keep the terms alive. Without a thread (spawning
+/// failed), the renewals first, then the heartbeat in what is left.
 pub(crate) fn renew_with_heartbeat<S: Store + ?Sized>(
     s: &S,
     identity: &str,
@@ -166,10 +169,19 @@ pub(crate) fn renew_with_heartbeat<S: Store + ?Sized>(
     beat: Heartbeat<'_>,
     timeout: Duration,
 ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-    let start = Instant::now();
-    let members = s.heartbeat(beat.group, identity, beat.leading, beat.ttl, timeout);
-    let left = timeout.saturating_sub(start.elapsed());
-    (s.renew_many(identity, ttl, items, left), members)
+    let heartbeat = |t| s.heartbeat(beat.group, identity, beat.leading, beat.ttl, t);
+    std::thread::scope(|scope| {
+        let beating = std::thread::Builder::new()
+            .name("leaderelection-heartbeat".into())
+            .spawn_scoped(scope, || heartbeat(timeout));
+        let start = Instant::now();
+        let renewed = s.renew_many(identity, ttl, items, timeout);
+        let members = match beating {
+            Ok(h) => h.join().unwrap_or_else(|_| Err(StoreError::fatal("the store's heartbeat panicked"))),
+            Err(_) => heartbeat(timeout.saturating_sub(start.elapsed())),
+        };
+        (renewed, members)
+    })
 }
 
 /// The default of [`Store::release_many`].
@@ -231,6 +243,64 @@ mod tests {
         let out: Vec<Result<Lease, StoreError>> = all_failed(3, &e);
         assert_eq!(out.len(), 3);
         assert!(out.iter().all(|r| r.as_ref().unwrap_err().to_string() == "connection reset"));
+    }
+
+    /// A store whose heartbeat waits for the renewals to start (up to 5 s),
+    /// and which records the time each part was given.
+    struct Slow {
+        started: parking_lot::Mutex<Option<Duration>>,
+        seen: parking_lot::Condvar,
+    }
+
+    impl Store for Slow {
+        fn acquire(&self, _: &str, _: &str, _: Duration, _: &[u8], _: Duration) -> Result<Lease, StoreError> {
+            Err(StoreError::fatal("unused"))
+        }
+        fn renew(&self, _: &str, _: &str, _: u64, _: Duration, _: &[u8], _: Duration) -> Result<Lease, StoreError> {
+            Err(StoreError::lease_lost())
+        }
+        fn release(&self, _: &str, _: &str, _: u64, _: Duration) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn inspect(&self, name: &str, _: Duration) -> Result<Lease, StoreError> {
+            Err(StoreError::no_lease(name))
+        }
+        fn renew_many(
+            &self,
+            _: &str,
+            _: Duration,
+            items: &[BatchItem<'_>],
+            timeout: Duration,
+        ) -> Vec<Result<Lease, StoreError>> {
+            *self.started.lock() = Some(timeout);
+            self.seen.notify_all();
+            items.iter().map(|_| Err(StoreError::lease_lost())).collect()
+        }
+        fn heartbeat(&self, _: &str, _: &str, _: u32, _: Duration, _: Duration) -> Result<Members, StoreError> {
+            let mut started = self.started.lock();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while started.is_none() {
+                if self.seen.wait_until(&mut started, deadline).timed_out() {
+                    return Err(StoreError::retryable("the renewals never started beside the heartbeat"));
+                }
+            }
+            Ok(Members::new(1, crate::DbTime::from_unix_micros(1)))
+        }
+    }
+
+    // Issue 33: a slow heartbeat sent with a renewal batch ate the batch's
+    // timeout (the renewals ran after it, in what was left). Both now run
+    // at once, each given the whole timeout.
+    #[test]
+    fn a_heartbeat_with_renewals_runs_beside_them_and_takes_none_of_their_time() {
+        let s = Slow { started: parking_lot::Mutex::new(None), seen: parking_lot::Condvar::new() };
+        let items = [BatchItem { name: "a", fence: 1, payload: b"" }];
+        let beat = Heartbeat { group: "g", leading: 1, ttl: Duration::from_secs(5) };
+        let timeout = Duration::from_secs(2);
+        let (renewed, members) = renew_with_heartbeat(&s, "m", Duration::from_secs(5), &items, beat, timeout);
+        assert_eq!(renewed.len(), 1);
+        assert_eq!(members.map(|m| m.live).map_err(|e| e.to_string()), Ok(1), "the heartbeat waited for the renewals");
+        assert_eq!(*s.started.lock(), Some(timeout), "the renewals were given the whole timeout");
     }
 
     #[test]

@@ -244,8 +244,9 @@ pub trait Store: Send + Sync {
     /// ([`Members::now`] in particular) should be read early in the call,
     /// as the group takes it to fall halfway through.
     ///
-    /// The default sends the heartbeat, then the renewals within what is
-    /// left of `timeout`. A store may run the two at once.
+    /// The default runs the two at once, the heartbeat on a scoped thread,
+    /// each within the whole `timeout`: a slow heartbeat never shortens
+    /// the renewals' time.
     ///
     /// # Errors
     ///

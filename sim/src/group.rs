@@ -695,7 +695,7 @@ impl World<'_> {
         let n = &mut self.nodes[node];
         let payload = Arc::clone(&n.payload);
         let Some(gm) = n.gm.as_mut() else { return };
-        if let Some(key) = gm.join(now, name, payload) {
+        if let Ok(key) = gm.join(now, name, payload) {
             n.keys.insert(key, e);
             n.by_election[e] = Some(key);
         }

@@ -129,6 +129,15 @@ use crate::store::{Store, StoreError};
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct ElectionKey(pub u32);
 
+/// Why [`GroupMachine::join`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JoinRefused {
+    /// The group is shutting down.
+    Stopping,
+    /// Every key has been used: 2³² − 1 elections joined this group's run.
+    OutOfKeys,
+}
+
 impl ElectionKey {
     /// The election whose machine numbers its terms from this key (see
     /// [`MachineConfig::term_ids_from`]).
@@ -708,15 +717,17 @@ impl GroupMachine {
     }
 
     /// Adds an election named `name`, publishing `payload`: a follower that
-    /// looks at its row at the next grid instant. `None` once the group is
-    /// shutting down or has run out of keys.
-    pub fn join(&mut self, now: LocalTime, name: Arc<str>, payload: Arc<[u8]>) -> Option<ElectionKey> {
+    /// looks at its row at the next grid instant. Refused once the group is
+    /// shutting down, or when it has used every key (2³² − 1 joins).
+    pub fn join(&mut self, now: LocalTime, name: Arc<str>, payload: Arc<[u8]>) -> Result<ElectionKey, JoinRefused> {
         self.now = self.now.max(now);
         if self.mode != Mode::Running {
-            return None;
+            return Err(JoinRefused::Stopping);
         }
         let key = ElectionKey(self.next_key);
-        self.next_key = self.next_key.checked_add(1)?;
+        // Keys are never used again: a key numbers its election's terms
+        // (see `ElectionKey::first_term_id`).
+        self.next_key = self.next_key.checked_add(1).ok_or(JoinRefused::OutOfKeys)?;
         let mut mcfg =
             MachineConfig::new(self.cfg.identity.clone(), self.cfg.timing, mix(self.cfg.seed ^ key_bits(key)));
         mcfg.release_on_shutdown = self.cfg.release_on_shutdown;
@@ -745,7 +756,7 @@ impl GroupMachine {
         };
         self.entries.insert(key, entry);
         self.staying += 1;
-        Some(key)
+        Ok(key)
     }
 
     /// Starts removing election `key`: its machine shuts down (releasing

@@ -1240,6 +1240,20 @@ fn late_answers_and_answers_to_unknown_batches_change_nothing() {
     assert!(g.machine(key).unwrap().last_error().is_some_and(|e| e.is_fatal()));
 }
 
+// After 2³² − 1 joins a running group refuses more with its own reason,
+// not as if it had stopped (issue 33), and keeps what it runs.
+#[test]
+fn a_group_out_of_keys_says_so_and_keeps_running() {
+    let mut g = GroupMachine::new(GroupMachineConfig::new("a", "g", timing(), 1));
+    g.next_key = u32::MAX - 1;
+    let key = g.join(LocalTime::ZERO, "x".into(), Arc::from(&b""[..])).expect("the last key");
+    assert_eq!(key, ElectionKey(u32::MAX - 1));
+    assert_eq!(g.join(LocalTime::ZERO, "y".into(), Arc::from(&b""[..])), Err(JoinRefused::OutOfKeys));
+    assert_eq!(g.len(), 1);
+    g.shutdown(LocalTime::ZERO, true);
+    assert_eq!(g.join(LocalTime::ZERO, "z".into(), Arc::from(&b""[..])), Err(JoinRefused::Stopping));
+}
+
 #[test]
 fn preferences_differ_between_participants_and_are_stable() {
     assert_eq!(preference("a#1", "shard-1"), preference("a#1", "shard-1"));

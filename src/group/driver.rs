@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
 
-use super::core::{Batch, BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
+use super::core::{Batch, BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig, JoinRefused};
 use super::{
     GroupConfig, GroupNewLeaderFn, GroupStartedFn, GroupStatus, GroupStoppedFn, JoinError, Joined, LeaveReply,
 };
@@ -165,6 +165,7 @@ pub(crate) fn start(config: GroupConfig) -> Result<(Arc<GroupShared>, Threads), 
         common,
         shared: Arc::clone(&shared),
         release_result: Ok(()),
+        not_started: std::collections::VecDeque::new(),
         #[cfg(feature = "metrics")]
         metrics: crate::metrics::GroupMetrics::new(&template.name),
     };
@@ -321,6 +322,9 @@ struct Driver {
     shared: Arc<GroupShared>,
     /// The first release that failed at shutdown.
     release_result: Result<(), ElectionError>,
+    /// Calls no worker could take, to be failed as answers are: one at a
+    /// time, after the events before them have been carried out.
+    not_started: std::collections::VecDeque<(GroupCall, StoreError)>,
     #[cfg(feature = "metrics")]
     metrics: crate::metrics::GroupMetrics,
 }
@@ -401,6 +405,13 @@ impl Driver {
                 started = true;
                 self.start(call);
             }
+            // A call that could not start fails as an answer would: its
+            // events are carried out at the top of the loop before any call
+            // they lead to starts.
+            if let Some((call, e)) = self.not_started.pop_front() {
+                started = true;
+                self.fail(call, &e);
+            }
             if !started {
                 break;
             }
@@ -427,7 +438,8 @@ impl Driver {
         self.core.forget(key);
     }
 
-    /// Starts `call` on a worker; a call that cannot start fails at once.
+    /// Starts `call` on a worker; a call that cannot start is queued to
+    /// fail (see [`Driver::pump`]).
     fn start(&mut self, call: GroupCall) {
         let job = Job {
             call,
@@ -441,17 +453,22 @@ impl Driver {
                 ElectionError::Store { error, .. } => error,
                 other => StoreError::retryable(other.to_string()),
             };
-            let now = self.now();
-            match job.call {
-                GroupCall::Batch(b) => {
-                    let (failed, members) = b.failed(&e);
-                    self.core.handle_batch_reply(now, b.id, failed);
-                    if let (Some(h), Some(m)) = (b.heartbeat, members) {
-                        self.core.handle_members_reply(now, h.id, m);
-                    }
+            self.not_started.push_back((job.call, e));
+        }
+    }
+
+    /// `call` could not start: it fails with `e`, as its answer would.
+    fn fail(&mut self, call: GroupCall, e: &StoreError) {
+        let now = self.now();
+        match call {
+            GroupCall::Batch(b) => {
+                let (failed, members) = b.failed(e);
+                self.core.handle_batch_reply(now, b.id, failed);
+                if let (Some(h), Some(m)) = (b.heartbeat, members) {
+                    self.core.handle_members_reply(now, h.id, m);
                 }
-                call => self.core.handle_members_reply(now, call.id(), Err(e)),
             }
+            call => self.core.handle_members_reply(now, call.id(), Err(e.clone())),
         }
     }
 
@@ -538,7 +555,10 @@ impl Driver {
             return Err(JoinError::Duplicate(name.to_string()));
         }
         let payload = payload.map_or_else(|| Arc::clone(&self.payload), Arc::from);
-        let key = self.core.join(now, Arc::clone(&name), payload).ok_or(JoinError::Stopped)?;
+        let key = self.core.join(now, Arc::clone(&name), payload).map_err(|r| match r {
+            JoinRefused::Stopping => JoinError::Stopped,
+            JoinRefused::OutOfKeys => JoinError::OutOfKeys,
+        })?;
         let shared = Arc::new(Shared {
             origin: self.common.origin,
             name: name.to_string(),

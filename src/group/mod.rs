@@ -249,6 +249,9 @@ pub enum JoinError {
     Duplicate(String),
     /// The group has shut down (or is shutting down).
     Stopped,
+    /// This run of the group has joined 2³² − 1 elections, the most it
+    /// numbers; it keeps running those it has. Start a new [`Group`] for more.
+    OutOfKeys,
 }
 
 impl fmt::Display for JoinError {
@@ -257,6 +260,10 @@ impl fmt::Display for JoinError {
             JoinError::Config(e) => write!(f, "cannot join the election: {e}"),
             JoinError::Duplicate(name) => write!(f, "cannot join the election {name:?}: the group already runs it"),
             JoinError::Stopped => f.write_str("cannot join the election: the group has stopped"),
+            JoinError::OutOfKeys => f.write_str(
+                "cannot join the election: this group has joined 4294967295 elections, the most one run numbers; \
+                 start a new Group",
+            ),
         }
     }
 }
