@@ -885,12 +885,16 @@ fn acquire_now(c: &Claim, items: &[Item], conn: &mut Conn, env: &Env) -> Result<
 
 /// The start of a renew or release batch: the session pinned, the
 /// transaction begun and, where the server has `SKIP LOCKED`, every item's
-/// row locked in name order as [`lock_rows`] locks them (a writer's brief
-/// lock is waited for, a second at most). The items whose row another
-/// transaction held longer (an operator's `SELECT … FOR UPDATE`, a long
-/// transaction) are left out of the batch and answered alone with a
-/// retryable error, so they cost their own term's renewal, not every term
-/// of the batch its timeout. Returns the items to write and those answers.
+/// row locked in name order without waiting (`FOR UPDATE SKIP LOCKED`).
+/// A row another transaction holds is tried again after a short pause
+/// that doubles each time (2 ms to 50 ms), for at most [`HELD_RETRIES_FOR`]
+/// or half the time left: another member's claim batch holds rows for
+/// milliseconds. One still held then (an operator's `SELECT … FOR UPDATE`,
+/// a long transaction) is left out of the batch and answered alone with a
+/// retryable error: it costs its own term's renewal, not every term of the
+/// batch its timeout, and the batch never waits on a lock. A row that is
+/// not there is not held: the batch answers it as before. Returns the
+/// items to write and those answers.
 #[allow(clippy::type_complexity)]
 fn begin_without_held(
     op: &str,
@@ -906,24 +910,62 @@ fn begin_without_held(
     if !env.skip_locked || items.is_empty() {
         return Ok((items.to_vec(), Vec::new()));
     }
-    let mut names: Vec<&[u8]> = items.iter().map(|it| it.name.as_slice()).collect();
-    names.sort();
-    names.dedup();
-    let (_, held) = lock_rows(&names, "1", table, conn, env)?;
-    let (free, busy): (Vec<&Item>, Vec<&Item>) = items.iter().partition(|it| !held.contains(it.name.as_slice()));
+    let mut left: Vec<&[u8]> = items.iter().map(|it| it.name.as_slice()).collect();
+    left.sort();
+    left.dedup();
+    let (mut pause, mut give_up) = (Duration::from_millis(2), None);
+    loop {
+        let mut script = Script::new(env.budget);
+        for g in name_chunks(&left, room(env), 200 + table.len()) {
+            let names = list(left[g].iter().copied());
+            script.push(&format!(
+                "SELECT 'k', name FROM {table} {BY_KEY} WHERE name IN ({names}) ORDER BY name FOR UPDATE SKIP LOCKED;"
+            ));
+        }
+        let rows = script.run(conn)?;
+        let got: HashSet<Vec<u8>> = tagged(&rows, "k").filter_map(|r| r.first().and_then(bytes)).collect();
+        left.retain(|n| !got.contains(*n));
+        if left.is_empty() {
+            break;
+        }
+        let now = Instant::now();
+        let until = *give_up
+            .get_or_insert_with(|| now + (env.deadline.saturating_duration_since(now) / 2).min(HELD_RETRIES_FOR));
+        if now + pause >= until {
+            break;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+    // Of the rows not locked, those that exist are held by another
+    // transaction (a plain read does not wait).
+    let mut held: HashSet<Vec<u8>> = HashSet::new();
+    if !left.is_empty() {
+        let mut script = Script::new(env.budget);
+        for g in name_chunks(&left, room(env), 200 + table.len()) {
+            let names = list(left[g].iter().copied());
+            script.push(&format!("SELECT 'x', name FROM {table} {BY_KEY} WHERE name IN ({names});"));
+        }
+        let rows = script.run(conn)?;
+        held.extend(tagged(&rows, "x").filter_map(|r| r.first().and_then(bytes)));
+    }
+    let (free, busy): (Vec<&Item>, Vec<&Item>) = items.iter().partition(|it| !held.contains(&it.name));
     let answers = busy
         .into_iter()
         .map(|it| {
             let name = String::from_utf8_lossy(&it.name);
             let e = StoreError::retryable(format!(
-                "mysql {op}: the row of election {name:?} is locked by another transaction; not written, not waited \
-                 for beyond a second"
+                "mysql {op}: the row of election {name:?} is locked by another transaction; not written, not waited for"
             ));
             (it.at, e)
         })
         .collect();
     Ok((free.into_iter().cloned().collect(), answers))
 }
+
+/// How long a renew or release batch keeps trying again to lock a row
+/// another transaction holds (see [`begin_without_held`]).
+const HELD_RETRIES_FOR: Duration = Duration::from_millis(500);
 
 /// The look's locks on `rows` (sorted) through the primary key, in name
 /// order, one query per [`CHUNK`]: every row found (tagged `k`, with
