@@ -21,7 +21,15 @@
 //!    just after one of its sweeps saw a renewal batch applied, plus a
 //!    random pause of up to a third of a renew interval);
 //! 4. `sigkill`: w0 is SIGKILLed;
-//! 5. `join`: a fresh process, w3, joins in its place.
+//! 5. `join`: a fresh process, w3, joins in its place;
+//!
+//! and first of all `row_lock`: another session holds the row of one
+//! election w1 leads (`SELECT … FOR UPDATE` in an open transaction) for
+//! [`HOLD`], more than a lease. That term must end (its renewals cannot
+//! land), every other term of w1 must live through it (its renew batches
+//! leave the locked row out; before issue 33's fix they waited on it and
+//! every term of w1 failed at the call timeout), and the election must be
+//! led again within [`BOUND`] once the lock goes.
 //!
 //! After each, every election the victim led must have a new term within
 //! [`BOUND`] of the fault's start, and once the fault has healed (or the
@@ -359,6 +367,81 @@ fn one_fault(f: &mut Fleet, fault: Fault, v: usize) -> Vec<(usize, u64)> {
     led
 }
 
+/// The session that holds one election's row locked, directly on the
+/// path's server.
+enum Locker {
+    Pg(postgres::Client),
+    Maria(mysql::Conn),
+}
+
+impl Locker {
+    fn lock(f: &Fleet, name: &str) -> Locker {
+        let table = &f.tables.table;
+        match f.path {
+            Path::Maria => {
+                let mut c = mysql_support::admin(mysql_support::SHARED);
+                mysql_support::exec(&mut c, "START TRANSACTION");
+                mysql_support::exec(&mut c, &format!("SELECT 1 FROM `{table}` WHERE name = '{name}' FOR UPDATE"));
+                Locker::Maria(c)
+            }
+            _ => {
+                let mut c = pg_support::client(pg_support::DIRECT);
+                let q = format!("BEGIN; SELECT 1 FROM public.\"{table}\" WHERE name = '{name}' FOR UPDATE");
+                c.batch_execute(&q).unwrap_or_else(|e| panic!("{q}: {e}"));
+                Locker::Pg(c)
+            }
+        }
+    }
+
+    fn unlock(self) {
+        match self {
+            Locker::Maria(mut c) => mysql_support::exec(&mut c, "ROLLBACK"),
+            Locker::Pg(mut c) => c.batch_execute("ROLLBACK").unwrap_or_else(|e| panic!("ROLLBACK: {e}")),
+        }
+    }
+}
+
+/// `row_lock` (see the module docs) on worker `v`.
+fn row_lock(f: &mut Fleet, v: usize) {
+    let name = format!("{}/row_lock", f.label);
+    let led = f.book().open_of(v);
+    let (e, fence) = *led.iter().min().unwrap_or_else(|| panic!("{name}: w{v} leads nothing\n{}", f.tail()));
+    let at = mono_ns();
+    let locker = Locker::lock(f, &worker::election_name(e));
+    sleep(HOLD);
+    let open = f.book().open_of(v);
+    let lost: Vec<&(usize, u64)> = led.iter().filter(|k| k.0 != e && !open.contains(k)).collect();
+    assert!(
+        lost.is_empty(),
+        "{name}: w{v} lost {} of its other {} terms to one locked row\n{}",
+        lost.len(),
+        led.len() - 1,
+        f.tail()
+    );
+    assert!(!open.contains(&(e, fence)), "{name}: the term of the locked row lived through {HOLD:?}");
+    locker.unlock();
+    let healed = mono_ns();
+    let again =
+        f.wait_book(BOUND, |b| b.terms.iter().filter(|t| t.election == e && t.fence > fence).map(|t| t.start).min());
+    let again = again.unwrap_or_else(|| panic!("{name}: not led again within {BOUND:?} of the unlock\n{}", f.tail()));
+    let conv = f
+        .wait_converged(healed, BOUND)
+        .unwrap_or_else(|why| panic!("{name}: no convergence within {BOUND:?} of the unlock: {why}\n{}", f.tail()));
+    let w = Window::of(f, at, conv);
+    f.say(
+        "row_lock",
+        &format!(
+            "w{v} kept its other {} terms through {} of one row locked; that election led again {} after the \
+             unlock; converged {} after it; {w}; shares {}",
+            led.len() - 1,
+            ms(HOLD.as_nanos() as u64),
+            ms(again.saturating_sub(healed)),
+            ms(conv.saturating_sub(healed)),
+            shares(f)
+        ),
+    );
+}
+
 fn scenario(path: Path) {
     let n = elections();
     let mut f = Fleet::start(path, "", n, &[Mode::Valid; 3]);
@@ -370,6 +453,7 @@ fn scenario(path: Path) {
         "start",
         &format!("3 workers × {n} elections converged {} after start; shares {}", ms(conv - t0), shares(&f)),
     );
+    row_lock(&mut f, 1);
     one_fault(&mut f, Fault::PartitionSilent, 0);
     one_fault(&mut f, Fault::PartitionReset, 1);
     one_fault(&mut f, Fault::Sigstop, 2);
