@@ -1141,16 +1141,19 @@ mod tests {
     #[test]
     fn member_statements_write_only_from_the_old_row_and_name_exact_bytes() {
         let hb = heartbeat("`t_members`", "g'1", "m\\1", 42, Duration::from_secs(5)).unwrap();
-        assert!(hb.contains("expires_at = IF(CAST(group_name AS BINARY) = X'672731' AND CAST(member AS BINARY) = X'6d5c31', GREATEST(expires_at, @leaderelection_now + 5000000), expires_at)"), "{hb}");
+        assert!(hb.contains("expires_at = IF(CAST(group_name AS BINARY) = X'672731' AND CAST(member AS BINARY) = X'6d5c31' AND leads >= 0, GREATEST(expires_at, @leaderelection_now + 5000000), expires_at)"), "{hb}");
         assert!(
             hb.contains(
-                "leads = IF(CAST(group_name AS BINARY) = X'672731' AND CAST(member AS BINARY) = X'6d5c31', 42, leads)"
+                "leads = IF(CAST(group_name AS BINARY) = X'672731' AND CAST(member AS BINARY) = X'6d5c31' AND leads >= 0, 42, leads)"
             ),
             "{hb}"
         );
         assert!(hb.contains("COMMIT AND NO CHAIN NO RELEASE;") && hb.starts_with(BEGIN), "{hb}");
         assert!(heartbeat("`t`", &"g".repeat(MAX_NAME_LEN + 1), "m", 0, Duration::from_secs(1)).is_err());
         assert!(leave_group("`t`", "g", &"m".repeat(MAX_IDENTITY_LEN + 1)).is_err());
+        // A leave is a tombstone a later heartbeat leaves alone (leads -1).
+        let l = leave_group("`t`", "g", "m").unwrap();
+        assert!(l.contains("VALUES (X'67', X'6d', @leaderelection_now, -1)") && l.contains("leads = IF("), "{l}");
         let f = forget_members("`t`", "g").unwrap();
         assert!(f.contains("expires_at < @leaderelection_now - 3600000000"), "{f}");
     }
