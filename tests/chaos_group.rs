@@ -374,7 +374,7 @@ fn one_fault(f: &mut Fleet, fault: Fault, v: usize) -> Vec<(usize, u64)> {
 /// The session that holds one election's row locked, directly on the
 /// path's server.
 enum Locker {
-    Pg(postgres::Client),
+    Pg(Box<postgres::Client>),
     Maria(mysql::Conn),
 }
 
@@ -392,7 +392,7 @@ impl Locker {
                 let mut c = pg_support::client(pg_support::DIRECT);
                 let q = format!("BEGIN; SELECT 1 FROM public.\"{table}\" WHERE name = '{name}' FOR UPDATE");
                 c.batch_execute(&q).unwrap_or_else(|e| panic!("{q}: {e}"));
-                Locker::Pg(c)
+                Locker::Pg(Box::new(c))
             }
         }
     }
