@@ -216,18 +216,11 @@ fn locks_make_acquire_fail_in_time_until_dropped() {
 
 /// A demoted server (a standby: restarted in recovery) refuses every write,
 /// retryable, with the reason; reads work; writes work again once it is
-/// promoted. `default_transaction_read_only` alone is no longer a read-only
-/// server to the store: its writes override that default (the control).
+/// promoted.
 #[test]
 fn a_standby_refuses_writes_retryably_and_reads_work() {
     let (pg, s, name) = setup();
     acquire(&s, &name, "a").unwrap();
-    pg.sql("ALTER SYSTEM SET default_transaction_read_only = on");
-    pg.sql("SELECT pg_reload_conf()");
-    assert!(wait_for(Duration::from_secs(10), || pg.sql("SHOW default_transaction_read_only") == ["on"]));
-    assert!(acquire(&s, &name, "a").unwrap().held_by("a"), "a read-only default stopped the election's writes");
-    pg.sql("ALTER SYSTEM RESET default_transaction_read_only");
-    pg.sql("SELECT pg_reload_conf()");
     pg.set_read_only(true);
     // The restart ended the pool's sessions: the first calls may meet that.
     let mut last = None;
@@ -241,7 +234,7 @@ fn a_standby_refuses_writes_retryably_and_reads_work() {
     assert!(standby, "no standby error: {}", chain(&e));
     let text = chain(&e);
     eprintln!("acquire on a standby: kind {:?}: {text}", e.kind());
-    assert!(text.contains("standby") && text.contains("0A000"), "{text}");
+    assert!(text.contains("standby") && text.contains("25006"), "{text}");
     assert_eq!(e.kind(), ErrorKind::Retryable, "{text}");
     let renew = s.renew(&name, "a", 1, Duration::from_secs(60), b"", OP).expect_err("renew on a standby");
     assert!(renew.is_retryable() && chain(&renew).contains("standby"), "{}", chain(&renew));
@@ -250,6 +243,112 @@ fn a_standby_refuses_writes_retryably_and_reads_work() {
     pg.set_read_only(false);
     recovers("acquire after the promotion", || acquire(&s, &name, "a"));
     assert!(acquire(&s, &name, "a").unwrap().held_by("a"));
+}
+
+/// Where an operator can make a PostgreSQL server read-only without
+/// demoting it (issue 37): `default_transaction_read_only` set for the
+/// server, the database or the role. Sessions take a database's or role's
+/// setting when they start, so each level is seen through new sessions.
+#[derive(Clone, Copy, Debug)]
+enum Level {
+    Server,
+    Database,
+    Role,
+}
+
+impl Level {
+    fn set(self, pg: &PgServer, on: bool) {
+        match self {
+            Level::Server => pg.set_default_read_only(on),
+            // Under the setting the helper's own transactions are
+            // read-only too: it lifts it in a read-write one.
+            Level::Database | Level::Role => {
+                let target = if matches!(self, Level::Database) { "DATABASE test" } else { "ROLE postgres" };
+                let what =
+                    if on { "SET default_transaction_read_only = on" } else { "RESET default_transaction_read_only" };
+                pg.sql(&format!("BEGIN READ WRITE; ALTER {target} {what}; COMMIT"));
+            }
+        }
+    }
+}
+
+/// An operator's read-only setting on the server, the database or the
+/// role is respected, directly and through PgBouncer: writes fail
+/// retryably, naming the setting, and change nothing; reads work; writes
+/// work again once it is lifted. The control: a store whose writes
+/// override the setting, as every write did before, writes through it.
+#[test]
+fn an_operators_read_only_setting_stops_the_election_writes() {
+    let (pg, s, name) = setup();
+    let held = acquire(&s, &name, "a").unwrap();
+    for level in [Level::Server, Level::Database, Level::Role] {
+        level.set(&pg, true);
+        // New sessions, so a database's or role's setting applies.
+        let bouncer = Bouncer::start(pg.port(), 2);
+        for (path, url) in [("direct", pg.url()), ("pgbouncer", bouncer.url())] {
+            let what = format!("{level:?} read-only, {path}");
+            let fresh = store(&url);
+            let e = fails_in_time(&format!("acquire, {what}"), || acquire(&fresh, &name, "b"));
+            let text = chain(&e);
+            eprintln!("acquire, {what}: {text}");
+            assert!(text.contains("default_transaction_read_only") && text.contains("25006"), "{what}: {text}");
+            let e = fails_in_time(&format!("renew, {what}"), || fresh.renew(&name, "a", held.fence, TTL, b"x", OP));
+            assert!(chain(&e).contains("default_transaction_read_only"), "{what}: {}", chain(&e));
+            let seen = fresh.inspect(&name, OP).unwrap_or_else(|e| panic!("inspect, {what}: {}", chain(&e)));
+            assert!(seen.held_by("a") && seen.fence == held.fence && seen.payload.is_empty(), "{what}: {seen:?}");
+            // The control: the override writes through the fence.
+            let through = store(&url).__overriding_read_only().renew(&name, "a", held.fence, TTL, b"", OP);
+            assert!(through.is_ok(), "{what}: the overriding renewal was refused: {through:?}");
+        }
+        level.set(&pg, false);
+        let after = store(&pg.url());
+        recovers(&format!("renew after the {level:?} setting was lifted"), || {
+            after.renew(&name, "a", held.fence, TTL, b"", OP)
+        });
+    }
+}
+
+/// A read-only default that another client of PgBouncer left on a shared
+/// server connection (a session `SET`, which transaction mode never
+/// resets) is not the operator's: the store's writes override it. Behind
+/// a pool of one server connection the store's calls run on that very
+/// connection, as a raw write shows. With the operator's setting on as
+/// well, the store's writes stop.
+#[test]
+fn a_read_only_default_another_pooler_client_left_is_overridden() {
+    let (pg, direct, name) = setup();
+    drop(direct);
+    let bouncer = Bouncer::start(pg.port(), 1);
+    let mut leaker = postgres::Client::connect(&bouncer.url(), postgres::NoTls).expect("connect through the bouncer");
+    leaker.batch_execute("SET default_transaction_read_only = on").expect("the leaking SET");
+    drop(leaker);
+    let mut raw = postgres::Client::connect(&bouncer.url(), postgres::NoTls).expect("connect through the bouncer");
+    let shown = |raw: &mut postgres::Client| {
+        let msgs = raw.simple_query("SHOW default_transaction_read_only").unwrap();
+        msgs.iter().find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+    };
+    assert_eq!(shown(&mut raw).as_deref(), Some("on"), "the SET did not stay on the shared server connection");
+    let e = raw.batch_execute(&format!("INSERT INTO public.{TABLE} (name, holder) VALUES ('raw', 'raw')"));
+    assert!(
+        e.as_ref().err().and_then(|e| e.code()).is_some_and(|c| c.code() == "25006"),
+        "the leak did not stop a raw write: {e:?}"
+    );
+
+    let s = store(&bouncer.url());
+    let lease =
+        acquire(&s, &name, "a").unwrap_or_else(|e| panic!("a leaked session default stopped the store: {}", chain(&e)));
+    assert!(lease.held_by("a"), "{lease:?}");
+    assert!(s.renew(&name, "a", lease.fence, TTL, b"", OP).unwrap().held_by("a"));
+    assert_eq!(shown(&mut raw).as_deref(), Some("on"), "the leak went away");
+
+    pg.set_default_read_only(true);
+    let e = fails_in_time("renew, leaked and server read-only", || s.renew(&name, "a", lease.fence, TTL, b"", OP));
+    assert!(chain(&e).contains("default_transaction_read_only"), "{}", chain(&e));
+    pg.set_default_read_only(false);
+    recovers("renew after the server setting was lifted", || s.renew(&name, "a", lease.fence, TTL, b"", OP));
 }
 
 #[test]

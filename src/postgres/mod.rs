@@ -237,6 +237,9 @@ pub struct PostgresStore {
     /// The failover rule (see `sql::acquire`); off only in the negative
     /// controls of the failover tests.
     failover_rule: bool,
+    /// Writes override every read-only default, the operator's too; on
+    /// only in the negative controls of the read-only tests.
+    overrides_read_only: bool,
 }
 
 /// Settings for a [`PostgresStore`], from [`PostgresStore::builder`].
@@ -425,6 +428,7 @@ impl PostgresStore {
             server: None,
             fence_index_seen: Arc::default(),
             failover_rule: true,
+            overrides_read_only: false,
         })
     }
 
@@ -472,6 +476,16 @@ impl PostgresStore {
     #[doc(hidden)]
     pub fn __without_failover_rule(mut self) -> PostgresStore {
         self.failover_rule = false;
+        self
+    }
+
+    /// The negative control of the read-only tests: a store whose writes
+    /// override `default_transaction_read_only` wherever it was set, as
+    /// every write did before the store respected an operator's setting.
+    /// Never use it otherwise.
+    #[doc(hidden)]
+    pub fn __overriding_read_only(mut self) -> PostgresStore {
+        self.overrides_read_only = true;
         self
     }
 
@@ -570,7 +584,7 @@ impl PostgresStore {
         op: &'static str,
         body: &str,
         deadline: Instant,
-        pin: sql::Pin,
+        mut pin: sql::Pin,
     ) -> Result<Vec<SimpleQueryMessage>, StoreError> {
         // Pooled connections can be dead (the server restarted or terminated
         // them): each fails fast. Every operation is idempotent for its
@@ -578,6 +592,9 @@ impl PostgresStore {
         // lands on the same term), so retrying on the next connection is
         // safe; at most once per pooled connection plus a fresh one, and only
         // while time remains.
+        if self.overrides_read_only && pin == sql::Pin::Write {
+            pin = sql::Pin::WriteOverSession;
+        }
         let mut last = None;
         for _ in 0..=self.pool.max_size() {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -590,19 +607,39 @@ impl PostgresStore {
                 Ok(rows) => return Ok(rows),
                 Err(conn::CallError::Closed(e)) => last = Some(conn::closed_error(op, e.as_ref())),
                 Err(conn::CallError::Db(e)) => {
-                    // A standby refuses a write's `SET LOCAL
-                    // transaction_read_only = off` as a feature it does not
-                    // support (0A000); whether the server is one is asked,
-                    // not read from the message. A standby may be promoted,
-                    // or the DSN's next host may be the primary: retryable.
-                    let refused = e.as_db_error().is_some_and(|d| d.code().code() == "0A000");
-                    if pin == sql::Pin::Write && refused && in_recovery(&mut conn, deadline) {
-                        let db = e.as_db_error().cloned();
-                        let err = StoreError::retryable(format!(
-                            "postgres {op}: SQLSTATE 0A000: the server is a standby (in recovery, read-only); writes wait \
-                             for a primary"
-                        ));
-                        return Err(match db {
+                    let code = e.as_db_error().map(|d| d.code().code());
+                    let writes = matches!(pin, sql::Pin::Write | sql::Pin::WriteOverSession);
+                    // A write refused as read-only: why is asked, not read
+                    // from the message (and a standby refuses the
+                    // override's `SET LOCAL transaction_read_only = off` as
+                    // a feature it does not support, 0A000).
+                    let refused = match code {
+                        Some("25006") => writes,
+                        Some("0A000") => pin == sql::Pin::WriteOverSession,
+                        _ => false,
+                    };
+                    if refused {
+                        let code = code.unwrap_or_default();
+                        let why = match read_only_why(&mut conn, deadline) {
+                            // Another client's `SET` left the connection
+                            // read-only: once more, overriding it.
+                            Some(ReadOnly::Session) if pin == sql::Pin::Write => {
+                                pin = sql::Pin::WriteOverSession;
+                                last = Some(sql::classify(op, &e));
+                                continue;
+                            }
+                            Some(ReadOnly::Standby) => {
+                                format!("postgres {op}: SQLSTATE {code}: the server is a standby (in recovery, read-only); writes wait for a primary")
+                            }
+                            Some(ReadOnly::Configured) => format!(
+                                "postgres {op}: SQLSTATE {code}: default_transaction_read_only is on for the server, the \
+                                 database, the role or the connection's options (an operator's fence); writes wait until \
+                                 it is off"
+                            ),
+                            _ => return Err(sql::classify(op, &e)),
+                        };
+                        let err = StoreError::retryable(why);
+                        return Err(match e.as_db_error().cloned() {
                             Some(db) => err.with_source(db),
                             None => err,
                         });
@@ -722,12 +759,34 @@ impl PostgresStore {
     }
 }
 
-/// Whether the server behind `conn` is in recovery (a standby), asked
-/// before `deadline`; false when it cannot tell.
-fn in_recovery(conn: &mut PgConnection, deadline: Instant) -> bool {
-    match conn.simple_query("SELECT pg_catalog.pg_is_in_recovery()::text", deadline) {
-        Ok(rows) => sql::first_text(&rows) == Some("true"),
-        Err(_) => false,
+/// What made a write's transaction read-only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadOnly {
+    /// The server is in recovery: a standby.
+    Standby,
+    /// `default_transaction_read_only` is on without any session `SET`:
+    /// the server's configuration, the database's or role's settings, or
+    /// the connection's startup options. The operator's (or the
+    /// application's own) choice, which the store respects.
+    Configured,
+    /// Only a session `SET` made the default read-only (on a pooler's
+    /// shared server connection, another client's): overridden.
+    Session,
+}
+
+/// Why the server behind `conn` made a write read-only, asked before
+/// `deadline`; `None` when it cannot tell. `pg_settings.reset_val` is the
+/// value the setting has without the session's own `SET`s: the server's,
+/// database's, role's and startup options' (PgBouncer sends none).
+fn read_only_why(conn: &mut PgConnection, deadline: Instant) -> Option<ReadOnly> {
+    let q = "SELECT pg_catalog.pg_is_in_recovery()::text || ' ' || reset_val FROM pg_catalog.pg_settings \
+             WHERE name = 'default_transaction_read_only'";
+    let rows = conn.simple_query(q, deadline).ok()?;
+    match sql::first_text(&rows)? {
+        "true on" | "true off" => Some(ReadOnly::Standby),
+        "false on" => Some(ReadOnly::Configured),
+        "false off" => Some(ReadOnly::Session),
+        _ => None,
     }
 }
 

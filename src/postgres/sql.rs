@@ -266,8 +266,12 @@ pub(crate) enum Pin {
     None,
     /// A read (inspect).
     Read,
-    /// A write (acquire, renew, release).
+    /// A write (acquire, renew, release): a read-write transaction only if
+    /// nothing made the session read-only (see [`pinned`]).
     Write,
+    /// A write sent again after a read-only default that a session `SET`
+    /// left on the connection refused it: read-write whatever that says.
+    WriteOverSession,
 }
 
 /// Prefixes `body` with what every call pins, so that what a session was
@@ -284,10 +288,14 @@ pub(crate) enum Pin {
 /// on a lock wait (55P03) or a long statement (57014) a little inside
 /// `remaining`, before the client drops the connection.
 ///
-/// A write is also a read-write transaction whatever
-/// `default_transaction_read_only` says (it is a default every client may
-/// override; a standby still refuses the write, see
-/// [`super::PostgresStore`]), and a session's `synchronous_commit` goes
+/// A write leaves `default_transaction_read_only` alone: set on the
+/// server, the database or the role (or in the store's own connection
+/// options), it is how an operator fences a server, and the write fails
+/// (25006, retryable). Only a default that a session `SET` left on the
+/// connection (another client of a pooler's shared server connection) is
+/// overridden, and only once the store has seen that this is what made
+/// the write fail ([`Pin::WriteOverSession`], see
+/// `PostgresStore::run`). A write's session `synchronous_commit` goes
 /// back to what the server, database, role or connection configured (a
 /// leaked `off` would let a crash lose a write the store reported
 /// committed; it is read at commit, so the `RESET` applies to this very
@@ -300,7 +308,8 @@ pub(crate) fn pinned(body: &str, remaining: Duration, pin: Pin) -> String {
     let write = match pin {
         Pin::None => return body.to_owned(),
         Pin::Read => "",
-        Pin::Write => "SET LOCAL transaction_read_only = off; RESET synchronous_commit; ",
+        Pin::Write => "RESET synchronous_commit; ",
+        Pin::WriteOverSession => "SET LOCAL transaction_read_only = off; RESET synchronous_commit; ",
     };
     // The bounds first: the server arms each statement's timeout with the
     // value in force when it starts, so only this first `SET` runs under a
@@ -1139,6 +1148,12 @@ mod tests {
         let w = pinned("UPDATE x", Duration::from_millis(800), Pin::Write);
         assert_eq!(
             w,
+            "SET LOCAL statement_timeout = 700; SET LOCAL lock_timeout = 600; RESET synchronous_commit; \
+             SET LOCAL search_path = pg_catalog; SET LOCAL transaction_isolation = 'read committed'; UPDATE x"
+        );
+        let again = pinned("UPDATE x", Duration::from_millis(800), Pin::WriteOverSession);
+        assert_eq!(
+            again,
             "SET LOCAL statement_timeout = 700; SET LOCAL lock_timeout = 600; \
              SET LOCAL transaction_read_only = off; RESET synchronous_commit; \
              SET LOCAL search_path = pg_catalog; SET LOCAL transaction_isolation = 'read committed'; UPDATE x"

@@ -275,6 +275,20 @@ impl PgServer {
         }
     }
 
+    /// `default_transaction_read_only` for the whole server, or back to its
+    /// default: `ALTER SYSTEM`, then a reload, which every session (pooled
+    /// ones too) takes at its next statement. Returns once a fresh session
+    /// sees it.
+    pub fn set_default_read_only(&self, on: bool) {
+        let set = if on { "SET default_transaction_read_only = on" } else { "RESET default_transaction_read_only" };
+        self.sql(&format!("ALTER SYSTEM {set}"));
+        self.sql("SELECT pg_reload_conf()");
+        let want = if on { "on" } else { "off" };
+        if !wait_for(Duration::from_secs(10), || self.sql("SHOW default_transaction_read_only")[0] == want) {
+            self.fail(&format!("default_transaction_read_only is not {want} 10 s after the reload"));
+        }
+    }
+
     /// Runs `q` (simple query protocol; several statements allowed) on a new
     /// connection as `postgres` to `test`, and returns the first column of
     /// each row as text, `""` for NULL.
