@@ -189,13 +189,66 @@ fn read_only_fails_writes_of_le_but_not_reads() {
     let err = acquire(&store, "y", LONG).expect_err("acquire on a read-only server");
     eprintln!("acquire, read-only: kind {:?}: {err}", err.kind());
     assert_eq!(err.kind(), ErrorKind::Retryable, "{err:?}");
-    assert!(err.to_string().contains("1290"), "{err}");
+    // Refused before `read_only` itself is reached: every write's
+    // transaction is read-only while the server is.
+    assert!(err.to_string().contains("1792") && err.to_string().contains("read_only"), "{err}");
     let renew = store.renew("e", "x", fence, TTL, b"p", LONG).expect_err("renew on a read-only server");
     eprintln!("renew, read-only: kind {:?}: {renew}", renew.kind());
     let lease = works_soon("inspect, read-only", || store.inspect("e", LONG));
     assert!(lease.held_by("x") && lease.fence == fence, "{lease:?}");
     s.set_read_only(false);
     assert!(works_soon("renew after read_only off", || store.renew("e", "x", fence, TTL, b"p", LONG)).held_by("x"));
+}
+
+/// An election user whom `read_only` does not stop by itself (root: ALL
+/// PRIVILEGES includes READ_ONLY ADMIN; MySQL's SUPER is the same) must not
+/// write through an operator's `read_only` either (issue 37): every write,
+/// single or batched, runs in a transaction that is read-only while the
+/// server is, and fails retryably with 1792 naming the setting; reads
+/// work. The control: the same user's writes started `READ WRITE`, as
+/// before, do get through, so the privilege is real and the test can fail.
+#[test]
+fn read_only_stops_a_privileged_election_user_too() {
+    let s = MariaServer::start();
+    started(&s);
+    let root = MySqlStore::builder(&s.admin_url()).socket_timeout(Duration::from_secs(2)).build().unwrap();
+    root.ensure_schema().expect("ensure_schema as root");
+    let grants = s.query("SHOW GRANTS").join(" ");
+    assert!(grants.contains("ALL PRIVILEGES"), "{grants}");
+    let fence = acquire(&root, "x", LONG).unwrap().fence;
+    let others = [BatchItem { name: "b1", fence: 0, payload: b"" }, BatchItem { name: "b2", fence: 0, payload: b"" }];
+    let claimed: Vec<u64> = root.acquire_many("x", TTL, &others, LONG).into_iter().map(|r| r.unwrap().fence).collect();
+    s.set_read_only(true);
+
+    let err = acquire(&root, "y", LONG).expect_err("a privileged acquire on a read-only server");
+    eprintln!("acquire as root, read-only: kind {:?}: {err}", err.kind());
+    assert_eq!(err.kind(), ErrorKind::Retryable, "{err:?}");
+    assert!(err.to_string().contains("1792") && err.to_string().contains("read_only"), "{err}");
+    let renew = root.renew("e", "x", fence, TTL, b"p", LONG).expect_err("a privileged renew on a read-only server");
+    assert!(renew.is_retryable() && renew.to_string().contains("1792"), "{renew}");
+    assert!(root.release("e", "x", fence, LONG).is_err(), "a privileged release on a read-only server");
+    let held: Vec<BatchItem<'_>> =
+        others.iter().zip(&claimed).map(|(i, &fence)| BatchItem { name: i.name, fence, payload: b"" }).collect();
+    for r in root.renew_many("x", TTL, &held, LONG) {
+        let e = r.expect_err("a privileged batched renewal on a read-only server");
+        assert!(e.is_retryable() && e.to_string().contains("read_only"), "{e}");
+    }
+    let lease = works_soon("inspect as root, read-only", || root.inspect("e", LONG));
+    assert!(
+        lease.held_by("x") && lease.fence == fence && lease.payload == b"p",
+        "a refused write changed the row: {lease:?}"
+    );
+
+    // The control: today's writes without the read-only transaction.
+    let over = MySqlStore::builder(&s.admin_url()).build().unwrap().__overriding_read_only();
+    let through = over.renew("e", "x", fence, TTL, b"written through read_only", LONG);
+    assert!(through.is_ok(), "root's READ WRITE renewal did not get through read_only: {through:?}");
+
+    s.set_read_only(false);
+    assert!(works_soon("renew after read_only off", || root.renew("e", "x", fence, TTL, b"p", LONG)).held_by("x"));
+    for r in root.renew_many("x", TTL, &held, LONG) {
+        assert!(r.expect("a batched renewal after read_only off").held_by("x"));
+    }
 }
 
 #[test]

@@ -554,6 +554,26 @@ fn sessions_with_autocommit_off_still_commit_every_call() {
     assert_eq!(from_a.holder, "b", "a read kept seeing an old snapshot: {from_a:?}");
 }
 
+/// Sessions left read-only by the application (`SET SESSION TRANSACTION
+/// READ ONLY` in a pool's `init`, or on a borrowed session) still write:
+/// only the server's own `read_only` makes a write's transaction
+/// read-only (issue 37), and the session keeps its default afterwards.
+#[test]
+fn sessions_left_read_only_by_the_application_still_write() {
+    store();
+    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
+        .init(vec!["SET SESSION TRANSACTION READ ONLY".to_owned()]);
+    let mut raw = mysql::Conn::new(opts.clone()).unwrap();
+    let e = raw.query_drop(format!("UPDATE {TABLE} SET holder = holder WHERE name = 'none'"));
+    assert!(matches!(&e, Err(mysql::Error::MySqlError(m)) if m.code == 1792), "the session is not read-only: {e:?}");
+    let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
+    let name = format!("session-read-only-{}", random_tag());
+    let a = s.acquire(&name, "a", LONG, b"", T).expect("acquire on a read-only session");
+    assert!(s.renew(&name, "a", a.fence, LONG, b"", T).unwrap().held_by("a"));
+    s.release(&name, "a", a.fence, T).unwrap();
+    assert!(store().inspect(&name, T).unwrap().expired(), "the release did not commit");
+}
+
 /// A call given up on while its connection was still being opened (a slow
 /// path, a server slow to greet) never runs once the connection is up: its
 /// caller was told it failed, so it must not land later. The control: with

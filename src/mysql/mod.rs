@@ -243,6 +243,9 @@ pub struct MySqlStore {
     /// The failover rule (see `sql::acquire`); off only in the negative
     /// controls of the failover tests.
     failover_rule: bool,
+    /// Single-election writes start read-write whatever the server says;
+    /// on only in the negative controls of the read-only tests.
+    overrides_read_only: bool,
 }
 
 /// Settings for a [`MySqlStore`], from [`MySqlStore::builder`].
@@ -367,6 +370,7 @@ impl MySqlBuilder {
                     ddl_timeout: self.ddl_timeout,
                     tls: false,
                     failover_rule: true,
+                    overrides_read_only: false,
                 });
             }
             Source::Url(u) => {
@@ -428,6 +432,7 @@ impl MySqlBuilder {
             ddl_timeout: self.ddl_timeout,
             tls,
             failover_rule: true,
+            overrides_read_only: false,
         })
     }
 }
@@ -579,6 +584,17 @@ impl MySqlStore {
         self
     }
 
+    /// The negative control of the read-only tests: a store whose
+    /// single-election writes (acquire, renew, release: what an `Elector`
+    /// sends) start `READ WRITE` whatever the server says, as every write
+    /// did before the store respected `read_only`; a user with `SUPER` or
+    /// `READ_ONLY ADMIN` then writes through it. Never use it otherwise.
+    #[doc(hidden)]
+    pub fn __overriding_read_only(mut self) -> MySqlStore {
+        self.overrides_read_only = true;
+        self
+    }
+
     /// The table this store uses.
     pub fn table(&self) -> &str {
         &self.table
@@ -719,7 +735,11 @@ impl MySqlStore {
 
     fn run(&self, op: &'static str, body: &str, deadline: Instant) -> Result<Vec<Vec<mysql::Value>>, StoreError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        self.pool.run(op, sql::pinned(body, remaining), deadline)
+        let mut text = sql::pinned(body, remaining);
+        if self.overrides_read_only {
+            text = text.replace(sql::BEGIN, sql::BEGIN_OVERRIDING_READ_ONLY);
+        }
+        self.pool.run(op, text, deadline)
     }
 }
 

@@ -416,10 +416,31 @@ pub(crate) fn unpin() -> String {
 /// Starts a write's transaction: `REPEATABLE READ` whatever the session's
 /// level (under `SERIALIZABLE` a follower's read would lock the row; under
 /// `READ COMMITTED` statement-based binlogs refuse the writes), and
-/// `READ WRITE` whatever the session's `transaction_read_only` default. A
-/// server made read-only (`read_only`, `super_read_only`, a replica) still
-/// refuses the writes.
-pub(crate) const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION READ WRITE;";
+/// read-only exactly when the server is (`@@global.read_only`, which
+/// `super_read_only` turns on too), whatever the session's default.
+///
+/// Both are characteristics of the next transaction only, so the session
+/// keeps its own. A server made read-only refuses the writes of a user
+/// without `SUPER` (MySQL) or `READ_ONLY ADMIN` (MariaDB) by itself; a
+/// read-only transaction refuses every user's (1792, retryable), so an
+/// election user with those privileges does not write through an
+/// operator's fence either. The variable is `tx_read_only` on MariaDB
+/// (`transaction_read_only` only from 11.1) and `transaction_read_only`
+/// on MySQL (8.0.3 dropped `tx_read_only`): each server runs its own
+/// assignment in an executable comment, `/*M!…*/` on MariaDB only, and
+/// `/*!80003 …*/` on MySQL only (MariaDB skips versions 50700-99999 as
+/// MySQL's). They ride on a `SET` of the call's instant to itself, so the
+/// statement is never empty.
+pub(crate) const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; \
+     SET @leaderelection_now = @leaderelection_now /*M!100000 , @@tx_read_only = @@global.read_only */ \
+     /*!80003 , @@transaction_read_only = @@global.read_only */; START TRANSACTION;";
+
+/// [`BEGIN`] as it was before writes respected a read-only server: read-write
+/// whatever the server says, so a user with `SUPER` or `READ_ONLY ADMIN`
+/// writes through `read_only`. For the negative control only
+/// (`MySqlStore::__overriding_read_only`).
+pub(crate) const BEGIN_OVERRIDING_READ_ONLY: &str =
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION READ WRITE;";
 
 /// Commits without chaining a transaction or ending the session, whatever
 /// `completion_type` says (`RELEASE` would close the connection after every
@@ -830,11 +851,21 @@ pub(crate) fn code_retries(code: u16) -> bool {
 
 /// A store error from a driver error, keeping the server's code, SQLSTATE
 /// and message. Never includes connection options (so no password).
+/// ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION.
+const READ_ONLY_TRANSACTION: u16 = 1792;
+
 pub(crate) fn classify(op: &str, e: &mysql::Error) -> StoreError {
     use mysql::{DriverError, Error};
     match e {
         Error::MySqlError(m) => {
-            let message = format!("mysql {op}: server error {} ({}): {}", m.code, m.state, m.message);
+            let mut message = format!("mysql {op}: server error {} ({}): {}", m.code, m.state, m.message);
+            if m.code == READ_ONLY_TRANSACTION {
+                // Every write's transaction is read-only exactly when the
+                // server is (see `BEGIN`).
+                message.push_str(
+                    " (the server is read-only: read_only or super_read_only is on; writes wait until it is off)",
+                );
+            }
             match code_kind(m.code, &m.state) {
                 ErrorKind::Fatal => StoreError::fatal(message),
                 _ => StoreError::retryable(message),
@@ -989,6 +1020,22 @@ mod tests {
         for data in [(1264, "22003"), (1292, "22007"), (4025, "23000"), (3819, "HY000"), (1048, "23000")] {
             assert_eq!(code_kind(data.0, data.1), ErrorKind::Fatal, "{data:?}");
         }
+    }
+
+    /// The no-op assignment that carries each server's read-only switch is
+    /// of the call's own instant variable, and every write starts with it.
+    #[test]
+    fn a_write_is_read_only_exactly_when_the_server_is() {
+        assert!(BEGIN.contains(&format!("SET {AT} = {AT} /*M!100000 , @@tx_read_only = @@global.read_only */")));
+        assert!(BEGIN.contains("/*!80003 , @@transaction_read_only = @@global.read_only */; START TRANSACTION;"));
+        assert!(!BEGIN.contains("READ WRITE") && BEGIN_OVERRIDING_READ_ONLY.contains("READ WRITE"));
+        let m = mysql::Error::MySqlError(mysql::MySqlError {
+            state: "25006".into(),
+            code: 1792,
+            message: "Cannot execute statement in a READ ONLY transaction".into(),
+        });
+        let e = classify("renew", &m);
+        assert!(e.is_retryable() && e.to_string().contains("read_only or super_read_only is on"), "{e}");
     }
 
     #[test]
