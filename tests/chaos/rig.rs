@@ -70,6 +70,12 @@ pub struct Rig {
     pub table: String,
     /// Host and port the participants' proxies forward to.
     upstream: SocketAddr,
+    /// Participants' stores connect as a user whom `read_only` does not
+    /// stop by itself (MariaDB's root, with READ_ONLY ADMIN).
+    privileged: bool,
+    /// Participants' stores override every read-only setting (the
+    /// negative control of the read-only fence, issue 37).
+    overriding_read_only: bool,
 }
 
 /// A lock another session holds until this is dropped (held for its `Drop`).
@@ -139,14 +145,31 @@ impl Rig {
             servers,
             table: format!("chaos_{}", random_tag()),
             upstream: SocketAddr::from(([127, 0, 0, 1], port)),
+            privileged: false,
+            overriding_read_only: false,
         };
         rig.store_at(port, true);
         rig
     }
 
+    /// Participants connect as a user with every privilege (MariaDB's
+    /// root: `read_only` alone does not stop its writes).
+    pub fn privileged(mut self) -> Rig {
+        self.privileged = true;
+        self
+    }
+
+    /// Participants' stores override every read-only setting, as writes
+    /// did before issue 37: the negative control.
+    pub fn overriding_read_only(mut self) -> Rig {
+        self.overriding_read_only = true;
+        self
+    }
+
     /// The URL of the database through local port `port`.
     fn url_at(&self, port: u16) -> String {
         match (&self.servers, self.path) {
+            (Servers::Maria(_), _) if self.privileged => format!("mysql://root@127.0.0.1:{port}/test"),
             (Servers::Shared, Path::Maria) => format!("mysql://root@127.0.0.1:{port}/test"),
             (Servers::Shared, _) => format!("postgres://root@127.0.0.1:{port}/test"),
             (Servers::Pg(pg), _) | (Servers::Bouncer(pg, _), _) => pg.url_via(port),
@@ -162,10 +185,12 @@ impl Rig {
         let built = match self.path {
             Path::Maria => MySqlStore::builder(&url).table(self.table.clone()).build().map(|s| {
                 let done = if schema { s.ensure_schema() } else { Ok(()) };
+                let s = if self.overriding_read_only { s.__overriding_read_only() } else { s };
                 (Arc::new(s) as Arc<dyn Store>, done)
             }),
             _ => PostgresStore::builder(&url).table("public", self.table.clone()).build().map(|s| {
                 let done = if schema { s.ensure_schema() } else { Ok(()) };
+                let s = if self.overriding_read_only { s.__overriding_read_only() } else { s };
                 (Arc::new(s) as Arc<dyn Store>, done)
             }),
         };
@@ -256,6 +281,18 @@ impl Rig {
         match self.path {
             Path::Maria => self.maria().set_read_only(on),
             _ => self.pg().set_read_only(on),
+        }
+    }
+
+    /// An operator's read-only fence on the running server, or its end:
+    /// PostgreSQL's `default_transaction_read_only` set for the whole
+    /// server (`ALTER SYSTEM`, then a reload: every session, pooled ones
+    /// too, takes it at its next statement), MariaDB's `read_only`.
+    /// Returns once a fresh session sees it.
+    pub fn fence_read_only(&self, on: bool) {
+        match self.path {
+            Path::Maria => self.maria().set_read_only(on),
+            _ => self.pg().set_default_read_only(on),
         }
     }
 }

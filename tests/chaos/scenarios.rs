@@ -340,6 +340,51 @@ pub fn database_goes_read_only(path: Path) {
     f.finish();
 }
 
+/// An operator fences the server read-only under a live leader, for longer
+/// than a lease (issue 37): PostgreSQL's `default_transaction_read_only`
+/// for the whole server, MariaDB's `read_only` with the participants
+/// connected as root, whose READ_ONLY ADMIN lets it write through
+/// `read_only` unless its transaction is read-only. No guard may stay valid
+/// past the lease once the renewals stop landing, and someone leads again
+/// once the fence is lifted.
+pub fn operator_fences_read_only(path: Path) {
+    let rig = Rig::owned(path).privileged();
+    let f = Fleet::start(&rig, "read_only_fence", 3);
+    f.leader(FIRST);
+    rig.fence_read_only(true);
+    sleep(PAST_A_LEASE);
+    nobody_led_at_the_end(&f, "the read-only fence");
+    let st = f.status_of_any();
+    assert!(st.contains("read_only") && st.contains("25006"), "the errors do not name the setting: {st}");
+    f.say(&format!("nobody leads {} into the fence; the errors: {}", ms(PAST_A_LEASE), first_line(&st)));
+    rig.fence_read_only(false);
+    f.recovers("the fence was lifted");
+    f.finish();
+}
+
+/// [`operator_fences_read_only`]'s negative control: stores whose writes
+/// override the read-only setting (as every write did before issue 37)
+/// keep their leader through the fence, and the check catches it.
+pub fn overriding_a_read_only_fence_is_caught(path: Path) {
+    let rig = Rig::owned(path).privileged().overriding_read_only();
+    let f = Fleet::start(&rig, "read_only_fence_control", 3);
+    let l = f.leader(FIRST);
+    rig.fence_read_only(true);
+    sleep(PAST_A_LEASE);
+    assert!(!f.nobody_leads(), "{}: the override was not caught: nobody leads through the fence", f.name);
+    f.say(&format!(
+        "caught, as it must be: {:?} still leads {} into the fence (p{l} led at its start)",
+        f.oracle.leader_now(),
+        ms(PAST_A_LEASE)
+    ));
+    rig.fence_read_only(false);
+    f.abandon();
+}
+
+fn first_line(s: &str) -> &str {
+    s.split(" | ").next().unwrap_or(s)
+}
+
 /// A small deterministic generator, seeded from the OS or `LE_CHAOS_SEED`.
 struct Rng(u64);
 
@@ -527,6 +572,8 @@ macro_rules! per_path {
             #[test] fn election_row_locked() { super::election_row_locked($p) }
             #[test] fn backends_terminated() { super::backends_terminated($p) }
             #[test] fn database_goes_read_only() { super::database_goes_read_only($p) }
+            #[test] fn operator_fences_read_only() { super::operator_fences_read_only($p) }
+            #[test] fn overriding_a_read_only_fence_is_caught() { super::overriding_a_read_only_fence_is_caught($p) }
             #[test] fn a_randomised_minute() { super::a_randomised_minute($p) }
             #[test] fn rolling_restart_of_the_whole_fleet() { super::rolling_restart_of_the_whole_fleet($p) }
             #[test] fn two_elections_one_broken() { super::two_elections_one_broken($p) }
