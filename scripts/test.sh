@@ -53,6 +53,12 @@ cargo test --features mysql,storetest --lib mysql
 cargo test --features mysql,storetest --doc -- mysql
 cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check --test mysql_memory
 
+echo "== MariaDB Galera: a three-node multi-primary cluster of the test's own (tests/galera.rs)"
+# Installs galera-4 and rsync; the test starts its cluster on loopback ports.
+# --nocapture keeps its figures (`galera …` lines) in the log.
+source scripts/cluster.sh
+cargo test --features mysql,storetest --test galera -- --nocapture
+
 echo "== the leaderelection command-line tool (cli/): the real binary on PostgreSQL and MariaDB"
 cargo test -p leaderelection-cli
 

@@ -4,9 +4,11 @@
 //! settings every call pins, the call's instant read once into
 //! `@leaderelection_now` and used by every statement (so every row is
 //! decided at one instant, and a row this call wrote is told by its
-//! `renewed_at`), `REPEATABLE READ` transactions started `READ WRITE` and
-//! ended with `COMMIT AND NO CHAIN NO RELEASE`, the settings put back at
-//! the end, the connection dropped on any failure. Renewals, releases and
+//! `renewed_at`), `REPEATABLE READ` transactions started as
+//! [`sql::BEGIN`] starts them (read-only exactly when the server is) and
+//! ended with `COMMIT AND NO CHAIN NO RELEASE`, whose effect claims and
+//! renewals read back after it (see [`committed`]), the settings put back
+//! at the end, the connection dropped on any failure. Renewals, releases and
 //! reads are one transaction; a claim is two (see [`acquire`]); a renewal
 //! of [`HALVES_FROM`] items or more is two halves at once, each one
 //! transaction on a session of its own (see [`halves`]). A batch may
@@ -109,6 +111,17 @@ impl Script {
             last.push(' ');
         }
         last.push_str(statement);
+    }
+
+    /// Ends the batch: its transaction's `COMMIT`, then `checks` (reads
+    /// of committed rows that show whether the commit took, see
+    /// [`committed`]), then the settings put back ([`unpin`]).
+    fn finish(&mut self, checks: &[String]) {
+        self.push(COMMIT);
+        for c in checks {
+            self.push(c);
+        }
+        self.push(&unpin());
     }
 
     /// Sends every query on `conn`, in order, and returns every row.
@@ -308,7 +321,7 @@ impl ReadBacks {
                         now: DbTime::from_unix_micros(0),
                         payload: payload.as_slice().to_vec(),
                     };
-                    out.push(sql::ReadBack { lease, at: DbTime::from_unix_micros(0), row_count: 0 });
+                    out.push(sql::ReadBack { lease, at: DbTime::from_unix_micros(0), row_count: 0, committed: false });
                 }
                 Some(Value::Bytes(t)) if t == b"n" && r.len() == 3 => {
                     let at = DbTime::from_unix_micros(sql::int_value(&r[1]).ok_or_else(|| bad("not an integer"))?);
@@ -342,7 +355,7 @@ impl ReadBacks {
         let found = match self.rows.binary_search_by(|rb| rb.lease.name.as_bytes().cmp(name)) {
             Ok(k) if again => {
                 let rb = &self.rows[k];
-                Some(sql::ReadBack { lease: rb.lease.clone(), at: rb.at, row_count: rb.row_count })
+                Some(sql::ReadBack { lease: rb.lease.clone(), at: rb.at, row_count: rb.row_count, committed: false })
             }
             Ok(k) => {
                 // Moved out, but for its name, which keeps the rows in order.
@@ -353,6 +366,7 @@ impl ReadBacks {
                     lease: std::mem::replace(&mut rb.lease, left),
                     at: rb.at,
                     row_count: rb.row_count,
+                    committed: false,
                 })
             }
             Err(_) => None,
@@ -381,15 +395,14 @@ pub(crate) fn inspect(table: String, names: Vec<Vec<u8>>) -> Job<Done> {
             chunks(refs.len(), room(env), &Size { fixed, each: &each, payload: None, shared: false });
         let mut script = Script::new(env.budget);
         script.push(&pin(env));
-        script.push("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION READ ONLY;");
+        script.push(sql::READ_BEGIN);
         for g in groups {
             script.push(&format!(
                 "SELECT 'r', {LEASE} FROM {table} {BY_KEY} WHERE name IN ({}); SELECT 'n', {NOW}, {NOW};",
                 list(refs[g].iter().copied())
             ));
         }
-        script.push(COMMIT);
-        script.push(&unpin());
+        script.finish(&[]);
         let rows = script.run(conn)?;
         let refused = too_big.into_iter().map(|(k, len)| (k, too_large("inspect", len, env))).collect();
         Ok(Done { rows, refused })
@@ -442,8 +455,7 @@ pub(crate) fn release(table: String, i: String, items: Vec<Item>) -> Job<Done> {
                 by_term(&items[g], &i)
             ));
         }
-        script.push(COMMIT);
-        script.push(&unpin());
+        script.finish(&[]);
         let rows = script.run(conn)?;
         let mut refused: Vec<_> =
             too_big.into_iter().map(|(k, len)| (items[k].at, too_large("release", len, env))).collect();
@@ -546,8 +558,8 @@ pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -
             ));
         }
         script.push(&format!("SELECT 'n', {AT}, {NOW};"));
-        script.push(COMMIT);
-        script.push(&unpin());
+        let names: Vec<&[u8]> = items.iter().map(|it| it.name.as_slice()).collect();
+        script.finish(&committed_checks(&table, &i, &names, room(env)));
         rows.extend(script.run(conn)?);
         let mut refused: Vec<_> =
             too_big.into_iter().map(|(k, len)| (items[k].at, too_large("renew", len, env))).collect();
@@ -644,6 +656,26 @@ fn scanned_rows<'a>(
 /// `renewed_at`, or got a later one from somebody else).
 pub(crate) fn renewed(rb: &sql::ReadBack, identity: &str, fence: u64) -> bool {
     rb.lease.renewed_at == rb.at && rb.lease.holder == identity && rb.lease.fence == fence
+}
+
+/// The reads after a batch's `COMMIT` that show whether it took (see
+/// [`sql::committed`]): per group of `names` (the chunks the statements
+/// named), whether any of its rows holds this identity and this call's
+/// instant. A transaction commits whole or not at all, so one row this
+/// call wrote, seen committed, shows every row it wrote committed; and a
+/// call whose commit did not take wrote none that anyone sees.
+fn committed_checks(table: &str, i: &str, names: &[&[u8]], room: usize) -> Vec<String> {
+    name_chunks(names, room, 200 + table.len() + i.len() + AT.len())
+        .into_iter()
+        .map(|g| sql::committed(table, &format!("name IN ({})", list(names[g].iter().copied())), i))
+        .collect()
+}
+
+/// Whether the reads [`committed_checks`] sent after a batch's `COMMIT`
+/// saw any row of this call's committed: if not, none of its claims or
+/// renewals counts.
+pub(crate) fn took(rows: &[Vec<Value>]) -> bool {
+    sql::committed_count(rows) > 0
 }
 
 /// The claim's settings for one batch.
@@ -877,8 +909,8 @@ fn acquire_now(c: &Claim, items: &[Item], conn: &mut Conn, env: &Env) -> Result<
         ));
     }
     script.push(&format!("SELECT 'n', {AT}, {NOW};"));
-    script.push(COMMIT);
-    script.push(&unpin());
+    let claimed: Vec<&[u8]> = claim.iter().map(|it| it.name.as_slice()).collect();
+    script.finish(&committed_checks(table, i, &claimed, room(env)));
     let rows = script.run(conn)?;
     Ok((Done { rows, refused }, skipped))
 }

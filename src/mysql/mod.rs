@@ -246,6 +246,10 @@ pub struct MySqlStore {
     /// Single-election writes start read-write whatever the server says;
     /// on only in the negative controls of the read-only tests.
     overrides_read_only: bool,
+    /// Claims and renewals count only once a read after their `COMMIT`
+    /// sees them (`sql::committed`); off only in the negative controls of
+    /// the Galera tests.
+    commit_check: bool,
 }
 
 /// Settings for a [`MySqlStore`], from [`MySqlStore::builder`].
@@ -371,6 +375,7 @@ impl MySqlBuilder {
                     tls: false,
                     failover_rule: true,
                     overrides_read_only: false,
+                    commit_check: true,
                 });
             }
             Source::Url(u) => {
@@ -433,6 +438,7 @@ impl MySqlBuilder {
             tls,
             failover_rule: true,
             overrides_read_only: false,
+            commit_check: true,
         })
     }
 }
@@ -595,6 +601,16 @@ impl MySqlStore {
         self
     }
 
+    /// The negative control of the Galera tests: a store that counts a
+    /// claim or renewal as soon as the server answered its statements
+    /// without an error, as every store did before it read its writes back
+    /// after their `COMMIT` (see `sql::committed`). Never use it otherwise.
+    #[doc(hidden)]
+    pub fn __without_commit_check(mut self) -> MySqlStore {
+        self.commit_check = false;
+        self
+    }
+
     /// The table this store uses.
     pub fn table(&self) -> &str {
         &self.table
@@ -700,6 +716,7 @@ impl MySqlStore {
             Ok(done) => done,
             Err(e) => return out.fail_each(owned, &self.explain_unknown_column(e)),
         };
+        let committed = batch::took(&done.rows) || !self.commit_check;
         let mut leases = match batch::ReadBacks::new("renew", done.rows, owned) {
             Ok(l) => l,
             Err(e) => return out.fail_each(owned, &e),
@@ -710,7 +727,7 @@ impl MySqlStore {
             out.set(it.at, || match leases.take(&it.name, again)? {
                 // The row this call renewed: the update reported it.
                 Some(rb) if batch::renewed(&rb, identity, it.fence) => {
-                    let rb = sql::ReadBack { row_count: 1, ..rb };
+                    let rb = sql::ReadBack { row_count: 1, committed, ..rb };
                     sql::check_written("renew", rb, identity, ttl, &it.payload, Some(it.fence))
                 }
                 _ => Err(StoreError::lease_lost()),
@@ -811,9 +828,10 @@ impl Store for MySqlStore {
     ) -> Result<Lease, StoreError> {
         let body = sql::acquire(&self.quoted, name, identity, ttl, payload, self.failover_rule)?;
         let rows = self.run("acquire", &body, deadline_after(timeout)).map_err(|e| self.explain_unknown_column(e))?;
-        let Some(rb) = sql::read_back("acquire", name, rows)? else {
+        let Some(mut rb) = sql::read_back("acquire", name, rows)? else {
             return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));
         };
+        rb.committed |= !self.commit_check;
         // After the write, the row names this identity exactly when this
         // statement claimed or extended it (a holder's acquire always writes).
         if rb.lease.holder == identity {
@@ -834,7 +852,10 @@ impl Store for MySqlStore {
         let body = sql::renew(&self.quoted, name, identity, fence, ttl, payload)?;
         let rows = self.run("renew", &body, deadline_after(timeout))?;
         match sql::read_back("renew", name, rows)? {
-            Some(rb) if rb.row_count != 0 => sql::check_written("renew", rb, identity, ttl, payload, Some(fence)),
+            Some(mut rb) if rb.row_count != 0 => {
+                rb.committed |= !self.commit_check;
+                sql::check_written("renew", rb, identity, ttl, payload, Some(fence))
+            }
             _ => Err(StoreError::lease_lost()),
         }
     }
@@ -868,6 +889,7 @@ impl Store for MySqlStore {
         match self.pool.run_job("acquire_many", deadline_after(timeout), true, job) {
             Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
             Ok((done, skipped)) => {
+                let committed = batch::took(&done.rows) || !self.commit_check;
                 let mut leases = match batch::ReadBacks::new("acquire", done.rows, &owned) {
                     Ok(l) => l,
                     Err(e) => return out.fail(&owned, &e).done(),
@@ -879,7 +901,8 @@ impl Store for MySqlStore {
                         if skipped.contains(&it.name) {
                             return Err(batch::locked());
                         }
-                        batch::claimed(leases.take(&it.name, again), identity, ttl, &it.payload)
+                        let rb = leases.take(&it.name, again).map(|rb| rb.map(|rb| sql::ReadBack { committed, ..rb }));
+                        batch::claimed(rb, identity, ttl, &it.payload)
                     });
                 }
                 out
@@ -1027,6 +1050,15 @@ impl Store for MySqlStore {
             return Err(StoreError::lease_lost());
         }
         if int("inserted", 1)? == 1 || int("retaken", 0)? == 1 {
+            // Only once a read after the COMMIT sees the claim (see
+            // `sql::committed`): on a multi-primary cluster another node's
+            // claim of the slot may have won.
+            if self.commit_check && int("committed", 0)? != 1 {
+                return Err(StoreError::retryable(
+                    "mysql claim_slot: the claim did not commit: a read after its COMMIT does not see it (on a \
+                     multi-primary cluster, another node's claim of the slot won); not claimed",
+                ));
+            }
             return Ok(SlotClaim::Claimed);
         }
         let Some(row) = sql::tagged(&rows, "slot").next().filter(|r| r.len() == 2) else {

@@ -78,6 +78,8 @@ pub struct MariaServer {
     port: u16,
     /// Server options beyond the usual ones, on every start.
     extra: Vec<String>,
+    /// Environment of the server process, on every start.
+    env: Vec<(String, String)>,
     child: Mutex<Option<Child>>,
     started_in: Duration,
 }
@@ -114,6 +116,12 @@ impl MariaServer {
     /// [`MariaServer::start`] with more server options (`--sql-mode=ORACLE`
     /// and the like), kept for every later start.
     pub fn start_with(extra: &[&str]) -> MariaServer {
+        MariaServer::start_env(extra, &[])
+    }
+
+    /// [`MariaServer::start_with`], the server process run with `env` too
+    /// (on every start).
+    pub fn start_env(extra: &[&str], env: &[(String, String)]) -> MariaServer {
         let began = Instant::now();
         let template = template();
         let dir = PathBuf::from(format!("{PREFIX}{}-{}", std::process::id(), random_tag()));
@@ -123,6 +131,7 @@ impl MariaServer {
             dir,
             port: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env.to_vec(),
             child: Mutex::new(None),
             started_in: Duration::ZERO,
         };
@@ -181,6 +190,11 @@ impl MariaServer {
     /// The whole error log, across restarts.
     pub fn error_log(&self) -> String {
         fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+    }
+
+    /// The error log's last lines.
+    pub fn error_log_tail(&self) -> String {
+        tail(&self.error_log())
     }
 
     /// Stops the server with SIGSTOP: connections stay open, nothing answers.
@@ -267,6 +281,26 @@ impl MariaServer {
         exec(&mut self.admin(), &format!("SET GLOBAL read_only = {}", if on { "ON" } else { "OFF" }));
     }
 
+    /// Column `col` of each row `q` returns, as text, run as root; empty
+    /// when the server cannot answer (down, starting, not yet synced).
+    pub fn try_query(&self, q: &str, col: usize) -> Vec<String> {
+        let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&self.admin_url()).unwrap())
+            .prefer_socket(false)
+            .tcp_connect_timeout(Some(Duration::from_secs(2)))
+            .read_timeout(Some(Duration::from_secs(5)))
+            .write_timeout(Some(Duration::from_secs(5)));
+        let Ok(mut c) = mysql::Conn::new(opts) else { return Vec::new() };
+        let rows: Vec<mysql::Row> = c.query(q).unwrap_or_default();
+        rows.iter()
+            .filter_map(|r| match r.as_ref(col) {
+                Some(mysql::Value::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+                Some(mysql::Value::NULL) => Some("NULL".to_owned()),
+                Some(v) => Some(v.as_sql(true)),
+                None => None,
+            })
+            .collect()
+    }
+
     /// Runs `q` as root; the first column of each row, as text (`NULL` for
     /// NULL), none for a statement without a result.
     pub fn query(&self, q: &str) -> Vec<String> {
@@ -318,6 +352,7 @@ impl MariaServer {
             .arg(format!("--tmpdir={}", d("tmp")))
             .args(SPEED)
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -480,7 +515,7 @@ fn sweep_orphans() {
 /// port it was given.
 const PORT_TAKEN: &str = "another server answers on port";
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }
 

@@ -11,6 +11,8 @@
 
 pub mod elector;
 pub mod faults;
+#[cfg(feature = "mysql")]
+pub mod galera;
 pub mod inherited;
 #[cfg(feature = "mysql")]
 pub mod maria_replica;
