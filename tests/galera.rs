@@ -13,6 +13,13 @@
 //! requires at most one winner per election; the negative control (a store
 //! that trusts the server's answer, as every store did) must show two.
 //!
+//! **Lease checks across nodes.** A checked transaction on one node and
+//! the next term's claim on another. The single server's check (a shared
+//! lock) holds nothing off across nodes, and the claim commits at once; so
+//! does the multi-primary check's claim, but the two write one row of
+//! `{table}_terms`, so the cluster rolls the checked transaction back
+//! instead of committing it after the claim.
+//!
 //! Needs root, MariaDB, Galera and rsync: `bash scripts/test.sh` installs
 //! and runs everything.
 
@@ -24,9 +31,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
-use leaderelection::{BatchItem, Lease, Store, StoreError};
+use leaderelection::{BatchItem, Elector, Lease, Store, StoreError};
+use mysql::prelude::Queryable;
 use support::galera::Galera;
-use support::random_tag;
+use support::{config, random_tag, wait_for};
 
 const TTL: Duration = Duration::from_secs(30);
 const CALL: Duration = Duration::from_secs(5);
@@ -191,4 +199,156 @@ fn trusting_the_servers_answer_is_caught() {
         );
         assert!(t.doubled > 0, "{what}: no two winners in {} races without the commit check", t.trials);
     }
+}
+
+/// A store on node `k` that knows it is on a multi-primary cluster, or
+/// (`single`) one told it is not: today's check and claims, the control.
+fn check_store(g: &Galera, k: usize, single: bool) -> MySqlStore {
+    let b = MySqlStore::builder(&g.url(k)).table(TABLE).pool_size(2);
+    let b = if single { b.multi_primary(false) } else { b };
+    b.build().expect("store")
+}
+
+/// What one checked transaction against the next claim came to.
+#[derive(Debug)]
+struct CheckedRace {
+    /// The checked transaction's COMMIT, sent after the claim returned.
+    commit: Result<(), mysql::Error>,
+    /// The ledger's rows of the old term, read after both ended.
+    committed_rows: usize,
+}
+
+/// A leader on node 1 checks its lease in its own transaction there and
+/// writes a ledger row; then it stops without releasing (its guard was
+/// valid at the check), its lease runs out, and a claimant on node 2 wins
+/// the election with a large payload (its write set takes node 1 a while
+/// to apply); the moment that claim returned, the checked transaction
+/// commits. Committing there would be a write of the old term after the
+/// new term's claim.
+fn checked_write_against_the_next_claim(single: bool) -> CheckedRace {
+    let g = cluster();
+    let (s1, s2) = (check_store(g, 0, single), check_store(g, 1, single));
+    let name = format!("checked-{}", random_tag());
+    let ledger = format!("ledger_{}", random_tag());
+    let mut c = mysql::Conn::new(mysql::Opts::from_url(&g.url(0)).unwrap()).expect("connect to node 1");
+    c.query_drop(format!(
+        "CREATE TABLE `{ledger}` (id INT AUTO_INCREMENT PRIMARY KEY, fence BIGINT NOT NULL) ENGINE = InnoDB"
+    ))
+    .unwrap();
+    g.settle(0);
+    let a = Elector::start(config(s1.clone(), &name, "a").release_on_shutdown(false)).expect("start");
+    let guard = a.wait_leader_timeout(Duration::from_secs(15)).expect("a leads");
+    let fence = guard.fence();
+    let mut tx = c.start_transaction(mysql::TxOpts::default()).unwrap();
+    s1.check_lease(&mut tx, &guard).expect("the check of a live term");
+    tx.exec_drop(format!("INSERT INTO `{ledger}` (fence) VALUES (?)"), (fence,)).unwrap();
+    drop(guard);
+    a.shutdown().expect("shutdown");
+    let payload = vec![b'p'; 4 << 20];
+    let mut won = None;
+    let claimed = wait_for(Duration::from_secs(10), || {
+        match s2.acquire(&name, "b", TTL, &payload, CALL) {
+            Ok(l) if l.held_by("b") => won = Some(l),
+            _ => {}
+        }
+        won.is_some()
+    });
+    assert!(claimed, "node 2 never claimed the election after a's lease ran out");
+    let commit = tx.commit();
+    let committed_rows: usize = {
+        g.settle(1);
+        let mut r = mysql::Conn::new(mysql::Opts::from_url(&g.url(1)).unwrap()).unwrap();
+        r.query_first(format!("SELECT COUNT(*) FROM `{ledger}` WHERE fence = {fence}")).unwrap().unwrap_or(0)
+    };
+    c.query_drop(format!("DROP TABLE `{ledger}`")).unwrap();
+    CheckedRace { commit, committed_rows }
+}
+
+/// The multi-primary check: the checked transaction of the old term never
+/// commits after the next term's claim (its COMMIT fails, 1213), in every
+/// trial.
+#[test]
+fn a_checked_transaction_never_commits_after_the_next_claim_on_another_node() {
+    let began = Instant::now();
+    for trial in 0..3 {
+        let r = checked_write_against_the_next_claim(false);
+        eprintln!(
+            "galera checked write, trial {trial}: commit {:?}, rows of the old term {}",
+            r.commit.as_ref().map_err(|e| e.to_string()),
+            r.committed_rows
+        );
+        assert!(
+            r.commit.is_err() && r.committed_rows == 0,
+            "trial {trial}: the old term's write committed after the next claim: {r:?}"
+        );
+        assert!(matches!(&r.commit, Err(mysql::Error::MySqlError(e)) if e.code == 1213), "{r:?}");
+    }
+    eprintln!("galera checked write: 3 of 3 refused ({:.1} s)", began.elapsed().as_secs_f64());
+}
+
+/// The negative control: today's check (a shared lock, which no other node
+/// sees) lets the old term's write commit after the new term's claim, and
+/// the test above would catch it.
+#[test]
+fn the_single_server_check_is_caught_across_nodes() {
+    let began = Instant::now();
+    let mut caught = 0;
+    let mut trials = 0;
+    while caught == 0 && trials < 5 {
+        trials += 1;
+        let r = checked_write_against_the_next_claim(true);
+        eprintln!(
+            "galera check control, trial {trials}: commit {:?}, rows of the old term {}",
+            r.commit.as_ref().map_err(|e| e.to_string()),
+            r.committed_rows
+        );
+        caught += usize::from(r.commit.is_ok() && r.committed_rows == 1);
+    }
+    eprintln!(
+        "galera check control: caught, as it must be, in {caught} of {trials} trials ({:.1} s)",
+        began.elapsed().as_secs_f64()
+    );
+    assert!(
+        caught > 0,
+        "the single-server check never let a write of the old term commit after the claim ({trials} trials)"
+    );
+}
+
+/// The multi-primary check lets the holder's renewals through (it writes
+/// no lease row) and answers for the term: held while the term is the
+/// election's, refused with `LeaseLost` once another term claimed it.
+#[test]
+fn the_multi_primary_check_answers_for_the_term_and_lets_renewals_through() {
+    let g = cluster();
+    let s = check_store(g, 0, false);
+    let name = format!("check-{}", random_tag());
+    let e = Elector::start(config(s.clone(), &name, "a")).expect("start");
+    let guard = e.wait_leader_timeout(Duration::from_secs(15)).expect("leads");
+    let mut c = mysql::Conn::new(mysql::Opts::from_url(&g.url(0)).unwrap()).unwrap();
+    let mut tx = c.start_transaction(mysql::TxOpts::default()).unwrap();
+    s.check_lease(&mut tx, &guard).expect("the check of a live term");
+    // While the checked transaction stays open, the holder renews.
+    let renewals = e.status().renewals_ok;
+    assert!(
+        wait_for(Duration::from_secs(3), || e.status().renewals_ok >= renewals + 2),
+        "renewals stopped behind the check"
+    );
+    tx.commit().expect("commit");
+    let check = guard.lease_check().unwrap();
+    let literal = s.lease_check_literal(&check).unwrap();
+    assert!(literal.contains("_terms`") && literal.contains("ROW_COUNT()"), "{literal}");
+    let sql = s.lease_check_sql_multi_primary().unwrap();
+    assert!(sql.starts_with("UPDATE `galera_election_terms`"), "{sql}");
+    let params = (name.as_bytes().to_vec(), b"a".to_vec(), guard.fence());
+    drop(guard);
+    e.shutdown().unwrap();
+    // Released; another term claims it through node 2, and the old term's
+    // check changes no row.
+    let b = check_store(g, 1, false).acquire(&name, "b", TTL, b"", CALL).expect("claim");
+    assert!(b.held_by("b"), "{b:?}");
+    g.settle(1);
+    let mut tx = c.start_transaction(mysql::TxOpts::default()).unwrap();
+    let changed = tx.exec_iter(&sql, params).map(|r| r.affected_rows()).unwrap();
+    assert_eq!(changed, 0, "the old term's check changed the terms row after the next claim");
+    tx.rollback().unwrap();
 }

@@ -126,7 +126,16 @@ fn a_check_passes_for_the_term_and_fails_otherwise() {
 /// negative control: the same transaction without the check holds nobody
 /// off, and the successor leads while it is open.
 fn holds_a_claim_off_and_lets_renewals_through(level: IsolationLevel, checked: bool) {
+    holds_a_claim_off(level, checked, false)
+}
+
+/// [`holds_a_claim_off_and_lets_renewals_through`], and with `multi` a
+/// store told it is on a multi-primary cluster, whose check writes the
+/// term's row in `{table}_terms` (issue 34): on one server that row's lock
+/// holds the claim off the same way, and renewals still go through.
+fn holds_a_claim_off(level: IsolationLevel, checked: bool, multi: bool) {
     let (s, table) = store_on_a_busy_table();
+    let s = if multi { multi_primary_store(&table) } else { s };
     let name = format!("hold-{}", random_tag());
     let (a, guard) = leader(&s, &name, "a");
     let mut c = admin(SHARED);
@@ -149,7 +158,9 @@ fn holds_a_claim_off_and_lets_renewals_through(level: IsolationLevel, checked: b
     let b = Elector::start(config(s.clone(), &name, "b")).unwrap();
     let open_for = TIMING.lease_duration + Duration::from_secs(2);
     let held_off = !wait_for(open_for, || b.is_leader());
-    let drop_table = || exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`"));
+    let drop_table = || {
+        exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`, `{table}_terms`"))
+    };
     if !checked {
         assert!(!held_off, "without the check the successor should have led while the transaction was open");
         drop(tx);
@@ -178,6 +189,16 @@ fn an_open_checked_transaction_holds_a_claim_off_and_lets_renewals_through() {
 #[test]
 fn an_open_checked_transaction_holds_a_claim_off_under_read_committed() {
     holds_a_claim_off_and_lets_renewals_through(IsolationLevel::ReadCommitted, true);
+}
+
+#[test]
+fn a_multi_primary_check_holds_a_claim_off_on_one_server_too() {
+    holds_a_claim_off(IsolationLevel::RepeatableRead, true, true);
+}
+
+/// A store of `table` told it is on a multi-primary cluster.
+fn multi_primary_store(table: &str) -> MySqlStore {
+    MySqlStore::builder(&url(SHARED)).table(table).multi_primary(true).build().expect("store")
 }
 
 #[test]
@@ -224,7 +245,7 @@ fn a_check_without_its_index_refuses_until_ensure_schema() {
     let terms: Option<i64> = c.query_first(format!("SELECT terms FROM `{table}` WHERE name = 'x'")).unwrap();
     assert_eq!(terms, Some(0), "the old row kept, with the column added");
     e.shutdown().unwrap();
-    exec(&mut c, &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`"));
+    exec(&mut c, &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`, `{table}_terms`"));
 }
 
 /// A store on a table of its own (dropped by the caller).
@@ -236,7 +257,10 @@ fn fresh_store(prefix: &str) -> (MySqlStore, String) {
 }
 
 fn drop_tables(table: &str) {
-    exec(&mut admin(SHARED), &format!("DROP TABLE IF EXISTS `{table}`, `{table}_slots`, `{table}_members`"));
+    exec(
+        &mut admin(SHARED),
+        &format!("DROP TABLE IF EXISTS `{table}`, `{table}_slots`, `{table}_members`, `{table}_terms`"),
+    );
 }
 
 fn item(name: &str) -> BatchItem<'_> {

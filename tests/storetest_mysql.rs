@@ -827,7 +827,8 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let t = self.table.replace('`', "``");
-        let _ = admin(SHARED).query_drop(format!("DROP TABLE IF EXISTS `{t}`, `{t}_slots`, `{t}_members`"));
+        let _ =
+            admin(SHARED).query_drop(format!("DROP TABLE IF EXISTS `{t}`, `{t}_slots`, `{t}_members`, `{t}_terms`"));
     }
 }
 
@@ -1250,7 +1251,7 @@ fn concurrent_batched_claims_never_deadlock() {
         }
     }
     let after = deadlocks();
-    exec(&mut admin(PRIVATE), &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`"));
+    exec(&mut admin(PRIVATE), &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`, `{table}_terms`"));
     assert_eq!(after - before, 0, "the batches deadlocked {} times", after - before);
 }
 
@@ -1436,7 +1437,7 @@ fn batch_latencies() {
     }
     eprintln!("3 members at once: every store call: {}", pct(calls.iter().map(|c| c.1).collect()));
     if std::env::var_os("LE_BENCH_KEEP").is_none() {
-        exec(&mut admin, &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`"));
+        exec(&mut admin, &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`, `{table}_terms`"));
     }
 }
 

@@ -684,6 +684,9 @@ pub(crate) struct Claim {
     pub identity: String,
     pub ttl: Duration,
     pub failover_rule: bool,
+    /// On a multi-primary cluster, the terms table each claim of a new
+    /// term also writes (see [`super::cluster`]).
+    pub terms: Option<String>,
 }
 
 /// The retryable answer of an item whose claim a lock held off.
@@ -910,6 +913,12 @@ fn acquire_now(c: &Claim, items: &[Item], conn: &mut Conn, env: &Env) -> Result<
     }
     script.push(&format!("SELECT 'n', {AT}, {NOW};"));
     let claimed: Vec<&[u8]> = claim.iter().map(|it| it.name.as_slice()).collect();
+    if let Some(terms) = &c.terms {
+        for g in name_chunks(&claimed, room(env), 400 + 2 * table.len() + i.len()) {
+            let names = list(claimed[g].iter().copied());
+            script.push(&super::cluster::claim_terms(terms, table, &format!("name IN ({names})"), i));
+        }
+    }
     script.finish(&committed_checks(table, i, &claimed, room(env)));
     let rows = script.run(conn)?;
     Ok((Done { rows, refused }, skipped))

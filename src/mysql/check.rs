@@ -1,9 +1,11 @@
 //! Lease checks in the program's own transactions (see
 //! [`MySqlStore::check_lease`]).
 
+use std::time::Instant;
+
 use mysql::prelude::Queryable;
 
-use super::{sql, MySqlStore};
+use super::{cluster, sql, MySqlStore};
 use crate::guard::{LeaderGuard, LeaseCheck};
 use crate::store::StoreError;
 
@@ -30,8 +32,41 @@ impl MySqlStore {
     /// fence, holder)` that [`ensure_schema`](MySqlStore::ensure_schema) and
     /// [`schema`](MySqlStore::schema) make; without it the statement fails
     /// (error 1176) rather than check without holding anything off.
+    ///
+    /// This is the check for one server, or a replication topology with one
+    /// writable node. On a multi-primary cluster (Galera, Group Replication
+    /// in multi-primary mode) no lock reaches another node: use
+    /// [`lease_check_sql_multi_primary`](MySqlStore::lease_check_sql_multi_primary)
+    /// there.
     pub fn lease_check_sql(&self) -> String {
         sql::lease_check(&self.quoted)
+    }
+
+    /// The lease check for a multi-primary cluster (MariaDB Galera, MySQL
+    /// Group Replication in multi-primary mode) as one statement for any
+    /// driver, to run inside the transaction that writes:
+    ///
+    /// ```sql
+    /// UPDATE `leader_election_terms` FORCE INDEX (PRIMARY) SET checks = checks + 1
+    ///   WHERE name = ? AND CAST(holder AS BINARY) = ? AND fence = ?
+    /// ```
+    ///
+    /// with the same parameters as [`lease_check_sql`](MySqlStore::lease_check_sql).
+    /// One row changed: the term is still the election's latest, and a
+    /// claim of a new term, which writes the same row, cannot commit
+    /// before this transaction does: the cluster certifies the two against
+    /// each other and rolls one back (your `COMMIT` then fails with 1213).
+    /// No row changed: roll back. It does not read the expiry (a read of
+    /// the lease row there would lock it, and hold the holder's renewals
+    /// up); [`check_lease`](MySqlStore::check_lease) reads it after this
+    /// statement. Concurrent checked transactions of one term write the
+    /// same row, so they are ordered too. It needs the table
+    /// `{table}_terms` ([`ensure_schema`](MySqlStore::ensure_schema) makes
+    /// it), and every participant's store must know the cluster is one
+    /// (they ask the server; see [`MySqlBuilder::multi_primary`](super::MySqlBuilder::multi_primary)),
+    /// so that their claims write that row.
+    pub fn lease_check_sql_multi_primary(&self) -> Result<String, StoreError> {
+        Ok(cluster::check_write(&self.terms()?))
     }
 
     /// The lease check of `check`'s term with its values written in, as one
@@ -49,7 +84,15 @@ impl MySqlStore {
     /// # Errors
     ///
     /// A fatal error when the name or identity is longer than its column.
+    ///
+    /// On a multi-primary cluster it is two statements (the check's write,
+    /// see [`lease_check_sql_multi_primary`](MySqlStore::lease_check_sql_multi_primary),
+    /// then the row or the error), and asking the server which it is takes
+    /// a round trip the first time.
     pub fn lease_check_literal(&self, check: &LeaseCheck<'_>) -> Result<String, StoreError> {
+        if self.is_multi_primary("lease_check_literal", Instant::now() + self.ddl_timeout)? {
+            return cluster::check_literal(&self.terms()?, &self.quoted, check.name, check.identity, check.fence);
+        }
         sql::lease_check_literal(&self.quoted, check.name, check.identity, check.fence)
     }
 
@@ -110,6 +153,9 @@ impl MySqlStore {
     pub fn check_lease(&self, conn: &mut impl Queryable, guard: &LeaderGuard) -> Result<(), StoreError> {
         let check = guard.lease_check_for("mysql")?;
         let params = (check.name.as_bytes(), check.identity.as_bytes(), check.fence);
+        if self.is_multi_primary("check_lease", Instant::now() + self.ddl_timeout)? {
+            return self.check_lease_multi_primary(conn, params);
+        }
         match conn.exec_first::<i64, _, _>(self.lease_check_sql(), params) {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(StoreError::lease_check_failed()),
@@ -120,6 +166,31 @@ impl MySqlStore {
                 sql::TERM_INDEX,
                 sql::add_term_index(&self.quoted)
             ))),
+            Err(e) => Err(sql::classify("check_lease", &e)),
+        }
+    }
+
+    /// [`check_lease`](MySqlStore::check_lease) on a multi-primary cluster:
+    /// the write of the term's row in `{table}_terms` (which holds the next
+    /// claim off, see [`lease_check_sql_multi_primary`](MySqlStore::lease_check_sql_multi_primary)),
+    /// then a plain read of the lease row: still this term's, not expired
+    /// on this node's clock.
+    fn check_lease_multi_primary(
+        &self,
+        conn: &mut impl Queryable,
+        params: (&[u8], &[u8], u64),
+    ) -> Result<(), StoreError> {
+        let terms = self.terms()?;
+        let changed = conn
+            .exec_iter(cluster::check_write(&terms), params)
+            .map(|r| r.affected_rows())
+            .map_err(|e| self.explain_missing_terms(sql::classify("check_lease", &e)))?;
+        if changed != 1 {
+            return Err(StoreError::lease_check_failed());
+        }
+        match conn.exec_first::<i64, _, _>(cluster::check_read(&self.quoted), params) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(StoreError::lease_check_failed()),
             Err(e) => Err(sql::classify("check_lease", &e)),
         }
     }

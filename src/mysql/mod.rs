@@ -149,6 +149,15 @@
 //!   instant; it deletes the group's members expired for over an hour. A
 //!   missing members table is a fatal error that says to run
 //!   `ensure_schema`.
+//! - **Multi-primary clusters** (MariaDB Galera, MySQL Group Replication in
+//!   multi-primary mode; asked once per store, or
+//!   [`MySqlBuilder::multi_primary`]): every claim of a new term also
+//!   replaces the election's row in `{table}_terms` (made by
+//!   `ensure_schema` and [`MySqlStore::schema`]), and a lease check writes
+//!   that row instead of locking the lease row's index entry, since no
+//!   lock reaches another node. Every claim and renewal, on any server,
+//!   reads its row back after its `COMMIT` and counts only if it is seen
+//!   there: Galera could report a rolled-back `COMMIT` as a success.
 //! - **A real operation timeout.** The store keeps its own pool (not
 //!   `mysql::Pool`, which opens connections under its lock and loses a slot
 //!   for good when a broken connection is kept out of it). Each call runs on a
@@ -186,6 +195,7 @@ mod batch;
 #[cfg(unix)]
 mod borrowed;
 mod check;
+mod cluster;
 mod conn;
 mod sql;
 mod url;
@@ -250,6 +260,9 @@ pub struct MySqlStore {
     /// sees them (`sql::committed`); off only in the negative controls of
     /// the Galera tests.
     commit_check: bool,
+    /// Whether the server is a node of a multi-primary cluster (see
+    /// [`cluster`]), shared by clones.
+    mode: Arc<cluster::Mode>,
 }
 
 /// Settings for a [`MySqlStore`], from [`MySqlStore::builder`].
@@ -262,6 +275,7 @@ pub struct MySqlBuilder {
     ca_file: Option<PathBuf>,
     ddl_timeout: Duration,
     idle_timeout: Duration,
+    multi_primary: Option<bool>,
 }
 
 enum Source {
@@ -347,6 +361,20 @@ impl MySqlBuilder {
         self
     }
 
+    /// Whether the server is a node of a multi-primary cluster (MariaDB
+    /// Galera, MySQL Group Replication in multi-primary mode), where no lock
+    /// reaches another node: claims then also write the election's row in
+    /// `{table}_terms`, and lease checks write it too (see
+    /// [`MySqlStore::check_lease`]). By default the store asks the server
+    /// once, before its first claim or check (`wsrep_on`, and Group
+    /// Replication's group name and `single_primary_mode`). Say `true` for
+    /// a cluster whose nodes the store may reach through a proxy that hides
+    /// those variables.
+    pub fn multi_primary(mut self, yes: bool) -> MySqlBuilder {
+        self.multi_primary = Some(yes);
+        self
+    }
+
     /// Builds the store. Opens no connection.
     ///
     /// # Errors
@@ -376,6 +404,7 @@ impl MySqlBuilder {
                     failover_rule: true,
                     overrides_read_only: false,
                     commit_check: true,
+                    mode: Arc::new(self.multi_primary.map(cluster::Mode::fixed).unwrap_or_default()),
                 });
             }
             Source::Url(u) => {
@@ -439,6 +468,7 @@ impl MySqlBuilder {
             failover_rule: true,
             overrides_read_only: false,
             commit_check: true,
+            mode: Arc::new(self.multi_primary.map(cluster::Mode::fixed).unwrap_or_default()),
         })
     }
 }
@@ -549,9 +579,12 @@ impl MySqlStore {
         MySqlBuilder::new(Source::Pool(pool))
     }
 
-    /// The DDL that creates the election table, and the slots and group
-    /// members tables beside it, for migration tools.
-    /// [`MySqlStore::ensure_schema`] runs the same.
+    /// The DDL that creates the election table, and the slots, group
+    /// members and terms tables beside it, for migration tools.
+    /// [`MySqlStore::ensure_schema`] runs the same. The terms table is
+    /// needed on multi-primary clusters only (see
+    /// [`MySqlBuilder::multi_primary`]); there a claim fails, fatally,
+    /// naming it, until it exists.
     ///
     /// The `terms` column counts each election's terms for operators (the
     /// claiming statement keeps it; no call reads it). A table made with an
@@ -568,6 +601,7 @@ impl MySqlStore {
     /// assert!(ddl.contains("ENGINE = InnoDB"));
     /// assert!(ddl.contains("terms       BIGINT      NOT NULL DEFAULT 0"));
     /// assert!(ddl.contains("KEY leaderelection_term (name, fence, holder)"));
+    /// assert!(ddl.contains("CREATE TABLE IF NOT EXISTS `leader election_terms`"));
     /// # }
     /// ```
     ///
@@ -578,7 +612,8 @@ impl MySqlStore {
     pub fn schema(table: &str) -> Result<String, IdentError> {
         let slots = slots_table(table).map(|t| sql::create_slots(&t)).unwrap_or_default();
         let members = members_table(table).map(|t| sql::create_members(&t)).unwrap_or_default();
-        Ok(format!("{}{slots}{members}", sql::create_table(&quote_mysql("table", table)?)))
+        let terms = terms_table(table).map(|t| cluster::create_terms(&t)).unwrap_or_default();
+        Ok(format!("{}{slots}{members}{terms}", sql::create_table(&quote_mysql("table", table)?)))
     }
 
     /// The negative control of the failover tests: a store that claims a
@@ -623,9 +658,9 @@ impl MySqlStore {
         self.tls
     }
 
-    /// Creates the election table if it does not exist, with the slots
-    /// and group members tables beside it (`{table}_slots`,
-    /// `{table}_members`), and adds what a
+    /// Creates the election table if it does not exist, with the slots,
+    /// group members and terms tables beside it (`{table}_slots`,
+    /// `{table}_members`, `{table}_terms`), and adds what a
     /// table made by an older version lacks: the `terms` and `history`
     /// columns, and the index lease checks lock ([`MySqlStore::check_lease`]). Idempotent, and
     /// safe when every replica runs it at the same moment (the server
@@ -651,7 +686,9 @@ impl MySqlStore {
     pub fn ensure_schema(&self) -> Result<(), StoreError> {
         let slots = slots_table(&self.table).map(|t| sql::create_slots(&t)).unwrap_or_default();
         let members = members_table(&self.table).map(|t| sql::create_members(&t)).unwrap_or_default();
-        let create = format!("{}{slots}{members}{}", sql::create_table(&self.quoted), sql::schema_state(&self.table));
+        let terms = terms_table(&self.table).map(|t| cluster::create_terms(&t)).unwrap_or_default();
+        let create =
+            format!("{}{slots}{members}{terms}{}", sql::create_table(&self.quoted), sql::schema_state(&self.table));
         // Each change, with the error that means a replica running this at
         // the same time made it first (duplicate column, duplicate key
         // name). Lock waits bounded at 1 s, the smallest bound the server
@@ -684,7 +721,7 @@ impl MySqlStore {
                 Ok(())
             });
             match step {
-                Ok(()) => return Ok(()),
+                Ok(()) => return self.fill_terms(deadline),
                 // A replica creating a table at the same moment (1050), or
                 // the data dictionary picking this one as a deadlock's
                 // victim (1213; three tables now, so more likely with many
@@ -777,7 +814,7 @@ pub fn __claim_unpinned(
     Ok(format!(
         "SET @leaderelection_now = {}; {}",
         sql::NOW,
-        sql::acquire(&quoted, name, identity, ttl, payload, true)?
+        sql::acquire(&quoted, name, identity, ttl, payload, true, None)?
     ))
 }
 
@@ -791,6 +828,12 @@ fn slots_table(table: &str) -> Option<String> {
 /// that name fits MySQL's 64 characters.
 fn members_table(table: &str) -> Option<String> {
     quote_mysql("table", &format!("{table}_members")).ok()
+}
+
+/// The terms table beside `table` (see [`cluster`]): `table_terms`,
+/// quoted, when that name fits MySQL's 64 characters.
+fn terms_table(table: &str) -> Option<String> {
+    quote_mysql("table", &format!("{table}_terms")).ok()
 }
 
 /// The batch's claim statement for one election, as a batch runs it but
@@ -826,8 +869,12 @@ impl Store for MySqlStore {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        let body = sql::acquire(&self.quoted, name, identity, ttl, payload, self.failover_rule)?;
-        let rows = self.run("acquire", &body, deadline_after(timeout)).map_err(|e| self.explain_unknown_column(e))?;
+        let deadline = deadline_after(timeout);
+        let terms = self.terms_if_multi_primary("acquire", deadline)?;
+        let body = sql::acquire(&self.quoted, name, identity, ttl, payload, self.failover_rule, terms.as_deref())?;
+        let rows = self
+            .run("acquire", &body, deadline)
+            .map_err(|e| self.explain_missing_terms(self.explain_unknown_column(e)))?;
         let Some(mut rb) = sql::read_back("acquire", name, rows)? else {
             return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));
         };
@@ -884,10 +931,16 @@ impl Store for MySqlStore {
         let mut out = Answers::new(items.len());
         let Some(owned) = self.batch_items(&mut out, identity, items) else { return out.done() };
         let Ok(i) = batch::identity(identity) else { return out.done() };
-        let claim = batch::Claim { table: self.quoted.clone(), identity: i, ttl, failover_rule: self.failover_rule };
+        let deadline = deadline_after(timeout);
+        let terms = match self.terms_if_multi_primary("acquire_many", deadline) {
+            Ok(t) => t,
+            Err(e) => return out.fail(&owned, &e).done(),
+        };
+        let claim =
+            batch::Claim { table: self.quoted.clone(), identity: i, ttl, failover_rule: self.failover_rule, terms };
         let job = batch::acquire(claim, owned.clone());
-        match self.pool.run_job("acquire_many", deadline_after(timeout), true, job) {
-            Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
+        match self.pool.run_job("acquire_many", deadline, true, job) {
+            Err(e) => out.fail(&owned, &self.explain_missing_terms(self.explain_unknown_column(e))),
             Ok((done, skipped)) => {
                 let committed = batch::took(&done.rows) || !self.commit_check;
                 let mut leases = match batch::ReadBacks::new("acquire", done.rows, &owned) {
@@ -1200,6 +1253,61 @@ impl MySqlStore {
     }
 
     /// The slots table, quoted, or why there is none.
+    /// Whether the server is a node of a multi-primary cluster (see
+    /// [`cluster`]): what the builder said, or what the server answered
+    /// (asked once, before `deadline`).
+    fn is_multi_primary(&self, op: &'static str, deadline: Instant) -> Result<bool, StoreError> {
+        if let Some(known) = self.mode.known() {
+            return Ok(known);
+        }
+        let rows = self.pool.run(op, cluster::DETECT.to_owned(), deadline)?;
+        self.mode.learn(cluster::multi_primary(&rows));
+        Ok(self.mode.known().unwrap_or(true))
+    }
+
+    /// The terms table a claim writes (see [`cluster`]) on a multi-primary
+    /// cluster; `None` elsewhere.
+    fn terms_if_multi_primary(&self, op: &'static str, deadline: Instant) -> Result<Option<String>, StoreError> {
+        if !self.is_multi_primary(op, deadline)? {
+            return Ok(None);
+        }
+        self.terms().map(Some)
+    }
+
+    /// A call that found no terms table on a multi-primary cluster: fatal,
+    /// saying how to make it.
+    fn explain_missing_terms(&self, e: StoreError) -> StoreError {
+        if !e.message().contains("server error 1146 ") || !e.message().contains("_terms") {
+            return e;
+        }
+        StoreError::fatal(format!(
+            "{} (a multi-primary cluster needs the terms table beside the election table: run \
+             MySqlStore::ensure_schema, or create it with {})",
+            e.message(),
+            self.terms().map(|t| cluster::create_terms(&t)).unwrap_or_default().trim_end()
+        ))
+    }
+
+    fn terms(&self) -> Result<String, StoreError> {
+        terms_table(&self.table).ok_or_else(|| {
+            StoreError::fatal(format!(
+                "mysql: the terms table {}_terms, which a multi-primary cluster needs, would be longer than 64 \
+                 characters; use a shorter election table name",
+                self.table
+            ))
+        })
+    }
+
+    /// `ensure_schema`'s last step on a multi-primary cluster: terms rows
+    /// for the leases claimed before the table was there (see
+    /// [`cluster::fill_terms`]).
+    fn fill_terms(&self, deadline: Instant) -> Result<(), StoreError> {
+        if let Some(terms) = self.terms_if_multi_primary("ensure_schema", deadline)? {
+            self.run("ensure_schema", &cluster::fill_terms(&terms, &self.quoted), deadline)?;
+        }
+        Ok(())
+    }
+
     fn slots(&self) -> Result<String, StoreError> {
         slots_table(&self.table).ok_or_else(|| {
             StoreError::fatal(format!(
@@ -1243,6 +1351,7 @@ impl MySqlBuilder {
             ca_file: None,
             ddl_timeout: DEFAULT_DDL_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            multi_primary: None,
         }
     }
 }

@@ -548,6 +548,10 @@ pub(crate) fn exactly(col: &str, lit: &str) -> String {
 /// Without `failover_rule` (the failover tests' negative control only)
 /// every row counts as this server's, as in a store that knows nothing of
 /// server histories.
+///
+/// With `terms` (a multi-primary cluster's terms table, see
+/// [`super::cluster`]), a claim of a new term also replaces the election's
+/// terms row, in the same transaction.
 pub(crate) fn acquire(
     table: &str,
     name: &str,
@@ -555,6 +559,7 @@ pub(crate) fn acquire(
     ttl: Duration,
     payload: &[u8],
     failover_rule: bool,
+    terms: Option<&str>,
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = (
         text("election name", name, MAX_NAME_LEN)?,
@@ -577,8 +582,11 @@ pub(crate) fn acquire(
          INSERT INTO {table} (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms, history) \
          VALUES ({n}, {i}, GREATEST(1, {AT}), {AT}, {AT}, {AT} + {t}, {PAYLOAD}, 1, {HISTORY}) \
          {update}; \
-         SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; \
+         SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; {} \
          {COMMIT} {}",
+        terms
+            .map(|terms| super::cluster::claim_terms(terms, table, &format!("name = {n} AND {ours}"), &i))
+            .unwrap_or_default(),
         committed(table, &format!("name = {n} AND {ours}"), &i)
     ))
 }
@@ -1111,10 +1119,10 @@ mod tests {
     #[test]
     fn names_longer_than_the_column_are_refused() {
         let long = "n".repeat(MAX_NAME_LEN + 1);
-        let e = acquire("`t`", &long, "a", Duration::from_secs(1), b"", true).unwrap_err();
+        let e = acquire("`t`", &long, "a", Duration::from_secs(1), b"", true, None).unwrap_err();
         assert!(e.is_fatal() && e.to_string().contains("election name"), "{e}");
         assert!(renew("`t`", "n", &"i".repeat(MAX_IDENTITY_LEN + 1), 1, Duration::from_secs(1), b"").is_err());
-        assert!(acquire("`t`", &"n".repeat(MAX_NAME_LEN), "a", Duration::from_secs(1), b"", true).is_ok());
+        assert!(acquire("`t`", &"n".repeat(MAX_NAME_LEN), "a", Duration::from_secs(1), b"", true, None).is_ok());
     }
 
     #[test]
@@ -1140,7 +1148,7 @@ mod tests {
         let payload = b"a payload of some length";
         let t = Duration::from_secs(1);
         for q in [
-            acquire("`t`", "n", "a", t, payload, true).unwrap(),
+            acquire("`t`", "n", "a", t, payload, true, None).unwrap(),
             renew("`t`", "n", "a", 7, t, payload).unwrap(),
             release("`t`", "n", "a", 7).unwrap(),
             inspect("`t`", "n").unwrap(),
@@ -1205,7 +1213,7 @@ mod tests {
 
     #[test]
     fn the_claim_reads_only_the_old_row_whatever_the_assignment_order() {
-        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true).unwrap();
+        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true, None).unwrap();
         let assigned = assignments(&q);
         let cols: Vec<&str> = assigned.iter().map(|(c, _)| c.as_str()).collect();
         assert_eq!(cols, ["fence", "acquired_at", "terms", "payload", "renewed_at", "holder", "expires_at"]);
