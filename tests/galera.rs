@@ -20,8 +20,16 @@
 //! `{table}_terms`, so the cluster rolls the checked transaction back
 //! instead of committing it after the claim.
 //!
-//! Needs root, MariaDB, Galera and rsync: `bash scripts/test.sh` installs
-//! and runs everything.
+//! **Clocks.** Every node reads its own clock. On a cluster whose second
+//! node runs 4 s ahead and third 4 s behind (libfaketime), a leader renews
+//! through one node and a contender runs on another whose clock is 4 s
+//! ahead of it, with the chaos oracle sampling both guards: with the
+//! store's skew bound (`max_clock_skew`) above the difference nobody claims
+//! early; without it (the control) the contender leads while the leader's
+//! guard is still valid.
+//!
+//! Needs root, MariaDB, Galera, rsync and faketime: `bash scripts/test.sh`
+//! installs and runs everything.
 
 mod support;
 
@@ -33,8 +41,9 @@ use std::time::{Duration, Instant};
 use leaderelection::mysql::MySqlStore;
 use leaderelection::{BatchItem, Elector, Lease, Store, StoreError};
 use mysql::prelude::Queryable;
-use support::galera::Galera;
-use support::{config, random_tag, wait_for};
+use support::galera::{Galera, NodeOptions};
+use support::oracle::{Oracle, Participant, Violation};
+use support::{config, random_tag, wait_for, TIMING};
 
 const TTL: Duration = Duration::from_secs(30);
 const CALL: Duration = Duration::from_secs(5);
@@ -351,4 +360,91 @@ fn the_multi_primary_check_answers_for_the_term_and_lets_renewals_through() {
     let changed = tx.exec_iter(&sql, params).map(|r| r.affected_rows()).unwrap();
     assert_eq!(changed, 0, "the old term's check changed the terms row after the next claim");
     tx.rollback().unwrap();
+}
+
+/// A cluster whose second node's clock is 4 s ahead of the machine's and
+/// third's 4 s behind.
+fn skewed() -> &'static Galera {
+    static CLUSTER: OnceLock<Galera> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let g = Galera::start_with(&[NodeOptions::default(), NodeOptions::clock("+4s"), NodeOptions::clock("-4s")]);
+        let at = |k: usize| -> i64 {
+            let mut c = mysql::Conn::new(mysql::Opts::from_url(&g.url(k)).unwrap()).unwrap();
+            c.query_first("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))").unwrap().unwrap()
+        };
+        let (n1, n2, n3) = (at(0), at(1), at(2));
+        eprintln!(
+            "galera skewed: 3 nodes synced in {:.1} s; clocks against node 1: node 2 {:+.2} s, node 3 {:+.2} s",
+            g.started_in.as_secs_f64(),
+            (n2 - n1) as f64 / 1e6,
+            (n3 - n1) as f64 / 1e6
+        );
+        assert!(
+            (n2 - n1 - 4_000_000).abs() < 1_000_000 && (n3 - n1 + 4_000_000).abs() < 1_000_000,
+            "libfaketime did not take"
+        );
+        MySqlStore::builder(&g.url(0)).table(TABLE).build().unwrap().ensure_schema().expect("ensure_schema");
+        g.settle(0);
+        g
+    })
+}
+
+/// The skew bound the tests set: above the 4 s between the clocks.
+const SKEW: Duration = Duration::from_millis(4500);
+
+/// A leader renewing through node `leader` and a contender on node
+/// `contender` (whose clock is 4 s ahead of the leader's node), judged by
+/// the chaos oracle for three leases; then the leader is killed and the
+/// contender must take over. `skew`: the stores' bound.
+fn leader_and_contender(leader: usize, contender: usize, skew: Duration) -> Result<String, Vec<Violation>> {
+    let g = skewed();
+    let store = |k: usize| MySqlStore::builder(&g.url(k)).table(TABLE).max_clock_skew(skew).build().unwrap();
+    let name = format!("skew-{}", random_tag());
+    let oracle = Oracle::new(TIMING.lease_duration);
+    let p0 = Participant::start(&oracle, "p0", store(leader), &name, TIMING);
+    assert!(wait_for(Duration::from_secs(15), || p0.is_leader()), "p0 never led");
+    let p1 = Participant::start(&oracle, "p1", store(contender), &name, TIMING);
+    std::thread::sleep(TIMING.lease_duration * 3);
+    let steady = oracle.leader_now();
+    let killed = Instant::now();
+    p0.crash();
+    let took = wait_for(Duration::from_secs(20), || p1.is_leader()).then(|| killed.elapsed());
+    std::thread::sleep(Duration::from_millis(300));
+    p1.stop();
+    let report = oracle.check()?;
+    Ok(format!(
+        "leader during the 3 leases {steady:?}; p1 led {} after the kill; {report}",
+        took.map_or("never".into(), |t| format!("{:.0} ms", t.as_secs_f64() * 1e3))
+    ))
+}
+
+/// With the skew bound set above the clocks' difference, a contender on a
+/// node whose clock is 4 s ahead of the leader's (node 2 against node 1,
+/// and node 1 against node 3) never leads early, and takes over once the
+/// killed leader's lease has run out and the bound has passed.
+#[test]
+fn a_node_4s_ahead_claims_nothing_early_with_the_skew_bound() {
+    for (leader, contender, what) in [(0, 1, "contender's node 4 s ahead"), (2, 0, "leader's node 4 s behind")] {
+        let r = leader_and_contender(leader, contender, SKEW)
+            .unwrap_or_else(|v| panic!("{what}: {}", v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("; ")));
+        eprintln!("galera skew bound {SKEW:?}, {what}: {r}");
+        assert!(r.contains("during the 3 leases Some(\"p0\")"), "{what}: the leader lost its term: {r}");
+        assert!(!r.contains("led never"), "{what}: nobody took over: {r}");
+    }
+}
+
+/// The negative control: without the bound the contender on the node
+/// whose clock is ahead leads while the leader's guard is still valid, and
+/// the oracle catches the overlap.
+#[test]
+fn without_the_skew_bound_a_node_ahead_claims_early_and_is_caught() {
+    for (leader, contender, what) in [(0, 1, "contender's node 4 s ahead"), (2, 0, "leader's node 4 s behind")] {
+        match leader_and_contender(leader, contender, Duration::ZERO) {
+            Ok(r) => panic!("{what}: no overlap without the skew bound: {r}"),
+            Err(v) => {
+                assert!(v.iter().any(|v| matches!(v, Violation::Overlap { .. })), "{what}: {v:?}");
+                eprintln!("galera skew control, {what}: caught, as it must be: {}", v[0]);
+            }
+        }
+    }
 }

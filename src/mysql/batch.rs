@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use mysql::{Conn, Value};
 
 use super::conn::{query, Env, Failed, Job};
-use super::sql::{self, AT, BEGIN, BY_KEY, COMMIT, HISTORY, NOW, TERM_INDEX};
+use super::sql::{self, AT, BEGIN, BY_KEY, CLAIMABLE, COMMIT, HISTORY, NOW, TERM_INDEX};
 use crate::config::{MAX_IDENTITY_LEN, MAX_NAME_LEN};
 use crate::lease::{DbTime, Lease};
 use crate::store::StoreError;
@@ -687,6 +687,9 @@ pub(crate) struct Claim {
     /// On a multi-primary cluster, the terms table each claim of a new
     /// term also writes (see [`super::cluster`]).
     pub terms: Option<String>,
+    /// How long after its expiry a row counts as expired for a claim (see
+    /// [`sql::CLAIMABLE`]).
+    pub skew: Duration,
 }
 
 /// The retryable answer of an item whose claim a lock held off.
@@ -766,7 +769,7 @@ fn acquire_now(c: &Claim, items: &[Item], conn: &mut Conn, env: &Env) -> Result<
     let mut names: Vec<&[u8]> = items.iter().map(|it| it.name.as_slice()).collect();
     names.dedup();
     let inherited = if c.failover_rule { format!("COALESCE(history <> {HISTORY}, FALSE)") } else { "FALSE".into() };
-    let flags = format!("expires_at <= {AT}, {inherited}, {}", sql::exactly("holder", i));
+    let flags = format!("expires_at <= {CLAIMABLE}, {inherited}, {}", sql::exactly("holder", i));
     let listing = 200 + flags.len() + table.len();
 
     // The look: every row from the one before the first name to the one
@@ -774,6 +777,7 @@ fn acquire_now(c: &Claim, items: &[Item], conn: &mut Conn, env: &Env) -> Result<
     let (lo, hi) = (sql::hex(names[0]), sql::hex(names[names.len() - 1]));
     let mut script = Script::new(env.budget);
     script.push(&pin(env));
+    script.push(&sql::claimable(c.skew));
     script.push(BEGIN);
     script.push(&format!(
         "SELECT 'd', name, {flags} FROM {table} {BY_KEY} \
@@ -860,7 +864,7 @@ fn acquire_now(c: &Claim, items: &[Item], conn: &mut Conn, env: &Env) -> Result<
             script.push(&format!(
                 "UPDATE {table} {BY_KEY} SET expires_at = GREATEST(expires_at, {AT} + GREATEST({t}, expires_at - \
                  renewed_at)), renewed_at = GREATEST(renewed_at, {AT}), holder = X'', history = {HISTORY} \
-                 WHERE name IN ({l}) AND CAST(name AS BINARY) IN ({l}) AND {inherited} AND expires_at <= {AT};"
+                 WHERE name IN ({l}) AND CAST(name AS BINARY) IN ({l}) AND {inherited} AND expires_at <= {CLAIMABLE};"
             ));
         }
     }

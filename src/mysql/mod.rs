@@ -263,6 +263,9 @@ pub struct MySqlStore {
     /// Whether the server is a node of a multi-primary cluster (see
     /// [`cluster`]), shared by clones.
     mode: Arc<cluster::Mode>,
+    /// How long after its expiry a row counts as expired for a claim (see
+    /// [`MySqlBuilder::max_clock_skew`]).
+    max_clock_skew: Duration,
 }
 
 /// Settings for a [`MySqlStore`], from [`MySqlStore::builder`].
@@ -276,6 +279,7 @@ pub struct MySqlBuilder {
     ddl_timeout: Duration,
     idle_timeout: Duration,
     multi_primary: Option<bool>,
+    max_clock_skew: Duration,
 }
 
 enum Source {
@@ -375,6 +379,22 @@ impl MySqlBuilder {
         self
     }
 
+    /// A bound on how far apart the clocks of the servers that write one
+    /// election's rows may be: a lease counts as expired for a claim only
+    /// this long after its expiry by the claiming server's clock. Defaults
+    /// to zero. Set it on a multi-primary cluster whose nodes' clocks may
+    /// differ by more than the elector's safety margin: each node reads
+    /// its own clock, and a claim through a node whose clock is ahead of the
+    /// one the holder renews through would find the lease expired that much
+    /// early (measured on Galera with one node 4 s ahead: the contender on
+    /// it led while the leader's guard was still valid). Every takeover
+    /// after a leader dies waits this much longer. Give every participant
+    /// of an election the same bound.
+    pub fn max_clock_skew(mut self, skew: Duration) -> MySqlBuilder {
+        self.max_clock_skew = skew;
+        self
+    }
+
     /// Builds the store. Opens no connection.
     ///
     /// # Errors
@@ -405,6 +425,7 @@ impl MySqlBuilder {
                     overrides_read_only: false,
                     commit_check: true,
                     mode: Arc::new(self.multi_primary.map(cluster::Mode::fixed).unwrap_or_default()),
+                    max_clock_skew: self.max_clock_skew,
                 });
             }
             Source::Url(u) => {
@@ -469,6 +490,7 @@ impl MySqlBuilder {
             overrides_read_only: false,
             commit_check: true,
             mode: Arc::new(self.multi_primary.map(cluster::Mode::fixed).unwrap_or_default()),
+            max_clock_skew: self.max_clock_skew,
         })
     }
 }
@@ -814,7 +836,7 @@ pub fn __claim_unpinned(
     Ok(format!(
         "SET @leaderelection_now = {}; {}",
         sql::NOW,
-        sql::acquire(&quoted, name, identity, ttl, payload, true, None)?
+        sql::acquire(&quoted, name, identity, ttl, payload, true, None, Duration::ZERO)?
     ))
 }
 
@@ -853,7 +875,11 @@ pub fn __batch_claim_unpinned(
     let quoted = quote_mysql("table", table).map_err(invalid_table)?;
     let i = batch::identity(identity)?;
     let claim = batch::claim_statement(&quoted, &i, sql::ttl_micros(ttl), &[(name.as_bytes(), payload)], true);
-    Ok(format!("SET @leaderelection_now = {}; START TRANSACTION; {claim} COMMIT;", sql::NOW))
+    Ok(format!(
+        "SET @leaderelection_now = {}; {} START TRANSACTION; {claim} COMMIT;",
+        sql::NOW,
+        sql::claimable(Duration::ZERO)
+    ))
 }
 
 fn deadline_after(timeout: Duration) -> Instant {
@@ -871,7 +897,16 @@ impl Store for MySqlStore {
     ) -> Result<Lease, StoreError> {
         let deadline = deadline_after(timeout);
         let terms = self.terms_if_multi_primary("acquire", deadline)?;
-        let body = sql::acquire(&self.quoted, name, identity, ttl, payload, self.failover_rule, terms.as_deref())?;
+        let body = sql::acquire(
+            &self.quoted,
+            name,
+            identity,
+            ttl,
+            payload,
+            self.failover_rule,
+            terms.as_deref(),
+            self.max_clock_skew,
+        )?;
         let rows = self
             .run("acquire", &body, deadline)
             .map_err(|e| self.explain_missing_terms(self.explain_unknown_column(e)))?;
@@ -936,8 +971,14 @@ impl Store for MySqlStore {
             Ok(t) => t,
             Err(e) => return out.fail(&owned, &e).done(),
         };
-        let claim =
-            batch::Claim { table: self.quoted.clone(), identity: i, ttl, failover_rule: self.failover_rule, terms };
+        let claim = batch::Claim {
+            table: self.quoted.clone(),
+            identity: i,
+            ttl,
+            failover_rule: self.failover_rule,
+            terms,
+            skew: self.max_clock_skew,
+        };
         let job = batch::acquire(claim, owned.clone());
         match self.pool.run_job("acquire_many", deadline, true, job) {
             Err(e) => out.fail(&owned, &self.explain_missing_terms(self.explain_unknown_column(e))),
@@ -1352,6 +1393,7 @@ impl MySqlBuilder {
             ddl_timeout: DEFAULT_DDL_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             multi_primary: None,
+            max_clock_skew: Duration::ZERO,
         }
     }
 }

@@ -38,6 +38,18 @@ pub(crate) const NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', 
 /// call wrote (its `renewed_at` is exactly this) from one it did not.
 pub(crate) const AT: &str = "@leaderelection_now";
 
+/// The instant before which a lease counts as expired for a claim: the
+/// call's instant less the store's bound on the clock skew between the
+/// servers that write one election's rows (`MySqlBuilder::max_clock_skew`,
+/// 0 by default). Every claiming text sets it ([`claimable`]) after the
+/// call's instant; unset it is NULL and nothing is claimed.
+pub(crate) const CLAIMABLE: &str = "@leaderelection_claimable";
+
+/// Sets [`CLAIMABLE`] from the call's instant and the skew bound.
+pub(crate) fn claimable(skew: Duration) -> String {
+    format!("SET {CLAIMABLE} = {AT} - {};", skew.min(MAX_TTL).as_micros())
+}
+
 /// The payload, sent once (the claim needs it twice).
 const PAYLOAD: &str = "@leaderelection_payload";
 
@@ -414,7 +426,7 @@ pub(crate) fn unpin() -> String {
     format!(
         "SET SESSION sql_mode = DEFAULT, sql_select_limit = DEFAULT, character_set_results = DEFAULT, \
          innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT, {AT} = NULL, {PAYLOAD} = NULL, \
-         {HELD} = NULL, {INHERITED} = NULL"
+         {HELD} = NULL, {INHERITED} = NULL, {CLAIMABLE} = NULL"
     )
 }
 
@@ -551,7 +563,9 @@ pub(crate) fn exactly(col: &str, lit: &str) -> String {
 ///
 /// With `terms` (a multi-primary cluster's terms table, see
 /// [`super::cluster`]), a claim of a new term also replaces the election's
-/// terms row, in the same transaction.
+/// terms row, in the same transaction. A row counts as expired for the
+/// claim `skew` after its expiry (see [`CLAIMABLE`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire(
     table: &str,
     name: &str,
@@ -560,6 +574,7 @@ pub(crate) fn acquire(
     payload: &[u8],
     failover_rule: bool,
     terms: Option<&str>,
+    skew: Duration,
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = (
         text("election name", name, MAX_NAME_LEN)?,
@@ -571,19 +586,20 @@ pub(crate) fn acquire(
     let inherited = if failover_rule { format!("COALESCE(history <> {HISTORY}, FALSE)") } else { "FALSE".into() };
     let update = claim_update(&ours, &format!("NOT {INHERITED}"), &i, t, PAYLOAD);
     Ok(format!(
-        "SET {PAYLOAD} = {p}; {BEGIN} \
+        "SET {PAYLOAD} = {p}; {} {BEGIN} \
          SET {INHERITED} = FALSE; \
          SELECT {inherited} INTO {INHERITED} FROM {table} {BY_KEY} \
          WHERE name = {n} AND {ours} FOR UPDATE; \
          UPDATE {table} {BY_KEY} SET expires_at = GREATEST(expires_at, {AT} + GREATEST({t}, expires_at - renewed_at)), \
            renewed_at = GREATEST(renewed_at, {AT}), holder = X'', history = {HISTORY} \
-         WHERE name = {n} AND {ours} AND {INHERITED} AND expires_at <= {AT}; \
+         WHERE name = {n} AND {ours} AND {INHERITED} AND expires_at <= {CLAIMABLE}; \
          SET {INHERITED} = {INHERITED} AND ROW_COUNT() = 0; \
          INSERT INTO {table} (name, holder, fence, acquired_at, renewed_at, expires_at, payload, terms, history) \
          VALUES ({n}, {i}, GREATEST(1, {AT}), {AT}, {AT}, {AT} + {t}, {PAYLOAD}, 1, {HISTORY}) \
          {update}; \
          SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; {} \
          {COMMIT} {}",
+        claimable(skew),
         terms
             .map(|terms| super::cluster::claim_terms(terms, table, &format!("name = {n} AND {ours}"), &i))
             .unwrap_or_default(),
@@ -606,9 +622,9 @@ pub(crate) fn claim_update(ours: &str, not_inherited: &str, identity: &str, ttl:
 /// so it means the same under left-to-right and simultaneous assignment.
 pub(crate) fn claim_assignments(ours: &str, not_inherited: &str, identity: &str, ttl: u128, payload: &str) -> String {
     let (i, t) = (identity, ttl);
-    let claim = format!("({ours} AND {not_inherited} AND expires_at <= {AT})");
+    let claim = format!("({ours} AND {not_inherited} AND expires_at <= {CLAIMABLE})");
     let write = format!(
-        "({ours} AND {not_inherited} AND (expires_at <= {AT} OR ({} AND expires_at > {AT} AND renewed_at <= {AT})))",
+        "({ours} AND {not_inherited} AND (expires_at <= {CLAIMABLE} OR ({} AND expires_at > {AT} AND renewed_at <= {AT})))",
         exactly("holder", i)
     );
     format!(
@@ -1119,10 +1135,20 @@ mod tests {
     #[test]
     fn names_longer_than_the_column_are_refused() {
         let long = "n".repeat(MAX_NAME_LEN + 1);
-        let e = acquire("`t`", &long, "a", Duration::from_secs(1), b"", true, None).unwrap_err();
+        let e = acquire("`t`", &long, "a", Duration::from_secs(1), b"", true, None, Duration::ZERO).unwrap_err();
         assert!(e.is_fatal() && e.to_string().contains("election name"), "{e}");
         assert!(renew("`t`", "n", &"i".repeat(MAX_IDENTITY_LEN + 1), 1, Duration::from_secs(1), b"").is_err());
-        assert!(acquire("`t`", &"n".repeat(MAX_NAME_LEN), "a", Duration::from_secs(1), b"", true, None).is_ok());
+        assert!(acquire(
+            "`t`",
+            &"n".repeat(MAX_NAME_LEN),
+            "a",
+            Duration::from_secs(1),
+            b"",
+            true,
+            None,
+            Duration::ZERO
+        )
+        .is_ok());
     }
 
     #[test]
@@ -1136,8 +1162,13 @@ mod tests {
         assert!(q.contains("; SELECT 1; SET SESSION sql_mode = DEFAULT"), "{q}");
         assert!(q.ends_with(
             "@leaderelection_now = NULL, @leaderelection_payload = NULL, @leaderelection_held = NULL, \
-         @leaderelection_inherited = NULL"
+         @leaderelection_inherited = NULL, @leaderelection_claimable = NULL"
         ));
+        // A claim counts a row expired `skew` after its expiry.
+        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true, None, Duration::from_millis(4500)).unwrap();
+        assert!(q.contains("SET @leaderelection_claimable = @leaderelection_now - 4500000;"), "{q}");
+        assert!(q.contains("expires_at <= @leaderelection_claimable"), "{q}");
+        assert!(!q.contains("expires_at <= @leaderelection_now"), "a claim condition on the bare instant: {q}");
     }
 
     /// Every write commits with `COMMIT AND NO CHAIN NO RELEASE` (never a
@@ -1148,7 +1179,7 @@ mod tests {
         let payload = b"a payload of some length";
         let t = Duration::from_secs(1);
         for q in [
-            acquire("`t`", "n", "a", t, payload, true, None).unwrap(),
+            acquire("`t`", "n", "a", t, payload, true, None, Duration::ZERO).unwrap(),
             renew("`t`", "n", "a", 7, t, payload).unwrap(),
             release("`t`", "n", "a", 7).unwrap(),
             inspect("`t`", "n").unwrap(),
@@ -1213,7 +1244,7 @@ mod tests {
 
     #[test]
     fn the_claim_reads_only_the_old_row_whatever_the_assignment_order() {
-        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true, None).unwrap();
+        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true, None, Duration::ZERO).unwrap();
         let assigned = assignments(&q);
         let cols: Vec<&str> = assigned.iter().map(|(c, _)| c.as_str()).collect();
         assert_eq!(cols, ["fence", "acquired_at", "terms", "payload", "renewed_at", "holder", "expires_at"]);

@@ -27,6 +27,31 @@ pub struct NodeOptions {
     pub env: Vec<(String, String)>,
 }
 
+impl NodeOptions {
+    /// A node whose clock reads `offset` (libfaketime's syntax: `+4s`,
+    /// `-4s`) away from the machine's. Only the wall clock moves (what
+    /// `UTC_TIMESTAMP()` reads); the monotonic clock Galera's own timers use
+    /// stays the machine's.
+    pub fn clock(offset: &str) -> NodeOptions {
+        assert!(
+            Path::new(FAKETIME).exists(),
+            "{FAKETIME} is missing: the skewed-clock tests need Debian's faketime (`bash scripts/test.sh` installs it; \
+             by hand: `source scripts/cluster.sh`)"
+        );
+        NodeOptions {
+            env: vec![
+                ("LD_PRELOAD".into(), FAKETIME.into()),
+                ("FAKETIME".into(), offset.into()),
+                ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                ("FAKETIME_NO_CACHE".into(), "1".into()),
+            ],
+        }
+    }
+}
+
+/// libfaketime, from Debian's `faketime`.
+pub const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 /// A running cluster of [`MariaServer`]s.
 pub struct Galera {
     nodes: Vec<MariaServer>,
