@@ -79,6 +79,11 @@ cargo test --features postgres,mysql,storetest --test failover_servers -- --test
 # The same failovers under a fleet judged by the chaos oracle, with the
 # failover rule's negative control (`chaos-failover …` lines).
 cargo test --features postgres,mysql,storetest --test chaos_failover -- --test-threads 8 --nocapture
+# A PostgreSQL server's history is its system, timeline and start (issue 34):
+# a logical-replication cutover and a restored snapshot under the chaos
+# oracle, with the timeline-only stamp as their negative control
+# (`pg history …` lines).
+cargo test --features postgres,mysql,storetest --test pg_history -- --test-threads 3 --nocapture
 # Many elections per process (issue 20): per path, three worker processes each
 # running a Group with a fair share over the same 1,000 elections, each behind a
 # fault proxy of its own, through a silent and a resetting partition, a SIGSTOP,

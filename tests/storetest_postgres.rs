@@ -1322,15 +1322,18 @@ fn inherited_rows_on(s: &impl Store) {
         |n| sql(format!("UPDATE {TABLE} SET history = 'ffffffff' WHERE name = {}", lit(n))),
         |n| sql(format!("UPDATE {TABLE} SET expires_at = now() - interval '1 second' WHERE name = {}", lit(n))),
     );
-    // Every write stamps the row with the server's timeline.
+    // Every write stamps the row with the server's system identifier,
+    // timeline and start.
     let name = format!("inherited-stamp-{tag}");
     s.acquire(&name, "a", Duration::from_secs(30), b"", Duration::from_secs(5)).unwrap();
     let q = format!(
-        "SELECT history = substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) FROM {TABLE} WHERE name = {}",
+        "SELECT history = (SELECT system_identifier::text FROM pg_control_system()) || '/' || \
+         substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) || '/' || \
+         (extract(epoch from pg_postmaster_start_time()) * 1000000)::int8::text FROM {TABLE} WHERE name = {}",
         lit(&name)
     );
     let row = admin.borrow_mut().query_one(&q, &[]).unwrap();
-    assert!(row.get::<_, bool>(0), "the row was not stamped with this server's timeline");
+    assert!(row.get::<_, bool>(0), "the row was not stamped with this server's system, timeline and start");
 }
 
 #[test]

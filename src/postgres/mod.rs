@@ -240,6 +240,9 @@ pub struct PostgresStore {
     /// Writes override every read-only default, the operator's too; on
     /// only in the negative controls of the read-only tests.
     overrides_read_only: bool,
+    /// Rows are stamped with the timeline alone, as before issue 34; on
+    /// only in the negative controls of the cutover and restore tests.
+    timeline_only_history: bool,
 }
 
 /// Settings for a [`PostgresStore`], from [`PostgresStore::builder`].
@@ -429,6 +432,7 @@ impl PostgresStore {
             fence_index_seen: Arc::default(),
             failover_rule: true,
             overrides_read_only: false,
+            timeline_only_history: false,
         })
     }
 
@@ -486,6 +490,16 @@ impl PostgresStore {
     #[doc(hidden)]
     pub fn __overriding_read_only(mut self) -> PostgresStore {
         self.overrides_read_only = true;
+        self
+    }
+
+    /// The negative control of the cutover and restore tests: a store that
+    /// stamps rows with the server's timeline alone, as every store did
+    /// before the stamp named the system and its start. Never use it
+    /// otherwise.
+    #[doc(hidden)]
+    pub fn __timeline_only_history(mut self) -> PostgresStore {
+        self.timeline_only_history = true;
         self
     }
 
@@ -595,6 +609,13 @@ impl PostgresStore {
         if self.overrides_read_only && pin == sql::Pin::Write {
             pin = sql::Pin::WriteOverSession;
         }
+        let rewritten;
+        let body = if self.timeline_only_history {
+            rewritten = body.replace(sql::HISTORY_TEXT, sql::TIMELINE_ONLY_HISTORY);
+            rewritten.as_str()
+        } else {
+            body
+        };
         let mut last = None;
         for _ in 0..=self.pool.max_size() {
             let remaining = deadline.saturating_duration_since(Instant::now());

@@ -31,14 +31,40 @@ macro_rules! micros {
 /// The server's `now()` in microseconds: a fresh claim's fence candidate.
 const NOW_MICROS: &str = micros!("now()");
 
-/// The history of the server answering: its timeline, the first eight hex
-/// digits of the current WAL file's name. Promoting a standby starts a new
-/// timeline (so does a point-in-time recovery); a restart keeps it. Every
-/// write stamps its row with it (`history`), and a row whose stamp differs
-/// was written by an earlier server and may lack writes that server
-/// acknowledged (see [`acquire`]). Callable by any role, and only on a
+/// The history of the server answering, `system/timeline/start`: its
+/// `system_identifier` (set by `initdb`, kept by its standbys and copies),
+/// its timeline (the first eight hex digits of the current WAL file's name;
+/// promoting a standby or a point-in-time recovery starts a new one) and
+/// when its postmaster started, in microseconds. Every write stamps its row
+/// with it (`history`), and a row whose stamp differs was written by
+/// another server, or by this one before it last started, and may lack
+/// writes that server acknowledged (see [`acquire`]).
+///
+/// Why all three (issue 34, item 4): a timeline alone is not an identity.
+/// Two `initdb` clusters both answer `00000001`, so a logical-replication
+/// subscriber's rows (written with the publisher's values) looked native
+/// to it; a `pg_basebackup` copy or a restored file-system snapshot keeps
+/// both the system identifier and the timeline (crash recovery starts no
+/// new one), and only its start tells it from the server it was copied
+/// from. A restart of the same server counts as a new history too: its
+/// expired rows are held for nobody for a lease before a claim (their
+/// holders renew them as before), the price of telling a restore from a
+/// restart, which nothing the server reports does.
+///
+/// One scalar subquery, so each statement reads it once. Callable by any
+/// role (`pg_control_system()` included, on PostgreSQL 15), and only on a
 /// primary, which is where writes run.
-const HISTORY: &str = "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)";
+const HISTORY: &str = "(SELECT (SELECT system_identifier::text FROM pg_control_system()) || '/' || \
+     substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) || '/' || \
+     (extract(epoch from pg_postmaster_start_time()) * 1000000)::int8::text)";
+
+/// [`HISTORY`] as it was before issue 34: the timeline alone. For the
+/// negative control only (`PostgresStore::__timeline_only_history`).
+pub(crate) const TIMELINE_ONLY_HISTORY: &str = "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)";
+
+/// The history text as statements write it, for the negative control's
+/// rewrite.
+pub(crate) const HISTORY_TEXT: &str = HISTORY;
 
 /// The columns every lease-returning statement yields, in this order.
 const COLS: &str = concat!(

@@ -213,6 +213,35 @@ impl PgServer {
         }
     }
 
+    /// A crash-consistent copy of the data directory, as a volume or file
+    /// system snapshot takes one: every server process is stopped
+    /// ([`PgServer::freeze`]) while the directory is copied, then continued.
+    /// The copy lives beside the server's and goes with it.
+    pub fn snapshot(&self) -> PathBuf {
+        let snap = self.dir.with_extension(format!("snap-{}", random_tag()));
+        self.freeze();
+        let copied = Command::new("cp").arg("-a").arg(&self.dir).arg(&snap).status();
+        self.thaw();
+        if !copied.is_ok_and(|s| s.success()) {
+            self.fail(&format!("snapshot: cp -a to {} failed", snap.display()));
+        }
+        snap
+    }
+
+    /// Restores `snap` (from [`PgServer::snapshot`]) in place of the
+    /// running server, as an operator restores a volume: the server is
+    /// killed, its directory replaced by the snapshot, and started again on
+    /// the same port, which runs crash recovery (same system identifier,
+    /// same timeline). Returns once it accepts connections.
+    pub fn restore(&self, snap: &Path) {
+        self.crash();
+        let old = self.dir.with_extension(format!("old-{}", random_tag()));
+        fs::rename(&self.dir, &old).unwrap_or_else(|e| self.fail(&format!("restore: move the old directory: {e}")));
+        fs::rename(snap, &self.dir).unwrap_or_else(|e| self.fail(&format!("restore: move the snapshot in: {e}")));
+        let _ = fs::remove_dir_all(&old);
+        self.start_again();
+    }
+
     /// `pg_terminate_backend()` of every client backend but this helper's
     /// own, waiting up to 5 s for each to exit. Returns how many it ended.
     pub fn terminate_backends(&self) -> usize {
