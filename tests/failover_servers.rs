@@ -597,6 +597,28 @@ fn maria_semisync_cut_loses_nothing_acknowledged() {
     );
 }
 
+/// Under statement-based replication the replica runs the primary's
+/// statements again; every row there must still carry the primary's
+/// `server_id` as its history (issue 34, item 5): the stamp is a value the
+/// statements carry (a user variable, logged with its value), not the
+/// replica's own id evaluated again. (On MariaDB the replication thread
+/// takes on the source's `server_id`, so reading `@@server_id` in the
+/// statement also passed here; on MySQL it would not, and no MySQL server
+/// is available here.)
+#[test]
+fn a_statement_based_replica_stores_the_primarys_history() {
+    let pair = MariaPair::start(MariaMode::Statement);
+    let store = maria_store(&pair.url());
+    store.ensure_schema().expect("ensure_schema");
+    let lease = store.acquire("sbr", "a", TTL, b"", OP).expect("acquire");
+    store.renew("sbr", "a", lease.fence, TTL, b"p", OP).expect("renew");
+    let q = format!("SELECT CAST(history AS CHAR) FROM `{}` WHERE name = 'sbr' AND payload = 'p'", store.table());
+    let stamped = wait_for(WITHIN, || pair.replica().query(&q) == ["1"]);
+    assert!(stamped, "the replica's row does not carry the primary's server_id: {:?}", pair.replica().query(&q));
+    assert_eq!(pair.primary().query(&q), ["1"]);
+    println!("failover maria-sbr: the statement-based replica's row carries the primary's history (server_id 1)");
+}
+
 /// The moving address itself: connections follow the upstream of the
 /// moment they were opened, a move closes the open ones, and a dead
 /// upstream closes new ones at once.

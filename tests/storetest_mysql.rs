@@ -574,6 +574,29 @@ fn sessions_left_read_only_by_the_application_still_write() {
     assert!(store().inspect(&name, T).unwrap().expired(), "the release did not commit");
 }
 
+/// The history stamp is the server's own `server_id`, read once per call
+/// into a variable the statements carry (issue 34, item 5): a session's
+/// `server_id` (MariaDB lets a session set one; a borrowed or `init`ed
+/// session may carry it) does not stamp the row, and under
+/// statement-based replication a replica stores the value the source read.
+/// Before, the statements read `@@server_id` themselves and stamped the
+/// session's 4242.
+#[test]
+fn rows_are_stamped_with_the_servers_own_id_not_a_sessions() {
+    store();
+    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
+        .init(vec!["SET SESSION server_id = 4242".to_owned()]);
+    let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
+    let name = format!("stamp-{}", random_tag());
+    s.acquire(&name, "a", LONG, b"", T).expect("acquire");
+    let mut c = admin(SHARED);
+    let q = format!("SELECT CAST(history AS CHAR) FROM {TABLE} WHERE name = {}", hex(name.as_bytes()));
+    let stamp: Option<String> = c.query_first(q).unwrap();
+    let own: Option<String> = c.query_first("SELECT CAST(@@GLOBAL.server_id AS CHAR)").unwrap();
+    assert_eq!(stamp, own, "the row carries a session's server_id, not the server's");
+    assert_ne!(own.as_deref(), Some("4242"), "the test's premise: the server's own id is not the session's");
+}
+
 /// A call given up on while its connection was still being opened (a slow
 /// path, a server slow to greet) never runs once the connection is up: its
 /// caller was told it failed, so it must not land later. The control: with

@@ -1258,7 +1258,7 @@ mod tests {
         assert!(two.starts_with("SELECT 'l', name FROM `t` FORCE INDEX (PRIMARY) WHERE name IN (X'61', X'62') ORDER BY name FOR UPDATE; UPDATE (SELECT X'61' AS n, X'70' AS p UNION ALL SELECT X'62', X'71') AS v STRAIGHT_JOIN `t` FORCE INDEX (PRIMARY) ON `t`.name = v.n SET"), "{two}");
         assert!(two.contains("NOT FALSE") && two.ends_with("WHERE CAST(`t`.name AS BINARY) = v.n;"), "{two}");
         let new = claim_statement("`t`", "X'61'", 5, &[(b"a", b"p"), (b"b", b"q")], true);
-        assert!(new.contains("VALUES (X'61', X'61', GREATEST(1, @leaderelection_now), @leaderelection_now, @leaderelection_now, @leaderelection_now + 5, X'70', 1, CAST(@@server_id AS BINARY)), (X'62',"), "{new}");
+        assert!(new.contains("VALUES (X'61', X'61', GREATEST(1, @leaderelection_now), @leaderelection_now, @leaderelection_now, @leaderelection_now + 5, X'70', 1, @leaderelection_history), (X'62',"), "{new}");
         assert!(
             new.contains(
                 "ON DUPLICATE KEY UPDATE fence = IF((CAST(name AS BINARY) = VALUES(name) AND NOT COALESCE(history <>"

@@ -834,8 +834,10 @@ pub fn __claim_unpinned(
 ) -> Result<String, StoreError> {
     let quoted = quote_mysql("table", table).map_err(invalid_table)?;
     Ok(format!(
-        "SET @leaderelection_now = {}; {}",
+        "SET @leaderelection_now = {}, {} = {}; {}",
         sql::NOW,
+        sql::HISTORY,
+        sql::SERVER_HISTORY,
         sql::acquire(&quoted, name, identity, ttl, payload, true, None, Duration::ZERO)?
     ))
 }
@@ -876,8 +878,10 @@ pub fn __batch_claim_unpinned(
     let i = batch::identity(identity)?;
     let claim = batch::claim_statement(&quoted, &i, sql::ttl_micros(ttl), &[(name.as_bytes(), payload)], true);
     Ok(format!(
-        "SET @leaderelection_now = {}; {} START TRANSACTION; {claim} COMMIT;",
+        "SET @leaderelection_now = {}, {} = {}; {} START TRANSACTION; {claim} COMMIT;",
         sql::NOW,
+        sql::HISTORY,
+        sql::SERVER_HISTORY,
         sql::claimable(Duration::ZERO)
     ))
 }

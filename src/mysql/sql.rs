@@ -65,7 +65,19 @@ const INHERITED: &str = "@leaderelection_inherited";
 /// replica changes it; a restart keeps it). Every write stamps its row with
 /// it (`history`), and a row whose stamp differs was written by another
 /// server and may lack writes that server acknowledged.
-pub(crate) const HISTORY: &str = "CAST(@@server_id AS BINARY)";
+///
+/// A value the statements carry, read once per call into this variable
+/// ([`pin`]), not `@@server_id` in the statements themselves: under
+/// statement-based replication a replica runs the statements again, and on
+/// MySQL, where `server_id` is global only, it would stamp its own id, so
+/// after a promotion every row would look native (MariaDB's replication
+/// thread happens to take on the source's id). A user variable goes into
+/// the binary log with its value. The global value, too: a session's
+/// `server_id` (MariaDB lets a session set one) is not the server's.
+pub(crate) const HISTORY: &str = "@leaderelection_history";
+
+/// What [`HISTORY`] is set to, once per call.
+pub(crate) const SERVER_HISTORY: &str = "CAST(@@GLOBAL.server_id AS BINARY)";
 
 /// The columns every lease-reading statement yields, in this order, then
 /// the call's instant ([`AT`] for a write, the reading statement's own
@@ -416,7 +428,7 @@ pub(crate) fn pin(remaining: Duration) -> String {
     format!(
         "SET SESSION timestamp = DEFAULT, sql_mode = '{SQL_MODE}', sql_select_limit = 18446744073709551615, \
          character_set_results = 'utf8mb4', innodb_lock_wait_timeout = {s}, lock_wait_timeout = {s}; \
-         SET {AT} = {NOW};"
+         SET {AT} = {NOW}, {HISTORY} = {SERVER_HISTORY};"
     )
 }
 
@@ -426,7 +438,7 @@ pub(crate) fn unpin() -> String {
     format!(
         "SET SESSION sql_mode = DEFAULT, sql_select_limit = DEFAULT, character_set_results = DEFAULT, \
          innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT, {AT} = NULL, {PAYLOAD} = NULL, \
-         {HELD} = NULL, {INHERITED} = NULL, {CLAIMABLE} = NULL"
+         {HELD} = NULL, {INHERITED} = NULL, {CLAIMABLE} = NULL, {HISTORY} = NULL"
     )
 }
 
@@ -1162,7 +1174,7 @@ mod tests {
         assert!(q.contains("; SELECT 1; SET SESSION sql_mode = DEFAULT"), "{q}");
         assert!(q.ends_with(
             "@leaderelection_now = NULL, @leaderelection_payload = NULL, @leaderelection_held = NULL, \
-         @leaderelection_inherited = NULL, @leaderelection_claimable = NULL"
+         @leaderelection_inherited = NULL, @leaderelection_claimable = NULL, @leaderelection_history = NULL"
         ));
         // A claim counts a row expired `skew` after its expiry.
         let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true, None, Duration::from_millis(4500)).unwrap();

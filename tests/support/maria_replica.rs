@@ -54,6 +54,11 @@ pub enum MariaMode {
     /// it in its relay log (or after [`SEMI_SYNC_TIMEOUT`] without an ack,
     /// when the primary falls back to async).
     SemiSync,
+    /// Asynchronous, with statement-based binary logging: the replica runs
+    /// the primary's statements again (what MySQL's statement-based
+    /// replication does, and where a statement's `@@server_id` is the
+    /// replica's own).
+    Statement,
 }
 
 /// A MariaDB primary (node 0 at first) and a GTID replica of it (node 1),
@@ -83,7 +88,7 @@ impl MariaPair {
             let mut o: Vec<String> = [
                 "--log-bin=mariadb-bin",
                 "--relay-log=relay-bin",
-                "--binlog-format=ROW",
+                if mode == MariaMode::Statement { "--binlog-format=STATEMENT" } else { "--binlog-format=ROW" },
                 "--log-slave-updates=ON",
                 "--gtid-strict-mode=ON",
             ]
