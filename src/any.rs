@@ -122,6 +122,16 @@ impl AnyStore {
         each!(self, s => s.ensure_schema())
     }
 
+    /// Marks every election's row as inherited after the database was
+    /// restored from a backup of itself: the store's own `after_restore`.
+    ///
+    /// # Errors
+    ///
+    /// As the store's.
+    pub fn after_restore(&self) -> Result<u64, StoreError> {
+        each!(self, s => s.after_restore())
+    }
+
     /// The lease check of `check`'s term with its values written in, as one
     /// statement that fails by itself once the term no longer holds the
     /// lease: the store's own `lease_check_literal`.

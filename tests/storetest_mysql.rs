@@ -1776,3 +1776,20 @@ fn a_renew_or_release_batch_does_not_wait_for_a_writer() {
         assert!(s.inspect(n, T).unwrap().expired(), "{n} was not released");
     }
 }
+
+/// `after_restore`, the one step after restoring the database from a backup
+/// of itself (issue 34, item 6), on a table of its own.
+#[test]
+fn after_restore_marks_every_row_inherited() {
+    let table = format!("le_restore_{}", random_tag());
+    let s = MySqlStore::builder(&url(SHARED)).table(&table).build().unwrap();
+    s.ensure_schema().unwrap();
+    let expire = |n: &str| {
+        exec(
+            &mut admin(SHARED),
+            &format!("UPDATE `{table}` SET expires_at = {NOW_SQL} - 1000000 WHERE name = {}", hex(n.as_bytes())),
+        )
+    };
+    support::inherited::a_restore_marks_every_row_inherited(&s, || s.after_restore().unwrap(), expire);
+    exec(&mut admin(SHARED), &format!("DROP TABLE `{table}`, `{table}_slots`, `{table}_members`, `{table}_terms`"));
+}

@@ -1535,3 +1535,24 @@ fn racing_claims_never_fail_on_the_fence_index() {
         assert!(winners.iter().all(|&w| w <= 1), "round {round}: winners {winners:?}");
     }
 }
+
+/// `after_restore`, the one step after restoring the database from a backup
+/// of itself (issue 34, item 6), on a table of its own, directly and
+/// through PgBouncer.
+#[test]
+fn after_restore_marks_every_row_inherited() {
+    for via in [DIRECT, BOUNCER] {
+        let table = format!("le_restore_{}", random_tag());
+        let s = PostgresStore::builder(&dsn(via)).table("public", &table).build().unwrap();
+        s.ensure_schema().unwrap();
+        let admin = std::cell::RefCell::new(client(DIRECT));
+        let expire = |n: &str| {
+            let q =
+                format!("UPDATE public.{table} SET expires_at = now() - interval '1 second' WHERE name = {}", lit(n));
+            admin.borrow_mut().batch_execute(&q).unwrap_or_else(|e| panic!("{q}: {e}"));
+        };
+        support::inherited::a_restore_marks_every_row_inherited(&s, || s.after_restore().unwrap(), expire);
+        let drop = format!("DROP TABLE public.{table}, public.{table}_slots, public.{table}_members");
+        admin.borrow_mut().batch_execute(&drop).unwrap();
+    }
+}

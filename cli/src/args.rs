@@ -20,6 +20,7 @@ Usage:
   leaderelection status --name NAME [--json]
   leaderelection schema [--dialect postgres|mysql] [--table [SCHEMA.]TABLE]
   leaderelection schema --apply [--dsn URL] [--table [SCHEMA.]TABLE]
+  leaderelection after-restore [--dsn URL] [--table [SCHEMA.]TABLE]
   leaderelection --version
 
 The database comes from --dsn URL, else $LEADERELECTION_DSN, else
@@ -161,6 +162,29 @@ Exit status: 0; 64 bad usage (dialect, table name, DSN, --dialect with
 (credentials, unknown database, privilege).
 ";
 
+pub const AFTER_RESTORE_HELP: &str = "\
+leaderelection after-restore: the one step after restoring the election's
+database from a backup or snapshot of itself.
+
+Usage: leaderelection after-restore [--dsn URL] [--table T] [-q]
+
+A server restored from its own backup keeps its identity (MySQL's
+server_id), so its election rows look as if nothing was lost, although the
+renewals after the backup were. This marks every row of the table as
+inherited from another server: a row's holder may go on renewing it, and an
+expired row is held for nobody for a lease before anyone claims it, so no
+successor leads while a leader the lost renewals were acknowledged to
+still may. Run it once the server is up, before or while the participants
+reconnect; running it again changes nothing. (On PostgreSQL a restore also
+changes the history the rows are stamped with, so this is a second line
+there.) --table as for `schema`. It prints one line on stdout saying how
+many rows it marked (nothing with -q).
+
+Exit status: 0; 64 bad usage (table name, DSN); 69 database unreachable;
+77 fatal database error (credentials, unknown database, missing table,
+privilege).
+";
+
 /// A failure to report: the message (one line, none when empty) and the
 /// exit status.
 #[derive(Debug)]
@@ -194,6 +218,7 @@ pub enum Cmd {
     Run(Box<RunArgs>),
     Status(StatusArgs),
     Schema(SchemaArgs),
+    AfterRestore(AfterRestoreArgs),
     /// Print this text and exit 0.
     Help(&'static str),
     Version,
@@ -248,6 +273,11 @@ pub struct SchemaArgs {
     pub quiet: bool,
 }
 
+pub struct AfterRestoreArgs {
+    pub db: Db,
+    pub quiet: bool,
+}
+
 /// Parses the whole command line (without the program name).
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cmd, Fail> {
     let mut p = lexopt::Parser::from_args(args);
@@ -256,22 +286,28 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cmd, Fail> {
             Some("run") => parse_run(&mut p),
             Some("status") => parse_status(&mut p),
             Some("schema") => parse_schema(&mut p),
+            Some("after-restore") => parse_after_restore(&mut p),
             Some("help") => match p.next()? {
                 None => Ok(Cmd::Help(MAIN_HELP)),
                 Some(Value(topic)) => match topic.to_str() {
                     Some("run") => Ok(Cmd::Help(RUN_HELP)),
                     Some("status") => Ok(Cmd::Help(STATUS_HELP)),
                     Some("schema") => Ok(Cmd::Help(SCHEMA_HELP)),
-                    _ => Err(Fail::usage(format!("help: unknown subcommand {topic:?} (run, status, schema)"))),
+                    Some("after-restore") => Ok(Cmd::Help(AFTER_RESTORE_HELP)),
+                    _ => Err(Fail::usage(format!(
+                        "help: unknown subcommand {topic:?} (run, status, schema, after-restore)"
+                    ))),
                 },
                 Some(arg) => Err(arg.unexpected().into()),
             },
-            _ => Err(Fail::usage(format!("unknown subcommand {sub:?} (run, status, schema)"))),
+            _ => Err(Fail::usage(format!("unknown subcommand {sub:?} (run, status, schema, after-restore)"))),
         },
         Some(Long("help") | Short('h')) => Ok(Cmd::Help(MAIN_HELP)),
         Some(Long("version") | Short('V')) => Ok(Cmd::Version),
         Some(arg) => Err(arg.unexpected().into()),
-        None => Err(Fail::usage("missing subcommand (run, status, schema); see `leaderelection --help`")),
+        None => {
+            Err(Fail::usage("missing subcommand (run, status, schema, after-restore); see `leaderelection --help`"))
+        }
     }
 }
 
@@ -489,6 +525,20 @@ fn parse_schema(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
         return Err(Fail::usage("schema: --apply takes the dialect from the DSN; drop --dialect"));
     }
     Ok(Cmd::Schema(s))
+}
+
+fn parse_after_restore(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
+    let mut a = AfterRestoreArgs { db: Db::default(), quiet: false };
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("dsn") => a.db.dsn = Some(string(p, "dsn")?),
+            Long("table") => a.db.table = Some(string(p, "table")?),
+            Long("quiet") | Short('q') => a.quiet = true,
+            Long("help") | Short('h') => return Ok(Cmd::Help(AFTER_RESTORE_HELP)),
+            _ => return Err(arg.unexpected().into()),
+        }
+    }
+    Ok(Cmd::AfterRestore(a))
 }
 
 /// Parses `500ms`, `1.5s`, `2m`, `1h`, `1d` (a decimal number and a unit, no

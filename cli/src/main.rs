@@ -52,6 +52,7 @@ fn main() {
         }
         Cmd::Status(a) => status::status(a),
         Cmd::Schema(a) => status::schema(a),
+        Cmd::AfterRestore(a) => status::after_restore(a),
         Cmd::Help(text) => {
             print!("{text}");
             Ok(0)

@@ -2,7 +2,7 @@
 
 use leaderelection::{MySqlStore, PostgresStore, DEFAULT_OPERATION_TIMEOUT};
 
-use crate::args::{Fail, Human, SchemaArgs, StatusArgs};
+use crate::args::{AfterRestoreArgs, Fail, Human, SchemaArgs, StatusArgs};
 use crate::db::{self, Dialect};
 
 /// Prints who leads; 0 when someone does, 1 when nobody does.
@@ -79,6 +79,20 @@ pub fn schema(args: SchemaArgs) -> Result<i32, Fail> {
     };
     let ddl = ddl.map_err(|e| Fail::usage(format!("--table: {e}")))?;
     println!("{}", ddl.trim_end());
+    Ok(0)
+}
+
+/// Marks every row of the election table inherited (see
+/// `after-restore --help`).
+pub fn after_restore(args: AfterRestoreArgs) -> Result<i32, Fail> {
+    let store = db::open_as(&args.db)?;
+    let marked = store.after_restore().map_err(|e| db::store_fail(&e, &args.db))?;
+    if !args.quiet {
+        println!(
+            "marked {marked} election row{} as inherited: expired ones are held for nobody for a lease before a claim",
+            if marked == 1 { "" } else { "s" }
+        );
+    }
     Ok(0)
 }
 

@@ -123,7 +123,7 @@ fn a_closed_stdout_ends_quietly() {
 #[test]
 fn help_for_every_subcommand_exits_0_without_the_dsn() {
     let text = |args: &[&str]| String::from_utf8(tool(args).stdout).unwrap();
-    for sub in ["run", "status", "schema"] {
+    for sub in ["run", "status", "schema", "after-restore"] {
         assert_eq!(text(&["help", sub]), text(&[sub, "--help"]), "`help {sub}` prints {sub}'s help");
     }
     assert!(text(&["schema", "--help"]).contains("--dsn URL") && text(&["schema", "--help"]).contains("--apply"));

@@ -668,6 +668,38 @@ impl MySqlStore {
         self
     }
 
+    /// The one step after restoring the election's database from a backup
+    /// or snapshot of itself (issue 34, item 6): marks every election's
+    /// row as written under another server's history, and returns how many
+    /// rows it marked. A server restored from its own backup keeps its
+    /// identity (its `server_id`), so nothing it reports tells "restored" from "never
+    /// stopped", and a row older than what its leader was told would be
+    /// claimed as soon as it looked expired. Marked, such a row is treated
+    /// as after a failover (see `docs/design.md`, "Database failover"): its
+    /// holder may renew it (which stamps it again), and once expired the
+    /// first claim holds it for nobody for a lease, until every deadline
+    /// the old server's acknowledgements gave has passed. Run it before
+    /// the participants reconnect, or while they run: it is safe either
+    /// way, and running it twice changes nothing. The command-line tool
+    /// runs it as `leaderelection after-restore`.
+    ///
+    /// # Errors
+    ///
+    /// The server's error (a read-only server, a missing table).
+    pub fn after_restore(&self) -> Result<u64, StoreError> {
+        let body = format!(
+            "{} UPDATE {} SET history = 'restored' WHERE NOT (history <=> 'restored'); SELECT 'marked', ROW_COUNT(); {}",
+            sql::BEGIN,
+            self.quoted,
+            sql::COMMIT
+        );
+        let rows = self.run("after_restore", &body, deadline_after(self.ddl_timeout))?;
+        let marked = sql::tagged(&rows, "marked").next().and_then(|r| r.first()).and_then(sql::int_value);
+        marked
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| StoreError::fatal("mysql after_restore: cannot read how many rows were marked"))
+    }
+
     /// The table this store uses.
     pub fn table(&self) -> &str {
         &self.table

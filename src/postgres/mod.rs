@@ -503,6 +503,36 @@ impl PostgresStore {
         self
     }
 
+    /// The one step after restoring the election's database from a backup
+    /// or snapshot of itself (issue 34, item 6): marks every election's
+    /// row as written under another server's history, and returns how many
+    /// rows it marked. A server restored from its own backup keeps its
+    /// identity (on PostgreSQL the history also names the server's start, which a restore changes, so this is a second line there), so nothing it reports tells "restored" from "never
+    /// stopped", and a row older than what its leader was told would be
+    /// claimed as soon as it looked expired. Marked, such a row is treated
+    /// as after a failover (see `docs/design.md`, "Database failover"): its
+    /// holder may renew it (which stamps it again), and once expired the
+    /// first claim holds it for nobody for a lease, until every deadline
+    /// the old server's acknowledgements gave has passed. Run it before
+    /// the participants reconnect, or while they run: it is safe either
+    /// way, and running it twice changes nothing. The command-line tool
+    /// runs it as `leaderelection after-restore`.
+    ///
+    /// # Errors
+    ///
+    /// The server's error (a read-only server, a missing table).
+    pub fn after_restore(&self) -> Result<u64, StoreError> {
+        let body = format!(
+            "WITH marked AS (UPDATE {} SET history = 'restored' WHERE history IS DISTINCT FROM 'restored' \
+             RETURNING 1) SELECT count(*)::text FROM marked",
+            self.qualified
+        );
+        let rows = self.run("after_restore", &body, deadline_after(self.ddl_timeout), sql::Pin::Write)?;
+        sql::first_text(&rows)
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| StoreError::fatal("postgres after_restore: cannot read how many rows were marked"))
+    }
+
     /// The schema and table this store uses.
     pub fn table(&self) -> (&str, &str) {
         (&self.schema, &self.table)

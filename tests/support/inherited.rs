@@ -69,3 +69,31 @@ pub fn rows_inherited_across_a_failover_are_never_claimed_as_they_stand<S: Store
     let after = s.inspect(&n, T).unwrap();
     assert!(after.held_by("a") && !after.expired(), "the release of an inherited row applied: {after:?}");
 }
+
+/// The step after a restore (issue 34, item 6) on a table of its own:
+/// `after_restore` marks every row inherited, so a stale expired row (the
+/// restore lost its renewals; `expire` plays that) is held for nobody
+/// instead of claimed, while a live holder renews its own as before. The
+/// control: the same stale row before the step is claimed at once.
+/// `after_restore` returns how many rows it marked.
+pub fn a_restore_marks_every_row_inherited<S: Store>(s: &S, after_restore: impl Fn() -> u64, expire: impl Fn(&str)) {
+    let live = s.acquire("restored-live", "a", TTL, b"", T).unwrap();
+    s.acquire("restored-stale", "a", TTL, b"", T).unwrap();
+    s.acquire("restored-control", "a", TTL, b"", T).unwrap();
+    // The control, before the step: a stale row looks native and is
+    // claimed at once.
+    expire("restored-control");
+    let taken = s.acquire("restored-control", "b", TTL, b"", T).unwrap();
+    assert!(taken.held_by("b"), "the control: a stale native row should be claimed at once: {taken:?}");
+    let marked = after_restore();
+    assert_eq!(marked, 3, "rows marked (three elections in the table)");
+    assert_eq!(after_restore(), 0, "a second run marks nothing more");
+    // The restore lost this row's last renewals: held for nobody, not claimed.
+    expire("restored-stale");
+    let held = s.acquire("restored-stale", "b", TTL, b"", T).unwrap();
+    assert!(held.holder.is_empty() && !held.held_by("b"), "a stale row was claimed after the step: {held:?}");
+    // The live holder renews its own, which stamps it this server's again.
+    assert!(s.renew("restored-live", "a", live.fence, TTL, b"", T).unwrap().held_by("a"));
+    // The renewal and the hold stamped their rows this server's again.
+    assert_eq!(after_restore(), 2, "the renewed and the held row are this server's again; the control's is not");
+}

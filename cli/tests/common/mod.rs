@@ -1136,6 +1136,24 @@ pub fn schema_apply(db: &Db) {
     let out = apply(&["-q"]);
     assert_eq!((out.status.code(), out.stdout.len(), out.stderr.len()), (Some(0), 0, 0), "again, quietly");
     assert_eq!(other.run_to_end(&name, &[], "exit 0").0, 0, "run on the table made");
+    // The step after a restore marks the one row the run left inherited,
+    // once; again it marks nothing; -q says nothing.
+    let restore = |extra: &[&str]| {
+        Command::new(BIN).args(["after-restore", "--dsn", &db.dsn, "--table", &table]).args(extra).output().unwrap()
+    };
+    for want in ["marked 1 election row as inherited", "marked 0 election rows as inherited"] {
+        let out = restore(&[]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.lines().count() == 1 && text.contains(want), "{text:?}");
+    }
+    let out = restore(&["-q"]);
+    assert_eq!((out.status.code(), out.stdout.len(), out.stderr.len()), (Some(0), 0, 0), "after-restore -q");
+    let missing = Command::new(BIN)
+        .args(["after-restore", "--dsn", &db.dsn, "--table", &format!("{table}_none")])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(77), "after-restore on a missing table: {missing:?}");
     let drop = if db.label == "pg" { format!("DROP TABLE public.{table};") } else { format!("DROP TABLE {table};") };
     let (ok, _, err) = db.sql(&drop);
     assert!(ok, "{err}");
