@@ -84,6 +84,9 @@ cargo test --features postgres,mysql,storetest --test chaos_failover -- --test-t
 # oracle, with the timeline-only stamp as their negative control
 # (`pg history …` lines).
 cargo test --features postgres,mysql,storetest --test pg_history -- --test-threads 3 --nocapture
+# A Patroni-managed pair (etcd, two nodes, all on loopback) under the chaos
+# oracle: switchover, failover and a killed primary (`chaos-patroni …`).
+cargo test --features postgres,mysql,storetest --test chaos_patroni -- --nocapture
 # Many elections per process (issue 20): per path, three worker processes each
 # running a Group with a fair share over the same 1,000 elections, each behind a
 # fault proxy of its own, through a silent and a resetting partition, a SIGSTOP,

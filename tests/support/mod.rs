@@ -19,6 +19,8 @@ pub mod maria_replica;
 #[cfg(feature = "mysql")]
 pub mod maria_server;
 pub mod oracle;
+#[cfg(feature = "postgres")]
+pub mod patroni;
 pub mod pause;
 #[cfg(feature = "postgres")]
 pub mod pg_replica;

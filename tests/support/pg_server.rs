@@ -584,7 +584,7 @@ fn base() -> &'static Path {
 }
 
 /// The newest installed PostgreSQL's server binaries.
-fn pg_bin() -> &'static Path {
+pub fn pg_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let versions = fs::read_dir("/usr/lib/postgresql").unwrap_or_else(|_| {
@@ -689,7 +689,7 @@ fn as_postgres(cmd: &mut Command) -> &mut Command {
 }
 
 /// Spawns `cmd` as `postgres` with stdout and stderr appended to `log`.
-fn spawn_as_postgres(cmd: &mut Command, log: &Path) -> Child {
+pub fn spawn_as_postgres(cmd: &mut Command, log: &Path) -> Child {
     let out = OpenOptions::new().create(true).append(true).open(log).unwrap();
     let err = out.try_clone().unwrap();
     as_postgres(cmd).stdin(Stdio::null()).stdout(out).stderr(err).spawn().unwrap_or_else(|e| {
@@ -706,7 +706,7 @@ fn run(cmd: &mut Command, what: &str) {
 }
 
 /// Sends `SIG{sig}` to `pids`; a pid already gone is no error.
-fn signal(sig: &str, pids: &[u32]) {
+pub fn signal(sig: &str, pids: &[u32]) {
     if pids.is_empty() {
         return;
     }
@@ -724,7 +724,7 @@ fn exited_within(c: &mut Child, d: Duration) -> bool {
 }
 
 /// A port of 127.0.0.1 that was free a moment ago.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -743,7 +743,7 @@ fn proc_stat(pid: u32) -> Option<(char, u32)> {
 
 /// The live children of `parent`. Backends call setsid(), so they are not in
 /// the postmaster's process group: they are found by parent pid.
-fn children(parent: u32) -> Vec<u32> {
+pub fn children(parent: u32) -> Vec<u32> {
     fs::read_dir("/proc")
         .expect("/proc")
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
@@ -783,7 +783,7 @@ fn keep_log(dir: &Path, name: &str) -> PathBuf {
     fs::copy(dir.join(name), &kept).map_or_else(|_| dir.join(name), |_| kept)
 }
 
-fn tail(path: &Path) -> String {
+pub fn tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n")
