@@ -157,38 +157,33 @@ fn race(kind: &str, per_race: usize, trials: usize, within: Duration, stop_when_
 
 /// Single claims of one free election from all three nodes at once: at
 /// most one winner, every time.
-#[test]
-fn racing_claims_on_every_node_have_one_winner() {
+/// `per_race` elections raced `trials` times with the commit check: no
+/// election has two winners; the figures are printed.
+fn one_winner_each(what: &str, per_race: usize, trials: usize) {
     let began = Instant::now();
-    let t = race("", 1, TRIALS, Duration::from_secs(3600), false);
+    let t = race("", per_race, trials, Duration::from_secs(3600), false);
     eprintln!(
-        "galera racing claims: {} races, {} with two winners; {} claims answered with an error, {} of them by the \
-         commit check ({:.1} s)",
+        "galera racing {what}: {} races of {per_race}, {} with two winners of one; {} claims answered with an error, \
+         {} of them by the commit check ({:.1} s)",
         t.trials,
         t.doubled,
         t.errors,
         t.unseen,
         began.elapsed().as_secs_f64()
     );
-    assert_eq!(t.doubled, 0, "two winners of one election: {:?}", t.first_doubled);
+    assert_eq!(t.doubled, 0, "{what}: two winners of one election: {:?}", t.first_doubled);
+}
+
+#[test]
+fn racing_claims_on_every_node_have_one_winner() {
+    one_winner_each("claims", 1, TRIALS);
 }
 
 /// Batched claims (`acquire_many`, as a `Group` sends them) of ten free
 /// elections from all three nodes at once: at most one winner each.
 #[test]
 fn racing_batch_claims_on_every_node_have_one_winner_each() {
-    let began = Instant::now();
-    let t = race("", 10, TRIALS / 4, Duration::from_secs(3600), false);
-    eprintln!(
-        "galera racing batch claims: {} races of 10 elections, {} with two winners of one; {} claims answered with \
-         an error, {} of them by the commit check ({:.1} s)",
-        t.trials,
-        t.doubled,
-        t.errors,
-        t.unseen,
-        began.elapsed().as_secs_f64()
-    );
-    assert_eq!(t.doubled, 0, "two winners of one election: {:?}", t.first_doubled);
+    one_winner_each("batch claims", 10, TRIALS / 4);
 }
 
 /// The negative control: stores that count a claim as won once the server

@@ -158,20 +158,21 @@ fn violations(v: &[Violation]) -> String {
     v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("; ")
 }
 
+/// `run` with the full stamp: no overlap, and the contender leads.
+fn no_two_leaders(what: &str, run: fn(bool) -> Run) {
+    let report = run(false).verdict.unwrap_or_else(|v| panic!("{what}: {}", violations(&v)));
+    eprintln!("pg history, {what}: {report}");
+    assert!(!report.contains("led never"), "{what}: nobody led on the new server: {report}");
+}
+
 #[test]
 fn a_logical_replication_subscriber_does_not_trust_the_publishers_rows() {
-    let r = logical_cutover(false);
-    let report = r.verdict.unwrap_or_else(|v| panic!("logical cutover: {}", violations(&v)));
-    eprintln!("pg history, logical cutover: {report}");
-    assert!(!report.contains("led never"), "nobody led on the subscriber: {report}");
+    no_two_leaders("logical cutover", logical_cutover);
 }
 
 #[test]
 fn a_restored_snapshot_does_not_trust_its_own_rows() {
-    let r = snapshot_restore(false);
-    let report = r.verdict.unwrap_or_else(|v| panic!("snapshot restore: {}", violations(&v)));
-    eprintln!("pg history, snapshot restore: {report}");
-    assert!(!report.contains("led never"), "nobody led on the restored server: {report}");
+    no_two_leaders("snapshot restore", snapshot_restore);
 }
 
 /// The negative control: stamped with the timeline alone, the subscriber's

@@ -668,20 +668,14 @@ impl MySqlStore {
         self
     }
 
-    /// The one step after restoring the election's database from a backup
-    /// or snapshot of itself (issue 34, item 6): marks every election's
-    /// row as written under another server's history, and returns how many
-    /// rows it marked. A server restored from its own backup keeps its
-    /// identity (its `server_id`), so nothing it reports tells "restored" from "never
-    /// stopped", and a row older than what its leader was told would be
-    /// claimed as soon as it looked expired. Marked, such a row is treated
-    /// as after a failover (see `docs/design.md`, "Database failover"): its
-    /// holder may renew it (which stamps it again), and once expired the
-    /// first claim holds it for nobody for a lease, until every deadline
-    /// the old server's acknowledgements gave has passed. Run it before
-    /// the participants reconnect, or while they run: it is safe either
-    /// way, and running it twice changes nothing. The command-line tool
-    /// runs it as `leaderelection after-restore`.
+    /// Marks every election's row as inherited from another server, the one
+    /// step after restoring the database from a backup of itself (issue
+    /// 34, item 6); returns how many rows it marked. A restored server keeps
+    /// its `server_id`, so without it a row older than what its leader was
+    /// told is claimed once it looks expired; marked, its holder may renew
+    /// it and an expired one is held for nobody for a lease first (see
+    /// `docs/design.md`, "Database failover"). Idempotent;
+    /// `leaderelection after-restore` runs it.
     ///
     /// # Errors
     ///
