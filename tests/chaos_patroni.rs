@@ -36,7 +36,7 @@ fn store(dsn: &str) -> PostgresStore {
 /// Waits, after a move that started at `at`, for the oracle to see nobody
 /// lead and then somebody again; returns how long nobody led (zero when a
 /// leader kept its term through the move).
-fn leaderless_after(oracle: &Oracle, at: Instant, what: &str, p: &Patroni) -> Duration {
+fn leaderless_after(oracle: &Oracle, at: Instant, what: &str, p: &Patroni, fleet: &[Participant]) -> Duration {
     // The leader may keep its term (the new primary has its renewals) or
     // lose it; either way somebody leads within the bound.
     let mut gap_from = None;
@@ -47,8 +47,19 @@ fn leaderless_after(oracle: &Oracle, at: Instant, what: &str, p: &Patroni) -> Du
         }
         leads && (gap_from.is_some() || at.elapsed() > TIMING.lease_duration * 2)
     });
-    assert!(again, "{what}: nobody led within {AGAIN_WITHIN:?}; oracle: {:?}\n{}", oracle.check().err(), p.logs());
+    assert!(
+        again,
+        "{what}: nobody led within {AGAIN_WITHIN:?}; oracle: {:?}; participants: {}\n{}",
+        oracle.check().err(),
+        statuses(fleet),
+        p.logs()
+    );
     gap_from.map_or(Duration::ZERO, |g| g.elapsed())
+}
+
+/// Each participant's status, for a failure's message.
+fn statuses(fleet: &[Participant]) -> String {
+    fleet.iter().map(|f| format!("{}: {}", f.id(), f.elector().status())).collect::<Vec<_>>().join(" | ")
 }
 
 #[test]
@@ -63,16 +74,21 @@ fn patroni_switchover_failover_and_a_killed_primary_keep_one_leader() {
         (0..3).map(|k| Participant::start(&oracle, &format!("p{k}"), store(&p.dsn()), &name, TIMING)).collect();
     assert!(oracle.wait_leader(Duration::from_secs(20)).is_some(), "nobody led at first\n{}", p.logs());
 
+    // A planned move waits for the replica to catch up, as an operator's
+    // would (asynchronous replication: otherwise the new primary may lack
+    // even the table).
+    assert!(p.wait_caught_up(Duration::from_secs(20)), "the replica did not catch up\n{}", p.logs());
     let at = Instant::now();
     let to = p.switchover();
     assert!(p.wait_healthy(to, Duration::from_secs(60)), "switchover did not settle\n{}", p.logs());
-    let gap = leaderless_after(&oracle, at, "switchover", &p);
+    let gap = leaderless_after(&oracle, at, "switchover", &p, &fleet);
     eprintln!("chaos-patroni switchover: primary now n{}; nobody led for {:.0} ms", to + 1, gap.as_secs_f64() * 1e3);
 
+    assert!(p.wait_caught_up(Duration::from_secs(20)), "the replica did not catch up\n{}", p.logs());
     let at = Instant::now();
     let to = p.failover();
     assert!(p.wait_healthy(to, Duration::from_secs(60)), "failover did not settle\n{}", p.logs());
-    let gap = leaderless_after(&oracle, at, "failover", &p);
+    let gap = leaderless_after(&oracle, at, "failover", &p, &fleet);
     eprintln!("chaos-patroni failover: primary now n{}; nobody led for {:.0} ms", to + 1, gap.as_secs_f64() * 1e3);
 
     let at = Instant::now();
@@ -91,7 +107,7 @@ fn patroni_switchover_failover_and_a_killed_primary_keep_one_leader() {
         }
         leads && gap_from.is_some() && promoted_after.is_some()
     });
-    assert!(again, "killed primary: nobody led again within {AGAIN_WITHIN:?}\n{}", p.logs());
+    assert!(again, "killed primary: nobody led again within {AGAIN_WITHIN:?}; {}\n{}", statuses(&fleet), p.logs());
     let (gap, promoted_after) = (gap_from.unwrap().elapsed(), promoted_after.unwrap());
     eprintln!(
         "chaos-patroni killed primary: n{} promoted {:.0} ms after the kill; nobody led for {:.0} ms",

@@ -180,6 +180,21 @@ impl Patroni {
         })
     }
 
+    /// Waits until the replica has replayed everything the primary has
+    /// written so far (asynchronous replication: a move before that loses
+    /// what it lacks, as Patroni's switchover would with a lagging replica).
+    pub fn wait_caught_up(&self, within: Duration) -> bool {
+        let Some(primary) = self.primary() else { return false };
+        let lsn = |k: usize, q: &str| -> Option<String> {
+            let url = format!("postgres://postgres@127.0.0.1:{}/postgres", self.nodes[k].pg_port);
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).ok()?;
+            c.query_one(q, &[]).ok()?.get::<_, Option<String>>(0)
+        };
+        let Some(target) = lsn(primary, "SELECT pg_current_wal_lsn()::text") else { return false };
+        let q = format!("SELECT (pg_last_wal_replay_lsn() >= '{target}'::pg_lsn)::text");
+        wait_for(within, || lsn(1 - primary, &q).as_deref() == Some("true"))
+    }
+
     fn patronictl(&self, args: &[&str]) {
         let out = Command::new("/usr/bin/patronictl").arg("-c").arg(self.config(0)).args(args).output().unwrap();
         assert!(
