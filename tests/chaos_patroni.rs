@@ -62,6 +62,19 @@ fn statuses(fleet: &[Participant]) -> String {
     fleet.iter().map(|f| format!("{}: {}", f.id(), f.elector().status())).collect::<Vec<_>>().join(" | ")
 }
 
+/// A planned move (`patronictl switchover` or `failover`): it waits for
+/// the replica to catch up, as an operator's would (asynchronous
+/// replication: otherwise the new primary may lack even the table), then
+/// moves the primary and prints how long nobody led.
+fn planned_move(p: &Patroni, oracle: &Oracle, fleet: &[Participant], what: &str, move_it: fn(&Patroni) -> usize) {
+    assert!(p.wait_caught_up(Duration::from_secs(20)), "{what}: the replica did not catch up\n{}", p.logs());
+    let at = Instant::now();
+    let to = move_it(p);
+    assert!(p.wait_healthy(to, Duration::from_secs(60)), "{what} did not settle\n{}", p.logs());
+    let gap = leaderless_after(oracle, at, what, p, fleet);
+    eprintln!("chaos-patroni {what}: primary now n{}; nobody led for {:.0} ms", to + 1, gap.as_secs_f64() * 1e3);
+}
+
 #[test]
 fn patroni_switchover_failover_and_a_killed_primary_keep_one_leader() {
     let began = Instant::now();
@@ -74,22 +87,8 @@ fn patroni_switchover_failover_and_a_killed_primary_keep_one_leader() {
         (0..3).map(|k| Participant::start(&oracle, &format!("p{k}"), store(&p.dsn()), &name, TIMING)).collect();
     assert!(oracle.wait_leader(Duration::from_secs(20)).is_some(), "nobody led at first\n{}", p.logs());
 
-    // A planned move waits for the replica to catch up, as an operator's
-    // would (asynchronous replication: otherwise the new primary may lack
-    // even the table).
-    assert!(p.wait_caught_up(Duration::from_secs(20)), "the replica did not catch up\n{}", p.logs());
-    let at = Instant::now();
-    let to = p.switchover();
-    assert!(p.wait_healthy(to, Duration::from_secs(60)), "switchover did not settle\n{}", p.logs());
-    let gap = leaderless_after(&oracle, at, "switchover", &p, &fleet);
-    eprintln!("chaos-patroni switchover: primary now n{}; nobody led for {:.0} ms", to + 1, gap.as_secs_f64() * 1e3);
-
-    assert!(p.wait_caught_up(Duration::from_secs(20)), "the replica did not catch up\n{}", p.logs());
-    let at = Instant::now();
-    let to = p.failover();
-    assert!(p.wait_healthy(to, Duration::from_secs(60)), "failover did not settle\n{}", p.logs());
-    let gap = leaderless_after(&oracle, at, "failover", &p, &fleet);
-    eprintln!("chaos-patroni failover: primary now n{}; nobody led for {:.0} ms", to + 1, gap.as_secs_f64() * 1e3);
+    planned_move(&p, &oracle, &fleet, "switchover", Patroni::switchover);
+    planned_move(&p, &oracle, &fleet, "failover", Patroni::failover);
 
     let at = Instant::now();
     let dead = p.primary().expect("a primary");

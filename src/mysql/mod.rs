@@ -1323,7 +1323,6 @@ impl MySqlStore {
         ))
     }
 
-    /// The slots table, quoted, or why there is none.
     /// Whether the server is a node of a multi-primary cluster (see
     /// [`cluster`]): what the builder said, or what the server answered
     /// (asked once, before `deadline`).
@@ -1379,6 +1378,7 @@ impl MySqlStore {
         Ok(())
     }
 
+    /// The slots table, quoted, or why there is none.
     fn slots(&self) -> Result<String, StoreError> {
         slots_table(&self.table).ok_or_else(|| {
             StoreError::fatal(format!(

@@ -597,6 +597,7 @@ pub(crate) fn acquire(
     let ours = exactly("name", &n);
     let inherited = if failover_rule { format!("COALESCE(history <> {HISTORY}, FALSE)") } else { "FALSE".into() };
     let update = claim_update(&ours, &format!("NOT {INHERITED}"), &i, t, PAYLOAD);
+    let this_row = format!("name = {n} AND {ours}");
     Ok(format!(
         "SET {PAYLOAD} = {p}; {} {BEGIN} \
          SET {INHERITED} = FALSE; \
@@ -612,10 +613,8 @@ pub(crate) fn acquire(
          SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; {} \
          {COMMIT} {}",
         claimable(skew),
-        terms
-            .map(|terms| super::cluster::claim_terms(terms, table, &format!("name = {n} AND {ours}"), &i))
-            .unwrap_or_default(),
-        committed(table, &format!("name = {n} AND {ours}"), &i)
+        terms.map(|terms| super::cluster::claim_terms(terms, table, &this_row, &i)).unwrap_or_default(),
+        committed(table, &this_row, &i)
     ))
 }
 

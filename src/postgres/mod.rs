@@ -507,9 +507,11 @@ impl PostgresStore {
     /// or snapshot of itself (issue 34, item 6): marks every election's
     /// row as written under another server's history, and returns how many
     /// rows it marked. A server restored from its own backup keeps its
-    /// identity (on PostgreSQL the history also names the server's start, which a restore changes, so this is a second line there), so nothing it reports tells "restored" from "never
+    /// identity, so nothing it reports tells "restored" from "never
     /// stopped", and a row older than what its leader was told would be
-    /// claimed as soon as it looked expired. Marked, such a row is treated
+    /// claimed as soon as it looked expired. (On PostgreSQL the history also
+    /// names the server's start, which a restore changes, so this step is
+    /// a second line here.) Marked, such a row is treated
     /// as after a failover (see `docs/design.md`, "Database failover"): its
     /// holder may renew it (which stamps it again), and once expired the
     /// first claim holds it for nobody for a lease, until every deadline
@@ -641,7 +643,7 @@ impl PostgresStore {
         }
         let rewritten;
         let body = if self.timeline_only_history {
-            rewritten = body.replace(sql::HISTORY_TEXT, sql::TIMELINE_ONLY_HISTORY);
+            rewritten = body.replace(sql::HISTORY, sql::TIMELINE_ONLY_HISTORY);
             rewritten.as_str()
         } else {
             body

@@ -54,17 +54,13 @@ const NOW_MICROS: &str = micros!("now()");
 /// One scalar subquery, so each statement reads it once. Callable by any
 /// role (`pg_control_system()` included, on PostgreSQL 15), and only on a
 /// primary, which is where writes run.
-const HISTORY: &str = "(SELECT (SELECT system_identifier::text FROM pg_control_system()) || '/' || \
+pub(crate) const HISTORY: &str = "(SELECT (SELECT system_identifier::text FROM pg_control_system()) || '/' || \
      substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) || '/' || \
      (extract(epoch from pg_postmaster_start_time()) * 1000000)::int8::text)";
 
 /// [`HISTORY`] as it was before issue 34: the timeline alone. For the
 /// negative control only (`PostgresStore::__timeline_only_history`).
 pub(crate) const TIMELINE_ONLY_HISTORY: &str = "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)";
-
-/// The history text as statements write it, for the negative control's
-/// rewrite.
-pub(crate) const HISTORY_TEXT: &str = HISTORY;
 
 /// The columns every lease-returning statement yields, in this order.
 const COLS: &str = concat!(

@@ -16,7 +16,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::pg_server::{children, free_port, pg_bin, signal, spawn_as_postgres, tail};
 use super::{random_tag, wait_for};
@@ -276,11 +276,6 @@ impl Patroni {
             out.push_str(&format!("--- {}:\n{}\n", n.name, tail(&self.dir.join(format!("{}.log", n.name)))));
         }
         out
-    }
-
-    /// How long since `since`, as a person writes it.
-    pub fn ms(since: Instant) -> String {
-        format!("{:.0} ms", since.elapsed().as_secs_f64() * 1e3)
     }
 }
 
