@@ -1,4 +1,4 @@
-//! Batched store calls and group membership: the optional [`Store`] methods
+//! Batched store calls and group membership: the optional [`Store`](crate::Store) methods
 //! a [`Group`](crate::Group) uses to drive thousands of elections with a
 //! handful of statements.
 //!
@@ -9,7 +9,7 @@
 //! decide it: a batch is only a way of sending many calls in one round
 //! trip. The answer has one entry per item, in the items' order.
 //!
-//! The [`Store`] trait gives every batched method a default that calls the
+//! The [`Store`](crate::Store) trait gives every batched method a default that calls the
 //! single-lease method once per item, within the batch's timeout, so a
 //! store written before batches existed keeps working in a group (with one
 //! round trip per item). The built-in stores send each batch as one
@@ -18,12 +18,11 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::error::Human;
-use crate::lease::{DbTime, Lease};
-use crate::store::{Store, StoreError};
+use crate::error::{Human, StoreError};
+use crate::lease::DbTime;
 
-/// One election's part of a batched call: [`Store::acquire_many`],
-/// [`Store::renew_many`] and [`Store::release_many`].
+/// One election's part of a batched call: [`Store::acquire_many`](crate::Store::acquire_many),
+/// [`Store::renew_many`](crate::Store::renew_many) and [`Store::release_many`](crate::Store::release_many).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct BatchItem<'a> {
     /// The election.
@@ -47,16 +46,16 @@ impl fmt::Debug for BatchItem<'_> {
 }
 
 /// A member's heartbeat sent along with a renewal batch
-/// ([`Store::renew_many_with_heartbeat`]): the member is the renewing
+/// ([`Store::renew_many_with_heartbeat`](crate::Store::renew_many_with_heartbeat)): the member is the renewing
 /// identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Heartbeat<'a> {
-    /// The group, as [`Store::heartbeat`]'s `group`.
+    /// The group, as [`Store::heartbeat`](crate::Store::heartbeat)'s `group`.
     pub group: &'a str,
-    /// The elections the member leads, as [`Store::heartbeat`]'s `leading`.
+    /// The elections the member leads, as [`Store::heartbeat`](crate::Store::heartbeat)'s `leading`.
     pub leading: u32,
     /// How long the heartbeat keeps the member counted, as
-    /// [`Store::heartbeat`]'s `ttl`.
+    /// [`Store::heartbeat`](crate::Store::heartbeat)'s `ttl`.
     pub ttl: Duration,
 }
 
@@ -115,7 +114,7 @@ pub fn all_failed<T>(len: usize, e: &StoreError) -> Vec<Result<T, StoreError>> {
 
 /// Runs `one` for each item in turn, each with the time left of `timeout`;
 /// the items that find no time left fail (retryable) without a call. The
-/// default of every batched [`Store`] method.
+/// default of every batched [`Store`](crate::Store) method.
 pub(crate) fn one_by_one<I, T>(
     items: &[I],
     timeout: Duration,
@@ -134,78 +133,11 @@ pub(crate) fn one_by_one<I, T>(
         .collect()
 }
 
-/// The default of [`Store::acquire_many`].
-pub(crate) fn acquire_each<S: Store + ?Sized>(
-    s: &S,
-    identity: &str,
-    ttl: Duration,
-    items: &[BatchItem<'_>],
-    timeout: Duration,
-) -> Vec<Result<Lease, StoreError>> {
-    one_by_one(items, timeout, |i, t| s.acquire(i.name, identity, ttl, i.payload, t))
-}
-
-/// The default of [`Store::renew_many`].
-pub(crate) fn renew_each<S: Store + ?Sized>(
-    s: &S,
-    identity: &str,
-    ttl: Duration,
-    items: &[BatchItem<'_>],
-    timeout: Duration,
-) -> Vec<Result<Lease, StoreError>> {
-    one_by_one(items, timeout, |i, t| s.renew(i.name, identity, i.fence, ttl, i.payload, t))
-}
-
-/// The default of [`Store::renew_many_with_heartbeat`]: the heartbeat and
-/// the renewals at once, each within the whole `timeout` (the heartbeat on
-/// a scoped thread of its own), so a slow heartbeat never eats the time of
-/// the renewals that keep the terms alive. Without a thread (spawning
-/// failed), the renewals first, then the heartbeat in what is left.
-pub(crate) fn renew_with_heartbeat<S: Store + ?Sized>(
-    s: &S,
-    identity: &str,
-    ttl: Duration,
-    items: &[BatchItem<'_>],
-    beat: Heartbeat<'_>,
-    timeout: Duration,
-) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-    let heartbeat = |t| s.heartbeat(beat.group, identity, beat.leading, beat.ttl, t);
-    std::thread::scope(|scope| {
-        let beating = std::thread::Builder::new()
-            .name("leaderelection-heartbeat".into())
-            .spawn_scoped(scope, || heartbeat(timeout));
-        let start = Instant::now();
-        let renewed = s.renew_many(identity, ttl, items, timeout);
-        let members = match beating {
-            Ok(h) => h.join().unwrap_or_else(|_| Err(StoreError::fatal("the store's heartbeat panicked"))),
-            Err(_) => heartbeat(timeout.saturating_sub(start.elapsed())),
-        };
-        (renewed, members)
-    })
-}
-
-/// The default of [`Store::release_many`].
-pub(crate) fn release_each<S: Store + ?Sized>(
-    s: &S,
-    identity: &str,
-    items: &[BatchItem<'_>],
-    timeout: Duration,
-) -> Vec<Result<(), StoreError>> {
-    one_by_one(items, timeout, |i, t| s.release(i.name, identity, i.fence, t))
-}
-
-/// The default of [`Store::inspect_many`].
-pub(crate) fn inspect_each<S: Store + ?Sized>(
-    s: &S,
-    names: &[&str],
-    timeout: Duration,
-) -> Vec<Result<Lease, StoreError>> {
-    one_by_one(names, timeout, |n, t| s.inspect(n, t))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::Lease;
+    use crate::store::Store;
 
     #[test]
     fn items_without_time_left_fail_without_a_call() {
@@ -297,7 +229,7 @@ mod tests {
         let items = [BatchItem { name: "a", fence: 1, payload: b"" }];
         let beat = Heartbeat { group: "g", leading: 1, ttl: Duration::from_secs(5) };
         let timeout = Duration::from_secs(2);
-        let (renewed, members) = renew_with_heartbeat(&s, "m", Duration::from_secs(5), &items, beat, timeout);
+        let (renewed, members) = s.renew_many_with_heartbeat("m", Duration::from_secs(5), &items, beat, timeout);
         assert_eq!(renewed.len(), 1);
         assert_eq!(members.map(|m| m.live).map_err(|e| e.to_string()), Ok(1), "the heartbeat waited for the renewals");
         assert_eq!(*s.started.lock(), Some(timeout), "the renewals were given the whole timeout");

@@ -99,25 +99,7 @@ impl From<ConfigError> for StartError {
     }
 }
 
-/// Why a wait for leadership returned without a guard.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitLeaderError {
-    /// The time ran out.
-    Timeout,
-    /// The elector has shut down.
-    Stopped,
-}
-
-impl fmt::Display for WaitLeaderError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            WaitLeaderError::Timeout => "timed out waiting for leadership",
-            WaitLeaderError::Stopped => "elector stopped while waiting for leadership",
-        })
-    }
-}
-
-impl std::error::Error for WaitLeaderError {}
+pub use crate::error::WaitLeaderError;
 
 impl Elector {
     /// Validates `config`, then spawns the renewal and watchdog threads (and

@@ -2,9 +2,8 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
-
-use crate::store::StoreError;
 
 /// Which store operation an error came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -225,6 +224,154 @@ impl StdError for ElectionError {
         }
     }
 }
+
+/// What went wrong in a store call, for callers that must branch on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// `renew` matched no row: somebody else holds the lease, or it expired.
+    LeaseLost,
+    /// `inspect` found no row for the election.
+    NoLease,
+    /// A failure that can fix itself: connection loss, timeout, server
+    /// shutdown, read-only transaction, serialization failure, too many
+    /// connections, lock not available.
+    Retryable,
+    /// A failure that needs a person: missing table, insufficient privilege,
+    /// bad credentials, a row the store cannot read.
+    Fatal,
+}
+
+/// An error from a [`Store`](crate::Store) call.
+///
+/// `Display` is a short lowercase phrase followed by the cause, and the cause
+/// is kept as [`std::error::Error::source`]. Stores never put passwords or
+/// payload bytes into it.
+#[derive(Clone)]
+pub struct StoreError {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Arc<dyn StdError + Send + Sync>>,
+}
+
+impl StoreError {
+    /// The guarded renew matched no row.
+    pub fn lease_lost() -> StoreError {
+        StoreError { kind: ErrorKind::LeaseLost, message: "lease lost".into(), source: None }
+    }
+
+    /// The lease is not held, with why: for checks that find it gone.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn lease_lost_because(why: &str) -> StoreError {
+        StoreError { kind: ErrorKind::LeaseLost, message: format!("lease lost: {why}"), source: None }
+    }
+
+    /// A lease check in the program's transaction found no row: the lease
+    /// expired or was taken, on the database's clock.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn lease_check_failed() -> StoreError {
+        StoreError::lease_lost_because("the lease check found the lease expired or taken on the database")
+    }
+
+    /// The election has no row.
+    pub fn no_lease(name: &str) -> StoreError {
+        StoreError { kind: ErrorKind::NoLease, message: format!("no lease for election {name:?}"), source: None }
+    }
+
+    /// A failure that may fix itself, described by `message`.
+    pub fn retryable(message: impl Into<String>) -> StoreError {
+        StoreError { kind: ErrorKind::Retryable, message: message.into(), source: None }
+    }
+
+    /// A failure that needs a person, described by `message`.
+    pub fn fatal(message: impl Into<String>) -> StoreError {
+        StoreError { kind: ErrorKind::Fatal, message: message.into(), source: None }
+    }
+
+    /// Attaches the underlying error, kept as `source()`.
+    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> StoreError {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The store's own description, without the cause.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// `renew` found the lease gone.
+    pub fn is_lease_lost(&self) -> bool {
+        self.kind == ErrorKind::LeaseLost
+    }
+
+    /// `inspect` found no row.
+    pub fn is_no_lease(&self) -> bool {
+        self.kind == ErrorKind::NoLease
+    }
+
+    /// The failure may fix itself; the elector keeps trying.
+    pub fn is_retryable(&self) -> bool {
+        self.kind == ErrorKind::Retryable
+    }
+
+    /// The failure needs a person; nobody leads through this store until it
+    /// is fixed.
+    pub fn is_fatal(&self) -> bool {
+        self.kind == ErrorKind::Fatal
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("StoreError");
+        d.field("kind", &self.kind).field("message", &self.message);
+        if let Some(source) = &self.source {
+            d.field("source", &format_args!("{source}"));
+        }
+        d.finish()
+    }
+}
+
+impl StdError for StoreError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source.as_ref().map(|s| &**s as &(dyn StdError + 'static))
+    }
+}
+
+/// Why a wait for leadership returned without a guard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitLeaderError {
+    /// The time ran out.
+    Timeout,
+    /// The elector has shut down.
+    Stopped,
+}
+
+impl fmt::Display for WaitLeaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WaitLeaderError::Timeout => "timed out waiting for leadership",
+            WaitLeaderError::Stopped => "elector stopped while waiting for leadership",
+        })
+    }
+}
+
+impl std::error::Error for WaitLeaderError {}
 
 #[cfg(test)]
 mod tests {

@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::elector::WaitLeaderError;
+use crate::error::WaitLeaderError;
 use crate::error::{ElectionError, Human, OpKind};
 use crate::guard::{Command, LeaderGuard, TermShared, TermStore};
+use crate::machine::reason_name;
 use crate::machine::{Call, EndReason, LocalTime, Machine, Observed, Outcome, Output, TermId};
-use crate::status::{is_renewal, reason_name, Counters, Figures, LeaderInfo, Status};
+use crate::status::{is_renewal, Counters, Figures, LeaderInfo, Status};
 use crate::sync::{link, Condvar, Link, Mutex};
 
 /// State shared by the elector handle, the renewal thread and the watchdog.

@@ -256,16 +256,13 @@ pub mod storetest;
 mod sync;
 pub mod testing;
 mod threads;
+mod timing;
 mod workers;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use any::{connect, connect_table, AnyStore};
 pub use batch::{BatchItem, Heartbeat, Members};
-pub use config::{
-    default_safety_margin, Config, ConfigError, Problem, Timing, DEFAULT_LEASE_DURATION, DEFAULT_OPERATION_TIMEOUT,
-    DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,
-    MIN_DEFAULT_SAFETY_MARGIN,
-};
+pub use config::Config;
 pub use elector::{Elector, StartError, WaitLeaderError};
 pub use error::{ElectionError, OpKind};
 pub use group::{Election, Group, GroupConfig, GroupStatus, JoinError, MAX_GROUP_CALL_THREADS};
@@ -280,3 +277,8 @@ pub use postgres::PostgresStore;
 pub use slot::{period_slot, SlotClaim, MAX_SLOT_LEN};
 pub use status::{LeaderInfo, Status, TermsEnded};
 pub use store::{ErrorKind, Store, StoreError};
+pub use timing::{
+    default_safety_margin, ConfigError, Problem, Timing, DEFAULT_LEASE_DURATION, DEFAULT_OPERATION_TIMEOUT,
+    DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,
+    MIN_DEFAULT_SAFETY_MARGIN,
+};

@@ -55,10 +55,10 @@ use std::fmt;
 use std::ops::Add;
 use std::time::Duration;
 
-use crate::config::Timing;
 use crate::error::{ElectionError, OpKind};
 use crate::lease::{DbTime, Lease};
 use crate::store::{Store, StoreError};
+use crate::timing::Timing;
 
 /// A reading of the local monotonic clock, as a distance from an origin the
 /// driver chooses (the elector's start, or zero in a simulation).
@@ -1185,3 +1185,13 @@ pub fn jitter(d: Duration, r: u64) -> Duration {
 #[cfg(test)]
 #[path = "machine_tests.rs"]
 mod tests;
+/// The word for `reason` in logs, [`Status`]'s `Display` and metric labels.
+pub(crate) fn reason_name(reason: EndReason) -> &'static str {
+    match reason {
+        EndReason::Resigned => "resigned",
+        EndReason::LeaseLost => "lost",
+        EndReason::ExpiredLocally => "expired",
+        EndReason::Fatal => "fatal",
+        EndReason::Shutdown => "shutdown",
+    }
+}

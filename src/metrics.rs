@@ -12,8 +12,8 @@ use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, g
 use ::metrics::{Counter, Gauge, Histogram, Unit};
 
 use crate::error::OpKind;
+use crate::machine::reason_name;
 use crate::machine::EndReason;
-use crate::status::reason_name;
 use crate::store::ErrorKind;
 
 /// 1 while this participant leads, else 0.

@@ -111,17 +111,6 @@ impl TermsEnded {
     }
 }
 
-/// The word for `reason` in logs, [`Status`]'s `Display` and metric labels.
-pub(crate) fn reason_name(reason: EndReason) -> &'static str {
-    match reason {
-        EndReason::Resigned => "resigned",
-        EndReason::LeaseLost => "lost",
-        EndReason::ExpiredLocally => "expired",
-        EndReason::Fatal => "fatal",
-        EndReason::Shutdown => "shutdown",
-    }
-}
-
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let now = Instant::now();

@@ -1,12 +1,11 @@
 //! The contract between the elector and a database: four operations, each
 //! one statement that also returns the server's current time.
 
-use std::error::Error as StdError;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::batch::{BatchItem, Heartbeat, Members};
+use crate::batch::{one_by_one, BatchItem, Heartbeat, Members};
+pub use crate::error::{ErrorKind, StoreError};
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
 
@@ -210,7 +209,7 @@ pub trait Store: Send + Sync {
         items: &[BatchItem<'_>],
         timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
-        crate::batch::acquire_each(self, identity, ttl, items, timeout)
+        one_by_one(items, timeout, |i, t| self.acquire(i.name, identity, ttl, i.payload, t))
     }
 
     /// Renews several terms of `identity` in one call: for each item,
@@ -233,7 +232,7 @@ pub trait Store: Send + Sync {
         items: &[BatchItem<'_>],
         timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
-        crate::batch::renew_each(self, identity, ttl, items, timeout)
+        one_by_one(items, timeout, |i, t| self.renew(i.name, identity, i.fence, ttl, i.payload, t))
     }
 
     /// [`Store::renew_many`] and [`Store::heartbeat`] of member `identity`
@@ -259,7 +258,21 @@ pub trait Store: Send + Sync {
         beat: Heartbeat<'_>,
         timeout: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-        crate::batch::renew_with_heartbeat(self, identity, ttl, items, beat, timeout)
+        // Without a thread (spawning failed), the renewals first, then the
+        // heartbeat in what is left.
+        let heartbeat = |t| self.heartbeat(beat.group, identity, beat.leading, beat.ttl, t);
+        std::thread::scope(|scope| {
+            let beating = std::thread::Builder::new()
+                .name("leaderelection-heartbeat".into())
+                .spawn_scoped(scope, || heartbeat(timeout));
+            let start = std::time::Instant::now();
+            let renewed = self.renew_many(identity, ttl, items, timeout);
+            let members = match beating {
+                Ok(h) => h.join().unwrap_or_else(|_| Err(StoreError::fatal("the store's heartbeat panicked"))),
+                Err(_) => heartbeat(timeout.saturating_sub(start.elapsed())),
+            };
+            (renewed, members)
+        })
     }
 
     /// Releases several terms of `identity` in one call: for each item,
@@ -273,7 +286,7 @@ pub trait Store: Send + Sync {
     /// Per item, as [`Store::release`]; a batch that fails as a whole fails
     /// every item.
     fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
-        crate::batch::release_each(self, identity, items, timeout)
+        one_by_one(items, timeout, |i, t| self.release(i.name, identity, i.fence, t))
     }
 
     /// Reads several elections' rows in one call, writing nothing: for each
@@ -288,7 +301,7 @@ pub trait Store: Send + Sync {
     /// election without a row); a batch that fails as a whole fails every
     /// name.
     fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
-        crate::batch::inspect_each(self, names, timeout)
+        one_by_one(names, timeout, |n, t| self.inspect(n, t))
     }
 
     /// Records that `member` of `group` is alive until `ttl` after the
@@ -457,137 +470,10 @@ macro_rules! forward_store {
 forward_store!(Arc);
 forward_store!(Box);
 
-/// What went wrong in a store call, for callers that must branch on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// `renew` matched no row: somebody else holds the lease, or it expired.
-    LeaseLost,
-    /// `inspect` found no row for the election.
-    NoLease,
-    /// A failure that can fix itself: connection loss, timeout, server
-    /// shutdown, read-only transaction, serialization failure, too many
-    /// connections, lock not available.
-    Retryable,
-    /// A failure that needs a person: missing table, insufficient privilege,
-    /// bad credentials, a row the store cannot read.
-    Fatal,
-}
-
-/// An error from a [`Store`] call.
-///
-/// `Display` is a short lowercase phrase followed by the cause, and the cause
-/// is kept as [`std::error::Error::source`]. Stores never put passwords or
-/// payload bytes into it.
-#[derive(Clone)]
-pub struct StoreError {
-    kind: ErrorKind,
-    message: String,
-    source: Option<Arc<dyn StdError + Send + Sync>>,
-}
-
-impl StoreError {
-    /// The guarded renew matched no row.
-    pub fn lease_lost() -> StoreError {
-        StoreError { kind: ErrorKind::LeaseLost, message: "lease lost".into(), source: None }
-    }
-
-    /// The lease is not held, with why: for checks that find it gone.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    pub(crate) fn lease_lost_because(why: &str) -> StoreError {
-        StoreError { kind: ErrorKind::LeaseLost, message: format!("lease lost: {why}"), source: None }
-    }
-
-    /// A lease check in the program's transaction found no row: the lease
-    /// expired or was taken, on the database's clock.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    pub(crate) fn lease_check_failed() -> StoreError {
-        StoreError::lease_lost_because("the lease check found the lease expired or taken on the database")
-    }
-
-    /// The election has no row.
-    pub fn no_lease(name: &str) -> StoreError {
-        StoreError { kind: ErrorKind::NoLease, message: format!("no lease for election {name:?}"), source: None }
-    }
-
-    /// A failure that may fix itself, described by `message`.
-    pub fn retryable(message: impl Into<String>) -> StoreError {
-        StoreError { kind: ErrorKind::Retryable, message: message.into(), source: None }
-    }
-
-    /// A failure that needs a person, described by `message`.
-    pub fn fatal(message: impl Into<String>) -> StoreError {
-        StoreError { kind: ErrorKind::Fatal, message: message.into(), source: None }
-    }
-
-    /// Attaches the underlying error, kept as `source()`.
-    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> StoreError {
-        self.source = Some(Arc::new(source));
-        self
-    }
-
-    /// What kind of failure this is.
-    pub fn kind(&self) -> ErrorKind {
-        self.kind
-    }
-
-    /// The store's own description, without the cause.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// `renew` found the lease gone.
-    pub fn is_lease_lost(&self) -> bool {
-        self.kind == ErrorKind::LeaseLost
-    }
-
-    /// `inspect` found no row.
-    pub fn is_no_lease(&self) -> bool {
-        self.kind == ErrorKind::NoLease
-    }
-
-    /// The failure may fix itself; the elector keeps trying.
-    pub fn is_retryable(&self) -> bool {
-        self.kind == ErrorKind::Retryable
-    }
-
-    /// The failure needs a person; nobody leads through this store until it
-    /// is fixed.
-    pub fn is_fatal(&self) -> bool {
-        self.kind == ErrorKind::Fatal
-    }
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)?;
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("StoreError");
-        d.field("kind", &self.kind).field("message", &self.message);
-        if let Some(source) = &self.source {
-            d.field("source", &format_args!("{source}"));
-        }
-        d.finish()
-    }
-}
-
-impl StdError for StoreError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source.as_ref().map(|s| &**s as &(dyn StdError + 'static))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::error::Error as StdError;
 
     #[test]
     fn display_carries_cause_and_source_is_kept() {

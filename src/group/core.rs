@@ -120,9 +120,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch::{Heartbeat, Members};
-use crate::config::Timing;
 use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome, Output, TermId};
 use crate::store::{Store, StoreError};
+use crate::timing::Timing;
 
 /// Names one election of a group. Never reused within a group, so a late
 /// answer or command for an election that left finds nothing.

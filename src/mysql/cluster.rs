@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use mysql::Value;
 
-use super::sql::{text, AT, BY_KEY, NOW};
-use crate::config::{MAX_IDENTITY_LEN, MAX_NAME_LEN};
+pub(crate) use super::sql::claim_terms;
+use super::sql::{text, BY_KEY, NOW};
 use crate::store::StoreError;
+use crate::timing::{MAX_IDENTITY_LEN, MAX_NAME_LEN};
 
 /// What a store knows of its server: not asked yet, one primary (a single
 /// server, or a replication topology with one writable node), or several.
@@ -92,19 +93,6 @@ pub(crate) fn create_terms(terms: &str) -> String {
          \x20   checks BIGINT      NOT NULL DEFAULT 0 COMMENT 'lease checks of this term, for operators',\n\
          \x20   PRIMARY KEY (name)\n\
          ) ENGINE = InnoDB;\n"
-    )
-}
-
-/// After a claim, in its transaction: the terms row of each election
-/// `where_` names that this call claimed a new term of (the row names
-/// `identity` and was acquired at this call's instant) is replaced by that
-/// term's. Elections this call did not claim are not touched: a holder's
-/// acquire of its own lease writes nothing here, so it never meets its own
-/// checks.
-pub(crate) fn claim_terms(terms: &str, table: &str, where_: &str, identity: &str) -> String {
-    format!(
-        "REPLACE INTO {terms} (name, fence, holder, checks) SELECT name, fence, holder, 0 FROM {table} {BY_KEY} \
-         WHERE {where_} AND CAST(holder AS BINARY) = {identity} AND acquired_at = {AT} AND renewed_at = {AT};"
     )
 }
 

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use mysql::Value;
 
-use crate::config::{MAX_IDENTITY_LEN, MAX_NAME_LEN};
 use crate::lease::{DbTime, Lease};
 use crate::slot::MAX_SLOT_LEN;
 use crate::store::{ErrorKind, StoreError};
+use crate::timing::{MAX_IDENTITY_LEN, MAX_NAME_LEN};
 
 /// Longest TTL written, so `now + ttl` stays far inside `BIGINT`.
 const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);
@@ -613,7 +613,7 @@ pub(crate) fn acquire(
          SELECT {COLS}, {AT}, ROW_COUNT(), {NOW} FROM {table} {BY_KEY} WHERE name = {n} FOR UPDATE; {} \
          {COMMIT} {}",
         claimable(skew),
-        terms.map(|terms| super::cluster::claim_terms(terms, table, &this_row, &i)).unwrap_or_default(),
+        terms.map(|terms| claim_terms(terms, table, &this_row, &i)).unwrap_or_default(),
         committed(table, &this_row, &i)
     ))
 }
@@ -1075,6 +1075,19 @@ pub(crate) fn retry_elsewhere(e: &mysql::Error) -> bool {
         },
         _ => false,
     }
+}
+
+/// After a claim, in its transaction: the terms row of each election
+/// `where_` names that this call claimed a new term of (the row names
+/// `identity` and was acquired at this call's instant) is replaced by that
+/// term's. Elections this call did not claim are not touched: a holder's
+/// acquire of its own lease writes nothing here, so it never meets its own
+/// checks.
+pub(crate) fn claim_terms(terms: &str, table: &str, where_: &str, identity: &str) -> String {
+    format!(
+        "REPLACE INTO {terms} (name, fence, holder, checks) SELECT name, fence, holder, 0 FROM {table} {BY_KEY} \
+         WHERE {where_} AND CAST(holder AS BINARY) = {identity} AND acquired_at = {AT} AND renewed_at = {AT};"
+    )
 }
 
 #[cfg(test)]

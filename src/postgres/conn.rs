@@ -24,7 +24,7 @@ use tokio_postgres::error::Severity;
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
 
 use super::sql;
-use super::tls::{HandshakeFailed, MakeTls, TlsTrace};
+use super::tls::{io_phrase, HandshakeFailed, MakeTls, TlsTrace, TLS_REJECTED};
 use super::DEFAULT_CONNECT_TIMEOUT;
 use crate::error::Human;
 use crate::store::StoreError;
@@ -472,10 +472,6 @@ pub(crate) fn classify_connect(e: &tokio_postgres::Error, tls: Option<&TlsTrace>
     StoreError::fatal(format!("cannot connect: {LOGIN_FAILED}: {}", crate::error::chain_text(e)))
 }
 
-/// The phrases of fatal connection failures that carry no SQLSTATE. A pool
-/// built outside the store keeps only the text of the last failure, so the
-/// store reads the kind back from these (see `connect_text_is_fatal`).
-pub(crate) const TLS_REJECTED: &str = "TLS handshake rejected";
 const NO_TLS: &str = "the server does not support TLS (sslmode=require never falls back to plaintext)";
 const TLS_NO_HOST: &str = "TLS needs a host name to verify (a Unix socket cannot use sslmode=require)";
 const LOGIN_FAILED: &str = "login failed";
@@ -501,17 +497,6 @@ fn find_cause<'a, T: StdError + 'static>(e: &'a (dyn StdError + 'static)) -> Opt
         cur = c.source();
     }
     None
-}
-
-pub(crate) fn io_phrase(kind: io::ErrorKind) -> String {
-    match kind {
-        io::ErrorKind::ConnectionRefused => "connection refused".into(),
-        io::ErrorKind::ConnectionReset => "connection reset".into(),
-        io::ErrorKind::UnexpectedEof => "connection closed by the other end".into(),
-        io::ErrorKind::BrokenPipe => "broken pipe".into(),
-        io::ErrorKind::TimedOut => "timed out".into(),
-        other => other.to_string(),
-    }
 }
 
 /// Pulls out what tokio-postgres does not parse: `sslrootcert=PATH` (kept

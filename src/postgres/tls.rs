@@ -104,8 +104,8 @@ pub(crate) struct HandshakeFailed {
 impl fmt::Display for HandshakeFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.io {
-            Some(kind) => write!(f, "TLS handshake cut off ({})", super::conn::io_phrase(kind)),
-            None => f.write_str(super::conn::TLS_REJECTED),
+            Some(kind) => write!(f, "TLS handshake cut off ({})", io_phrase(kind)),
+            None => f.write_str(TLS_REJECTED),
         }
     }
 }
@@ -175,6 +175,22 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         let r = Pin::new(&mut self.inner).poll_shutdown(cx);
         self.note(&r);
         r
+    }
+}
+
+/// The phrases of fatal connection failures that carry no SQLSTATE. A pool
+/// built outside the store keeps only the text of the last failure, so the
+/// store reads the kind back from these (see `connect_text_is_fatal`).
+pub(crate) const TLS_REJECTED: &str = "TLS handshake rejected";
+
+pub(crate) fn io_phrase(kind: io::ErrorKind) -> String {
+    match kind {
+        io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        io::ErrorKind::ConnectionReset => "connection reset".into(),
+        io::ErrorKind::UnexpectedEof => "connection closed by the other end".into(),
+        io::ErrorKind::BrokenPipe => "broken pipe".into(),
+        io::ErrorKind::TimedOut => "timed out".into(),
+        other => other.to_string(),
     }
 }
 
@@ -254,7 +270,7 @@ mod tests {
         let cut = HandshakeFailed { io: Some(io::ErrorKind::ConnectionReset), source: tls_error() };
         assert_eq!(cut.to_string(), "TLS handshake cut off (connection reset)");
         let refused = HandshakeFailed { io: None, source: tls_error() };
-        assert_eq!(refused.to_string(), crate::postgres::conn::TLS_REJECTED);
+        assert_eq!(refused.to_string(), super::TLS_REJECTED);
         for e in [&cut, &refused] {
             let source = e.source().expect("the TLS library's error is kept");
             assert_eq!(source.to_string(), tls_error().to_string());
