@@ -1,12 +1,7 @@
 //! A store chosen by its DSN (features `postgres` and `mysql`).
 
-use std::time::Duration;
-
-use crate::batch::{BatchItem, Heartbeat, Members};
 use crate::guard::LeaseCheck;
-use crate::lease::Lease;
-use crate::slot::SlotClaim;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 #[cfg(feature = "mysql")]
 use crate::MySqlStore;
 #[cfg(feature = "postgres")]
@@ -144,100 +139,4 @@ impl AnyStore {
     }
 }
 
-impl Store for AnyStore {
-    fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        each!(self, s => s.acquire(name, identity, ttl, payload, timeout))
-    }
-    fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        each!(self, s => s.renew(name, identity, fence, ttl, payload, timeout))
-    }
-    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        each!(self, s => s.release(name, identity, fence, timeout))
-    }
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        each!(self, s => s.inspect(name, timeout))
-    }
-    fn claim_slot(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        slot: &str,
-        retry_failed: bool,
-        timeout: Duration,
-    ) -> Result<SlotClaim, StoreError> {
-        each!(self, s => s.claim_slot(name, identity, fence, slot, retry_failed, timeout))
-    }
-    fn finish_slot(
-        &self,
-        name: &str,
-        fence: u64,
-        slot: &str,
-        outcome: i32,
-        timeout: Duration,
-    ) -> Result<bool, StoreError> {
-        each!(self, s => s.finish_slot(name, fence, slot, outcome, timeout))
-    }
-    fn acquire_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        each!(self, s => s.acquire_many(identity, ttl, items, timeout))
-    }
-    fn renew_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        each!(self, s => s.renew_many(identity, ttl, items, timeout))
-    }
-    fn renew_many_with_heartbeat(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        beat: Heartbeat<'_>,
-        timeout: Duration,
-    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-        each!(self, s => s.renew_many_with_heartbeat(identity, ttl, items, beat, timeout))
-    }
-    fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
-        each!(self, s => s.release_many(identity, items, timeout))
-    }
-    fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
-        each!(self, s => s.inspect_many(names, timeout))
-    }
-    fn heartbeat(
-        &self,
-        group: &str,
-        member: &str,
-        leading: u32,
-        ttl: Duration,
-        timeout: Duration,
-    ) -> Result<Members, StoreError> {
-        each!(self, s => s.heartbeat(group, member, leading, ttl, timeout))
-    }
-    fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
-        each!(self, s => s.leave_group(group, member, timeout))
-    }
-}
+crate::store::forward_store!([] AnyStore, each);

@@ -358,37 +358,39 @@ pub trait Store: Send + Sync {
     }
 }
 
-/// The store behind a smart pointer: `Arc<dyn Store>` to share one among
-/// electors, `Box<dyn Store>` to pick one at run time.
+/// Implements [`Store`] for `$ty` by handing every call to the store
+/// inside: `$via!(self, s => s.call(..))` runs the call with `s` bound
+/// to it. One definition serves the smart pointers below and
+/// [`AnyStore`](crate::AnyStore), which picks its store at run time.
 macro_rules! forward_store {
-    ($ptr:ident) => {
-        impl<S: Store + ?Sized> Store for $ptr<S> {
+    ([$($generics:tt)*] $ty:ty, $via:ident) => {
+        impl<$($generics)*> $crate::store::Store for $ty {
             fn acquire(
                 &self,
                 name: &str,
                 identity: &str,
-                ttl: Duration,
+                ttl: ::std::time::Duration,
                 payload: &[u8],
-                timeout: Duration,
-            ) -> Result<Lease, StoreError> {
-                (**self).acquire(name, identity, ttl, payload, timeout)
+                timeout: ::std::time::Duration,
+            ) -> Result<$crate::Lease, $crate::StoreError> {
+                $via!(self, s => s.acquire(name, identity, ttl, payload, timeout))
             }
             fn renew(
                 &self,
                 name: &str,
                 identity: &str,
                 fence: u64,
-                ttl: Duration,
+                ttl: ::std::time::Duration,
                 payload: &[u8],
-                timeout: Duration,
-            ) -> Result<Lease, StoreError> {
-                (**self).renew(name, identity, fence, ttl, payload, timeout)
+                timeout: ::std::time::Duration,
+            ) -> Result<$crate::Lease, $crate::StoreError> {
+                $via!(self, s => s.renew(name, identity, fence, ttl, payload, timeout))
             }
-            fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-                (**self).release(name, identity, fence, timeout)
+            fn release(&self, name: &str, identity: &str, fence: u64, timeout: ::std::time::Duration) -> Result<(), $crate::StoreError> {
+                $via!(self, s => s.release(name, identity, fence, timeout))
             }
-            fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-                (**self).inspect(name, timeout)
+            fn inspect(&self, name: &str, timeout: ::std::time::Duration) -> Result<$crate::Lease, $crate::StoreError> {
+                $via!(self, s => s.inspect(name, timeout))
             }
             fn claim_slot(
                 &self,
@@ -397,9 +399,9 @@ macro_rules! forward_store {
                 fence: u64,
                 slot: &str,
                 retry_failed: bool,
-                timeout: Duration,
-            ) -> Result<SlotClaim, StoreError> {
-                (**self).claim_slot(name, identity, fence, slot, retry_failed, timeout)
+                timeout: ::std::time::Duration,
+            ) -> Result<$crate::SlotClaim, $crate::StoreError> {
+                $via!(self, s => s.claim_slot(name, identity, fence, slot, retry_failed, timeout))
             }
             fn finish_slot(
                 &self,
@@ -407,68 +409,77 @@ macro_rules! forward_store {
                 fence: u64,
                 slot: &str,
                 outcome: i32,
-                timeout: Duration,
-            ) -> Result<bool, StoreError> {
-                (**self).finish_slot(name, fence, slot, outcome, timeout)
+                timeout: ::std::time::Duration,
+            ) -> Result<bool, $crate::StoreError> {
+                $via!(self, s => s.finish_slot(name, fence, slot, outcome, timeout))
             }
             fn acquire_many(
                 &self,
                 identity: &str,
-                ttl: Duration,
-                items: &[BatchItem<'_>],
-                timeout: Duration,
-            ) -> Vec<Result<Lease, StoreError>> {
-                (**self).acquire_many(identity, ttl, items, timeout)
+                ttl: ::std::time::Duration,
+                items: &[$crate::BatchItem<'_>],
+                timeout: ::std::time::Duration,
+            ) -> Vec<Result<$crate::Lease, $crate::StoreError>> {
+                $via!(self, s => s.acquire_many(identity, ttl, items, timeout))
             }
             fn renew_many(
                 &self,
                 identity: &str,
-                ttl: Duration,
-                items: &[BatchItem<'_>],
-                timeout: Duration,
-            ) -> Vec<Result<Lease, StoreError>> {
-                (**self).renew_many(identity, ttl, items, timeout)
+                ttl: ::std::time::Duration,
+                items: &[$crate::BatchItem<'_>],
+                timeout: ::std::time::Duration,
+            ) -> Vec<Result<$crate::Lease, $crate::StoreError>> {
+                $via!(self, s => s.renew_many(identity, ttl, items, timeout))
             }
             fn renew_many_with_heartbeat(
                 &self,
                 identity: &str,
-                ttl: Duration,
-                items: &[BatchItem<'_>],
-                beat: Heartbeat<'_>,
-                timeout: Duration,
-            ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-                (**self).renew_many_with_heartbeat(identity, ttl, items, beat, timeout)
+                ttl: ::std::time::Duration,
+                items: &[$crate::BatchItem<'_>],
+                beat: $crate::Heartbeat<'_>,
+                timeout: ::std::time::Duration,
+            ) -> (Vec<Result<$crate::Lease, $crate::StoreError>>, Result<$crate::Members, $crate::StoreError>) {
+                $via!(self, s => s.renew_many_with_heartbeat(identity, ttl, items, beat, timeout))
             }
             fn release_many(
                 &self,
                 identity: &str,
-                items: &[BatchItem<'_>],
-                timeout: Duration,
-            ) -> Vec<Result<(), StoreError>> {
-                (**self).release_many(identity, items, timeout)
+                items: &[$crate::BatchItem<'_>],
+                timeout: ::std::time::Duration,
+            ) -> Vec<Result<(), $crate::StoreError>> {
+                $via!(self, s => s.release_many(identity, items, timeout))
             }
-            fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
-                (**self).inspect_many(names, timeout)
+            fn inspect_many(&self, names: &[&str], timeout: ::std::time::Duration) -> Vec<Result<$crate::Lease, $crate::StoreError>> {
+                $via!(self, s => s.inspect_many(names, timeout))
             }
             fn heartbeat(
                 &self,
                 group: &str,
                 member: &str,
                 leading: u32,
-                ttl: Duration,
-                timeout: Duration,
-            ) -> Result<Members, StoreError> {
-                (**self).heartbeat(group, member, leading, ttl, timeout)
+                ttl: ::std::time::Duration,
+                timeout: ::std::time::Duration,
+            ) -> Result<$crate::Members, $crate::StoreError> {
+                $via!(self, s => s.heartbeat(group, member, leading, ttl, timeout))
             }
-            fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
-                (**self).leave_group(group, member, timeout)
+            fn leave_group(&self, group: &str, member: &str, timeout: ::std::time::Duration) -> Result<(), $crate::StoreError> {
+                $via!(self, s => s.leave_group(group, member, timeout))
             }
         }
     };
 }
+pub(crate) use forward_store;
 
-forward_store!(Arc);
-forward_store!(Box);
+/// The store behind a smart pointer: `Arc<dyn Store>` to share one among
+/// electors, `Box<dyn Store>` to pick one at run time.
+macro_rules! deref {
+    ($this:ident, $s:ident => $call:expr) => {{
+        let $s = &**$this;
+        $call
+    }};
+}
+forward_store!([S: Store + ?Sized] Arc<S>, deref);
+forward_store!([S: Store + ?Sized] Box<S>, deref);
 
 #[cfg(test)]
 mod tests {
