@@ -7,7 +7,7 @@ use crate::MySqlStore;
 #[cfg(feature = "postgres")]
 use crate::PostgresStore;
 
-/// A [`Store`] picked by the scheme of a DSN, from [`connect`]: a
+/// A [`Store`](crate::Store) picked by the scheme of a DSN, from [`connect`]: a
 /// [`PostgresStore`](crate::PostgresStore) for `postgres://` and
 /// `postgresql://` URLs and libpq's `key=value` strings, a
 /// [`MySqlStore`](crate::MySqlStore) for `mysql://` URLs. Each needs its

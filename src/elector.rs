@@ -16,7 +16,7 @@ use crate::guard::{Command, LeaderGuard, TermShared, TermStore};
 use crate::handoff::{watchdog_fired, Event, Handoff, Outside, Shared, State};
 use crate::identity::{default_identity, with_instance, IdentityError};
 use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome};
-use crate::status::{Counters, Status};
+use crate::status::Counters;
 use crate::store::{Store, StoreError};
 use crate::sync::{Condvar, Mutex};
 use crate::workers::{catching, NotStarted, Workers};
@@ -102,6 +102,8 @@ impl From<ConfigError> for StartError {
 pub use crate::error::WaitLeaderError;
 
 impl Elector {
+    crate::handoff::one_election_calls!("Elector");
+
     /// Validates `config`, then spawns the renewal and watchdog threads (and
     /// a callback thread when callbacks are set). Returns at once; leadership
     /// comes later.
@@ -186,37 +188,13 @@ impl Elector {
         &self.shared.identity
     }
 
-    /// The election's name.
-    pub fn name(&self) -> &str {
-        &self.shared.name
-    }
-
-    /// Whether this participant leads right now: re-checks the current term's
-    /// deadline against the monotonic clock on every call.
-    pub fn is_leader(&self) -> bool {
-        self.shared.is_leader()
-    }
-
-    /// The current term's fence, when leading.
-    pub fn fence(&self) -> Option<u64> {
-        self.shared.fence()
-    }
-
-    /// A guard on the current term, without waiting; `None` when not leading.
-    /// Remember that dropping the last guard of a live term resigns it, and
-    /// that while a guard of an ended term is alive this participant starts
-    /// no new term (see [`Elector::wait_leader`]).
-    pub fn guard(&self) -> Option<LeaderGuard> {
-        self.shared.guard()
-    }
-
     /// Blocks until this participant leads and returns a guard on the term.
     ///
     /// **Drop the old guard before waiting again.** While any guard of an
     /// ended term is alive, the elector does not campaign, so two terms of
     /// one process never overlap in user code. An assignment such as
     /// `guard = elector.wait_leader()?` evaluates the right side while the
-    /// old guard still lives, and so waits forever. [`Status::held_back`]
+    /// old guard still lives, and so waits forever. [`Status::held_back`](crate::Status::held_back)
     /// shows this state, and a warning is logged once it has lasted a lease
     /// duration.
     ///
@@ -244,31 +222,6 @@ impl Elector {
     /// [`WaitLeaderError::Stopped`] once the elector has shut down.
     pub fn wait_leader(&self) -> Result<LeaderGuard, WaitLeaderError> {
         self.shared.wait_leader(None)
-    }
-
-    /// Like [`Elector::wait_leader`], giving up after `timeout`.
-    ///
-    /// # Errors
-    ///
-    /// [`WaitLeaderError::Timeout`] or [`WaitLeaderError::Stopped`].
-    pub fn wait_leader_timeout(&self, timeout: Duration) -> Result<LeaderGuard, WaitLeaderError> {
-        self.shared.wait_leader(Instant::now().checked_add(timeout))
-    }
-
-    /// Like [`Elector::wait_leader`], giving up at `deadline`.
-    ///
-    /// # Errors
-    ///
-    /// [`WaitLeaderError::Timeout`] or [`WaitLeaderError::Stopped`].
-    pub fn wait_leader_deadline(&self, deadline: Instant) -> Result<LeaderGuard, WaitLeaderError> {
-        self.shared.wait_leader(Some(deadline))
-    }
-
-    /// A snapshot of the election as this participant sees it, with its
-    /// counters (terms, renewals, abandoned calls). Takes the state lock once
-    /// and copies; cheap enough to call on every scrape or health check.
-    pub fn status(&self) -> Status {
-        self.shared.status()
     }
 
     /// Ends the term (every guard turns invalid first), releases the lease

@@ -26,6 +26,75 @@ use crate::machine::{Call, EndReason, LocalTime, Machine, Observed, Outcome, Out
 use crate::status::{is_renewal, Counters, Figures, LeaderInfo, Status};
 use crate::sync::{link, Condvar, Link, Mutex};
 
+/// The calls an [`Elector`](crate::Elector) and a group's
+/// [`Election`](crate::Election) both offer on their one election, written
+/// once over the type's `shared: Arc<Shared>`. `$ty` names the type in
+/// the docs; each type keeps its own `wait_leader` and `identity`, whose
+/// docs differ.
+macro_rules! one_election_calls {
+    ($ty:literal) => {
+        /// The election's name.
+        pub fn name(&self) -> &str {
+            &self.shared.name
+        }
+
+        /// Whether this participant leads the election right now:
+        /// re-checks the current term's deadline against the monotonic
+        /// clock on every call.
+        pub fn is_leader(&self) -> bool {
+            self.shared.is_leader()
+        }
+
+        /// The current term's fence, when leading.
+        pub fn fence(&self) -> Option<u64> {
+            self.shared.fence()
+        }
+
+        /// A guard on the current term, without waiting; `None` when not
+        /// leading. Dropping the last guard of a live term resigns it, and
+        /// while a guard of an ended term is alive this participant starts
+        /// no new term (see [`Elector::wait_leader`](crate::Elector::wait_leader)).
+        pub fn guard(&self) -> Option<$crate::LeaderGuard> {
+            self.shared.guard()
+        }
+
+        #[doc = concat!("Like [`", $ty, "::wait_leader`], giving up after `timeout`.")]
+        ///
+        /// # Errors
+        ///
+        /// [`WaitLeaderError::Timeout`](crate::WaitLeaderError::Timeout) or
+        /// [`WaitLeaderError::Stopped`](crate::WaitLeaderError::Stopped).
+        pub fn wait_leader_timeout(
+            &self,
+            timeout: ::std::time::Duration,
+        ) -> Result<$crate::LeaderGuard, $crate::WaitLeaderError> {
+            self.shared.wait_leader(::std::time::Instant::now().checked_add(timeout))
+        }
+
+        #[doc = concat!("Like [`", $ty, "::wait_leader`], giving up at `deadline`.")]
+        ///
+        /// # Errors
+        ///
+        /// [`WaitLeaderError::Timeout`](crate::WaitLeaderError::Timeout) or
+        /// [`WaitLeaderError::Stopped`](crate::WaitLeaderError::Stopped).
+        pub fn wait_leader_deadline(
+            &self,
+            deadline: ::std::time::Instant,
+        ) -> Result<$crate::LeaderGuard, $crate::WaitLeaderError> {
+            self.shared.wait_leader(Some(deadline))
+        }
+
+        /// A snapshot of the election as this participant sees it, with
+        /// its counters (terms, renewals, abandoned calls). Takes the state
+        /// lock once and copies; cheap enough to call on every scrape or
+        /// health check.
+        pub fn status(&self) -> $crate::Status {
+            self.shared.status()
+        }
+    };
+}
+pub(crate) use one_election_calls;
+
 /// State shared by the elector handle, the renewal thread and the watchdog.
 /// The lock is never held across a store call.
 pub(crate) struct Shared {

@@ -52,7 +52,7 @@ mod driver;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
@@ -61,7 +61,6 @@ use crate::elector::{StartError, WaitLeaderError};
 use crate::error::ElectionError;
 use crate::guard::LeaderGuard;
 use crate::handoff::Shared;
-use crate::status::Status;
 use crate::store::StoreError;
 use crate::sync::Mutex;
 
@@ -451,32 +450,11 @@ pub struct Election {
 }
 
 impl Election {
-    /// The election's name.
-    pub fn name(&self) -> &str {
-        &self.shared.name
-    }
+    crate::handoff::one_election_calls!("Election");
 
     /// This participant's identity (the group's).
     pub fn identity(&self) -> &str {
         &self.shared.identity
-    }
-
-    /// Whether this participant leads the election right now: re-checks
-    /// the term's deadline against the monotonic clock.
-    pub fn is_leader(&self) -> bool {
-        self.shared.is_leader()
-    }
-
-    /// The current term's fence, when leading.
-    pub fn fence(&self) -> Option<u64> {
-        self.shared.fence()
-    }
-
-    /// A guard on the current term, without waiting; `None` when not
-    /// leading. As with an elector, dropping the last guard of a live term
-    /// resigns it, and a guard of an ended term holds the next term back.
-    pub fn guard(&self) -> Option<LeaderGuard> {
-        self.shared.guard()
     }
 
     /// Blocks until this participant leads the election and returns a
@@ -489,30 +467,6 @@ impl Election {
     /// group has stopped.
     pub fn wait_leader(&self) -> Result<LeaderGuard, WaitLeaderError> {
         self.shared.wait_leader(None)
-    }
-
-    /// Like [`Election::wait_leader`], giving up after `timeout`.
-    ///
-    /// # Errors
-    ///
-    /// [`WaitLeaderError::Timeout`] or [`WaitLeaderError::Stopped`].
-    pub fn wait_leader_timeout(&self, timeout: Duration) -> Result<LeaderGuard, WaitLeaderError> {
-        self.shared.wait_leader(Instant::now().checked_add(timeout))
-    }
-
-    /// Like [`Election::wait_leader`], giving up at `deadline`.
-    ///
-    /// # Errors
-    ///
-    /// [`WaitLeaderError::Timeout`] or [`WaitLeaderError::Stopped`].
-    pub fn wait_leader_deadline(&self, deadline: Instant) -> Result<LeaderGuard, WaitLeaderError> {
-        self.shared.wait_leader(Some(deadline))
-    }
-
-    /// A snapshot of this election as this participant sees it, as
-    /// [`Elector::status`](crate::Elector::status) gives.
-    pub fn status(&self) -> Status {
-        self.shared.status()
     }
 
     /// Leaves the election: ends the term (every guard turns invalid
