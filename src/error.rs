@@ -373,6 +373,17 @@ impl fmt::Display for WaitLeaderError {
 
 impl std::error::Error for WaitLeaderError {}
 
+/// A message built from a driver's parse error with everything from the
+/// first mention of `word` on cut off, so a password the driver quoted
+/// never reaches a log or an error (belt and braces: the drivers' own
+/// messages are redacted before they get here).
+pub(crate) fn cut_from(msg: &str, word: &str) -> String {
+    match msg.find(word) {
+        Some(i) => format!("{}{word} …", &msg[..i]),
+        None => msg.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

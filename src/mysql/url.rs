@@ -124,10 +124,7 @@ fn percent_decode(s: &str) -> String {
 /// Belt and braces for messages built from the crate's URL errors (which
 /// may quote a parameter's value): drop anything after a `pass` mention.
 pub(crate) fn redact(msg: &str) -> String {
-    match msg.find("pass") {
-        Some(i) => format!("{}pass…", &msg[..i]),
-        None => msg.to_owned(),
-    }
+    crate::error::cut_from(msg, "pass")
 }
 
 #[cfg(test)]
@@ -183,7 +180,7 @@ mod tests {
 
     #[test]
     fn redaction_cuts_at_any_password_mention() {
-        assert_eq!(redact("invalid value for password=hunter2"), "invalid value for pass…");
+        assert_eq!(redact("invalid value for password=hunter2"), "invalid value for pass …");
         assert_eq!(redact("unknown parameter x"), "unknown parameter x");
     }
 }

@@ -572,10 +572,7 @@ fn percent_encode(s: &str) -> String {
 /// Belt and braces for messages built from parse errors: drop anything after
 /// a `password` mention.
 fn redact(msg: &str) -> String {
-    match msg.find("password") {
-        Some(i) => format!("{}password …", &msg[..i]),
-        None => msg.to_owned(),
-    }
+    crate::error::cut_from(msg, "password")
 }
 
 #[cfg(test)]
