@@ -378,8 +378,10 @@ struct InFlight {
     sent_at: LocalTime,
 }
 
+/// Whether a machine (one election's, or a group's) runs, is stopping
+/// (its elections leaving; then a group's member leaves) or has stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Running,
     Stopping,
     Stopped,

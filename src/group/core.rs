@@ -120,7 +120,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch::{Heartbeat, Members};
-use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome, Output, TermId};
+use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Mode, Op, Outcome, Output, TermId};
 use crate::store::{Store, StoreError};
 use crate::timing::Timing;
 
@@ -509,14 +509,6 @@ struct MemberView {
     /// What the live members lead between them and the most one leads, by
     /// their reports, as the last answer said; `None` if it did not.
     led: Option<(u64, u32)>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Running,
-    /// Elections are leaving; then the member leaves.
-    Stopping,
-    Stopped,
 }
 
 /// Many elections of one participant, on one grid. See the [module

@@ -505,6 +505,22 @@ pub(crate) fn text(what: &'static str, s: &str, max: usize) -> Result<String, St
     }
     Ok(hex(s.as_bytes()))
 }
+/// A claim's or renewal's values as SQL: the election's name and the
+/// identity as checked literals, the payload in hex, the lease in
+/// microseconds.
+fn term_values(
+    name: &str,
+    identity: &str,
+    payload: &[u8],
+    ttl: Duration,
+) -> Result<(String, String, String, u128), StoreError> {
+    Ok((
+        text("election name", name, MAX_NAME_LEN)?,
+        text("identity", identity, MAX_IDENTITY_LEN)?,
+        hex(payload),
+        ttl_micros(ttl),
+    ))
+}
 
 pub(crate) fn ttl_micros(ttl: Duration) -> u128 {
     ttl.min(MAX_TTL).as_micros()
@@ -588,12 +604,7 @@ pub(crate) fn acquire(
     terms: Option<&str>,
     skew: Duration,
 ) -> Result<String, StoreError> {
-    let (n, i, p, t) = (
-        text("election name", name, MAX_NAME_LEN)?,
-        text("identity", identity, MAX_IDENTITY_LEN)?,
-        hex(payload),
-        ttl_micros(ttl),
-    );
+    let (n, i, p, t) = term_values(name, identity, payload, ttl)?;
     let ours = exactly("name", &n);
     let inherited = if failover_rule { format!("COALESCE(history <> {HISTORY}, FALSE)") } else { "FALSE".into() };
     let update = claim_update(&ours, &format!("NOT {INHERITED}"), &i, t, PAYLOAD);
@@ -670,12 +681,7 @@ pub(crate) fn renew(
     ttl: Duration,
     payload: &[u8],
 ) -> Result<String, StoreError> {
-    let (n, i, p, t) = (
-        text("election name", name, MAX_NAME_LEN)?,
-        text("identity", identity, MAX_IDENTITY_LEN)?,
-        hex(payload),
-        ttl_micros(ttl),
-    );
+    let (n, i, p, t) = term_values(name, identity, payload, ttl)?;
     Ok(format!(
         "SET {PAYLOAD} = {p}; {BEGIN} \
          UPDATE {table} {BY_KEY} SET renewed_at = {AT}, payload = {PAYLOAD}, expires_at = GREATEST(expires_at, {AT} + {t}), \
