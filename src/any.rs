@@ -8,9 +8,9 @@ use crate::MySqlStore;
 use crate::PostgresStore;
 
 /// A [`Store`](crate::Store) picked by the scheme of a DSN, from [`connect`]: a
-/// [`PostgresStore`](crate::PostgresStore) for `postgres://` and
+/// `PostgresStore` for `postgres://` and
 /// `postgresql://` URLs and libpq's `key=value` strings, a
-/// [`MySqlStore`](crate::MySqlStore) for `mysql://` URLs. Each needs its
+/// `MySqlStore` for `mysql://` URLs. Each needs its
 /// feature. Clones share the pool.
 #[derive(Clone, Debug)]
 #[non_exhaustive]

@@ -377,6 +377,7 @@ impl std::error::Error for WaitLeaderError {}
 /// first mention of `word` on cut off, so a password the driver quoted
 /// never reaches a log or an error (belt and braces: the drivers' own
 /// messages are redacted before they get here).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn cut_from(msg: &str, word: &str) -> String {
     match msg.find(word) {
         Some(i) => format!("{}{word} …", &msg[..i]),

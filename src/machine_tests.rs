@@ -956,7 +956,7 @@ fn lazy_looks_wait_whole_periods_within_the_lease_seen() {
     r.answer();
     let first = r.m.poll_timeout().unwrap().saturating_since(r.now);
     let period = timing().retry_period;
-    assert!(first >= period && first <= period * 4 && first.as_nanos() % period.as_nanos() == 0, "{first:?}");
+    assert!(first >= period && first <= period * 4 && first.as_nanos().is_multiple_of(period.as_nanos()), "{first:?}");
     // The holder renews: the same holder is looked at 4 periods on.
     r.sleep(first);
     store.renew(NAME, "other", fence, ms(15_000), b"", OPT).unwrap();

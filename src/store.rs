@@ -468,7 +468,8 @@ macro_rules! forward_store {
         }
     };
 }
-pub(crate) use forward_store;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) use forward_store; // for AnyStore
 
 /// The store behind a smart pointer: `Arc<dyn Store>` to share one among
 /// electors, `Box<dyn Store>` to pick one at run time.

@@ -653,7 +653,7 @@ impl World<'_> {
         // A third of the schedules (by their seed, so the byte format keeps
         // its meaning) split renewals from two terms: two renewal batches
         // per interval, the heartbeat riding on one of them.
-        if s.seed % 3 == 0 {
+        if s.seed.is_multiple_of(3) {
             cfg.split_renewals_from = 2;
         }
         let node = self.nodes.len();

@@ -610,7 +610,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 /// Parses [`to_hex`]'s output (whitespace ignored).
 pub fn from_hex(s: &str) -> Option<Vec<u8>> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return None;
     }
     digits.chunks(2).map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()).collect()

@@ -1199,7 +1199,7 @@ impl GroupMachine {
     fn second_slot_offset(&self) -> Duration {
         let interval = self.cfg.timing.renew_interval;
         let live = self.members.slot_live.max(1);
-        let extra = if live % 2 == 0 { interval / (2 * live) } else { Duration::ZERO };
+        let extra = if live.is_multiple_of(2) { interval / (2 * live) } else { Duration::ZERO };
         interval / 2 + extra
     }
 
