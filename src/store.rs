@@ -258,21 +258,7 @@ pub trait Store: Send + Sync {
         beat: Heartbeat<'_>,
         timeout: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-        // Without a thread (spawning failed), the renewals first, then the
-        // heartbeat in what is left.
-        let heartbeat = |t| self.heartbeat(beat.group, identity, beat.leading, beat.ttl, t);
-        std::thread::scope(|scope| {
-            let beating = std::thread::Builder::new()
-                .name("leaderelection-heartbeat".into())
-                .spawn_scoped(scope, || heartbeat(timeout));
-            let start = std::time::Instant::now();
-            let renewed = self.renew_many(identity, ttl, items, timeout);
-            let members = match beating {
-                Ok(h) => h.join().unwrap_or_else(|_| Err(StoreError::fatal("the store's heartbeat panicked"))),
-                Err(_) => heartbeat(timeout.saturating_sub(start.elapsed())),
-            };
-            (renewed, members)
-        })
+        renew_with_heartbeat(self, identity, ttl, items, beat, timeout)
     }
 
     /// Releases several terms of `identity` in one call: for each item,
@@ -356,6 +342,36 @@ pub trait Store: Send + Sync {
         let _ = (group, member, timeout);
         Err(StoreError::fatal("this store keeps no group members (it does not implement Store::leave_group)"))
     }
+}
+
+/// The default of [`Store::renew_many_with_heartbeat`]: the heartbeat and
+/// the renewals at once, each within the whole `timeout` (the heartbeat on
+/// a scoped thread of its own), so a slow heartbeat never eats the time of
+/// the renewals that keep the terms alive. A store that sends the two
+/// together falls back on it when the two cannot go together.
+pub(crate) fn renew_with_heartbeat<S: Store + ?Sized>(
+    store: &S,
+    identity: &str,
+    ttl: Duration,
+    items: &[BatchItem<'_>],
+    beat: Heartbeat<'_>,
+    timeout: Duration,
+) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+    // Without a thread (spawning failed), the renewals first, then the
+    // heartbeat in what is left.
+    let heartbeat = |t| store.heartbeat(beat.group, identity, beat.leading, beat.ttl, t);
+    std::thread::scope(|scope| {
+        let beating = std::thread::Builder::new()
+            .name("leaderelection-heartbeat".into())
+            .spawn_scoped(scope, || heartbeat(timeout));
+        let start = std::time::Instant::now();
+        let renewed = store.renew_many(identity, ttl, items, timeout);
+        let members = match beating {
+            Ok(h) => h.join().unwrap_or_else(|_| Err(StoreError::fatal("the store's heartbeat panicked"))),
+            Err(_) => heartbeat(timeout.saturating_sub(start.elapsed())),
+        };
+        (renewed, members)
+    })
 }
 
 /// Implements [`Store`] for `$ty` by handing every call to the store
