@@ -27,16 +27,17 @@ cargo build --quiet --profile test --features postgres,mysql,storetest --example
 bin="${CARGO_TARGET_DIR:-$PWD/target}/debug/examples"
 run="x$$"   # election, slot and table names of this run only
 work=$(mktemp -d)
-pids=()
+# Every program started, by pid, in a file: the checks run in subshells.
+kill_started() { while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$work/pids"; }
 cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    [ -e "$work/pids" ] && kill_started
     [ -n "${LE_EXAMPLES_KEEP:-}" ] && echo "examples: logs kept in $work" || rm -rf "$work"
 }
 trap cleanup EXIT
 
 fail() {
     echo "examples: FAILED: $*" >&2
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    kill_started
     for f in "$work"/*/*.log; do
         [ -e "$f" ] && { echo "---- $f" >&2; tail -n 40 "$f" >&2; }
     done
@@ -73,7 +74,7 @@ start() { # start LOG PROGRAM ARGS...: runs an example in the background; $! is 
     local log=$1 prog=$2
     shift 2
     "$bin/$prog" "$@" >"$log" 2>&1 &
-    pids+=($!)
+    echo $! >>"$work/pids"
 }
 
 # sql DSN QUERY: tab-separated rows, through psql or mysql.
