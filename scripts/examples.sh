@@ -28,7 +28,14 @@ bin="${CARGO_TARGET_DIR:-$PWD/target}/debug/examples"
 run="x$$"   # election, slot and table names of this run only
 work=$(mktemp -d)
 # Every program started, by pid, in a file: the checks run in subshells.
-kill_started() { while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$work/pids"; }
+kill_started() { # those still running, and only if the pid is still one of ours
+    local p
+    while read -r p; do
+        case $({ tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null) in
+            "$bin/"*) kill -9 "$p" 2>/dev/null || true ;;
+        esac
+    done <"$work/pids"
+}
 cleanup() {
     [ -e "$work/pids" ] && kill_started
     [ -n "${LE_EXAMPLES_KEEP:-}" ] && echo "examples: logs kept in $work" || rm -rf "$work"
@@ -119,9 +126,8 @@ worker() { # LABEL DSN
     start "$d/worker-2.log" worker "${common[@]}" --id worker-2 --for 14s
     w2=$!
     wait_until 15 "worker $l: worker-1 writes 10 rows" has "$d/worker-1.log" "worker-1 wrote seq=" 10
-    kill -9 "$w1"
+    { kill -9 "$w1" && wait "$w1"; } 2>/dev/null || true
     t_kill=$(now)
-    wait "$w1" 2>/dev/null || true
     wait_until 15 "worker $l: worker-2 takes over" has "$d/worker-2.log" "worker-2 leads term fence="
     local takeover
     takeover=$(since "$t_kill")
@@ -184,8 +190,7 @@ sharded_worker() { # LABEL DSN
     wait_until 15 "sharded_worker $l: after shard-3 left, 2 processes own 1,000 partitions, at most 500 each" \
         shares_ok 500 "$d/shard-1.log" "$d/shard-2.log"
     echo "examples sharded_worker $l: shard-3 shut down ($(grep 'handed back' "$d/shard-3.log" | awk '{ print $4 }') handed back); 2 processes own $(cat "$d/split")of 1,000 $(since "$t_stop")s later, none twice"
-    kill "$s1" "$s2" 2>/dev/null || true
-    wait "$s1" "$s2" 2>/dev/null || true
+    { kill "$s1" "$s2" && wait "$s1" "$s2"; } 2>/dev/null || true
 }
 
 # Every reader's last read names LEADER, in leader= and in the payload.
