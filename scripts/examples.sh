@@ -23,7 +23,8 @@ cd "$(dirname "$0")/.."
 started=$SECONDS
 # The test profile and feature set scripts/test.sh builds its chaos suites
 # with, so under it this only links the examples.
-cargo build --quiet --profile test --features postgres,mysql,storetest --examples
+cargo build --quiet --profile test --features postgres,mysql,storetest \
+    --example cron_batch --example worker --example sharded_worker --example leader_reader
 bin="${CARGO_TARGET_DIR:-$PWD/target}/debug/examples"
 run="x$$"   # election, slot and table names of this run only
 work=$(mktemp -d)
