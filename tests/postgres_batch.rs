@@ -3,7 +3,9 @@
 //! a claim batch does not wait behind a lease check and a renew batch goes
 //! through one; batches that share rows in opposite orders never deadlock;
 //! batched renewals stay HOT and batched reads write nothing; a missing
-//! members table says how to make it. And, ignored by default, the
+//! members table says how to make it; a renewal batch and the heartbeat
+//! it carries are one transaction on the server, and a heartbeat that
+//! fails does not fail the renewals. And, ignored by default, the
 //! latencies of the group's batch sizes (`-- --ignored --nocapture`).
 //! Run with `bash scripts/test.sh` (it exports the DSNs).
 
@@ -13,7 +15,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
-use leaderelection::{BatchItem, Lease, Store, StoreError};
+use leaderelection::{BatchItem, Heartbeat, Lease, Store, StoreError};
 use pg_support::{client, dsn, BOUNCER, DIRECT};
 use postgres::types::Type;
 use support::{at_once, random_tag, wait_for};
@@ -724,4 +726,127 @@ fn measure_batch_latency_direct() {
 #[ignore = "prints latencies; run with -- --ignored --nocapture"]
 fn measure_batch_latency_pgbouncer() {
     measure(BOUNCER);
+}
+
+/// A database of its own on the test server, dropped at the end, so that
+/// the server's count of its transactions (`pg_stat_database`) is this
+/// test's alone.
+struct OwnDatabase {
+    name: String,
+}
+
+impl OwnDatabase {
+    fn new() -> OwnDatabase {
+        let name = format!("le_stmt_{}", random_tag());
+        client(DIRECT).batch_execute(&format!("CREATE DATABASE \"{name}\"")).expect("CREATE DATABASE");
+        OwnDatabase { name }
+    }
+
+    fn store(&self) -> PostgresStore {
+        let cfg: tokio_postgres::Config = dsn(DIRECT).parse().expect("test DSN parses");
+        let (host, port) = pg_support::host_port(DIRECT);
+        let user = cfg.get_user().unwrap_or("root");
+        let dsn = format!("postgres://{user}@{host}:{port}/{}", self.name);
+        PostgresStore::builder(&dsn).table("public", "le_stmt").build().expect("store")
+    }
+
+    /// Transactions committed and rolled back in the database, as the
+    /// server counts them, once every session of it has ended and its
+    /// count has stopped changing (a backend adds its last transactions to
+    /// the count as it exits, just after it leaves `pg_stat_activity`).
+    fn transactions(&self) -> i64 {
+        let mut c = client(DIRECT);
+        let mut one = |q: &str| -> i64 {
+            let rows = c.simple_query(&q.replace("{db}", &self.name)).unwrap_or_else(|e| panic!("{q}: {e}"));
+            rows.iter()
+                .find_map(|m| match m {
+                    postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse().ok()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("{q}: no row"))
+        };
+        let gone = wait_for(Duration::from_secs(20), || {
+            one("SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}'") == 0
+        });
+        assert!(gone, "the sessions of {} did not end within 20 s", self.name);
+        let count = "SELECT COALESCE((SELECT xact_commit + xact_rollback FROM pg_stat_database \
+                     WHERE datname = '{db}'), 0)";
+        let (mut last, mut since) = (one(count), Instant::now());
+        let settled = wait_for(Duration::from_secs(20), || {
+            let now = one(count);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+            since.elapsed() >= Duration::from_millis(500)
+        });
+        assert!(settled, "the transaction count of {} kept changing for 20 s", self.name);
+        last
+    }
+}
+
+impl Drop for OwnDatabase {
+    fn drop(&mut self) {
+        let _ = client(DIRECT).batch_execute(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name));
+    }
+}
+
+/// A group member renews its terms in two batches per renew interval and
+/// sends its heartbeat with one of them (issue 35): on the server that
+/// renewal is one transaction, heartbeat included, not two. Counted by the
+/// server's own statistics on a database of its own: ten renewals of 300
+/// terms, each with the heartbeat, are ten transactions. (Before the
+/// heartbeat went in the renewal's query, twenty.) Each part still answers
+/// as its own call would: every term renewed, the member counted.
+#[test]
+fn a_renewal_and_its_heartbeat_are_one_transaction() {
+    const CALLS: i64 = 10;
+    let db = OwnDatabase::new();
+    let names: Vec<String> = (0..300).map(|i| format!("e/{i}")).collect();
+    let fences: Vec<u64> = {
+        let s = db.store();
+        s.ensure_schema().expect("ensure_schema");
+        let held = all_ok("claims", s.acquire_many("me", LONG, &claims(&names), T));
+        held.iter().map(|l| l.fence).collect()
+    };
+    // A store's first call also reads what the table holds, once: two
+    // stores, one making one call and one making 1 + CALLS, differ by
+    // what CALLS calls cost.
+    let spend = |calls: i64| -> i64 {
+        let before = db.transactions();
+        let s = db.store();
+        let beat = Heartbeat { group: "g", leading: 300, ttl: LONG };
+        for k in 0..calls {
+            let (out, members) = s.renew_many_with_heartbeat("me", LONG, &items(&names, &fences, b"p"), beat, T);
+            let renewed = all_ok("renew_many_with_heartbeat", out);
+            assert!(renewed.iter().zip(&fences).all(|(l, &f)| l.held_by("me") && l.fence == f), "call {k}");
+            let members = members.unwrap_or_else(|e| panic!("call {k}: the heartbeat failed: {e}"));
+            assert_eq!((members.live, members.rank, members.led), (1, Some(0), Some(300)), "call {k}: {members:?}");
+        }
+        drop(s);
+        db.transactions() - before
+    };
+    let spent = spend(1 + CALLS) - spend(1);
+    assert_eq!(spent, CALLS, "{CALLS} renewals with a heartbeat took {spent} transactions on the server");
+}
+
+/// The heartbeat shares the renewal's transaction, so its failure rolls
+/// the renewal back too: the store then runs the two again on their own,
+/// and the renewals are answered as renewed while the heartbeat fails as
+/// it does alone (its members table missing: fatal, naming the fix).
+#[test]
+fn a_failing_heartbeat_does_not_fail_the_renewal_it_went_with() {
+    let t = Scratch::new("le_beat_fails");
+    let s = t.store();
+    let names: Vec<String> = (0..50).map(|i| format!("beat-fails/{i}")).collect();
+    let held = all_ok("claims", s.acquire_many("me", LONG, &claims(&names), T));
+    let fences: Vec<u64> = held.iter().map(|l| l.fence).collect();
+    client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{}_members\"", t.table)).unwrap();
+    let beat = Heartbeat { group: "g", leading: 50, ttl: LONG };
+    let (out, members) = s.renew_many_with_heartbeat("me", LONG, &items(&names, &fences, b"q"), beat, T);
+    let renewed = all_ok("renew_many_with_heartbeat", out);
+    assert!(renewed.iter().zip(&fences).all(|(l, &f)| l.held_by("me") && l.fence == f && l.payload == b"q"));
+    let e = members.expect_err("a heartbeat without its members table");
+    assert!(e.is_fatal() && e.to_string().contains("ensure_schema"), "{e}");
+    let row = s.inspect(&names[0], T).unwrap();
+    assert!(row.held_by("me") && row.payload == b"q", "the renewal did not commit: {row:?}");
 }

@@ -120,13 +120,14 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
         }
     }
     if want(8) {
-        for (label, kind, url) in [
-            ("PostgreSQL", Kind::Postgres, &pg),
-            ("PgBouncer", Kind::Postgres, &bouncer),
-            ("MariaDB", Kind::MariaDb, &my),
+        use groups::ServerCount;
+        for (label, kind, url, count) in [
+            ("PostgreSQL", Kind::Postgres, &pg, ServerCount::PgDatabase),
+            ("PgBouncer", Kind::Postgres, &bouncer, ServerCount::None),
+            ("MariaDB", Kind::MariaDb, &my, ServerCount::MariaDbGlobal),
         ] {
             step(&format!("row 8: 10,000 elections in each of 3 processes on {label}"));
-            groups::run(label, kind, url, a.quick, table)?;
+            groups::run(label, kind, url, count, a.quick, table)?;
         }
     }
     step("done");

@@ -112,7 +112,9 @@
 //! time on the database. The member's heartbeat then goes with one of its
 //! renewal batches, in one call ([`Store::renew_many_with_heartbeat`]), so
 //! the member still makes three calls per interval (heartbeat and first
-//! half, second half, looks).
+//! half, second half, looks); on PostgreSQL three transactions too, the
+//! heartbeat going in the renewal's query (on MariaDB a large renewal is
+//! several transactions: see `src/mysql/batch.rs`).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;

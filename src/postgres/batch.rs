@@ -1,13 +1,17 @@
 //! The batched calls and group members of [`PostgresStore`] (see
 //! [`crate::batch`]): each batch is one simple query, one implicit
-//! transaction, pinned as the single calls are; the statements are in
+//! transaction, pinned as the single calls are (a renewal batch that
+//! carries the member's heartbeat too, see
+//! [`PostgresStore::renew_batch_with_heartbeat`]); the statements are in
 //! [`sql`] (`acquire_many` and the rest).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use tokio_postgres::SimpleQueryMessage;
+
 use super::{deadline_after, sql, PostgresStore};
-use crate::batch::{BatchItem, Members};
+use crate::batch::{BatchItem, Heartbeat, Members};
 use crate::lease::{DbTime, Lease};
 use crate::store::StoreError;
 
@@ -165,10 +169,68 @@ impl PostgresStore {
             Answers::new(items, true),
             items,
             timeout,
+            None,
             |batch| sql::renew_many(&self.qualified, identity, ttl, batch),
             |item, row| row.get(1).map(|_| sql::renewed_at(OP, row, identity, item)),
         )
         .finish(|_| Err(StoreError::lease_lost()))
+    }
+
+    /// [`Store::renew_many_with_heartbeat`](crate::Store::renew_many_with_heartbeat):
+    /// the heartbeat ([`sql::heartbeat`]) and the renewals
+    /// ([`sql::renew_many`]) as two statements of one simple query, so one
+    /// round trip and one transaction where the two calls took two. Each
+    /// statement is the separate call's, with its conditions; both read one
+    /// `now()`, the transaction's start (so the heartbeat's answer falls as
+    /// early in the call as it can, and a renewal is stamped no later than
+    /// it would have been alone). Items whose row another transaction held
+    /// locked run again on their own, as in
+    /// [`PostgresStore::settle_locked`].
+    ///
+    /// One statement failing rolls the other back, so a query that fails
+    /// as a whole is not the answer of either: both run again as separate
+    /// calls at once, in the time left (the default of the trait), and each
+    /// answers for itself. So a heartbeat that cannot be written (a members
+    /// table missing, its own row locked by an operator) costs the
+    /// renewals a round trip, never their terms. Without items to renew,
+    /// or with a heartbeat no statement can carry, the separate calls
+    /// answer at once.
+    pub(super) fn renew_batch_with_heartbeat(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        beat: Heartbeat<'_>,
+        timeout: Duration,
+    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+        const OP: &str = "renew_many";
+        let start = Instant::now();
+        let answers = Answers::new(items, true);
+        let statement = self.members().and_then(|m| sql::heartbeat(&m, beat.group, identity, beat.leading, beat.ttl));
+        let statement = match statement {
+            Ok(s) if !answers.pending().is_empty() => s,
+            _ => return crate::batch::renew_with_heartbeat(self, identity, ttl, items, beat, timeout),
+        };
+        let mut with = WithBeat { statement, answer: None };
+        let answers = self.settle_locked(
+            OP,
+            answers,
+            items,
+            timeout,
+            Some(&mut with),
+            |batch| sql::renew_many(&self.qualified, identity, ttl, batch),
+            |item, row| row.get(1).map(|_| sql::renewed_at(OP, row, identity, item)),
+        );
+        let failed = match with.answer {
+            Some(Ok(members)) => return (answers.finish(|_| Err(StoreError::lease_lost())), members),
+            Some(Err(e)) => e,
+            None => StoreError::retryable("postgres renew_many: the heartbeat was not sent"),
+        };
+        let left = timeout.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return (answers.finish(|_| Err(StoreError::lease_lost())), Err(failed));
+        }
+        crate::batch::renew_with_heartbeat(self, identity, ttl, items, beat, left)
     }
 
     /// [`Store::release_many`](crate::Store::release_many): see
@@ -187,6 +249,7 @@ impl PostgresStore {
             Answers::new(items, true),
             items,
             timeout,
+            None,
             |batch| sql::release_many(&self.qualified, identity, batch),
             |_, _| None,
         )
@@ -202,13 +265,16 @@ impl PostgresStore {
     /// rows it looks at for milliseconds. A row locked longer (an
     /// operator's open transaction) is then answered alone with a retryable
     /// error; the batch never waits on it, and its other terms keep their
-    /// answers.
+    /// answers. With `beat`, its statement goes first in the first query,
+    /// and its answer (or the whole query's failure) goes back in it.
+    #[allow(clippy::too_many_arguments)] // the statement's two halves, built and read
     fn settle_locked<T: Clone>(
         &self,
         op: &'static str,
         mut answers: Answers<T>,
         items: &[BatchItem<'_>],
         timeout: Duration,
+        mut beat: Option<&mut WithBeat>,
         build: impl Fn(&[BatchItem<'_>]) -> Result<String, StoreError>,
         answer: impl Fn(&BatchItem<'_>, &tokio_postgres::SimpleQueryRow) -> Option<Result<T, StoreError>>,
     ) -> Answers<T> {
@@ -218,10 +284,28 @@ impl PostgresStore {
         let mut busy: Vec<usize> = Vec::new();
         while !pending.is_empty() {
             let batch: Vec<BatchItem<'_>> = pending.iter().map(|&j| items[j]).collect();
-            let rows = build(&batch).and_then(|body| self.run(op, &body, deadline, sql::Pin::Write)).and_then(|msgs| {
-                let rows = sql::batch_rows(op, &msgs, batch.len())?;
-                Ok(rows.into_iter().map(|(k, row)| (pending[k], answer(&batch[k], row))).collect::<Vec<_>>())
-            });
+            let rows = build(&batch)
+                .and_then(|body| match beat.take() {
+                    None => self.run(op, &body, deadline, sql::Pin::Write),
+                    Some(b) => {
+                        let sent = self.run(op, &format!("{}; {body}", b.statement), deadline, sql::Pin::Write);
+                        match sent {
+                            Ok(mut msgs) => {
+                                let renewed = msgs.split_off(last_statement(&msgs));
+                                b.answer = Some(Ok(members_of(&msgs)));
+                                Ok(renewed)
+                            }
+                            Err(e) => {
+                                b.answer = Some(Err(e.clone()));
+                                Err(e)
+                            }
+                        }
+                    }
+                })
+                .and_then(|msgs| {
+                    let rows = sql::batch_rows(op, &msgs, batch.len())?;
+                    Ok(rows.into_iter().map(|(k, row)| (pending[k], answer(&batch[k], row))).collect::<Vec<_>>())
+                });
             let rows = match rows {
                 Ok(rows) => rows,
                 Err(e) => {
@@ -324,21 +408,7 @@ impl PostgresStore {
         let msgs = self
             .run(OP, &body, deadline_after(timeout), sql::Pin::Write)
             .map_err(|e| sql::explain_missing_members(e, OP, &members))?;
-        let row = sql::rows(&msgs).into_iter().next();
-        let bad = || StoreError::fatal("postgres heartbeat: cannot read the count of members");
-        let (live, now, rank, led, most) = match row.as_deref() {
-            Some([Some(live), Some(now), Some(rank), Some(led), Some(most)]) => (
-                live.parse::<u32>().map_err(|_| bad())?,
-                now.parse::<i64>().map_err(|_| bad())?,
-                rank.parse::<u32>().map_err(|_| bad())?,
-                led.parse::<u64>().map_err(|_| bad())?,
-                // Reports are u32; a hand-written row beyond that counts as
-                // the most there can be.
-                most.parse::<i64>().map_err(|_| bad())?.clamp(0, i64::from(u32::MAX)) as u32,
-            ),
-            _ => return Err(bad()),
-        };
-        Ok(Members::new(live, DbTime::from_unix_micros(now)).with_rank(rank).with_leading(led, most))
+        members_of(&msgs)
     }
 
     /// [`Store::leave_group`](crate::Store::leave_group): see
@@ -351,6 +421,51 @@ impl PostgresStore {
             .map(drop)
             .map_err(|e| sql::explain_missing_members(e, OP, &members))
     }
+}
+
+/// A heartbeat that goes first in a renewal batch's first query (see
+/// [`PostgresStore::renew_batch_with_heartbeat`]).
+struct WithBeat {
+    /// [`sql::heartbeat`]'s statement.
+    statement: String,
+    /// Once the query ran: the heartbeat's answer, or the error of the
+    /// query, which failed as a whole; `None` if it was never sent.
+    answer: Option<Result<Result<Members, StoreError>, StoreError>>,
+}
+
+/// Where the last statement's messages begin among a simple query's: after
+/// the one before it completed (0 if none did).
+fn last_statement(msgs: &[SimpleQueryMessage]) -> usize {
+    let ends: Vec<usize> = msgs
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m, SimpleQueryMessage::CommandComplete(_)))
+        .map(|(j, _)| j)
+        .collect();
+    match ends.as_slice() {
+        [.., before, _] => before + 1,
+        _ => 0,
+    }
+}
+
+/// The members a heartbeat's answer row ([`sql::heartbeat`]) counts: the
+/// first row among `msgs`.
+fn members_of(msgs: &[SimpleQueryMessage]) -> Result<Members, StoreError> {
+    let row = sql::rows(msgs).into_iter().next();
+    let bad = || StoreError::fatal("postgres heartbeat: cannot read the count of members");
+    let (live, now, rank, led, most) = match row.as_deref() {
+        Some([Some(live), Some(now), Some(rank), Some(led), Some(most)]) => (
+            live.parse::<u32>().map_err(|_| bad())?,
+            now.parse::<i64>().map_err(|_| bad())?,
+            rank.parse::<u32>().map_err(|_| bad())?,
+            led.parse::<u64>().map_err(|_| bad())?,
+            // Reports are u32; a hand-written row beyond that counts as the
+            // most there can be.
+            most.parse::<i64>().map_err(|_| bad())?.clamp(0, i64::from(u32::MAX)) as u32,
+        ),
+        _ => return Err(bad()),
+    };
+    Ok(Members::new(live, DbTime::from_unix_micros(now)).with_rank(rank).with_leading(led, most))
 }
 
 /// How long after its first answer a claim batch keeps running again the

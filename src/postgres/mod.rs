@@ -168,7 +168,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::SimpleQueryMessage;
 
-use crate::batch::{BatchItem, Members};
+use crate::batch::{BatchItem, Heartbeat, Members};
 use crate::error::Human;
 use crate::ident::{quote_postgres, IdentError};
 use crate::lease::Lease;
@@ -1027,6 +1027,17 @@ impl Store for PostgresStore {
         timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.renew_batch(identity, ttl, items, timeout)
+    }
+
+    fn renew_many_with_heartbeat(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        beat: Heartbeat<'_>,
+        timeout: Duration,
+    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+        self.renew_batch_with_heartbeat(identity, ttl, items, beat, timeout)
     }
 
     fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
