@@ -107,6 +107,10 @@ cargo test --features postgres,mysql,storetest --test chaos_group -- --test-thre
 
 echo "== examples"
 cargo run --quiet --example quickstart
+# The programs the crate is for (issue 35, item 5), several copies at once
+# against PostgreSQL, PgBouncer and MariaDB, their output and the worker's
+# ledger checked (scripts/examples.sh).
+bash scripts/examples.sh
 
 echo "== line coverage of src/ (fails below 95 %)"
 # Only the library's own sources count: not its tests, examples or fuzz

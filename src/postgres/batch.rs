@@ -209,7 +209,7 @@ impl PostgresStore {
         let statement = self.members().and_then(|m| sql::heartbeat(&m, beat.group, identity, beat.leading, beat.ttl));
         let statement = match statement {
             Ok(s) if !answers.pending().is_empty() => s,
-            _ => return crate::batch::renew_with_heartbeat(self, identity, ttl, items, beat, timeout),
+            _ => return crate::store::renew_with_heartbeat(self, identity, ttl, items, beat, timeout),
         };
         let mut with = WithBeat { statement, answer: None };
         let answers = self.settle_locked(
@@ -230,7 +230,7 @@ impl PostgresStore {
         if left.is_zero() {
             return (answers.finish(|_| Err(StoreError::lease_lost())), Err(failed));
         }
-        crate::batch::renew_with_heartbeat(self, identity, ttl, items, beat, left)
+        crate::store::renew_with_heartbeat(self, identity, ttl, items, beat, left)
     }
 
     /// [`Store::release_many`](crate::Store::release_many): see
