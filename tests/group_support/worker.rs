@@ -562,7 +562,7 @@ impl Sampler {
                     h.deadline = d;
                     moved = 1;
                 }
-                let look = last || (i as u64 + self.sweeps) % LOST_EVERY == 0;
+                let look = last || (i as u64 + self.sweeps).is_multiple_of(LOST_EVERY);
                 if look && matches!(h.lost.try_recv(), Err(TryRecvError::Disconnected)) {
                     let seen = mono_ns();
                     Some((seen, "noticed", seen))
