@@ -7,7 +7,38 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Elector, LeaderGuard, Status, Timing};
+use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, MemStore, Status, Timing};
+
+/// The election of `elector.rs` and `status.rs`.
+pub const NAME: &str = "jobs";
+
+/// An elector for `id` in [`NAME`] on `store`, with [`timing`].
+pub fn start(store: &MemStore, id: &str) -> Elector {
+    Elector::start(Config::new(store.clone(), NAME).identity(id).timing(timing())).expect("valid config")
+}
+
+/// A fresh store with `a` leading alone in [`NAME`]: the store, the
+/// elector and the guard of its first term.
+pub fn alone() -> (MemStore, Elector, LeaderGuard) {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let guard = lead(&a);
+    (store, a, guard)
+}
+
+/// [`alone`], then the store fails every call with `kind` until the term
+/// ends (asserted, within 5 s); it keeps failing on return.
+pub fn alone_until_failing_ends_the_term(kind: ErrorKind) -> (MemStore, Elector, LeaderGuard) {
+    let (store, a, guard) = alone();
+    store.set_failing(Some(kind));
+    term_ends(&guard);
+    (store, a, guard)
+}
+
+/// Asserts that the term of `guard` ends within 5 s.
+pub fn term_ends(guard: &LeaderGuard) {
+    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
+}
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
