@@ -33,7 +33,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Config, Store, Timing};
+use leaderelection::{Config, Elector, LeaderGuard, Store, Timing};
 
 pub use proxy::Proxy;
 
@@ -50,6 +50,58 @@ pub const TIMING: Timing = Timing {
 /// An elector config with [`TIMING`].
 pub fn config(store: impl Store + 'static, name: &str, id: &str) -> Config {
     Config::new(store, name).identity(id).timing(TIMING)
+}
+
+/// An elector for `id` in `name` on `store`, once it leads (within 10 s),
+/// and its guard.
+pub fn leader<S: Store + Clone + 'static>(store: &S, name: &str, id: &str) -> (Elector, LeaderGuard) {
+    let e = Elector::start(config(store.clone(), name, id)).expect("start");
+    let g = e.wait_leader_timeout(Duration::from_secs(10)).expect("leads");
+    (e, g)
+}
+
+/// The rest of an "open checked transaction holds a claim off" test (both
+/// databases), with `a` leading `name` on `store` and the program's
+/// transaction open, having checked `a`'s lease in it if `checked`: `a`
+/// keeps renewing (three renewals within 5 s), then stops without
+/// releasing; a successor `b` starts and is watched for a lease and two
+/// seconds. Unchecked (the negative control), `b` must lead meanwhile;
+/// checked, it must not, and must lead within 5 s once `commit` has ended
+/// the transaction. `who` names the setting in messages. Returns `a`'s
+/// last round trip meanwhile and `b`.
+pub fn successor_waits_for_a_checked_transaction<S: Store + Clone + 'static>(
+    a: Elector,
+    store: &S,
+    name: &str,
+    checked: bool,
+    who: &str,
+    commit: impl FnOnce(),
+) -> (Duration, Elector) {
+    let before = a.status().renewals_ok;
+    assert!(
+        wait_for(Duration::from_secs(5), || a.status().renewals_ok >= before + 3),
+        "{who}: renewals stalled behind the check: {}",
+        a.status()
+    );
+    let rtt = a.status().last_call_rtt.unwrap();
+    // The holder stops renewing; its lease runs out on the database.
+    a.shutdown_without_release();
+    let b = Elector::start(config(store.clone(), name, "b")).unwrap();
+    let open_for = TIMING.lease_duration + Duration::from_secs(2);
+    let held_off = !wait_for(open_for, || b.is_leader());
+    if !checked {
+        assert!(!held_off, "{who}: without the check the successor should have led while the transaction was open");
+        return (rtt, b);
+    }
+    assert!(held_off, "{who}: a successor claimed while a checked transaction was open: {}", b.status());
+    let committed = Instant::now();
+    commit();
+    assert!(wait_for(Duration::from_secs(5), || b.is_leader()), "{who}: no successor after the commit: {}", b.status());
+    eprintln!(
+        "{who}: successor led {:?} after the checked transaction ended; renewal rtt meanwhile {rtt:?}",
+        committed.elapsed()
+    );
+    (rtt, b)
 }
 
 /// Ten random hex digits, to keep names of concurrent tests apart.
