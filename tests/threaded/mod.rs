@@ -1,15 +1,17 @@
 //! Helpers the threaded elector tests on `MemStore` share (`elector.rs`,
-//! `status.rs`, `metrics.rs`, `callbacks.rs`, `logging.rs`, `hold_back.rs`):
+//! `status.rs`, `guard.rs`, `metrics.rs`, `callbacks.rs`, `logging.rs`, `hold_back.rs`):
 //! short timings, and waits for a condition with a deadline, never a fixed
 //! nap. The database suites have their own in `support/`.
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, MemStore, Status, Timing};
+use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, Lease, MemStore, Status, Store, StoreError, Timing};
 
-/// The election of `elector.rs` and `status.rs`.
+/// The election of `elector.rs`, `status.rs` and `guard.rs`.
 pub const NAME: &str = "jobs";
 
 /// An elector for `id` in [`NAME`] on `store`, with [`timing`].
@@ -86,5 +88,32 @@ pub fn until(e: &Elector, what: &str, cond: impl Fn(&Status) -> bool) -> Status 
         }
         assert!(Instant::now() < deadline, "{what}: not within 5 s; {st}; {st:?}");
         thread::sleep(ms(2));
+    }
+}
+
+/// A store of someone else's on a [`MemStore`]: it implements only the
+/// four lease calls (as every store did before slots and batches), and
+/// counts the inspections it answered.
+pub struct LeasesOnly(pub MemStore, pub Arc<AtomicUsize>);
+
+impl LeasesOnly {
+    pub fn new(store: MemStore) -> LeasesOnly {
+        LeasesOnly(store, Arc::new(AtomicUsize::new(0)))
+    }
+}
+
+impl Store for LeasesOnly {
+    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.0.acquire(n, id, ttl, p, t)
+    }
+    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.0.renew(n, id, f, ttl, p, t)
+    }
+    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+        self.0.release(n, id, f, t)
+    }
+    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.inspect(n, t)
     }
 }
