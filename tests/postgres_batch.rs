@@ -16,16 +16,15 @@ use leaderelection::postgres::PostgresStore;
 use leaderelection::{BatchItem, Lease, Store, StoreError};
 use pg_support::{client, dsn, BOUNCER, DIRECT};
 use postgres::types::Type;
-use support::{at_once, random_tag, wait_for};
+use support::{
+    at_once, batches_skip_a_row_another_writer_locked, heartbeats_count_leads_once_the_schema_is_ensured, random_tag,
+    wait_for, Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
+};
 
 const TABLE: &str = "le_batch";
-const T: Duration = Duration::from_secs(5);
-const LONG: Duration = Duration::from_secs(60);
 
 fn store(var: &str) -> PostgresStore {
-    let s = PostgresStore::builder(&dsn(var)).table("public", TABLE).build().expect("store");
-    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
-    s
+    pg_support::store_on(var, TABLE)
 }
 
 fn items<'a>(names: &'a [String], fences: &[u64], payload: &'a [u8]) -> Vec<BatchItem<'a>> {
@@ -214,29 +213,8 @@ fn a_renew_or_release_batch_does_not_wait_for_a_writer(var: &str) {
     let mut c = client(var);
     let mut tx = c.transaction().unwrap();
     tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = '{}' FOR UPDATE", names[2])).unwrap();
-    let timeout = Duration::from_secs(3);
-    let start = Instant::now();
-    let out = s.renew_many("a", LONG, &items(&names, &fences, b"renewed"), timeout);
-    let took = start.elapsed();
-    eprintln!("{var}: a renew batch with one row under a writer's lock answered in {took:?}");
-    assert!(took < timeout / 2, "the renew batch waited {took:?} for the lock");
-    let e = out[2].as_ref().expect_err("a row under another writer's lock was renewed");
-    assert!(e.is_retryable() && !e.is_lease_lost() && e.to_string().contains("locked"), "{e}");
-    for (j, r) in out.iter().enumerate().filter(|(j, _)| *j != 2) {
-        assert!(r.as_ref().is_ok_and(|l| l.held_by("a") && l.payload == b"renewed"), "{j}: {r:?}");
-    }
-    let start = Instant::now();
-    let out = s.release_many("a", &items(&names, &fences, b""), timeout);
-    assert!(start.elapsed() < timeout / 2, "the release batch waited {:?} for the lock", start.elapsed());
-    let e = out[2].as_ref().expect_err("a row under another writer's lock was released");
-    assert!(e.is_retryable() && e.to_string().contains("locked"), "{e}");
-    assert!(out.iter().enumerate().all(|(j, r)| j == 2 || r.is_ok()), "{out:?}");
-    tx.rollback().unwrap();
-    let left = s.inspect(&names[2], T).unwrap();
-    assert!(left.held_by("a") && left.fence == fences[2], "the locked term was left as it was: {left:?}");
-    for n in [&names[0], &names[3]] {
-        assert!(s.inspect(n, T).unwrap().expired(), "{n} was not released");
-    }
+    let unlock = || tx.rollback().unwrap();
+    batches_skip_a_row_another_writer_locked(&format!("{var}: "), &s, &names, &fences, Duration::from_secs(3), unlock);
     all_ok("release_many after the lock", s.release_many("a", &items(&names[2..3], &fences[2..3], b""), T));
     assert!(s.inspect(&names[2], T).unwrap().expired());
 }
@@ -375,15 +353,9 @@ fn opposite_orders_never_deadlock_pgbouncer() {
     opposite_orders_never_deadlock(BOUNCER);
 }
 
-/// A table of a test's own, dropped (with the tables beside it) when it goes.
-struct Scratch {
-    table: String,
-}
-
+/// [`Scratch`] in this suite: a table dropped (with the tables beside it)
+/// when it goes.
 impl Scratch {
-    fn new(prefix: &str) -> Scratch {
-        Scratch { table: format!("{prefix}_{}", random_tag()) }
-    }
     fn store(&self) -> PostgresStore {
         let s = PostgresStore::builder(&dsn(DIRECT)).table("public", self.table.clone()).build().unwrap();
         s.ensure_schema().unwrap();
@@ -546,12 +518,7 @@ fn a_members_table_without_leads_is_fatal_until_ensure_schema_adds_it() {
     let e = s.heartbeat("g", "m", 4, LONG, T).unwrap_err();
     let text = e.to_string();
     assert!(e.is_fatal() && text.contains("42703") && text.contains("ADD COLUMN IF NOT EXISTS leads"), "{text}");
-    s.ensure_schema().unwrap();
-    s.ensure_schema().unwrap();
-    let m = s.heartbeat("g", "m", 4, LONG, T).unwrap();
-    assert_eq!((m.live, m.led, m.most), (1, Some(4), Some(4)));
-    let m = s.heartbeat("g", "n", 6, LONG, T).unwrap();
-    assert_eq!((m.live, m.rank, m.led, m.most), (2, Some(1), Some(10), Some(6)));
+    heartbeats_count_leads_once_the_schema_is_ensured(&s, PostgresStore::ensure_schema, ["m", "n"]);
 }
 
 /// A heartbeat deletes the group's rows that expired over an hour ago

@@ -18,9 +18,7 @@ use support::{leader, random_tag, successor_waits_for_a_checked_transaction};
 const TABLE: &str = "le_check";
 
 fn store(var: &str) -> PostgresStore {
-    let s = PostgresStore::builder(&dsn(var)).table("public", TABLE).build().expect("store");
-    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
-    s
+    pg_support::store_on(var, TABLE)
 }
 
 /// The check passes in a transaction of the live term's, and says

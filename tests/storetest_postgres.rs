@@ -12,16 +12,16 @@ use leaderelection::postgres::{PgManager, PostgresStore};
 use leaderelection::storetest::Operator;
 use leaderelection::{BatchItem, Lease, Store, StoreError};
 use pg_support::{client, dsn, dsn_via, host_port, BOUNCER, DIRECT};
-use support::{at_once, random_tag, wait_for, Proxy};
+use support::{
+    a_late_renewal_extended_nothing, at_once, ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once,
+    locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch,
+    STORE_TIMEOUT as T, STORE_TTL as LONG,
+};
 
 const TABLE: &str = "le_storetest";
-const T: Duration = Duration::from_secs(5);
-const LONG: Duration = Duration::from_secs(60);
 
 fn store(var: &str) -> PostgresStore {
-    let s = PostgresStore::builder(&dsn(var)).table("public", TABLE).build().expect("store");
-    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
-    s
+    pg_support::store_on(var, TABLE)
 }
 
 mod direct {
@@ -309,12 +309,7 @@ fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(var: &str, s:
         );
         tx.batch_execute(&q).unwrap();
     });
-    let after = s.inspect(&name, T).unwrap();
-    eprintln!("renewal behind a release via {var}: {renewed:?}; the row after: {after:?}");
-    assert!(renewed.as_ref().is_err_and(|e| e.is_lease_lost()), "the late renewal landed: {renewed:?}");
-    assert!(after.expired() && after.payload.is_empty(), "the released lease was extended: {after:?}");
-    let next = s.acquire(&name, "b", ttl, b"", T).unwrap();
-    assert!(next.held_by("b") && next.fence > lease.fence, "the successor could not claim at once: {next:?}");
+    a_late_renewal_extended_nothing(&format!(" via {var}"), s, &lease, ttl, &renewed);
 }
 
 #[test]
@@ -515,17 +510,7 @@ fn locked_row_gives_up_in_time(var: &str) {
     let mut tx = locker.transaction().unwrap();
     tx.batch_execute(&format!("SELECT * FROM {TABLE} WHERE name = '{name}' FOR UPDATE")).unwrap();
     let timeout = Duration::from_millis(600);
-    for op in ["renew", "acquire", "release"] {
-        let start = Instant::now();
-        let r = match op {
-            "renew" => s.renew(&name, "a", lease.fence, LONG, b"", timeout).map(|_| ()),
-            "acquire" => s.acquire(&name, "b", LONG, b"", timeout).map(|_| ()),
-            _ => s.release(&name, "a", lease.fence, timeout),
-        };
-        let took = start.elapsed();
-        let e = r.expect_err("a call on a locked row must not succeed while the lock is held");
-        assert!(e.is_retryable(), "{op}: {e:?}");
-        assert!(took < timeout + Duration::from_millis(300), "{op} took {took:?} with a {timeout:?} timeout");
+    for (op, e) in locked_row_calls_give_up_in_time(&s, &name, lease.fence, timeout, Duration::from_millis(300)) {
         assert!(e.to_string().contains("lock timeout") || e.to_string().contains("55P03"), "{op}: {e}");
     }
     // Reads do not wait on row locks.
@@ -579,13 +564,7 @@ fn swallowing_path(var: &str) {
     assert_eq!(proxy.open_connections(), 1);
     proxy.swallow(true);
     let timeout = Duration::from_millis(500);
-    for _ in 0..6 {
-        let start = Instant::now();
-        let e = s.inspect(&name, timeout).expect_err("no answer can come through a swallowing path");
-        let took = start.elapsed();
-        assert!(e.is_retryable(), "{e:?}");
-        assert!(took < timeout + Duration::from_millis(250), "call took {took:?}");
-    }
+    swallowed_reads_give_up_in_time(&s, &name, timeout, Duration::from_millis(250));
     // What the abandoned calls held is bounded: the pool never exceeds its size.
     assert!(proxy.open_connections() <= 4 + 1, "open: {}", proxy.open_connections());
     proxy.swallow(false);
@@ -1091,17 +1070,9 @@ fn a_row_an_operator_broke_is_a_fatal_error() {
     client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
 }
 
-/// A table of a test's own, in `public`, dropped when it goes (even when
+/// [`Scratch`] in this suite: a table in `public`, dropped when it goes (even when
 /// the test fails). `hostile` gives it a name that needs quoting.
-struct Scratch {
-    table: String,
-}
-
 impl Scratch {
-    fn new(prefix: &str) -> Scratch {
-        Scratch { table: format!("{prefix}_{}", random_tag()) }
-    }
-
     /// `"public"."table"`, quoted as the store quotes it.
     fn quoted(&self) -> String {
         format!("\"public\".\"{}\"", self.table.replace('"', "\"\""))
@@ -1129,7 +1100,7 @@ impl Scratch {
     }
 
     /// How many columns named `terms` the table has.
-    fn terms_columns(&self) -> usize {
+    fn terms_columns(&self) -> i64 {
         let q = format!(
             "SELECT count(*) FROM information_schema.columns \
              WHERE table_schema = 'public' AND table_name = {} AND column_name = 'terms'",
@@ -1215,30 +1186,13 @@ fn ensure_schema_adds_terms_to_an_old_table() {
         t.quoted()
     );
     client(DIRECT).batch_execute(&insert).unwrap();
-    let s = t.store(DIRECT);
-    for _ in 0..2 {
-        s.ensure_schema().expect("ensure_schema on an old table");
-        assert_eq!((t.terms_columns(), t.terms("e")), (1, 0));
-    }
-    let a = s.acquire("e", "a", LONG, b"", T).unwrap();
-    assert!(a.held_by("a") && a.fence > 5, "{a:?}");
-    assert_eq!(t.terms("e"), 1, "the first counted term of an old row");
+    ensure_schema_on_an_old_row(&t.store(DIRECT), PostgresStore::ensure_schema, || t.terms_columns(), |n| t.terms(n));
 
-    const REPLICAS: usize = 6;
     for round in 0..2 {
         let t = Scratch::new("le_old_race");
         t.create_old();
-        let results = at_once(
-            REPLICAS,
-            |i| t.store(if i % 2 == 0 { DIRECT } else { BOUNCER }),
-            |s, i| -> Result<bool, StoreError> {
-                s.ensure_schema()?;
-                s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
-            },
-        );
-        for r in &results {
-            assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
-        }
+        let store = |i: usize| t.store(if i % 2 == 0 { DIRECT } else { BOUNCER });
+        ensure_schema_then_claim_at_once(round, store, PostgresStore::ensure_schema);
         assert_eq!(t.terms_columns(), 1, "round {round}");
         assert_eq!(t.terms("e0"), 1, "round {round}");
     }

@@ -42,3 +42,10 @@ pub fn dsn_via(var: &str, host: &str, port: u16, user: Option<&str>, params: &st
     let db = cfg.get_dbname().unwrap_or("test");
     format!("postgres://{user}@{host}:{port}/{db}{params}")
 }
+
+/// A store on `public.{table}` through `var`'s DSN, with its schema ensured.
+pub fn store_on(var: &str, table: &str) -> leaderelection::postgres::PostgresStore {
+    let s = leaderelection::postgres::PostgresStore::builder(&dsn(var)).table("public", table).build().expect("store");
+    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
+    s
+}
