@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::rng::{scale, Bytes, SimRng};
-use super::schedule::{safe_rate_range, timing_template_for, Target, PPM};
+use super::schedule::{safe_rate_range, timing_template_for, Host, Target, PPM};
 use leaderelection::group::core::default_tick;
 use leaderelection::{Config, GroupConfig, MemStore, Timing};
 
@@ -98,24 +98,10 @@ impl GroupVariant {
     }
 }
 
-/// One participant's host: its clock, its network, its grid.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Participant {
-    /// Its local clock's rate, in millionths of the database clock's.
-    pub rate_ppm: u64,
-    /// Its local clock's reading at virtual instant zero (days of uptime).
-    pub clock_offset: Duration,
-    /// Each request to the database takes between these two.
-    pub req_delay: (Duration, Duration),
-    /// Each reply from the database takes between these two.
-    pub rep_delay: (Duration, Duration),
-    /// When its first process starts (late: up to six leases in).
-    pub start_at: Duration,
-    /// Whether its processes release their leases when they stop.
-    pub release_on_shutdown: bool,
-    /// Where its processes' grids start, below the tick.
-    pub phase: Duration,
-}
+/// One participant's host: the one-election [`Host`] (its clock, its
+/// network), with its grid's [`Host::phase`]; its first process may start
+/// late (up to six leases in), and its `guard_hold` is zero.
+pub type Participant = Host;
 
 /// Which participant a fault hits: the one-election [`Target`], where
 /// [`Target::Leader`] is the process leading the most elections when the
@@ -329,6 +315,7 @@ impl GroupSchedule {
                 rep_delay: (rep_lo, rep_hi.max(rep_lo)),
                 start_at,
                 release_on_shutdown: pflags & 0x80 == 0,
+                guard_hold: Duration::ZERO,
                 phase: scale(tick, u64::from(pflags & 0x7f), 128),
             });
         }

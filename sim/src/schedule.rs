@@ -133,8 +133,11 @@ pub struct Host {
     /// How long its program keeps the guards of a term after the term ends
     /// (on its own clock). While it does, the elector holds the machine back
     /// from campaigning ([`Machine::set_hold_back`](leaderelection::machine::Machine::set_hold_back)).
-    /// Zero: guards are dropped at once.
+    /// Zero: guards are dropped at once (always, in a group).
     pub guard_hold: Duration,
+    /// In a group: where its processes' grids start, below the tick (zero
+    /// for one election, which has no grid).
+    pub phase: Duration,
 }
 
 /// Which participant a fault hits.
@@ -450,6 +453,7 @@ impl Schedule {
                 } else {
                     Duration::ZERO
                 },
+                phase: Duration::ZERO,
             });
         }
         let seed = r.u64();
