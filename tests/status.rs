@@ -3,13 +3,12 @@
 //! trip, and the one-line `Display`. Threaded electors on MemStore in real
 //! time, so every wait is for a condition with a deadline.
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use leaderelection::{Config, Elector, ErrorKind, Lease, MemStore, Store, StoreError, TermsEnded};
+use leaderelection::{Config, Elector, ErrorKind, MemStore, TermsEnded};
 
 mod threaded;
-use threaded::{alone, alone_until_failing_ends_the_term, lead, ms, start, term_ends, timing, until, NAME};
+use threaded::{alone, alone_until_failing_ends_the_term, lead, ms, start, term_ends, timing, until, LeasesOnly, NAME};
 
 fn ended(resigned: u64, lost: u64, expired: u64, fatal: u64, shutdown: u64) -> TermsEnded {
     let mut e = TermsEnded::default();
@@ -107,43 +106,10 @@ fn hung_renewals_are_abandoned_at_the_operation_timeout_and_the_term_expires() {
     a.shutdown_without_release();
 }
 
-/// MemStore behind a path that takes `delay` each way round.
-struct Slow {
-    store: MemStore,
-    delay: Duration,
-}
-
-impl Store for Slow {
-    fn acquire(&self, name: &str, id: &str, ttl: Duration, payload: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        thread::sleep(self.delay);
-        self.store.acquire(name, id, ttl, payload, t)
-    }
-    fn renew(
-        &self,
-        name: &str,
-        id: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        t: Duration,
-    ) -> Result<Lease, StoreError> {
-        thread::sleep(self.delay);
-        self.store.renew(name, id, fence, ttl, payload, t)
-    }
-    fn release(&self, name: &str, id: &str, fence: u64, t: Duration) -> Result<(), StoreError> {
-        thread::sleep(self.delay);
-        self.store.release(name, id, fence, t)
-    }
-    fn inspect(&self, name: &str, t: Duration) -> Result<Lease, StoreError> {
-        thread::sleep(self.delay);
-        self.store.inspect(name, t)
-    }
-}
-
 #[test]
 fn the_last_round_trip_is_the_store_calls_own_time() {
     let delay = ms(40);
-    let slow = Slow { store: MemStore::new(), delay };
+    let slow = LeasesOnly::delayed(MemStore::new(), delay);
     let a = Elector::start(Config::new(slow, NAME).identity("a").timing(timing())).unwrap();
     let guard = lead(&a);
     let st = until(&a, "a renewal", |s| s.renewals_ok >= 1);

@@ -92,28 +92,44 @@ pub fn until(e: &Elector, what: &str, cond: impl Fn(&Status) -> bool) -> Status 
 }
 
 /// A store of someone else's on a [`MemStore`]: it implements only the
-/// four lease calls (as every store did before slots and batches), and
-/// counts the inspections it answered.
-pub struct LeasesOnly(pub MemStore, pub Arc<AtomicUsize>);
+/// four lease calls (as every store did before slots and batches), each
+/// behind a path that takes `delay` (none unless [`LeasesOnly::delayed`]),
+/// and counts the inspections it answered.
+pub struct LeasesOnly(pub MemStore, pub Arc<AtomicUsize>, Duration);
 
 impl LeasesOnly {
     pub fn new(store: MemStore) -> LeasesOnly {
-        LeasesOnly(store, Arc::new(AtomicUsize::new(0)))
+        LeasesOnly(store, Arc::new(AtomicUsize::new(0)), Duration::ZERO)
+    }
+
+    /// The same, every call taking `delay` before it reaches the store.
+    pub fn delayed(store: MemStore, delay: Duration) -> LeasesOnly {
+        LeasesOnly(store, Arc::new(AtomicUsize::new(0)), delay)
+    }
+
+    fn path(&self) {
+        if !self.2.is_zero() {
+            thread::sleep(self.2); // the path's latency, not a wait for an outcome
+        }
     }
 }
 
 impl Store for LeasesOnly {
     fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.path();
         self.0.acquire(n, id, ttl, p, t)
     }
     fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.path();
         self.0.renew(n, id, f, ttl, p, t)
     }
     fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+        self.path();
         self.0.release(n, id, f, t)
     }
     fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
         self.1.fetch_add(1, Ordering::SeqCst);
+        self.path();
         self.0.inspect(n, t)
     }
 }
