@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
 use leaderelection::{BatchItem, Lease, Store, StoreError};
-use pg_support::{client, dsn, BOUNCER, DIRECT};
+use pg_support::{client, direct_and_pgbouncer, dsn, BOUNCER, DIRECT};
 use postgres::types::Type;
 use support::{
     at_once, batches_skip_a_row_another_writer_locked, heartbeats_count_leads_once_the_schema_is_ensured, random_tag,
@@ -108,15 +108,7 @@ fn a_claim_batch_skips_a_checked_row(var: &str) {
     assert_eq!(kept, others, "the holder's own re-claim is the same term");
 }
 
-#[test]
-fn a_claim_batch_skips_a_checked_row_direct() {
-    a_claim_batch_skips_a_checked_row(DIRECT);
-}
-
-#[test]
-fn a_claim_batch_skips_a_checked_row_pgbouncer() {
-    a_claim_batch_skips_a_checked_row(BOUNCER);
-}
+direct_and_pgbouncer!(a_claim_batch_skips_a_checked_row: a_claim_batch_skips_a_checked_row_direct, a_claim_batch_skips_a_checked_row_pgbouncer);
 
 /// Another writer holds one of several expired rows (an operator's `SELECT
 /// … FOR UPDATE` left open): a claim batch never waits for a row lock, so
@@ -151,15 +143,7 @@ fn a_claim_batch_does_not_wait_for_a_writer(var: &str) {
     assert!(again[0].held_by("b"), "{:?}", again[0]);
 }
 
-#[test]
-fn a_claim_batch_does_not_wait_for_a_writer_direct() {
-    a_claim_batch_does_not_wait_for_a_writer(DIRECT);
-}
-
-#[test]
-fn a_claim_batch_does_not_wait_for_a_writer_pgbouncer() {
-    a_claim_batch_does_not_wait_for_a_writer(BOUNCER);
-}
+direct_and_pgbouncer!(a_claim_batch_does_not_wait_for_a_writer: a_claim_batch_does_not_wait_for_a_writer_direct, a_claim_batch_does_not_wait_for_a_writer_pgbouncer);
 
 /// A renew batch goes through an open lease check of one of its terms, as
 /// a single renewal does (it changes no key column): at once, every term
@@ -189,15 +173,7 @@ fn a_renew_batch_goes_through_a_check(var: &str) {
     tx.commit().unwrap();
 }
 
-#[test]
-fn a_renew_batch_goes_through_a_check_direct() {
-    a_renew_batch_goes_through_a_check(DIRECT);
-}
-
-#[test]
-fn a_renew_batch_goes_through_a_check_pgbouncer() {
-    a_renew_batch_goes_through_a_check(BOUNCER);
-}
+direct_and_pgbouncer!(a_renew_batch_goes_through_a_check: a_renew_batch_goes_through_a_check_direct, a_renew_batch_goes_through_a_check_pgbouncer);
 
 /// Another writer holds one term's row locked (an operator's `SELECT …
 /// FOR UPDATE` left open, issue 33): a renew batch renews every other term
@@ -219,15 +195,7 @@ fn a_renew_or_release_batch_does_not_wait_for_a_writer(var: &str) {
     assert!(s.inspect(&names[2], T).unwrap().expired());
 }
 
-#[test]
-fn a_renew_or_release_batch_does_not_wait_for_a_writer_direct() {
-    a_renew_or_release_batch_does_not_wait_for_a_writer(DIRECT);
-}
-
-#[test]
-fn a_renew_or_release_batch_does_not_wait_for_a_writer_pgbouncer() {
-    a_renew_or_release_batch_does_not_wait_for_a_writer(BOUNCER);
-}
+direct_and_pgbouncer!(a_renew_or_release_batch_does_not_wait_for_a_writer: a_renew_or_release_batch_does_not_wait_for_a_writer_direct, a_renew_or_release_batch_does_not_wait_for_a_writer_pgbouncer);
 
 /// `n` elections, their rows inserted in reverse name order (so the
 /// table's physical order is the opposite of the name order the batches
@@ -343,15 +311,7 @@ fn opposite_orders_never_deadlock(var: &str) {
     }
 }
 
-#[test]
-fn opposite_orders_never_deadlock_direct() {
-    opposite_orders_never_deadlock(DIRECT);
-}
-
-#[test]
-fn opposite_orders_never_deadlock_pgbouncer() {
-    opposite_orders_never_deadlock(BOUNCER);
-}
+direct_and_pgbouncer!(opposite_orders_never_deadlock: opposite_orders_never_deadlock_direct, opposite_orders_never_deadlock_pgbouncer);
 
 /// [`Scratch`] in this suite: a table dropped (with the tables beside it)
 /// when it goes.
@@ -438,15 +398,7 @@ fn batched_reads_do_not_write(var: &str) {
     assert_ne!(xmins(), before, "control: a renew batch does write");
 }
 
-#[test]
-fn batched_reads_do_not_write_direct() {
-    batched_reads_do_not_write(DIRECT);
-}
-
-#[test]
-fn batched_reads_do_not_write_pgbouncer() {
-    batched_reads_do_not_write(BOUNCER);
-}
+direct_and_pgbouncer!(batched_reads_do_not_write: batched_reads_do_not_write_direct, batched_reads_do_not_write_pgbouncer);
 
 /// A name PostgreSQL text cannot hold (it has a NUL) fails on its own,
 /// fatally, in every batched call, and the other items of the batch go

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use leaderelection::postgres::{PgManager, PostgresStore};
 use leaderelection::storetest::Operator;
 use leaderelection::{BatchItem, Lease, Store, StoreError};
-use pg_support::{client, dsn, dsn_via, host_port, BOUNCER, DIRECT};
+use pg_support::{client, direct_and_pgbouncer, dsn, dsn_via, host_port, BOUNCER, DIRECT};
 use support::{
     a_late_renewal_extended_nothing, at_once, ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once,
     locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch,
@@ -312,25 +312,9 @@ fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(var: &str, s:
     a_late_renewal_extended_nothing(&format!(" via {var}"), s, &lease, ttl, &renewed);
 }
 
-#[test]
-fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_direct() {
-    a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(DIRECT, &store(DIRECT));
-}
+direct_and_pgbouncer!(a_renewal_that_read_its_clock_before_a_release_cannot_extend_it with store: a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_direct, a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_pgbouncer);
 
-#[test]
-fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_pgbouncer() {
-    a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(BOUNCER, &store(BOUNCER));
-}
-
-#[test]
-fn a_delayed_renewal_does_not_shorten_the_lease_direct() {
-    a_delayed_renewal_does_not_shorten_the_lease(DIRECT, &store(DIRECT));
-}
-
-#[test]
-fn a_delayed_renewal_does_not_shorten_the_lease_pgbouncer() {
-    a_delayed_renewal_does_not_shorten_the_lease(BOUNCER, &store(BOUNCER));
-}
+direct_and_pgbouncer!(a_delayed_renewal_does_not_shorten_the_lease with store: a_delayed_renewal_does_not_shorten_the_lease_direct, a_delayed_renewal_does_not_shorten_the_lease_pgbouncer);
 
 fn xmin(var: &str, name: &str) -> String {
     let rows =
@@ -359,15 +343,7 @@ fn reads_do_not_write(var: &str) {
     assert_ne!(xmin(var, &name), before, "control: a renewal does write");
 }
 
-#[test]
-fn reads_do_not_write_direct() {
-    reads_do_not_write(DIRECT);
-}
-
-#[test]
-fn reads_do_not_write_pgbouncer() {
-    reads_do_not_write(BOUNCER);
-}
+direct_and_pgbouncer!(reads_do_not_write: reads_do_not_write_direct, reads_do_not_write_pgbouncer);
 
 #[test]
 fn table_has_fillfactor_70_and_schema_ddl_matches() {
@@ -435,15 +411,7 @@ fn missing_table_is_fatal(var: &str) {
     }
 }
 
-#[test]
-fn missing_table_is_fatal_direct() {
-    missing_table_is_fatal(DIRECT);
-}
-
-#[test]
-fn missing_table_is_fatal_pgbouncer() {
-    missing_table_is_fatal(BOUNCER);
-}
+direct_and_pgbouncer!(missing_table_is_fatal: missing_table_is_fatal_direct, missing_table_is_fatal_pgbouncer);
 
 #[test]
 fn unknown_role_is_fatal_and_passwords_never_show() {
@@ -520,23 +488,14 @@ fn locked_row_gives_up_in_time(var: &str) {
     assert_eq!(renewed.fence, lease.fence);
 }
 
-#[test]
-fn locked_row_gives_up_in_time_direct() {
-    locked_row_gives_up_in_time(DIRECT);
-}
-
-#[test]
-fn locked_row_gives_up_in_time_pgbouncer() {
-    locked_row_gives_up_in_time(BOUNCER);
-}
+direct_and_pgbouncer!(locked_row_gives_up_in_time: locked_row_gives_up_in_time_direct, locked_row_gives_up_in_time_pgbouncer);
 
 /// Another session holds an ACCESS EXCLUSIVE lock on the table: even reads
 /// give up in time.
 #[test]
 fn locked_table_gives_up_in_time() {
     let table = format!("le_locked_{}", random_tag());
-    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
-    s.ensure_schema().unwrap();
+    let s = pg_support::store_on(DIRECT, &table);
     s.acquire("e", "a", LONG, b"", T).unwrap();
     let mut locker = client(DIRECT);
     let mut tx = locker.transaction().unwrap();
@@ -577,15 +536,7 @@ fn swallowing_path(var: &str) {
     assert!(s.renew(&name, "a", fence, LONG, b"", T).is_ok());
 }
 
-#[test]
-fn swallowing_path_direct() {
-    swallowing_path(DIRECT);
-}
-
-#[test]
-fn swallowing_path_pgbouncer() {
-    swallowing_path(BOUNCER);
-}
+direct_and_pgbouncer!(swallowing_path: swallowing_path_direct, swallowing_path_pgbouncer);
 
 // ---- TLS (direct: the Debian server has TLS on with its snakeoil certificate
 // for "localhost"; PgBouncer here has no TLS).
@@ -686,15 +637,7 @@ fn terminated_sessions_are_replaced(var: &str) {
     }
 }
 
-#[test]
-fn terminated_sessions_are_replaced_direct() {
-    terminated_sessions_are_replaced(DIRECT);
-}
-
-#[test]
-fn terminated_sessions_are_replaced_pgbouncer() {
-    terminated_sessions_are_replaced(BOUNCER);
-}
+direct_and_pgbouncer!(terminated_sessions_are_replaced: terminated_sessions_are_replaced_direct, terminated_sessions_are_replaced_pgbouncer);
 
 /// Renewals stay HOT updates (no index writes; fillfactor 70 leaves room on
 /// the page, and no indexed column changes): after a few hundred renewals
@@ -702,8 +645,7 @@ fn terminated_sessions_are_replaced_pgbouncer() {
 #[test]
 fn renewals_are_hot_updates() {
     let table = format!("le_hot_{}", random_tag());
-    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
-    s.ensure_schema().unwrap();
+    let s = pg_support::store_on(DIRECT, &table);
     let names: Vec<String> = (0..20).map(|i| format!("hot-{i}")).collect();
     let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, &[7u8; 200], T).unwrap().fence).collect();
     for _ in 0..15 {
@@ -760,15 +702,7 @@ fn operator_reset_keeps_the_fence(var: &str) {
     assert!(c.held_by("c") && c.fence > b.fence, "{b:?} then {c:?}");
 }
 
-#[test]
-fn operator_reset_keeps_the_fence_direct() {
-    operator_reset_keeps_the_fence(DIRECT);
-}
-
-#[test]
-fn operator_reset_keeps_the_fence_pgbouncer() {
-    operator_reset_keeps_the_fence(BOUNCER);
-}
+direct_and_pgbouncer!(operator_reset_keeps_the_fence: operator_reset_keeps_the_fence_direct, operator_reset_keeps_the_fence_pgbouncer);
 
 // ---- one connection as r2d2 sees it, and calls at the edges ----
 
@@ -1025,8 +959,7 @@ fn a_call_waiting_for_the_only_connection_says_it_is_in_use() {
 #[test]
 fn an_acquire_that_never_sees_its_row_gives_up_in_time() {
     let table = format!("le_vanish_{}", random_tag());
-    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
-    s.ensure_schema().unwrap();
+    let s = pg_support::store_on(DIRECT, &table);
     client(DIRECT)
         .batch_execute(&format!(
             "CREATE FUNCTION public.\"{table}_f\"() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$; \
@@ -1050,8 +983,7 @@ fn an_acquire_that_never_sees_its_row_gives_up_in_time() {
 #[test]
 fn a_row_an_operator_broke_is_a_fatal_error() {
     let table = format!("le_broken_{}", random_tag());
-    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
-    s.ensure_schema().unwrap();
+    let s = pg_support::store_on(DIRECT, &table);
     s.acquire("neg", "a", LONG, b"", T).unwrap();
     s.acquire("null", "a", LONG, b"", T).unwrap();
     client(DIRECT)
@@ -1127,15 +1059,7 @@ fn terms_count_claims_only(var: &str) {
     support::terms::counts_claims_only(&s, |name| t.terms(name));
 }
 
-#[test]
-fn terms_count_claims_only_direct() {
-    terms_count_claims_only(DIRECT);
-}
-
-#[test]
-fn terms_count_claims_only_pgbouncer() {
-    terms_count_claims_only(BOUNCER);
-}
+direct_and_pgbouncer!(terms_count_claims_only: terms_count_claims_only_direct, terms_count_claims_only_pgbouncer);
 
 /// A table made by an older version's DDL and never `ensure_schema`d:
 /// acquire fails fatally with 42703, and the message gives the exact
@@ -1161,15 +1085,7 @@ fn a_table_without_terms_names_the_alter(var: &str) {
     assert_eq!(t.terms("e"), 1);
 }
 
-#[test]
-fn a_table_without_terms_names_the_alter_direct() {
-    a_table_without_terms_names_the_alter(DIRECT);
-}
-
-#[test]
-fn a_table_without_terms_names_the_alter_pgbouncer() {
-    a_table_without_terms_names_the_alter(BOUNCER);
-}
+direct_and_pgbouncer!(a_table_without_terms_names_the_alter: a_table_without_terms_names_the_alter_direct, a_table_without_terms_names_the_alter_pgbouncer);
 
 /// `ensure_schema` gives an old table the column, keeping its rows (their
 /// count starts at 0), and running it again changes nothing. Then six

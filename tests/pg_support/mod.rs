@@ -49,3 +49,34 @@ pub fn store_on(var: &str, table: &str) -> leaderelection::postgres::PostgresSto
     s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
     s
 }
+
+/// Declares the tests `$direct` and `$bouncer`: `$flow(var)` run on the
+/// server directly and through PgBouncer (with `store`: `$flow(var,
+/// &store(var))`, the suite's own `store`).
+#[allow(unused_macros)]
+macro_rules! direct_and_pgbouncer {
+    ($flow:ident with store: $direct:ident, $bouncer:ident) => {
+        #[test]
+        fn $direct() {
+            $flow(DIRECT, &store(DIRECT));
+        }
+
+        #[test]
+        fn $bouncer() {
+            $flow(BOUNCER, &store(BOUNCER));
+        }
+    };
+    ($flow:ident: $direct:ident, $bouncer:ident) => {
+        #[test]
+        fn $direct() {
+            $flow(DIRECT);
+        }
+
+        #[test]
+        fn $bouncer() {
+            $flow(BOUNCER);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use direct_and_pgbouncer;
