@@ -10,16 +10,10 @@ use std::time::{Duration, Instant};
 use leaderelection::{Config, ElectionError, Elector, ErrorKind, MemStore, Timing, WaitLeaderError};
 
 mod threaded;
-use threaded::{eventually, lead, ms, timing};
-
-const NAME: &str = "jobs";
+use threaded::{alone, alone_until_failing_ends_the_term, eventually, lead, ms, start, timing, NAME};
 
 fn config(store: &MemStore, id: &str) -> Config {
     Config::new(store.clone(), NAME).identity(id).timing(timing())
-}
-
-fn start(store: &MemStore, id: &str) -> Elector {
-    Elector::start(config(store, id)).expect("valid config")
 }
 
 #[test]
@@ -47,9 +41,7 @@ fn three_participants_elect_exactly_one() {
 
 #[test]
 fn dropping_the_last_guard_resigns_and_hands_over_at_once() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
+    let (store, a, guard) = alone();
     let fence = guard.fence();
     let copy = guard.clone();
     let b = start(&store, "b");
@@ -67,9 +59,7 @@ fn dropping_the_last_guard_resigns_and_hands_over_at_once() {
 
 #[test]
 fn a_guard_taken_right_after_the_last_drop_does_not_cancel_the_resignation() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let first = lead(&a);
+    let (store, a, first) = alone();
     let fence = first.fence();
     drop(first);
     // Whatever the renewal thread has processed yet, the dropped term is over.
@@ -81,9 +71,7 @@ fn a_guard_taken_right_after_the_last_drop_does_not_cancel_the_resignation() {
 
 #[test]
 fn resign_reports_the_release_and_waits_before_campaigning_again() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
+    let (store, a, guard) = alone();
     // The back-off runs from when the renewal thread takes the resignation,
     // which is after this instant and before resign() returns.
     let resigned_at = Instant::now();
@@ -112,11 +100,7 @@ fn a_resign_whose_release_is_cut_short_by_shutdown_is_not_reported_as_released()
 
 #[test]
 fn resigning_a_term_that_already_ended_reports_nothing_to_release() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
-    store.set_failing(Some(ErrorKind::Fatal));
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
+    let (store, _a, guard) = alone_until_failing_ends_the_term(ErrorKind::Fatal);
     store.set_failing(None);
     assert!(guard.resign().is_ok(), "an ended term has nothing of ours to hand over");
 }
@@ -147,9 +131,7 @@ fn a_resign_with_every_call_thread_hung_fails_at_once_and_says_why() {
 
 #[test]
 fn a_process_never_overlaps_two_terms_in_user_code() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let old = lead(&a);
+    let (store, a, old) = alone();
     // The store fails for longer than the lease: the term ends locally.
     store.set_failing(Some(ErrorKind::Retryable));
     assert!(!old.wait_lost_timeout(Duration::from_secs(3)).timed_out());
@@ -169,9 +151,7 @@ fn a_process_never_overlaps_two_terms_in_user_code() {
 
 #[test]
 fn shutdown_invalidates_then_releases_and_a_follower_takes_over() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
+    let (store, a, guard) = alone();
     let b = start(&store, "b");
     let t0 = Instant::now();
     a.shutdown().expect("released");
@@ -190,9 +170,7 @@ fn shutdown_invalidates_then_releases_and_a_follower_takes_over() {
 
 #[test]
 fn drop_of_the_elector_releases_too() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
+    let (store, a, guard) = alone();
     drop(a);
     assert!(!guard.is_valid());
     assert!(store.peek(NAME).unwrap().expired());
@@ -200,9 +178,7 @@ fn drop_of_the_elector_releases_too() {
 
 #[test]
 fn a_crashed_leader_is_replaced_after_the_lease() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
+    let (store, a, guard) = alone();
     let b = start(&store, "b");
     assert!(eventually(Duration::from_secs(2), || b.status().leader.is_some()));
     let crashed = Instant::now();
@@ -218,9 +194,7 @@ fn a_crashed_leader_is_replaced_after_the_lease() {
 
 #[test]
 fn a_hung_store_steps_the_leader_down_at_its_deadline() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
+    let (store, a, guard) = alone();
     store.pause(); // every call from now on hangs, like a SIGSTOPped server
     let deadline = guard.valid_until();
     // The channel itself fires (the watchdog drops its sender at the deadline).
@@ -249,9 +223,7 @@ fn a_hung_store_steps_the_leader_down_at_its_deadline() {
 
 #[test]
 fn leadership_comes_back_after_the_store_recovers() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let first = lead(&a);
+    let (store, a, first) = alone();
     store.pause();
     first.wait_lost();
     let fence = first.fence();
@@ -370,9 +342,7 @@ fn followers_read_the_leaders_payload() {
 
 #[test]
 fn status_of_a_leader() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let g = lead(&a);
+    let (_store, a, g) = alone();
     let st = a.status();
     assert!(st.is_leader);
     assert_eq!(st.fence, Some(g.fence()));

@@ -10,23 +10,8 @@ use leaderelection::{
     WaitLeaderError,
 };
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// Polls `cond` until it holds or `within` passes; returns whether it held.
-fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(ms(2));
-    }
-}
+mod threaded;
+use threaded::{eventually, ms};
 
 #[test]
 fn each_operation_names_itself() {

@@ -63,10 +63,6 @@ const FLEET: usize = 3;
 /// and the figure is the fleet's own way back, not the tool's speed.
 const SLOW_DETECTION: Duration = Duration::from_secs(4);
 
-fn pg_store(dsn: &str) -> PostgresStore {
-    PostgresStore::builder(dsn).pool_size(2).connect_timeout(Duration::from_secs(1)).build().expect("store")
-}
-
 fn maria_store(url: &str) -> MySqlStore {
     MySqlStore::builder(url).pool_size(2).connect_timeout(Duration::from_secs(1)).build().expect("store")
 }
@@ -191,33 +187,198 @@ fn leads_again(path: &str, kind: &str, oracle: &Oracle, began: Instant, done: In
     leaderless
 }
 
-// ---------------------------------------------------------------- PostgreSQL
+// ------------------------------------------------- one flow, both databases
 
-/// A pair in `mode`: (a), (d) on the standby, then a fleet on the
-/// multi-host DSN across a kill of the primary and a promotion `detection`
-/// later (b), with a probe renewing on the primary up to the kill.
-fn pg_kill_and_promote(mode: PgMode, kind: &str, detection: Duration) {
-    let pair = PgPair::start(mode);
-    println!("failover pg/{kind}: primary and standby ready in {} ms", ms(pair.setup_time()));
-    let primary = pg_store(&pair.primary().url());
-    primary.ensure_schema().expect("ensure_schema");
-    let standby = pg_store(&pair.standby().url());
-    let shows = rows_replicate(&format!("pg/{kind}"), &primary, &standby);
-    println!("failover pg/{kind}: a renewal showed on the standby after {} ms", ms(shows));
-    writes_fail_retryably(&format!("pg/{kind} standby"), &standby);
+/// What the flows need of a replicated pair, so that each is written once
+/// and runs on PostgreSQL (a primary and a streaming standby; the fleet on
+/// the multi-host DSN with `target_session_attrs=read-write`) and on MariaDB
+/// (a primary and a GTID replica; the fleet behind an address that moves
+/// once the replica is promoted).
+trait Pair: Sized {
+    type Store: Store + 'static;
+    /// The prefix of every label: `pg`, `maria`.
+    const DB: &'static str;
+    /// How the fleet follows the primary, in the printed figures.
+    const PATH: &'static str;
+    /// What the second node is called: `standby`, `replica`.
+    const SECOND: &'static str;
+    /// What the synchronous mode is called in labels: `sync`, `semisync`.
+    const SYNC_NAME: &'static str;
+    /// The unit of [`Pair::lag`].
+    const LAG_UNIT: &'static str;
+    /// Whether the old primary stays up (read-only) after a switchover.
+    const DEMOTED_STAYS_UP: bool;
 
-    let dsn = pair.dsn();
-    let (oracle, fleet) = fleet(&format!("pg/{kind}"), || pg_store(&dsn));
-    let probe = format!("probe-{}", random_tag());
-    let first = primary.acquire(&probe, "probe", TTL, b"", OP).expect("probe acquire");
-    let stop = Arc::new(AtomicBool::new(false));
-    let renewer = {
-        let (store, probe, stop) = (primary.clone(), probe.clone(), Arc::clone(&stop));
-        thread::spawn(move || renew_until_error(store, probe, first, stop))
+    /// Starts a pair, asynchronous or (`sync`) one whose primary
+    /// acknowledges a commit only once the second node has it.
+    fn start(sync: bool) -> Self;
+    fn setup_time(&self) -> Duration;
+    fn store(url: &str) -> Self::Store;
+    /// Creates the lease table through `store`.
+    fn ensure_schema(store: &Self::Store);
+    /// The current primary, and the second node, each by itself.
+    fn primary_url(&self) -> String;
+    fn second_url(&self) -> String;
+    /// The address the fleet uses, which follows the primary.
+    fn follow_url(&self) -> String;
+    fn kill_primary(&self);
+    /// Promotes the second node and points the fleet's address at it once
+    /// it takes writes; how long the promotion took.
+    fn promote(&self) -> Duration;
+    fn switchover(&self) -> Duration;
+    fn cut_replication(&self);
+    fn restore_replication(&self);
+    fn lag(&self) -> u64;
+    fn wait_caught_up(&self, within: Duration) -> bool;
+    /// Asserts that the primary waits for the second node right now.
+    fn assert_synchronous(&self, label: &str);
+}
+
+/// The methods of [`Pair`] that both pairs have, under the same names.
+macro_rules! same_named {
+    ($pair:ident) => {
+        fn setup_time(&self) -> Duration {
+            $pair::setup_time(self)
+        }
+        fn ensure_schema(store: &Self::Store) {
+            store.ensure_schema().expect("ensure_schema")
+        }
+        fn primary_url(&self) -> String {
+            self.primary().url()
+        }
+        fn kill_primary(&self) {
+            $pair::kill_primary(self)
+        }
+        fn switchover(&self) -> Duration {
+            $pair::switchover(self)
+        }
+        fn cut_replication(&self) {
+            $pair::cut_replication(self)
+        }
+        fn restore_replication(&self) {
+            $pair::restore_replication(self)
+        }
+        fn lag(&self) -> u64 {
+            $pair::lag(self)
+        }
+        fn wait_caught_up(&self, within: Duration) -> bool {
+            $pair::wait_caught_up(self, within)
+        }
     };
-    assert!(pair.wait_caught_up(WITHIN), "pg/{kind}: the standby does not catch up");
-    if mode == PgMode::Sync {
-        assert_eq!(pair.sync_state(), "sync", "pg/{kind}: the standby is not synchronous at the kill");
+}
+
+impl Pair for PgPair {
+    type Store = PostgresStore;
+    const DB: &'static str = "pg";
+    const PATH: &'static str = "pg-multihost";
+    const SECOND: &'static str = "standby";
+    const SYNC_NAME: &'static str = "sync";
+    const LAG_UNIT: &'static str = "bytes of WAL";
+    const DEMOTED_STAYS_UP: bool = false;
+
+    same_named!(PgPair);
+
+    fn start(sync: bool) -> Self {
+        PgPair::start(if sync { PgMode::Sync } else { PgMode::Async })
+    }
+    fn store(url: &str) -> PostgresStore {
+        PostgresStore::builder(url).pool_size(2).connect_timeout(Duration::from_secs(1)).build().expect("store")
+    }
+    fn second_url(&self) -> String {
+        self.standby().url()
+    }
+    fn follow_url(&self) -> String {
+        self.dsn()
+    }
+    fn promote(&self) -> Duration {
+        self.promote_standby()
+    }
+    fn assert_synchronous(&self, label: &str) {
+        assert_eq!(self.sync_state(), "sync", "{label}: the standby is not synchronous at the kill");
+    }
+}
+
+impl Pair for MariaPair {
+    type Store = MySqlStore;
+    const DB: &'static str = "maria";
+    const PATH: &'static str = "maria-proxy";
+    const SECOND: &'static str = "replica";
+    const SYNC_NAME: &'static str = "semisync";
+    const LAG_UNIT: &'static str = "transactions";
+    const DEMOTED_STAYS_UP: bool = true;
+
+    same_named!(MariaPair);
+
+    fn start(sync: bool) -> Self {
+        MariaPair::start(if sync { MariaMode::SemiSync } else { MariaMode::Async })
+    }
+    fn store(url: &str) -> MySqlStore {
+        maria_store(url)
+    }
+    fn second_url(&self) -> String {
+        self.replica().url()
+    }
+    fn follow_url(&self) -> String {
+        self.url()
+    }
+    fn promote(&self) -> Duration {
+        let took = self.promote_replica();
+        self.move_address();
+        took
+    }
+    fn assert_synchronous(&self, label: &str) {
+        assert!(self.semi_sync_active(), "{label}: semi-sync is not active at the kill");
+    }
+}
+
+/// A lease claimed on the primary and renewed from a thread, on a store of
+/// its own, until a call fails (the primary is gone) or it is stopped.
+struct Probe {
+    name: String,
+    stop: Arc<AtomicBool>,
+    renewer: thread::JoinHandle<Lease>,
+}
+
+impl Probe {
+    fn start<P: Pair>(pair: &P, primary: &P::Store) -> Probe {
+        let name = format!("probe-{}", random_tag());
+        let first = primary.acquire(&name, "probe", TTL, b"", OP).expect("probe acquire");
+        let stop = Arc::new(AtomicBool::new(false));
+        let renewer = {
+            let (store, name, stop) = (P::store(&pair.primary_url()), name.clone(), Arc::clone(&stop));
+            thread::spawn(move || renew_until_error(store, name, first, stop))
+        };
+        Probe { name, stop, renewer }
+    }
+
+    /// Stops the renewals; the last one acknowledged.
+    fn stop(self) -> (String, Lease) {
+        self.stop.store(true, Ordering::SeqCst);
+        (self.name, self.renewer.join().unwrap())
+    }
+}
+
+/// A pair, synchronous or not: (a), (d) on the standby / replica, then a fleet on the
+/// address that follows the primary across a kill of the primary and a
+/// promotion `detection` later (b), with a probe renewing on the primary up
+/// to the kill.
+fn kill_and_promote<P: Pair>(sync: bool, kind: &str, detection: Duration) {
+    let (db, second, path) = (P::DB, P::SECOND, P::PATH);
+    let pair = P::start(sync);
+    println!("failover {db}/{kind}: primary and {second} ready in {} ms", ms(pair.setup_time()));
+    let primary = P::store(&pair.primary_url());
+    P::ensure_schema(&primary);
+    let standby = P::store(&pair.second_url());
+    let shows = rows_replicate(&format!("{db}/{kind}"), &primary, &standby);
+    println!("failover {db}/{kind}: a renewal showed on the {second} after {} ms", ms(shows));
+    writes_fail_retryably(&format!("{db}/{kind} {second}"), &standby);
+
+    let url = pair.follow_url();
+    let (oracle, fleet) = fleet(&format!("{db}/{kind}"), || P::store(&url));
+    let probe = Probe::start(&pair, &primary);
+    assert!(pair.wait_caught_up(WITHIN), "{db}/{kind}: the {second} does not catch up");
+    if sync {
+        pair.assert_synchronous(&format!("{db}/{kind}"));
     }
 
     let began = Instant::now();
@@ -225,107 +386,90 @@ fn pg_kill_and_promote(mode: PgMode, kind: &str, detection: Duration) {
     // The failover tool's detection time: part of the scenario, not a
     // wait for an outcome.
     thread::sleep(detection);
-    let promote = pair.promote_standby();
+    let promote = pair.promote();
     let done = Instant::now();
-    stop.store(true, Ordering::SeqCst);
-    let acked = renewer.join().unwrap();
-    println!("failover pg/{kind}: promoted in {} ms, starting {} ms after the kill", ms(promote), ms(detection));
-    let leaderless = leads_again("pg-multihost", kind, &oracle, began, done);
+    let (probe, acked) = probe.stop();
+    println!("failover {db}/{kind}: promoted in {} ms, starting {} ms after the kill", ms(promote), ms(detection));
+    let leaderless = leads_again(path, kind, &oracle, began, done);
     if detection > TTL {
         // The old term ran out before the promotion: the scenario really
         // measured a way back, not a term that outlived the failover.
-        assert!(leaderless > Duration::ZERO, "pg-multihost/{kind}: the old term outlived a promotion after the lease");
+        assert!(leaderless > Duration::ZERO, "{path}/{kind}: the old term outlived a promotion after the lease");
     }
 
-    let now_primary = pg_store(&pair.dsn());
-    let row = now_primary.inspect(&probe, OP).expect("the probe's row on the new primary");
+    let row = P::store(&pair.follow_url()).inspect(&probe, OP).expect("the probe's row on the new primary");
     let behind = micros_after(acked.renewed_at, row.renewed_at);
     println!(
-        "failover pg/{kind}: the probe's row on the new primary is {} ms behind its last acknowledged renewal",
+        "failover {db}/{kind}: the probe's row on the new primary is {} ms behind its last acknowledged renewal",
         behind.max(0) / 1000
     );
-    if mode == PgMode::Sync {
+    if sync {
         assert!(
             row.renewed_at >= acked.renewed_at && row.expires_at >= acked.expires_at,
-            "pg/{kind}: a synchronous standby lost an acknowledged renewal: {row:?} after {acked:?}"
+            "{db}/{kind}: a {} {second} lost an acknowledged renewal: {row:?} after {acked:?}",
+            P::SYNC_NAME
         );
     }
     drop(fleet);
 }
 
-#[test]
-fn pg_async_primary_killed_standby_promoted() {
-    pg_kill_and_promote(PgMode::Async, "async-kill", Duration::ZERO);
-}
-
-#[test]
-fn pg_sync_primary_killed_standby_promoted() {
-    pg_kill_and_promote(PgMode::Sync, "sync-kill", Duration::ZERO);
-}
-
-#[test]
-fn pg_async_primary_killed_standby_promoted_after_a_lease() {
-    pg_kill_and_promote(PgMode::Async, "async-kill-slow", SLOW_DETECTION);
-}
-
-/// A clean switchover under a fleet: it leads again, and nothing the old
-/// primary acknowledged is missing on the new one.
-#[test]
-fn pg_switchover() {
-    let pair = PgPair::start(PgMode::Async);
-    println!("failover pg/switchover: primary and standby ready in {} ms", ms(pair.setup_time()));
-    let primary = pg_store(&pair.primary().url());
-    primary.ensure_schema().expect("ensure_schema");
-    let dsn = pair.dsn();
-    let (oracle, fleet) = fleet("pg/switchover", || pg_store(&dsn));
-    let probe = format!("probe-{}", random_tag());
-    let first = primary.acquire(&probe, "probe", TTL, b"", OP).expect("probe acquire");
-    let stop = Arc::new(AtomicBool::new(false));
-    let renewer = {
-        let (store, probe, stop) = (primary.clone(), probe.clone(), Arc::clone(&stop));
-        thread::spawn(move || renew_until_error(store, probe, first, stop))
-    };
+/// A planned switchover under a fleet: it leads again, nothing the old
+/// primary acknowledged is missing on the new one, and where the demoted
+/// primary stays up (MariaDB: read-only), it refuses the store's writes
+/// retryably.
+fn switchover<P: Pair>() {
+    let db = P::DB;
+    let pair = P::start(false);
+    println!("failover {db}/switchover: primary and {} ready in {} ms", P::SECOND, ms(pair.setup_time()));
+    let old = P::store(&pair.primary_url());
+    P::ensure_schema(&old);
+    let url = pair.follow_url();
+    let (oracle, fleet) = fleet(&format!("{db}/switchover"), || P::store(&url));
+    let probe = Probe::start(&pair, &old);
     let began = Instant::now();
     let took = pair.switchover();
     let done = Instant::now();
-    stop.store(true, Ordering::SeqCst);
-    let acked = renewer.join().unwrap();
-    println!("failover pg/switchover: switched over in {} ms", ms(took));
-    leads_again("pg-multihost", "switchover", &oracle, began, done);
-    let row = pg_store(&pair.dsn()).inspect(&probe, OP).expect("the probe's row on the new primary");
+    let (probe, acked) = probe.stop();
+    println!("failover {db}/switchover: no primary taking writes for {} ms", ms(took));
+    leads_again(P::PATH, "switchover", &oracle, began, done);
+    let row = P::store(&pair.follow_url()).inspect(&probe, OP).expect("the probe's row on the new primary");
     assert!(
         row.renewed_at >= acked.renewed_at && row.expires_at >= acked.expires_at,
-        "pg/switchover lost an acknowledged renewal: {row:?} after {acked:?}"
+        "{db}/switchover lost an acknowledged renewal: {row:?} after {acked:?}"
     );
+    if P::DEMOTED_STAYS_UP {
+        writes_fail_retryably(&format!("{db}/switchover demoted primary"), &old);
+    }
     drop(fleet);
 }
 
-/// (c) on PostgreSQL: replication cut, renewals acknowledged by the old
-/// primary for longer than a lease, then the kill and the promotion: the
-/// row on the new primary is older than the last renewal the holder was
-/// told of, and already expired.
-#[test]
-fn pg_async_lost_renewals() {
-    let pair = PgPair::start(PgMode::Async);
-    println!("failover pg/lost-renewal: primary and standby ready in {} ms", ms(pair.setup_time()));
-    let old = pg_store(&pair.primary().url());
-    old.ensure_schema().expect("ensure_schema");
+/// (c): replication cut, renewals acknowledged by the old primary for
+/// longer than a lease, then the kill and the promotion: the row on the new
+/// primary (behind the fleet's address) is older than the last renewal the
+/// holder was told of, and already expired.
+fn async_lost_renewals<P: Pair>() {
+    let (second, path) = (P::SECOND, P::PATH);
+    let pair = P::start(false);
+    println!("failover {}/lost-renewal: primary and {second} ready in {} ms", P::DB, ms(pair.setup_time()));
+    let old = P::store(&pair.primary_url());
+    P::ensure_schema(&old);
     let name = format!("lost-{}", random_tag());
     let first = old.acquire(&name, "holder", TTL, b"", OP).expect("acquire");
-    assert!(pair.wait_caught_up(WITHIN), "the standby does not catch up");
+    assert!(pair.wait_caught_up(WITHIN), "the {second} does not catch up");
     pair.cut_replication();
     let (acked, renewals, failed) = renew_for_a_while(&old, &first);
     // A renewal that timed out on a loaded machine is not acknowledged
     // either; what counts is that some were.
     assert!(renewals > 0, "no renewal acknowledged by the cut-off primary ({failed} failed)");
     let lag = pair.lag();
-    assert!(lag > 0, "the standby kept up although its link was cut");
+    assert!(lag > 0, "the {second} kept up although replication was cut");
     pair.kill_primary();
-    let promote = pair.promote_standby();
-    let row = pg_store(&pair.dsn()).inspect(&name, OP).expect("the row on the new primary");
-    lost_renewals("pg-multihost", &first, &acked, &row, renewals);
+    let promote = pair.promote();
+    let row = P::store(&pair.follow_url()).inspect(&name, OP).expect("the row on the new primary");
+    lost_renewals(path, &first, &acked, &row, renewals);
     println!(
-        "failover pg-multihost/lost-renewal: standby {lag} bytes of WAL behind at the kill, promoted in {} ms",
+        "failover {path}/lost-renewal: {second} {lag} {} behind at the kill, promoted in {} ms",
+        P::LAG_UNIT,
         ms(promote)
     );
 }
@@ -369,233 +513,109 @@ fn renew_for_a_while(store: &dyn Store, first: &Lease) -> (Lease, u32, u32) {
     (acked, ok, failed)
 }
 
-/// The control of (c) on a synchronous pair: with the link cut, no renewal
-/// is acknowledged (each waits for the standby until its timeout), so after
-/// the kill and the promotion the row on the new primary is the last one
-/// acknowledged, nothing missing.
-#[test]
-fn pg_sync_cut_loses_nothing_acknowledged() {
-    let pair = PgPair::start(PgMode::Sync);
-    let old = pg_store(&pair.primary().url());
-    old.ensure_schema().expect("ensure_schema");
+/// The control of (c) on a synchronous (PostgreSQL) or semi-synchronous
+/// (MariaDB) pair: with the link cut, no renewal is acknowledged (each
+/// waits for the second node until the store's timeout, within the
+/// semi-sync timeout), so after the kill and the promotion the row on the
+/// new primary is the last one acknowledged, nothing missing.
+fn sync_cut_loses_nothing_acknowledged<P: Pair>() {
+    let (second, sync) = (P::SECOND, P::SYNC_NAME);
+    let pair = P::start(true);
+    let old = P::store(&pair.primary_url());
+    P::ensure_schema(&old);
     let first = old.acquire(&format!("sync-cut-{}", random_tag()), "holder", TTL, b"", OP).expect("acquire");
-    assert!(pair.wait_caught_up(WITHIN), "the standby does not catch up");
+    assert!(pair.wait_caught_up(WITHIN), "the {second} does not catch up");
+    pair.assert_synchronous(&format!("{}/{sync}-cut", P::DB));
     pair.cut_replication();
     let (acked, ok, failed) = renew_for_a_while(&old, &first);
     pair.kill_primary();
-    pair.promote_standby();
-    let row = pg_store(&pair.dsn()).inspect(&first.name, OP).expect("the row on the new primary");
+    pair.promote();
+    let row = P::store(&pair.follow_url()).inspect(&first.name, OP).expect("the row on the new primary");
     assert!(
         row.renewed_at >= acked.renewed_at && row.expires_at >= acked.expires_at,
-        "a synchronous standby lost an acknowledged renewal: {row:?}, acknowledged {acked:?}"
+        "a {sync} {second} lost an acknowledged renewal: {row:?}, acknowledged {acked:?}"
     );
-    assert_eq!(ok, 0, "a commit was acknowledged with the synchronous standby cut off");
+    assert_eq!(ok, 0, "a commit was acknowledged with the {sync} {second} cut off");
     println!(
-        "failover pg-multihost/sync-cut: {failed} renewals unacknowledged (timed out waiting for the standby), \
-         none acknowledged; the new primary's row is the last acknowledged one"
+        "failover {}/{sync}-cut: {failed} renewals unacknowledged (timed out waiting for the {second}), \
+         none acknowledged; the new primary's row is the last acknowledged one",
+        P::PATH
     );
 }
 
-/// Cutting replication holds the standby / replica back while the primary
-/// takes writes; restoring it lets it catch up (both pairs at once).
+/// Cutting replication holds the second node back while the primary takes
+/// writes; restoring it lets it catch up.
+fn cut_holds_back_and_restore_catches_up<P: Pair>() {
+    let (db, second) = (P::DB, P::SECOND);
+    let pair = P::start(false);
+    let store = P::store(&pair.primary_url());
+    P::ensure_schema(&store);
+    assert!(pair.wait_caught_up(WITHIN), "{db}: the {second} does not catch up");
+    pair.cut_replication();
+    store.acquire("held-back", "a", TTL, b"", OP).expect("acquire with replication cut");
+    assert!(pair.lag() > 0, "{db}: the {second} kept up with replication cut");
+    let standby = P::store(&pair.second_url());
+    assert!(standby.inspect("held-back", OP).is_err(), "{db}: the row reached the {second} through a cut link");
+    pair.restore_replication();
+    assert!(pair.wait_caught_up(WITHIN), "{db}: no catching up after replication was restored");
+    assert!(standby.inspect("held-back", OP).expect("the row on the second node").holder == "a");
+}
+
+// ------------------------------------------------------------------ the tests
+
+/// The flows above as the tests of one database, under their names.
+macro_rules! flows {
+    ($pair:ty: $killed:ident, $sync_killed:ident, $killed_slow:ident, $switchover:ident, $lost:ident, $sync_cut:ident) => {
+        #[test]
+        fn $killed() {
+            kill_and_promote::<$pair>(false, "async-kill", Duration::ZERO);
+        }
+
+        #[test]
+        fn $sync_killed() {
+            kill_and_promote::<$pair>(true, &format!("{}-kill", <$pair as Pair>::SYNC_NAME), Duration::ZERO);
+        }
+
+        #[test]
+        fn $killed_slow() {
+            kill_and_promote::<$pair>(false, "async-kill-slow", SLOW_DETECTION);
+        }
+
+        #[test]
+        fn $switchover() {
+            switchover::<$pair>();
+        }
+
+        #[test]
+        fn $lost() {
+            async_lost_renewals::<$pair>();
+        }
+
+        #[test]
+        fn $sync_cut() {
+            sync_cut_loses_nothing_acknowledged::<$pair>();
+        }
+    };
+}
+
+flows!(PgPair: pg_async_primary_killed_standby_promoted, pg_sync_primary_killed_standby_promoted,
+    pg_async_primary_killed_standby_promoted_after_a_lease, pg_switchover, pg_async_lost_renewals,
+    pg_sync_cut_loses_nothing_acknowledged);
+
+flows!(MariaPair: maria_async_primary_killed_replica_promoted, maria_semisync_primary_killed_replica_promoted,
+    maria_async_primary_killed_replica_promoted_after_a_lease, maria_switchover, maria_async_lost_renewals,
+    maria_semisync_cut_loses_nothing_acknowledged);
+
+/// Both pairs at once.
 #[test]
 fn cut_replication_holds_back_and_restore_catches_up() {
     thread::scope(|sc| {
-        sc.spawn(|| {
-            let pair = PgPair::start(PgMode::Async);
-            let store = pg_store(&pair.primary().url());
-            store.ensure_schema().expect("ensure_schema");
-            pair.cut_replication();
-            store.acquire("held-back", "a", TTL, b"", OP).expect("acquire with the link cut");
-            assert!(pair.lag() > 0, "pg: the standby kept up with its link cut");
-            let standby = pg_store(&pair.standby().url());
-            assert!(standby.inspect("held-back", OP).is_err(), "pg: the row reached the standby through a cut link");
-            pair.restore_replication();
-            assert!(pair.wait_caught_up(WITHIN), "pg: no catching up after the link was restored");
-            assert!(standby.inspect("held-back", OP).expect("the row on the standby").holder == "a");
-        });
-        let pair = MariaPair::start(MariaMode::Async);
-        let store = maria_store(&pair.primary().url());
-        store.ensure_schema().expect("ensure_schema");
-        assert!(pair.wait_caught_up(WITHIN), "maria: the replica does not catch up");
-        pair.cut_replication();
-        store.acquire("held-back", "a", TTL, b"", OP).expect("acquire with replication cut");
-        assert!(pair.lag() > 0, "maria: the replica kept up with its IO thread stopped");
-        let replica = maria_store(&pair.replica().url());
-        assert!(replica.inspect("held-back", OP).is_err(), "maria: the row reached the replica");
-        pair.restore_replication();
-        assert!(pair.wait_caught_up(WITHIN), "maria: no catching up after START SLAVE IO_THREAD");
-        assert!(replica.inspect("held-back", OP).expect("the row on the replica").holder == "a");
+        sc.spawn(cut_holds_back_and_restore_catches_up::<PgPair>);
+        cut_holds_back_and_restore_catches_up::<MariaPair>();
     });
 }
 
-// ------------------------------------------------------------------- MariaDB
-
-/// The MariaDB counterpart of [`pg_kill_and_promote`], the fleet behind
-/// the moving address, which moves once the replica is promoted.
-fn maria_kill_and_promote(mode: MariaMode, kind: &str, detection: Duration) {
-    let pair = MariaPair::start(mode);
-    println!("failover maria/{kind}: primary and replica ready in {} ms", ms(pair.setup_time()));
-    let primary = maria_store(&pair.primary().url());
-    primary.ensure_schema().expect("ensure_schema");
-    let replica = maria_store(&pair.replica().url());
-    let shows = rows_replicate(&format!("maria/{kind}"), &primary, &replica);
-    println!("failover maria/{kind}: a renewal showed on the replica after {} ms", ms(shows));
-    writes_fail_retryably(&format!("maria/{kind} replica"), &replica);
-
-    let url = pair.url();
-    let (oracle, fleet) = fleet(&format!("maria/{kind}"), || maria_store(&url));
-    let probe = format!("probe-{}", random_tag());
-    let first = primary.acquire(&probe, "probe", TTL, b"", OP).expect("probe acquire");
-    let stop = Arc::new(AtomicBool::new(false));
-    let renewer = {
-        let (store, probe, stop) = (maria_store(&pair.primary().url()), probe.clone(), Arc::clone(&stop));
-        thread::spawn(move || renew_until_error(store, probe, first, stop))
-    };
-    assert!(pair.wait_caught_up(WITHIN), "maria/{kind}: the replica does not catch up");
-    if mode == MariaMode::SemiSync {
-        assert!(pair.semi_sync_active(), "maria/{kind}: semi-sync is not active at the kill");
-    }
-
-    let began = Instant::now();
-    pair.kill_primary();
-    thread::sleep(detection);
-    let promote = pair.promote_replica();
-    pair.move_address();
-    let done = Instant::now();
-    stop.store(true, Ordering::SeqCst);
-    let acked = renewer.join().unwrap();
-    println!("failover maria/{kind}: promoted in {} ms, starting {} ms after the kill", ms(promote), ms(detection));
-    let leaderless = leads_again("maria-proxy", kind, &oracle, began, done);
-    if detection > TTL {
-        // The old term ran out before the promotion: the scenario really
-        // measured a way back, not a term that outlived the failover.
-        assert!(leaderless > Duration::ZERO, "maria-proxy/{kind}: the old term outlived a promotion after the lease");
-    }
-
-    let row = maria_store(&pair.url()).inspect(&probe, OP).expect("the probe's row on the new primary");
-    let behind = micros_after(acked.renewed_at, row.renewed_at);
-    println!(
-        "failover maria/{kind}: the probe's row on the new primary is {} ms behind its last acknowledged renewal",
-        behind.max(0) / 1000
-    );
-    if mode == MariaMode::SemiSync {
-        assert!(
-            row.renewed_at >= acked.renewed_at && row.expires_at >= acked.expires_at,
-            "maria/{kind}: a semi-sync replica lost an acknowledged renewal: {row:?} after {acked:?}"
-        );
-    }
-    drop(fleet);
-}
-
-#[test]
-fn maria_async_primary_killed_replica_promoted() {
-    maria_kill_and_promote(MariaMode::Async, "async-kill", Duration::ZERO);
-}
-
-#[test]
-fn maria_semisync_primary_killed_replica_promoted() {
-    maria_kill_and_promote(MariaMode::SemiSync, "semisync-kill", Duration::ZERO);
-}
-
-#[test]
-fn maria_async_primary_killed_replica_promoted_after_a_lease() {
-    maria_kill_and_promote(MariaMode::Async, "async-kill-slow", SLOW_DETECTION);
-}
-
-/// A planned switchover under a fleet through the moving address: it leads
-/// again, nothing acknowledged is missing, and the demoted primary (still
-/// up, read-only) refuses the store's writes retryably.
-#[test]
-fn maria_switchover() {
-    let pair = MariaPair::start(MariaMode::Async);
-    println!("failover maria/switchover: primary and replica ready in {} ms", ms(pair.setup_time()));
-    let old = maria_store(&pair.primary().url());
-    old.ensure_schema().expect("ensure_schema");
-    let url = pair.url();
-    let (oracle, fleet) = fleet("maria/switchover", || maria_store(&url));
-    let probe = format!("probe-{}", random_tag());
-    let first = old.acquire(&probe, "probe", TTL, b"", OP).expect("probe acquire");
-    let stop = Arc::new(AtomicBool::new(false));
-    let renewer = {
-        let (store, probe, stop) = (maria_store(&pair.primary().url()), probe.clone(), Arc::clone(&stop));
-        thread::spawn(move || renew_until_error(store, probe, first, stop))
-    };
-    let began = Instant::now();
-    let took = pair.switchover();
-    let done = Instant::now();
-    stop.store(true, Ordering::SeqCst);
-    let acked = renewer.join().unwrap();
-    println!("failover maria/switchover: writes refused for {} ms", ms(took));
-    leads_again("maria-proxy", "switchover", &oracle, began, done);
-    let row = maria_store(&pair.url()).inspect(&probe, OP).expect("the probe's row on the new primary");
-    assert!(
-        row.renewed_at >= acked.renewed_at && row.expires_at >= acked.expires_at,
-        "maria/switchover lost an acknowledged renewal: {row:?} after {acked:?}"
-    );
-    writes_fail_retryably("maria/switchover demoted primary", &old);
-    drop(fleet);
-}
-
-/// (c) on MariaDB: the replica's IO thread stopped, renewals acknowledged
-/// by the old primary for longer than a lease, then the kill, the promotion
-/// and the address moved: the row behind the address is older than the
-/// last renewal the holder was told of, and already expired.
-#[test]
-fn maria_async_lost_renewals() {
-    let pair = MariaPair::start(MariaMode::Async);
-    println!("failover maria/lost-renewal: primary and replica ready in {} ms", ms(pair.setup_time()));
-    let old = maria_store(&pair.primary().url());
-    old.ensure_schema().expect("ensure_schema");
-    let name = format!("lost-{}", random_tag());
-    let first = old.acquire(&name, "holder", TTL, b"", OP).expect("acquire");
-    assert!(pair.wait_caught_up(WITHIN), "the replica does not catch up");
-    pair.cut_replication();
-    let (acked, renewals, failed) = renew_for_a_while(&old, &first);
-    // A renewal that timed out on a loaded machine is not acknowledged
-    // either; what counts is that some were.
-    assert!(renewals > 0, "no renewal acknowledged by the cut-off primary ({failed} failed)");
-    let lag = pair.lag();
-    assert!(lag > 0, "the replica kept up although its IO thread was stopped");
-    pair.kill_primary();
-    let promote = pair.promote_replica();
-    pair.move_address();
-    let row = maria_store(&pair.url()).inspect(&name, OP).expect("the row behind the moved address");
-    lost_renewals("maria-proxy", &first, &acked, &row, renewals);
-    println!(
-        "failover maria-proxy/lost-renewal: replica {lag} transactions behind at the kill, promoted in {} ms",
-        ms(promote)
-    );
-}
-
-/// The control of (c) on a semi-synchronous pair: with the replica's IO
-/// thread stopped, no renewal is acknowledged within the semi-sync timeout
-/// (each waits for an ack until the store's timeout), so after the kill,
-/// the promotion and the move the row is the last one acknowledged.
-#[test]
-fn maria_semisync_cut_loses_nothing_acknowledged() {
-    let pair = MariaPair::start(MariaMode::SemiSync);
-    let old = maria_store(&pair.primary().url());
-    old.ensure_schema().expect("ensure_schema");
-    let first = old.acquire(&format!("sync-cut-{}", random_tag()), "holder", TTL, b"", OP).expect("acquire");
-    assert!(pair.wait_caught_up(WITHIN), "the replica does not catch up");
-    assert!(pair.semi_sync_active(), "semi-sync is not active");
-    pair.cut_replication();
-    let (acked, ok, failed) = renew_for_a_while(&old, &first);
-    pair.kill_primary();
-    pair.promote_replica();
-    pair.move_address();
-    let row = maria_store(&pair.url()).inspect(&first.name, OP).expect("the row behind the moved address");
-    assert!(
-        row.renewed_at >= acked.renewed_at && row.expires_at >= acked.expires_at,
-        "a semi-sync replica lost an acknowledged renewal: {row:?}, acknowledged {acked:?}"
-    );
-    assert_eq!(ok, 0, "a commit was acknowledged with the semi-sync replica cut off, before the semi-sync timeout");
-    println!(
-        "failover maria-proxy/semisync-cut: {failed} renewals unacknowledged (timed out waiting for the ack), \
-         none acknowledged; the new primary's row is the last acknowledged one"
-    );
-}
+// ------------------------------------------------------------------- MariaDB only
 
 /// Under statement-based replication the replica runs the primary's
 /// statements again; every row there must still carry the primary's

@@ -199,40 +199,6 @@ fn a_lost_lease_and_a_fatal_error_end_their_terms_with_a_warning_that_says_why()
     assert_eq!(at("INFO", "billing"), [info(&format!("leads with fence {f}")), info(&format!("leads with fence {g}"))]);
 }
 
-/// A store counting the inspections it answered.
-struct Counting(MemStore, std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl leaderelection::Store for Counting {
-    fn acquire(
-        &self,
-        n: &str,
-        id: &str,
-        ttl: Duration,
-        p: &[u8],
-        t: Duration,
-    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.0.acquire(n, id, ttl, p, t)
-    }
-    fn renew(
-        &self,
-        n: &str,
-        id: &str,
-        f: u64,
-        ttl: Duration,
-        p: &[u8],
-        t: Duration,
-    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.0.renew(n, id, f, ttl, p, t)
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), leaderelection::StoreError> {
-        self.0.release(n, id, f, t)
-    }
-    fn inspect(&self, n: &str, t: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.0.inspect(n, t)
-    }
-}
-
 /// A store the follower cannot use (a missing table, a setting it cannot
 /// work under: a fatal error every poll) is reported once at `warn`, not
 /// at every poll; once a call works and the error comes back, it is
@@ -242,8 +208,8 @@ fn a_fatal_error_that_repeats_is_reported_once() {
     capture();
     let store = MemStore::new();
     store.set_failing(Some(ErrorKind::Fatal));
-    let polls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counting = Counting(store.clone(), std::sync::Arc::clone(&polls));
+    let counting = threaded::LeasesOnly::new(store.clone());
+    let polls = std::sync::Arc::clone(&counting.1);
     let config = Config::new(counting, "exports").identity("web-5").timing(Timing { retry_period: ms(50), ..timing() });
     let e = Elector::start(config).unwrap();
     let seen = |n: usize| polls.load(std::sync::atomic::Ordering::SeqCst) >= n;

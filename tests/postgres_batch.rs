@@ -16,18 +16,17 @@ use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
 use leaderelection::{BatchItem, Heartbeat, Lease, Store, StoreError};
-use pg_support::{client, dsn, BOUNCER, DIRECT};
+use pg_support::{client, direct_and_pgbouncer, dsn, BOUNCER, DIRECT};
 use postgres::types::Type;
-use support::{at_once, random_tag, wait_for};
+use support::{
+    at_once, batches_skip_a_row_another_writer_locked, heartbeats_count_leads_once_the_schema_is_ensured, random_tag,
+    wait_for, Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
+};
 
 const TABLE: &str = "le_batch";
-const T: Duration = Duration::from_secs(5);
-const LONG: Duration = Duration::from_secs(60);
 
 fn store(var: &str) -> PostgresStore {
-    let s = PostgresStore::builder(&dsn(var)).table("public", TABLE).build().expect("store");
-    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
-    s
+    pg_support::store_on(var, TABLE)
 }
 
 fn items<'a>(names: &'a [String], fences: &[u64], payload: &'a [u8]) -> Vec<BatchItem<'a>> {
@@ -111,15 +110,7 @@ fn a_claim_batch_skips_a_checked_row(var: &str) {
     assert_eq!(kept, others, "the holder's own re-claim is the same term");
 }
 
-#[test]
-fn a_claim_batch_skips_a_checked_row_direct() {
-    a_claim_batch_skips_a_checked_row(DIRECT);
-}
-
-#[test]
-fn a_claim_batch_skips_a_checked_row_pgbouncer() {
-    a_claim_batch_skips_a_checked_row(BOUNCER);
-}
+direct_and_pgbouncer!(a_claim_batch_skips_a_checked_row: a_claim_batch_skips_a_checked_row_direct, a_claim_batch_skips_a_checked_row_pgbouncer);
 
 /// Another writer holds one of several expired rows (an operator's `SELECT
 /// … FOR UPDATE` left open): a claim batch never waits for a row lock, so
@@ -154,15 +145,7 @@ fn a_claim_batch_does_not_wait_for_a_writer(var: &str) {
     assert!(again[0].held_by("b"), "{:?}", again[0]);
 }
 
-#[test]
-fn a_claim_batch_does_not_wait_for_a_writer_direct() {
-    a_claim_batch_does_not_wait_for_a_writer(DIRECT);
-}
-
-#[test]
-fn a_claim_batch_does_not_wait_for_a_writer_pgbouncer() {
-    a_claim_batch_does_not_wait_for_a_writer(BOUNCER);
-}
+direct_and_pgbouncer!(a_claim_batch_does_not_wait_for_a_writer: a_claim_batch_does_not_wait_for_a_writer_direct, a_claim_batch_does_not_wait_for_a_writer_pgbouncer);
 
 /// A renew batch goes through an open lease check of one of its terms, as
 /// a single renewal does (it changes no key column): at once, every term
@@ -192,15 +175,7 @@ fn a_renew_batch_goes_through_a_check(var: &str) {
     tx.commit().unwrap();
 }
 
-#[test]
-fn a_renew_batch_goes_through_a_check_direct() {
-    a_renew_batch_goes_through_a_check(DIRECT);
-}
-
-#[test]
-fn a_renew_batch_goes_through_a_check_pgbouncer() {
-    a_renew_batch_goes_through_a_check(BOUNCER);
-}
+direct_and_pgbouncer!(a_renew_batch_goes_through_a_check: a_renew_batch_goes_through_a_check_direct, a_renew_batch_goes_through_a_check_pgbouncer);
 
 /// Another writer holds one term's row locked (an operator's `SELECT …
 /// FOR UPDATE` left open, issue 33): a renew batch renews every other term
@@ -216,42 +191,13 @@ fn a_renew_or_release_batch_does_not_wait_for_a_writer(var: &str) {
     let mut c = client(var);
     let mut tx = c.transaction().unwrap();
     tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = '{}' FOR UPDATE", names[2])).unwrap();
-    let timeout = Duration::from_secs(3);
-    let start = Instant::now();
-    let out = s.renew_many("a", LONG, &items(&names, &fences, b"renewed"), timeout);
-    let took = start.elapsed();
-    eprintln!("{var}: a renew batch with one row under a writer's lock answered in {took:?}");
-    assert!(took < timeout / 2, "the renew batch waited {took:?} for the lock");
-    let e = out[2].as_ref().expect_err("a row under another writer's lock was renewed");
-    assert!(e.is_retryable() && !e.is_lease_lost() && e.to_string().contains("locked"), "{e}");
-    for (j, r) in out.iter().enumerate().filter(|(j, _)| *j != 2) {
-        assert!(r.as_ref().is_ok_and(|l| l.held_by("a") && l.payload == b"renewed"), "{j}: {r:?}");
-    }
-    let start = Instant::now();
-    let out = s.release_many("a", &items(&names, &fences, b""), timeout);
-    assert!(start.elapsed() < timeout / 2, "the release batch waited {:?} for the lock", start.elapsed());
-    let e = out[2].as_ref().expect_err("a row under another writer's lock was released");
-    assert!(e.is_retryable() && e.to_string().contains("locked"), "{e}");
-    assert!(out.iter().enumerate().all(|(j, r)| j == 2 || r.is_ok()), "{out:?}");
-    tx.rollback().unwrap();
-    let left = s.inspect(&names[2], T).unwrap();
-    assert!(left.held_by("a") && left.fence == fences[2], "the locked term was left as it was: {left:?}");
-    for n in [&names[0], &names[3]] {
-        assert!(s.inspect(n, T).unwrap().expired(), "{n} was not released");
-    }
+    let unlock = || tx.rollback().unwrap();
+    batches_skip_a_row_another_writer_locked(&format!("{var}: "), &s, &names, &fences, Duration::from_secs(3), unlock);
     all_ok("release_many after the lock", s.release_many("a", &items(&names[2..3], &fences[2..3], b""), T));
     assert!(s.inspect(&names[2], T).unwrap().expired());
 }
 
-#[test]
-fn a_renew_or_release_batch_does_not_wait_for_a_writer_direct() {
-    a_renew_or_release_batch_does_not_wait_for_a_writer(DIRECT);
-}
-
-#[test]
-fn a_renew_or_release_batch_does_not_wait_for_a_writer_pgbouncer() {
-    a_renew_or_release_batch_does_not_wait_for_a_writer(BOUNCER);
-}
+direct_and_pgbouncer!(a_renew_or_release_batch_does_not_wait_for_a_writer: a_renew_or_release_batch_does_not_wait_for_a_writer_direct, a_renew_or_release_batch_does_not_wait_for_a_writer_pgbouncer);
 
 /// `n` elections, their rows inserted in reverse name order (so the
 /// table's physical order is the opposite of the name order the batches
@@ -367,25 +313,11 @@ fn opposite_orders_never_deadlock(var: &str) {
     }
 }
 
-#[test]
-fn opposite_orders_never_deadlock_direct() {
-    opposite_orders_never_deadlock(DIRECT);
-}
+direct_and_pgbouncer!(opposite_orders_never_deadlock: opposite_orders_never_deadlock_direct, opposite_orders_never_deadlock_pgbouncer);
 
-#[test]
-fn opposite_orders_never_deadlock_pgbouncer() {
-    opposite_orders_never_deadlock(BOUNCER);
-}
-
-/// A table of a test's own, dropped (with the tables beside it) when it goes.
-struct Scratch {
-    table: String,
-}
-
+/// [`Scratch`] in this suite: a table dropped (with the tables beside it)
+/// when it goes.
 impl Scratch {
-    fn new(prefix: &str) -> Scratch {
-        Scratch { table: format!("{prefix}_{}", random_tag()) }
-    }
     fn store(&self) -> PostgresStore {
         let s = PostgresStore::builder(&dsn(DIRECT)).table("public", self.table.clone()).build().unwrap();
         s.ensure_schema().unwrap();
@@ -468,15 +400,7 @@ fn batched_reads_do_not_write(var: &str) {
     assert_ne!(xmins(), before, "control: a renew batch does write");
 }
 
-#[test]
-fn batched_reads_do_not_write_direct() {
-    batched_reads_do_not_write(DIRECT);
-}
-
-#[test]
-fn batched_reads_do_not_write_pgbouncer() {
-    batched_reads_do_not_write(BOUNCER);
-}
+direct_and_pgbouncer!(batched_reads_do_not_write: batched_reads_do_not_write_direct, batched_reads_do_not_write_pgbouncer);
 
 /// A name PostgreSQL text cannot hold (it has a NUL) fails on its own,
 /// fatally, in every batched call, and the other items of the batch go
@@ -548,12 +472,7 @@ fn a_members_table_without_leads_is_fatal_until_ensure_schema_adds_it() {
     let e = s.heartbeat("g", "m", 4, LONG, T).unwrap_err();
     let text = e.to_string();
     assert!(e.is_fatal() && text.contains("42703") && text.contains("ADD COLUMN IF NOT EXISTS leads"), "{text}");
-    s.ensure_schema().unwrap();
-    s.ensure_schema().unwrap();
-    let m = s.heartbeat("g", "m", 4, LONG, T).unwrap();
-    assert_eq!((m.live, m.led, m.most), (1, Some(4), Some(4)));
-    let m = s.heartbeat("g", "n", 6, LONG, T).unwrap();
-    assert_eq!((m.live, m.rank, m.led, m.most), (2, Some(1), Some(10), Some(6)));
+    heartbeats_count_leads_once_the_schema_is_ensured(&s, PostgresStore::ensure_schema, ["m", "n"]);
 }
 
 /// A heartbeat deletes the group's rows that expired over an hour ago

@@ -8,25 +8,17 @@
 mod pg_support;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leaderelection::postgres::PostgresStore;
-use leaderelection::{Elector, ErrorKind};
+use leaderelection::ErrorKind;
 use pg_support::{client, dsn, BOUNCER, DIRECT};
-use support::{config, random_tag, wait_for, TIMING};
+use support::{leader, random_tag, successor_waits_for_a_checked_transaction};
 
 const TABLE: &str = "le_check";
 
 fn store(var: &str) -> PostgresStore {
-    let s = PostgresStore::builder(&dsn(var)).table("public", TABLE).build().expect("store");
-    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
-    s
-}
-
-fn leader(s: &PostgresStore, name: &str, id: &str) -> (Elector, leaderelection::LeaderGuard) {
-    let e = Elector::start(config(s.clone(), name, id)).expect("start");
-    let g = e.wait_leader_timeout(Duration::from_secs(10)).expect("leads");
-    (e, g)
+    pg_support::store_on(var, TABLE)
 }
 
 /// The check passes in a transaction of the live term's, and says
@@ -88,30 +80,7 @@ fn holds_a_claim_off_and_lets_renewals_through(var: &str, checked: bool) -> Dura
         tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = '{name}'")).unwrap();
     }
     // The holder keeps renewing while the transaction is open.
-    let before = a.status().renewals_ok;
-    assert!(
-        wait_for(Duration::from_secs(5), || a.status().renewals_ok >= before + 3),
-        "renewals stalled behind the check: {}",
-        a.status()
-    );
-    let rtt = a.status().last_call_rtt.unwrap();
-    // The holder stops renewing; its lease runs out on the database.
-    a.shutdown_without_release();
-    let b = Elector::start(config(s.clone(), &name, "b")).unwrap();
-    let open_for = TIMING.lease_duration + Duration::from_secs(2);
-    let held_off = !wait_for(open_for, || b.is_leader());
-    if !checked {
-        assert!(!held_off, "without the check the successor should have led while the transaction was open");
-        return rtt;
-    }
-    assert!(held_off, "a successor claimed while a checked transaction was open: {}", b.status());
-    let committed = Instant::now();
-    tx.commit().unwrap();
-    assert!(wait_for(Duration::from_secs(5), || b.is_leader()), "no successor after the commit: {}", b.status());
-    eprintln!(
-        "{var}: successor led {:?} after the checked transaction ended; renewal rtt meanwhile {rtt:?}",
-        committed.elapsed()
-    );
+    let (rtt, _b) = successor_waits_for_a_checked_transaction(a, &s, &name, checked, var, || tx.commit().unwrap());
     drop(guard);
     rtt
 }

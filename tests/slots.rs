@@ -7,7 +7,7 @@ use leaderelection::testing::TestTerm;
 use leaderelection::{Config, ElectionError, Elector, MemStore, SlotClaim};
 
 mod threaded;
-use threaded::{lead, timing};
+use threaded::{lead, timing, LeasesOnly};
 
 fn start(store: &MemStore, id: &str) -> Elector {
     Elector::start(Config::new(store.clone(), "nightly").identity(id).timing(timing())).expect("valid config")
@@ -76,42 +76,8 @@ fn an_ended_term_claims_nothing() {
 /// that says so, through the store and through a guard on it.
 #[test]
 fn a_store_that_keeps_no_slots_says_so() {
-    struct LeasesOnly(MemStore);
-    impl leaderelection::Store for LeasesOnly {
-        fn acquire(
-            &self,
-            n: &str,
-            id: &str,
-            ttl: std::time::Duration,
-            p: &[u8],
-            t: std::time::Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.acquire(n, id, ttl, p, t)
-        }
-        fn renew(
-            &self,
-            n: &str,
-            id: &str,
-            f: u64,
-            ttl: std::time::Duration,
-            p: &[u8],
-            t: std::time::Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.renew(n, id, f, ttl, p, t)
-        }
-        fn release(&self, n: &str, id: &str, f: u64, t: std::time::Duration) -> Result<(), leaderelection::StoreError> {
-            self.0.release(n, id, f, t)
-        }
-        fn inspect(
-            &self,
-            n: &str,
-            t: std::time::Duration,
-        ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-            self.0.inspect(n, t)
-        }
-    }
     let t = std::time::Duration::from_secs(1);
-    let store = LeasesOnly(MemStore::new());
+    let store = LeasesOnly::new(MemStore::new());
     let e = leaderelection::Store::claim_slot(&store, "e", "a", 1, "s", false, t).unwrap_err();
     assert!(e.is_fatal() && e.to_string().contains("keeps no slots"), "{e}");
     let e = leaderelection::Store::finish_slot(&store, "e", 1, "s", 0, t).unwrap_err();

@@ -3,19 +3,12 @@
 //! trip, and the one-line `Display`. Threaded electors on MemStore in real
 //! time, so every wait is for a condition with a deadline.
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use leaderelection::{Config, Elector, ErrorKind, Lease, MemStore, Store, StoreError, TermsEnded};
+use leaderelection::{Config, Elector, ErrorKind, MemStore, TermsEnded};
 
 mod threaded;
-use threaded::{lead, ms, timing, until};
-
-const NAME: &str = "jobs";
-
-fn start(store: &MemStore, id: &str) -> Elector {
-    Elector::start(Config::new(store.clone(), NAME).identity(id).timing(timing())).expect("valid config")
-}
+use threaded::{alone, alone_until_failing_ends_the_term, lead, ms, start, term_ends, timing, until, LeasesOnly, NAME};
 
 fn ended(resigned: u64, lost: u64, expired: u64, fatal: u64, shutdown: u64) -> TermsEnded {
     let mut e = TermsEnded::default();
@@ -57,12 +50,10 @@ fn a_resigned_term_and_a_shut_down_term_are_counted_with_their_renewals_and_roun
 
 #[test]
 fn a_renewal_that_finds_the_lease_gone_ends_the_term_as_lost() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
+    let (store, a, guard) = alone();
     let fence = guard.fence();
     assert!(store.delete_row(NAME));
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
+    term_ends(&guard);
     drop(guard);
     let st = until(&a, "the loss counted", |s| s.terms_ended.lost == 1);
     assert_eq!(st.terms_ended, ended(0, 1, 0, 0, 0), "{st:?}");
@@ -75,11 +66,7 @@ fn a_renewal_that_finds_the_lease_gone_ends_the_term_as_lost() {
 
 #[test]
 fn a_fatal_renewal_ends_the_term_as_fatal_and_nobody_leads() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
-    store.set_failing(Some(ErrorKind::Fatal));
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
+    let (_store, a, guard) = alone_until_failing_ends_the_term(ErrorKind::Fatal);
     drop(guard);
     let st = until(&a, "the fatal end counted", |s| s.terms_ended.fatal == 1);
     assert_eq!((st.terms_started, st.terms_ended), (1, ended(0, 0, 0, 1, 0)), "{st:?}");
@@ -93,11 +80,7 @@ fn a_fatal_renewal_ends_the_term_as_fatal_and_nobody_leads() {
 
 #[test]
 fn renewals_that_fail_until_the_deadline_end_the_term_as_expired() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
-    store.set_failing(Some(ErrorKind::Retryable));
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
+    let (store, a, guard) = alone_until_failing_ends_the_term(ErrorKind::Retryable);
     let st = until(&a, "the expiry counted", |s| s.terms_ended.expired == 1);
     assert_eq!((st.terms_started, st.terms_ended), (1, ended(0, 0, 1, 0, 0)), "{st:?}");
     // Retried every retry delay (75 ms) from the first failure to the deadline.
@@ -109,12 +92,10 @@ fn renewals_that_fail_until_the_deadline_end_the_term_as_expired() {
 
 #[test]
 fn hung_renewals_are_abandoned_at_the_operation_timeout_and_the_term_expires() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
+    let (store, a, guard) = alone();
     let ok = until(&a, "a renewal", |s| s.renewals_ok >= 1).renewals_ok;
     store.pause(); // every call hangs until resume
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
+    term_ends(&guard);
     let st = until(&a, "the expiry counted", |s| s.terms_ended.expired == 1);
     assert_eq!(st.terms_ended, ended(0, 0, 1, 0, 0), "{st:?}");
     // A 300 ms timeout, retried 75 ms later, within 1.3 s: at least two.
@@ -125,43 +106,10 @@ fn hung_renewals_are_abandoned_at_the_operation_timeout_and_the_term_expires() {
     a.shutdown_without_release();
 }
 
-/// MemStore behind a path that takes `delay` each way round.
-struct Slow {
-    store: MemStore,
-    delay: Duration,
-}
-
-impl Store for Slow {
-    fn acquire(&self, name: &str, id: &str, ttl: Duration, payload: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        thread::sleep(self.delay);
-        self.store.acquire(name, id, ttl, payload, t)
-    }
-    fn renew(
-        &self,
-        name: &str,
-        id: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        t: Duration,
-    ) -> Result<Lease, StoreError> {
-        thread::sleep(self.delay);
-        self.store.renew(name, id, fence, ttl, payload, t)
-    }
-    fn release(&self, name: &str, id: &str, fence: u64, t: Duration) -> Result<(), StoreError> {
-        thread::sleep(self.delay);
-        self.store.release(name, id, fence, t)
-    }
-    fn inspect(&self, name: &str, t: Duration) -> Result<Lease, StoreError> {
-        thread::sleep(self.delay);
-        self.store.inspect(name, t)
-    }
-}
-
 #[test]
 fn the_last_round_trip_is_the_store_calls_own_time() {
     let delay = ms(40);
-    let slow = Slow { store: MemStore::new(), delay };
+    let slow = LeasesOnly::delayed(MemStore::new(), delay);
     let a = Elector::start(Config::new(slow, NAME).identity("a").timing(timing())).unwrap();
     let guard = lead(&a);
     let st = until(&a, "a renewal", |s| s.renewals_ok >= 1);
@@ -174,9 +122,7 @@ fn the_last_round_trip_is_the_store_calls_own_time() {
 
 #[test]
 fn the_status_line_shows_the_leader_a_follower_and_a_participant_that_is_held_back() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let guard = lead(&a);
+    let (store, a, guard) = alone();
     let fence = guard.fence();
     let b = start(&store, "b");
     let follows = until(&b, "b sees a", |s| {
@@ -196,7 +142,7 @@ fn the_status_line_shows_the_leader_a_follower_and_a_participant_that_is_held_ba
     // and the old guard keeps a from campaigning.
     b.shutdown_without_release();
     assert!(store.delete_row(NAME));
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
+    term_ends(&guard);
     let held = until(&a, "held back", |s| s.held_back);
     let line = held.to_string();
     let want = format!(

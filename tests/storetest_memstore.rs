@@ -7,6 +7,8 @@ use std::time::Duration;
 use leaderelection::storetest::{self, Operator};
 use leaderelection::{BatchItem, DbTime, Heartbeat, Lease, MemStore, Members, SlotClaim, Store, StoreError};
 
+mod threaded;
+
 leaderelection::storetest_suite!(MemStore::new());
 
 mod members {
@@ -528,22 +530,7 @@ fn the_suite_catches_broken_batches_and_member_counts() {
 /// through the default batched calls (one single-lease call per item).
 #[test]
 fn a_store_without_batches_or_members_passes_the_batch_cases_by_default() {
-    struct Plain(MemStore);
-    impl Store for Plain {
-        fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-            self.0.acquire(n, id, ttl, p, t)
-        }
-        fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-            self.0.renew(n, id, f, ttl, p, t)
-        }
-        fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-            self.0.release(n, id, f, t)
-        }
-        fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-            self.0.inspect(n, t)
-        }
-    }
-    let plain = Plain(MemStore::new());
+    let plain = threaded::LeasesOnly::new(MemStore::new());
     for (name, case) in storetest::CASES.iter().filter(|(n, _)| n.contains("batch")) {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&plain)));
         assert!(r.is_ok(), "{name} failed through the default batched calls");

@@ -13,11 +13,14 @@ use leaderelection::{Lease, Store, StoreError};
 use mysql::prelude::Queryable;
 use mysql_support::claims::{current_batch_claim, current_claim, old_claim, run_claim_cases, NOW_SQL};
 use mysql_support::{admin, exec, port, url, url_via, PRIVATE, SHARED};
-use support::{at_once, random_tag, wait_for, Proxy};
+use support::{
+    a_late_renewal_extended_nothing, at_once, batches_skip_a_row_another_writer_locked, ensure_schema_on_an_old_row,
+    ensure_schema_then_claim_at_once, heartbeats_count_leads_once_the_schema_is_ensured,
+    locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch,
+    STORE_TIMEOUT as T, STORE_TTL as LONG,
+};
 
 const TABLE: &str = "le_storetest";
-const T: Duration = Duration::from_secs(5);
-const LONG: Duration = Duration::from_secs(60);
 
 fn store() -> MySqlStore {
     let s = MySqlStore::builder(&url(SHARED)).table(TABLE).build().expect("store");
@@ -157,20 +160,13 @@ fn the_session_time_zone_changes_nothing() {
 /// succeed, each can use the table at once, and running it again is a no-op.
 #[test]
 fn ensure_schema_is_idempotent_and_safe_concurrently() {
-    const REPLICAS: usize = 6;
     for round in 0..3 {
         let table = format!("le_schema_{}", random_tag());
-        let results = at_once(
-            REPLICAS,
+        ensure_schema_then_claim_at_once(
+            round,
             |_| MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap(),
-            |s, i| -> Result<bool, StoreError> {
-                s.ensure_schema()?;
-                s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
-            },
+            MySqlStore::ensure_schema,
         );
-        for r in &results {
-            assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
-        }
         let s = MySqlStore::builder(&url(SHARED)).table(table.clone()).build().unwrap();
         s.ensure_schema().expect("idempotent");
         assert!(s.inspect("e0", T).unwrap().held_by("a"), "a second ensure_schema changed the table");
@@ -268,21 +264,9 @@ fn locked_row_gives_up_in_time() {
     exec(&mut locker, "START TRANSACTION");
     exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
     for timeout in [Duration::from_millis(1600), Duration::from_millis(600)] {
-        for op in ["renew", "acquire", "release"] {
-            let start = Instant::now();
-            let r = match op {
-                "renew" => s.renew(&name, "a", lease.fence, LONG, b"", timeout).map(|_| ()),
-                "acquire" => s.acquire(&name, "b", LONG, b"", timeout).map(|_| ()),
-                _ => s.release(&name, "a", lease.fence, timeout),
-            };
-            let took = start.elapsed();
-            let e = r.expect_err("a call on a locked row must not succeed while the lock is held");
-            eprintln!("locked row: {op} with a {timeout:?} timeout returned after {took:?}: {e}");
-            assert!(e.is_retryable(), "{op}: {e:?}");
-            assert!(took < timeout + Duration::from_millis(250), "{op} took {took:?} with a {timeout:?} timeout");
-            if timeout > Duration::from_secs(1) {
-                assert!(e.to_string().contains("1205"), "the server's lock wait bound did not fire: {e}");
-            }
+        let errors = locked_row_calls_give_up_in_time(&s, &name, lease.fence, timeout, Duration::from_millis(250));
+        for (_, e) in errors.iter().filter(|_| timeout > Duration::from_secs(1)) {
+            assert!(e.to_string().contains("1205"), "the server's lock wait bound did not fire: {e}");
         }
     }
     assert!(s.inspect(&name, Duration::from_millis(600)).is_ok(), "a plain read waited on a row lock");
@@ -439,13 +423,7 @@ fn swallowing_path() {
     assert_eq!(proxy.open_connections(), 1);
     proxy.swallow(true);
     let timeout = Duration::from_millis(500);
-    for _ in 0..6 {
-        let start = Instant::now();
-        let e = s.inspect(&name, timeout).expect_err("no answer can come through a swallowing path");
-        let took = start.elapsed();
-        assert!(e.is_retryable(), "{e:?}");
-        assert!(took < timeout + Duration::from_millis(150), "call took {took:?}");
-    }
+    swallowed_reads_give_up_in_time(&s, &name, timeout, Duration::from_millis(150));
     assert!(proxy.open_connections() <= 4, "open: {}", proxy.open_connections());
     proxy.swallow(false);
     assert!(
@@ -797,17 +775,9 @@ fn tls_handshake_cut_short_is_retryable() {
     assert!(e.to_string().contains("TLS"), "{e}");
 }
 
-/// A table of a test's own, dropped when it goes (even when the test
+/// [`Scratch`] in this suite: a table of a test's own, dropped when it goes (even when the test
 /// fails). The name may need quoting.
-struct Scratch {
-    table: String,
-}
-
 impl Scratch {
-    fn new(prefix: &str) -> Scratch {
-        Scratch { table: format!("{prefix}_{}", random_tag()) }
-    }
-
     /// The name quoted as the store quotes it.
     fn quoted(&self) -> String {
         format!("`{}`", self.table.replace('`', "``"))
@@ -911,30 +881,12 @@ fn ensure_schema_adds_terms_to_an_old_table() {
             t.quoted()
         ),
     );
-    let s = t.store();
-    for _ in 0..2 {
-        s.ensure_schema().expect("ensure_schema on an old table");
-        assert_eq!((t.terms_columns(), t.terms("e")), (1, 0));
-    }
-    let a = s.acquire("e", "a", LONG, b"", T).unwrap();
-    assert!(a.held_by("a") && a.fence > 5, "{a:?}");
-    assert_eq!(t.terms("e"), 1, "the first counted term of an old row");
+    ensure_schema_on_an_old_row(&t.store(), MySqlStore::ensure_schema, || t.terms_columns(), |n| t.terms(n));
 
-    const REPLICAS: usize = 6;
     for round in 0..3 {
         let t = Scratch::new("le_old_race");
         t.create_old();
-        let results = at_once(
-            REPLICAS,
-            |_| t.store(),
-            |s, i| -> Result<bool, StoreError> {
-                s.ensure_schema()?;
-                s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
-            },
-        );
-        for r in &results {
-            assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
-        }
+        ensure_schema_then_claim_at_once(round, |_| t.store(), MySqlStore::ensure_schema);
         assert_eq!(t.terms_columns(), 1, "round {round}");
         assert_eq!(t.terms("e0"), 1, "round {round}");
     }
@@ -1157,12 +1109,7 @@ fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it() {
         exec(&mut locker, "COMMIT");
         renewal.join().unwrap()
     });
-    let after = s.inspect(&name, T).unwrap();
-    eprintln!("renewal behind a release: {renewed:?}; the row after: {after:?}");
-    assert!(renewed.as_ref().is_err_and(|e| e.is_lease_lost()), "the late renewal landed: {renewed:?}");
-    assert!(after.expired() && after.payload.is_empty(), "the released lease was extended: {after:?}");
-    let next = s.acquire(&name, "b", ttl, b"", T).unwrap();
-    assert!(next.held_by("b") && next.fence > lease.fence, "the successor could not claim at once: {next:?}");
+    a_late_renewal_extended_nothing("", &s, &lease, ttl, &renewed);
 }
 
 /// The failover rule (issue 18) at the SQL level: a row stamped with
@@ -1506,12 +1453,7 @@ fn a_members_table_without_leads_is_fatal_until_ensure_schema_adds_it() {
     exec(&mut admin(SHARED), &format!("ALTER TABLE `{}_members` DROP COLUMN leads", t.table));
     let e = s.heartbeat("g", "a", 4, LONG, T).unwrap_err();
     assert!(e.is_fatal() && e.to_string().contains("ADD COLUMN leads") && e.to_string().contains("1054"), "{e}");
-    s.ensure_schema().unwrap();
-    s.ensure_schema().unwrap();
-    let m = s.heartbeat("g", "a", 4, LONG, T).unwrap();
-    assert_eq!((m.live, m.led, m.most), (1, Some(4), Some(4)));
-    let m = s.heartbeat("g", "b", 6, LONG, T).unwrap();
-    assert_eq!((m.live, m.rank, m.led, m.most), (2, Some(1), Some(10), Some(6)));
+    heartbeats_count_leads_once_the_schema_is_ensured(&s, MySqlStore::ensure_schema, ["a", "b"]);
 }
 
 /// A batched claim does not wait for a row that a transaction of a
@@ -1746,35 +1688,11 @@ fn a_renew_or_release_batch_does_not_wait_for_a_writer() {
     let base = format!("writer-renew-{}", random_tag());
     let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
     let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, b"", T).unwrap().fence).collect();
-    let items = |payload: &'static [u8]| -> Vec<leaderelection::BatchItem<'_>> {
-        names.iter().zip(&fences).map(|(name, &fence)| leaderelection::BatchItem { name, fence, payload }).collect()
-    };
     let mut locker = admin(SHARED);
     exec(&mut locker, "START TRANSACTION");
     exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(names[2].as_bytes())));
-    let timeout = Duration::from_secs(4);
-    let start = Instant::now();
-    let out = s.renew_many("a", LONG, &items(b"renewed"), timeout);
-    let took = start.elapsed();
-    eprintln!("a renew batch with one row under a writer's lock answered in {took:?}");
-    assert!(took < timeout / 2, "the renew batch waited {took:?} for the lock");
-    let e = out[2].as_ref().expect_err("a row under another writer's lock was renewed");
-    assert!(e.is_retryable() && !e.is_lease_lost() && e.to_string().contains("locked"), "{e}");
-    for (j, r) in out.iter().enumerate().filter(|(j, _)| *j != 2) {
-        assert!(r.as_ref().is_ok_and(|l| l.held_by("a") && l.payload == b"renewed"), "{j}: {r:?}");
-    }
-    let start = Instant::now();
-    let out = s.release_many("a", &items(b""), timeout);
-    assert!(start.elapsed() < timeout / 2, "the release batch waited {:?} for the lock", start.elapsed());
-    let e = out[2].as_ref().expect_err("a row under another writer's lock was released");
-    assert!(e.is_retryable() && e.to_string().contains("locked"), "{e}");
-    assert!(out.iter().enumerate().all(|(j, r)| j == 2 || r.is_ok()), "{out:?}");
-    exec(&mut locker, "ROLLBACK");
-    let left = s.inspect(&names[2], T).unwrap();
-    assert!(left.held_by("a") && left.fence == fences[2], "the locked term was left as it was: {left:?}");
-    for n in [&names[0], &names[3]] {
-        assert!(s.inspect(n, T).unwrap().expired(), "{n} was not released");
-    }
+    let unlock = || exec(&mut locker, "ROLLBACK");
+    batches_skip_a_row_another_writer_locked("", &s, &names, &fences, Duration::from_secs(4), unlock);
 }
 
 /// `after_restore`, the one step after restoring the database from a backup

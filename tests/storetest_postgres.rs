@@ -11,17 +11,17 @@ use std::time::{Duration, Instant};
 use leaderelection::postgres::{PgManager, PostgresStore};
 use leaderelection::storetest::Operator;
 use leaderelection::{BatchItem, Lease, Store, StoreError};
-use pg_support::{client, dsn, dsn_via, host_port, BOUNCER, DIRECT};
-use support::{at_once, random_tag, wait_for, Proxy};
+use pg_support::{client, direct_and_pgbouncer, dsn, dsn_via, host_port, BOUNCER, DIRECT};
+use support::{
+    a_late_renewal_extended_nothing, at_once, ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once,
+    locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch,
+    STORE_TIMEOUT as T, STORE_TTL as LONG,
+};
 
 const TABLE: &str = "le_storetest";
-const T: Duration = Duration::from_secs(5);
-const LONG: Duration = Duration::from_secs(60);
 
 fn store(var: &str) -> PostgresStore {
-    let s = PostgresStore::builder(&dsn(var)).table("public", TABLE).build().expect("store");
-    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
-    s
+    pg_support::store_on(var, TABLE)
 }
 
 mod direct {
@@ -309,33 +309,12 @@ fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(var: &str, s:
         );
         tx.batch_execute(&q).unwrap();
     });
-    let after = s.inspect(&name, T).unwrap();
-    eprintln!("renewal behind a release via {var}: {renewed:?}; the row after: {after:?}");
-    assert!(renewed.as_ref().is_err_and(|e| e.is_lease_lost()), "the late renewal landed: {renewed:?}");
-    assert!(after.expired() && after.payload.is_empty(), "the released lease was extended: {after:?}");
-    let next = s.acquire(&name, "b", ttl, b"", T).unwrap();
-    assert!(next.held_by("b") && next.fence > lease.fence, "the successor could not claim at once: {next:?}");
+    a_late_renewal_extended_nothing(&format!(" via {var}"), s, &lease, ttl, &renewed);
 }
 
-#[test]
-fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_direct() {
-    a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(DIRECT, &store(DIRECT));
-}
+direct_and_pgbouncer!(a_renewal_that_read_its_clock_before_a_release_cannot_extend_it with store: a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_direct, a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_pgbouncer);
 
-#[test]
-fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it_pgbouncer() {
-    a_renewal_that_read_its_clock_before_a_release_cannot_extend_it(BOUNCER, &store(BOUNCER));
-}
-
-#[test]
-fn a_delayed_renewal_does_not_shorten_the_lease_direct() {
-    a_delayed_renewal_does_not_shorten_the_lease(DIRECT, &store(DIRECT));
-}
-
-#[test]
-fn a_delayed_renewal_does_not_shorten_the_lease_pgbouncer() {
-    a_delayed_renewal_does_not_shorten_the_lease(BOUNCER, &store(BOUNCER));
-}
+direct_and_pgbouncer!(a_delayed_renewal_does_not_shorten_the_lease with store: a_delayed_renewal_does_not_shorten_the_lease_direct, a_delayed_renewal_does_not_shorten_the_lease_pgbouncer);
 
 fn xmin(var: &str, name: &str) -> String {
     let rows =
@@ -364,15 +343,7 @@ fn reads_do_not_write(var: &str) {
     assert_ne!(xmin(var, &name), before, "control: a renewal does write");
 }
 
-#[test]
-fn reads_do_not_write_direct() {
-    reads_do_not_write(DIRECT);
-}
-
-#[test]
-fn reads_do_not_write_pgbouncer() {
-    reads_do_not_write(BOUNCER);
-}
+direct_and_pgbouncer!(reads_do_not_write: reads_do_not_write_direct, reads_do_not_write_pgbouncer);
 
 #[test]
 fn table_has_fillfactor_70_and_schema_ddl_matches() {
@@ -440,15 +411,7 @@ fn missing_table_is_fatal(var: &str) {
     }
 }
 
-#[test]
-fn missing_table_is_fatal_direct() {
-    missing_table_is_fatal(DIRECT);
-}
-
-#[test]
-fn missing_table_is_fatal_pgbouncer() {
-    missing_table_is_fatal(BOUNCER);
-}
+direct_and_pgbouncer!(missing_table_is_fatal: missing_table_is_fatal_direct, missing_table_is_fatal_pgbouncer);
 
 #[test]
 fn unknown_role_is_fatal_and_passwords_never_show() {
@@ -515,17 +478,7 @@ fn locked_row_gives_up_in_time(var: &str) {
     let mut tx = locker.transaction().unwrap();
     tx.batch_execute(&format!("SELECT * FROM {TABLE} WHERE name = '{name}' FOR UPDATE")).unwrap();
     let timeout = Duration::from_millis(600);
-    for op in ["renew", "acquire", "release"] {
-        let start = Instant::now();
-        let r = match op {
-            "renew" => s.renew(&name, "a", lease.fence, LONG, b"", timeout).map(|_| ()),
-            "acquire" => s.acquire(&name, "b", LONG, b"", timeout).map(|_| ()),
-            _ => s.release(&name, "a", lease.fence, timeout),
-        };
-        let took = start.elapsed();
-        let e = r.expect_err("a call on a locked row must not succeed while the lock is held");
-        assert!(e.is_retryable(), "{op}: {e:?}");
-        assert!(took < timeout + Duration::from_millis(300), "{op} took {took:?} with a {timeout:?} timeout");
+    for (op, e) in locked_row_calls_give_up_in_time(&s, &name, lease.fence, timeout, Duration::from_millis(300)) {
         assert!(e.to_string().contains("lock timeout") || e.to_string().contains("55P03"), "{op}: {e}");
     }
     // Reads do not wait on row locks.
@@ -535,23 +488,14 @@ fn locked_row_gives_up_in_time(var: &str) {
     assert_eq!(renewed.fence, lease.fence);
 }
 
-#[test]
-fn locked_row_gives_up_in_time_direct() {
-    locked_row_gives_up_in_time(DIRECT);
-}
-
-#[test]
-fn locked_row_gives_up_in_time_pgbouncer() {
-    locked_row_gives_up_in_time(BOUNCER);
-}
+direct_and_pgbouncer!(locked_row_gives_up_in_time: locked_row_gives_up_in_time_direct, locked_row_gives_up_in_time_pgbouncer);
 
 /// Another session holds an ACCESS EXCLUSIVE lock on the table: even reads
 /// give up in time.
 #[test]
 fn locked_table_gives_up_in_time() {
     let table = format!("le_locked_{}", random_tag());
-    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
-    s.ensure_schema().unwrap();
+    let s = pg_support::store_on(DIRECT, &table);
     s.acquire("e", "a", LONG, b"", T).unwrap();
     let mut locker = client(DIRECT);
     let mut tx = locker.transaction().unwrap();
@@ -579,13 +523,7 @@ fn swallowing_path(var: &str) {
     assert_eq!(proxy.open_connections(), 1);
     proxy.swallow(true);
     let timeout = Duration::from_millis(500);
-    for _ in 0..6 {
-        let start = Instant::now();
-        let e = s.inspect(&name, timeout).expect_err("no answer can come through a swallowing path");
-        let took = start.elapsed();
-        assert!(e.is_retryable(), "{e:?}");
-        assert!(took < timeout + Duration::from_millis(250), "call took {took:?}");
-    }
+    swallowed_reads_give_up_in_time(&s, &name, timeout, Duration::from_millis(250));
     // What the abandoned calls held is bounded: the pool never exceeds its size.
     assert!(proxy.open_connections() <= 4 + 1, "open: {}", proxy.open_connections());
     proxy.swallow(false);
@@ -598,15 +536,7 @@ fn swallowing_path(var: &str) {
     assert!(s.renew(&name, "a", fence, LONG, b"", T).is_ok());
 }
 
-#[test]
-fn swallowing_path_direct() {
-    swallowing_path(DIRECT);
-}
-
-#[test]
-fn swallowing_path_pgbouncer() {
-    swallowing_path(BOUNCER);
-}
+direct_and_pgbouncer!(swallowing_path: swallowing_path_direct, swallowing_path_pgbouncer);
 
 // ---- TLS (direct: the Debian server has TLS on with its snakeoil certificate
 // for "localhost"; PgBouncer here has no TLS).
@@ -707,15 +637,7 @@ fn terminated_sessions_are_replaced(var: &str) {
     }
 }
 
-#[test]
-fn terminated_sessions_are_replaced_direct() {
-    terminated_sessions_are_replaced(DIRECT);
-}
-
-#[test]
-fn terminated_sessions_are_replaced_pgbouncer() {
-    terminated_sessions_are_replaced(BOUNCER);
-}
+direct_and_pgbouncer!(terminated_sessions_are_replaced: terminated_sessions_are_replaced_direct, terminated_sessions_are_replaced_pgbouncer);
 
 /// Renewals stay HOT updates (no index writes; fillfactor 70 leaves room on
 /// the page, and no indexed column changes): after a few hundred renewals
@@ -723,8 +645,7 @@ fn terminated_sessions_are_replaced_pgbouncer() {
 #[test]
 fn renewals_are_hot_updates() {
     let table = format!("le_hot_{}", random_tag());
-    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
-    s.ensure_schema().unwrap();
+    let s = pg_support::store_on(DIRECT, &table);
     let names: Vec<String> = (0..20).map(|i| format!("hot-{i}")).collect();
     let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, &[7u8; 200], T).unwrap().fence).collect();
     for _ in 0..15 {
@@ -781,15 +702,7 @@ fn operator_reset_keeps_the_fence(var: &str) {
     assert!(c.held_by("c") && c.fence > b.fence, "{b:?} then {c:?}");
 }
 
-#[test]
-fn operator_reset_keeps_the_fence_direct() {
-    operator_reset_keeps_the_fence(DIRECT);
-}
-
-#[test]
-fn operator_reset_keeps_the_fence_pgbouncer() {
-    operator_reset_keeps_the_fence(BOUNCER);
-}
+direct_and_pgbouncer!(operator_reset_keeps_the_fence: operator_reset_keeps_the_fence_direct, operator_reset_keeps_the_fence_pgbouncer);
 
 // ---- one connection as r2d2 sees it, and calls at the edges ----
 
@@ -1046,8 +959,7 @@ fn a_call_waiting_for_the_only_connection_says_it_is_in_use() {
 #[test]
 fn an_acquire_that_never_sees_its_row_gives_up_in_time() {
     let table = format!("le_vanish_{}", random_tag());
-    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
-    s.ensure_schema().unwrap();
+    let s = pg_support::store_on(DIRECT, &table);
     client(DIRECT)
         .batch_execute(&format!(
             "CREATE FUNCTION public.\"{table}_f\"() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$; \
@@ -1071,8 +983,7 @@ fn an_acquire_that_never_sees_its_row_gives_up_in_time() {
 #[test]
 fn a_row_an_operator_broke_is_a_fatal_error() {
     let table = format!("le_broken_{}", random_tag());
-    let s = PostgresStore::builder(&dsn(DIRECT)).table("public", table.clone()).build().unwrap();
-    s.ensure_schema().unwrap();
+    let s = pg_support::store_on(DIRECT, &table);
     s.acquire("neg", "a", LONG, b"", T).unwrap();
     s.acquire("null", "a", LONG, b"", T).unwrap();
     client(DIRECT)
@@ -1091,17 +1002,9 @@ fn a_row_an_operator_broke_is_a_fatal_error() {
     client(DIRECT).batch_execute(&format!("DROP TABLE public.\"{table}\"")).unwrap();
 }
 
-/// A table of a test's own, in `public`, dropped when it goes (even when
+/// [`Scratch`] in this suite: a table in `public`, dropped when it goes (even when
 /// the test fails). `hostile` gives it a name that needs quoting.
-struct Scratch {
-    table: String,
-}
-
 impl Scratch {
-    fn new(prefix: &str) -> Scratch {
-        Scratch { table: format!("{prefix}_{}", random_tag()) }
-    }
-
     /// `"public"."table"`, quoted as the store quotes it.
     fn quoted(&self) -> String {
         format!("\"public\".\"{}\"", self.table.replace('"', "\"\""))
@@ -1129,7 +1032,7 @@ impl Scratch {
     }
 
     /// How many columns named `terms` the table has.
-    fn terms_columns(&self) -> usize {
+    fn terms_columns(&self) -> i64 {
         let q = format!(
             "SELECT count(*) FROM information_schema.columns \
              WHERE table_schema = 'public' AND table_name = {} AND column_name = 'terms'",
@@ -1156,15 +1059,7 @@ fn terms_count_claims_only(var: &str) {
     support::terms::counts_claims_only(&s, |name| t.terms(name));
 }
 
-#[test]
-fn terms_count_claims_only_direct() {
-    terms_count_claims_only(DIRECT);
-}
-
-#[test]
-fn terms_count_claims_only_pgbouncer() {
-    terms_count_claims_only(BOUNCER);
-}
+direct_and_pgbouncer!(terms_count_claims_only: terms_count_claims_only_direct, terms_count_claims_only_pgbouncer);
 
 /// A table made by an older version's DDL and never `ensure_schema`d:
 /// acquire fails fatally with 42703, and the message gives the exact
@@ -1190,15 +1085,7 @@ fn a_table_without_terms_names_the_alter(var: &str) {
     assert_eq!(t.terms("e"), 1);
 }
 
-#[test]
-fn a_table_without_terms_names_the_alter_direct() {
-    a_table_without_terms_names_the_alter(DIRECT);
-}
-
-#[test]
-fn a_table_without_terms_names_the_alter_pgbouncer() {
-    a_table_without_terms_names_the_alter(BOUNCER);
-}
+direct_and_pgbouncer!(a_table_without_terms_names_the_alter: a_table_without_terms_names_the_alter_direct, a_table_without_terms_names_the_alter_pgbouncer);
 
 /// `ensure_schema` gives an old table the column, keeping its rows (their
 /// count starts at 0), and running it again changes nothing. Then six
@@ -1215,30 +1102,13 @@ fn ensure_schema_adds_terms_to_an_old_table() {
         t.quoted()
     );
     client(DIRECT).batch_execute(&insert).unwrap();
-    let s = t.store(DIRECT);
-    for _ in 0..2 {
-        s.ensure_schema().expect("ensure_schema on an old table");
-        assert_eq!((t.terms_columns(), t.terms("e")), (1, 0));
-    }
-    let a = s.acquire("e", "a", LONG, b"", T).unwrap();
-    assert!(a.held_by("a") && a.fence > 5, "{a:?}");
-    assert_eq!(t.terms("e"), 1, "the first counted term of an old row");
+    ensure_schema_on_an_old_row(&t.store(DIRECT), PostgresStore::ensure_schema, || t.terms_columns(), |n| t.terms(n));
 
-    const REPLICAS: usize = 6;
     for round in 0..2 {
         let t = Scratch::new("le_old_race");
         t.create_old();
-        let results = at_once(
-            REPLICAS,
-            |i| t.store(if i % 2 == 0 { DIRECT } else { BOUNCER }),
-            |s, i| -> Result<bool, StoreError> {
-                s.ensure_schema()?;
-                s.acquire(&format!("e{i}"), "a", LONG, b"", T).map(|l| l.held_by("a"))
-            },
-        );
-        for r in &results {
-            assert!(matches!(r, Ok(true)), "round {round}: concurrent ensure_schema, then acquire: {r:?}");
-        }
+        let store = |i: usize| t.store(if i % 2 == 0 { DIRECT } else { BOUNCER });
+        ensure_schema_then_claim_at_once(round, store, PostgresStore::ensure_schema);
         assert_eq!(t.terms_columns(), 1, "round {round}");
         assert_eq!(t.terms("e0"), 1, "round {round}");
     }

@@ -8,6 +8,7 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use leaderelection::machine::LocalTime;
+use leaderelection::ErrorKind;
 
 use crate::schedule::PPM;
 
@@ -19,6 +20,33 @@ pub(crate) fn nanos(d: Duration) -> u64 {
 /// A duration from virtual nanoseconds.
 pub(crate) fn dur(t: u64) -> Duration {
     Duration::from_nanos(t)
+}
+
+/// Notes an event of a run at virtual instant `t`: folds `t`, its `code`
+/// and its numbers `a`, `b` into `hash` (FNV-1a over 64-bit words, so two
+/// runs that took the same steps hash the same) and, when `trace` is given,
+/// adds the event's line to it.
+pub(crate) fn note(
+    hash: &mut u64,
+    trace: Option<&mut Vec<String>>,
+    (t, code, a, b): (u64, u64, u64, u64),
+    text: impl FnOnce() -> String,
+) {
+    for x in [t, code, a, b] {
+        *hash = (*hash ^ x).wrapping_mul(0x0100_0000_01b3);
+    }
+    if let Some(trace) = trace {
+        trace.push(format!("{:>16?} {}", dur(t), text()));
+    }
+}
+
+/// What the database fails every statement with while the active
+/// `DbFailing` faults last (`fatal`: each one's flag): fatal if any is,
+/// retryable otherwise, nothing while none is active.
+pub(crate) fn failing_kind(fatal: impl IntoIterator<Item = bool>) -> Option<ErrorKind> {
+    fatal.into_iter().fold(None, |kind, fatal| {
+        Some(if fatal || kind == Some(ErrorKind::Fatal) { ErrorKind::Fatal } else { ErrorKind::Retryable })
+    })
 }
 
 /// Events by virtual instant, ties in the order they were pushed, so a run
@@ -106,6 +134,14 @@ mod tests {
         q.push(3, "a");
         q.push(5, "c");
         assert_eq!([q.pop(), q.pop(), q.pop(), q.pop()], [Some((3, "a")), Some((5, "b")), Some((5, "c")), None]);
+    }
+
+    #[test]
+    fn the_database_fails_fatally_if_any_active_fault_is_fatal() {
+        assert_eq!(failing_kind([]), None);
+        assert_eq!(failing_kind([false, false]), Some(ErrorKind::Retryable));
+        assert_eq!(failing_kind([false, true, false]), Some(ErrorKind::Fatal));
+        assert_eq!(failing_kind([true, false]), Some(ErrorKind::Fatal));
     }
 
     #[test]

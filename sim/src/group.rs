@@ -2,7 +2,7 @@
 //! [`GroupMachine`] over many elections, one shared [`MemStore`], and the
 //! oracle that watches every election.
 
-use crate::events::{dur, nanos, Events, HostClock};
+use crate::events::{self, dur, nanos, Events, HostClock};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use super::schedule::PPM;
 use super::world::DB_BASE_MICROS;
 use leaderelection::group::core::{Batch, BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
 use leaderelection::machine::{CallId, LocalTime, Outcome, Output, TermId};
-use leaderelection::{DbTime, ErrorKind, MemStore, Members, Store, StoreError, MAX_GROUP_CALL_THREADS};
+use leaderelection::{DbTime, MemStore, Members, Store, StoreError, MAX_GROUP_CALL_THREADS};
 
 /// The group's name among the members table's groups.
 pub const GROUP: &str = "sim-group";
@@ -474,13 +474,8 @@ impl World<'_> {
     }
 
     fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
-        for x in [t, code, a, b] {
-            self.report.trace_hash = (self.report.trace_hash ^ x).wrapping_mul(0x0100_0000_01b3);
-        }
-        if self.tracing {
-            let line = format!("{:>16?} {}", dur(t), text());
-            self.report.trace.push(line);
-        }
+        let trace = self.tracing.then_some(&mut self.report.trace);
+        events::note(&mut self.report.trace_hash, trace, (t, code, a, b), text);
     }
 
     fn violate(&mut self, t: u64, property: GroupProperty, election: Option<usize>, detail: String) {
@@ -1320,14 +1315,12 @@ impl World<'_> {
     }
 
     fn set_failing(&mut self) {
-        let mut kind = None;
-        for &(i, _) in &self.active {
-            if let GroupFault::DbFailing { fatal, .. } = self.s.faults[i].fault {
-                kind =
-                    Some(if fatal || kind == Some(ErrorKind::Fatal) { ErrorKind::Fatal } else { ErrorKind::Retryable });
-            }
-        }
-        self.store.set_failing(kind);
+        let faults = &self.s.faults;
+        let fatal = self.active.iter().filter_map(|&(i, _)| match faults[i].fault {
+            GroupFault::DbFailing { fatal, .. } => Some(fatal),
+            _ => None,
+        });
+        self.store.set_failing(events::failing_kind(fatal));
     }
 
     fn kill(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {

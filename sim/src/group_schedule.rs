@@ -5,9 +5,9 @@ use std::fmt;
 use std::time::Duration;
 
 use super::rng::{scale, Bytes, SimRng};
-use super::schedule::{safe_rate_range, PPM};
+use super::schedule::{safe_rate_range, timing_template_for, Host, Target, PPM};
 use leaderelection::group::core::default_tick;
-use leaderelection::{default_safety_margin, Config, GroupConfig, MemStore, Timing};
+use leaderelection::{Config, GroupConfig, MemStore, Timing};
 
 /// The most participants (processes at once) a group schedule has.
 pub const MAX_PARTICIPANTS: usize = 5;
@@ -98,34 +98,15 @@ impl GroupVariant {
     }
 }
 
-/// One participant's host: its clock, its network, its grid.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Participant {
-    /// Its local clock's rate, in millionths of the database clock's.
-    pub rate_ppm: u64,
-    /// Its local clock's reading at virtual instant zero (days of uptime).
-    pub clock_offset: Duration,
-    /// Each request to the database takes between these two.
-    pub req_delay: (Duration, Duration),
-    /// Each reply from the database takes between these two.
-    pub rep_delay: (Duration, Duration),
-    /// When its first process starts (late: up to six leases in).
-    pub start_at: Duration,
-    /// Whether its processes release their leases when they stop.
-    pub release_on_shutdown: bool,
-    /// Where its processes' grids start, below the tick.
-    pub phase: Duration,
-}
+/// One participant's host: the one-election [`Host`] (its clock, its
+/// network), with its grid's [`Host::phase`]; its first process may start
+/// late (up to six leases in), and its `guard_hold` is zero.
+pub type Participant = Host;
 
-/// Which participant a fault hits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GroupTarget {
-    /// This host's current process.
-    Host(usize),
-    /// The process leading the most elections when the fault starts (host 0
-    /// if nobody leads).
-    Leader,
-}
+/// Which participant a fault hits: the one-election [`Target`], where
+/// [`Target::Leader`] is the process leading the most elections when the
+/// fault starts (host 0 if nobody leads).
+pub type GroupTarget = Target;
 
 /// What goes wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,50 +245,10 @@ pub fn valid_for_group(timing: &Timing) -> bool {
 }
 
 fn timing_template(t: u8, aux: u8) -> Timing {
-    let d = Timing::default();
-    let scaled = |num: u64, den: u64| Timing {
-        lease_duration: scale(d.lease_duration, num, den),
-        renew_interval: scale(d.renew_interval, num, den),
-        retry_period: scale(d.retry_period, num, den),
-        operation_timeout: scale(d.operation_timeout, num, den),
-        safety_margin: scale(d.safety_margin, num, den),
-    };
-    let s = Duration::from_secs;
+    // Exactly on the group's timing invariant: 5 + 2*3 + 1.25 + 0.5 = 14.25 - 1.5.
     let ms = Duration::from_millis;
-    let candidate = match t % 8 {
-        0..=2 => d,
-        // A tenth of the defaults: 1.5 s leases, a 50 ms tick.
-        3 => scaled(1, 10),
-        // Forty times the defaults: ten-minute leases.
-        4 => scaled(40, 1),
-        // Exactly on the group's timing invariant:
-        // 5 + 2*3 + 1.25 + 0.5 = 14.25 - 1.5.
-        5 => Timing { lease_duration: ms(14_250), safety_margin: ms(1_500), ..d },
-        // A lease between 2 and 61 s with proportional timings.
-        6 => {
-            let lease = s(2 + u64::from(aux % 60));
-            Timing {
-                lease_duration: lease,
-                renew_interval: lease / 4,
-                retry_period: lease / 5,
-                operation_timeout: lease / 8,
-                safety_margin: default_safety_margin(lease).min(lease / 8),
-            }
-        }
-        // A wide margin (absorbs clocks 27 % slow).
-        _ => Timing {
-            lease_duration: s(15),
-            renew_interval: s(4),
-            retry_period: s(2),
-            operation_timeout: s(2),
-            safety_margin: s(4),
-        },
-    };
-    if valid_for_group(&candidate) {
-        candidate
-    } else {
-        d
-    }
+    let on_boundary = Timing { lease_duration: ms(14_250), safety_margin: ms(1_500), ..Timing::default() };
+    timing_template_for(t, aux, on_boundary, valid_for_group)
 }
 
 impl GroupSchedule {
@@ -374,6 +315,7 @@ impl GroupSchedule {
                 rep_delay: (rep_lo, rep_hi.max(rep_lo)),
                 start_at,
                 release_on_shutdown: pflags & 0x80 == 0,
+                guard_hold: Duration::ZERO,
                 phase: scale(tick, u64::from(pflags & 0x7f), 128),
             });
         }

@@ -133,16 +133,20 @@ pub struct Host {
     /// How long its program keeps the guards of a term after the term ends
     /// (on its own clock). While it does, the elector holds the machine back
     /// from campaigning ([`Machine::set_hold_back`](leaderelection::machine::Machine::set_hold_back)).
-    /// Zero: guards are dropped at once.
+    /// Zero: guards are dropped at once (always, in a group).
     pub guard_hold: Duration,
+    /// In a group: where its processes' grids start, below the tick (zero
+    /// for one election, which has no grid).
+    pub phase: Duration,
 }
 
 /// Which participant a fault hits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// This host.
+    /// This host (its current process).
     Host(usize),
-    /// Whoever holds a valid guard when the fault starts (host 0 if nobody).
+    /// Whoever holds a valid guard when the fault starts (host 0 if nobody);
+    /// in a group, the process leading the most elections.
     Leader,
 }
 
@@ -309,6 +313,14 @@ pub fn safe_rate_range(timing: &Timing) -> (u64, u64) {
 }
 
 fn timing_template(t: u8, aux: u8) -> Timing {
+    let on_boundary = Timing { lease_duration: Duration::from_millis(13_750), ..Timing::default() };
+    timing_template_for(t, aux, on_boundary, |t| t.validate().is_ok())
+}
+
+/// The timing a schedule's bytes `t` and `aux` pick, for one election or a
+/// group: `on_boundary` is template 5, a timing exactly on the invariant of
+/// what runs it; a template that `valid` refuses falls back to the defaults.
+pub(crate) fn timing_template_for(t: u8, aux: u8, on_boundary: Timing, valid: impl Fn(&Timing) -> bool) -> Timing {
     let d = Timing::default();
     let scaled = |num: u64, den: u64| Timing {
         lease_duration: scale(d.lease_duration, num, den),
@@ -318,15 +330,14 @@ fn timing_template(t: u8, aux: u8) -> Timing {
         safety_margin: scale(d.safety_margin, num, den),
     };
     let s = Duration::from_secs;
-    let ms = Duration::from_millis;
     let candidate = match t % 8 {
         0..=2 => d,
-        // A tenth of the defaults: 1.5 s leases.
+        // A tenth of the defaults: 1.5 s leases (a group's tick: 50 ms).
         3 => scaled(1, 10),
         // Forty times the defaults: ten-minute leases, hours of virtual time.
         4 => scaled(40, 1),
         // Exactly on the timing invariant's boundary.
-        5 => Timing { lease_duration: ms(13_750), ..d },
+        5 => on_boundary,
         // A lease between 2 and 61 s with proportional timings.
         6 => {
             let lease = s(2 + u64::from(aux % 60));
@@ -347,7 +358,7 @@ fn timing_template(t: u8, aux: u8) -> Timing {
             safety_margin: s(4),
         },
     };
-    if candidate.validate().is_ok() {
+    if valid(&candidate) {
         candidate
     } else {
         d
@@ -442,6 +453,7 @@ impl Schedule {
                 } else {
                     Duration::ZERO
                 },
+                phase: Duration::ZERO,
             });
         }
         let seed = r.u64();

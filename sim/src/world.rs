@@ -1,6 +1,6 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
-use crate::events::{dur, nanos, Events, HostClock};
+use crate::events::{self, dur, nanos, Events, HostClock};
 use std::fmt;
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use super::schedule::{Fault, Schedule, Target, Variant, OPERATOR_CLOCK_WAIT, PPM
 use leaderelection::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome, Output, TermId};
 use leaderelection::DbTime;
 use leaderelection::MemStore;
-use leaderelection::{ErrorKind, Lease, Store, StoreError};
+use leaderelection::{Lease, Store, StoreError};
 
 /// The election every simulated participant runs.
 pub const ELECTION: &str = "sim";
@@ -360,13 +360,8 @@ impl World<'_> {
     }
 
     fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
-        for x in [t, code, a, b] {
-            self.report.trace_hash = (self.report.trace_hash ^ x).wrapping_mul(0x0100_0000_01b3);
-        }
-        if self.tracing {
-            let line = format!("{:>16?} {}", dur(t), text());
-            self.report.trace.push(line);
-        }
+        let trace = self.tracing.then_some(&mut self.report.trace);
+        events::note(&mut self.report.trace_hash, trace, (t, code, a, b), text);
     }
 
     fn violate(&mut self, t: u64, property: Property, detail: String) {
@@ -906,14 +901,12 @@ impl World<'_> {
     }
 
     fn set_failing(&mut self) {
-        let mut kind = None;
-        for &(i, _) in &self.active {
-            if let Fault::DbFailing { fatal, .. } = self.s.faults[i].fault {
-                kind =
-                    Some(if fatal || kind == Some(ErrorKind::Fatal) { ErrorKind::Fatal } else { ErrorKind::Retryable });
-            }
-        }
-        self.store.set_failing(kind);
+        let faults = &self.s.faults;
+        let fatal = self.active.iter().filter_map(|&(i, _)| match faults[i].fault {
+            Fault::DbFailing { fatal, .. } => Some(fatal),
+            _ => None,
+        });
+        self.store.set_failing(events::failing_kind(fatal));
     }
 
     fn crash(&mut self, t: u64, host: usize, down: Duration) {

@@ -19,7 +19,7 @@ use leaderelection_sim::{
 
 mod common;
 
-use common::{env_u64, report, threads};
+use common::{env_u64, report, steady_host, threads};
 
 #[test]
 fn explore_schedules() {
@@ -196,15 +196,7 @@ fn control_electing_nobody_is_caught() {
 #[test]
 fn liveness_bound_is_the_stated_formula() {
     // bound = D + lease + (operation_timeout + 1.2 * retry_period + 1 ms) / r + 4 * R
-    let host = |rate_ppm| Host {
-        rate_ppm,
-        clock_offset: Duration::from_secs(86_400),
-        req_delay: (Duration::from_millis(100), Duration::from_millis(200)),
-        rep_delay: (Duration::from_millis(50), Duration::from_millis(300)),
-        start_at: Duration::ZERO,
-        release_on_shutdown: true,
-        guard_hold: Duration::ZERO,
-    };
+    let host = steady_host;
     let mut s = Schedule {
         bytes: Vec::new(),
         variant: Variant::Normal,
@@ -270,6 +262,7 @@ fn two_hosts(faults: Vec<TimedFault>) -> Schedule {
         start_at: start,
         release_on_shutdown: true,
         guard_hold: Duration::ZERO,
+        phase: Duration::ZERO,
     };
     Schedule {
         bytes: Vec::new(),

@@ -22,12 +22,12 @@ use leaderelection::Timing;
 use leaderelection_sim::{
     describe_group_failure, explore_groups, from_hex, group_replay_command, run_group, safe_rate_range, to_hex,
     valid_for_group, GroupExploration, GroupFault, GroupProperty, GroupRunReport, GroupSchedule, GroupTarget,
-    GroupVariant, Participant, MAX_PARTICIPANTS,
+    GroupVariant, MAX_PARTICIPANTS,
 };
 
 mod common;
 
-use common::{env_u64, report, threads};
+use common::{env_u64, report, steady_host, threads};
 
 /// Fails on the first violation, with its replay command.
 fn check_failures(e: &GroupExploration, variant: GroupVariant) {
@@ -324,15 +324,7 @@ fn a_rejoined_election_takes_a_fresh_fence() {
 
 #[test]
 fn liveness_bound_and_fairness_allowance_are_the_stated_formulas() {
-    let host = |rate_ppm| Participant {
-        rate_ppm,
-        clock_offset: Duration::from_secs(86_400),
-        req_delay: (Duration::from_millis(100), Duration::from_millis(200)),
-        rep_delay: (Duration::from_millis(50), Duration::from_millis(300)),
-        start_at: Duration::ZERO,
-        release_on_shutdown: true,
-        phase: Duration::ZERO,
-    };
+    let host = steady_host;
     let mut s = GroupSchedule {
         bytes: Vec::new(),
         variant: GroupVariant::Normal,

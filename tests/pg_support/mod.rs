@@ -42,3 +42,41 @@ pub fn dsn_via(var: &str, host: &str, port: u16, user: Option<&str>, params: &st
     let db = cfg.get_dbname().unwrap_or("test");
     format!("postgres://{user}@{host}:{port}/{db}{params}")
 }
+
+/// A store on `public.{table}` through `var`'s DSN, with its schema ensured.
+pub fn store_on(var: &str, table: &str) -> leaderelection::postgres::PostgresStore {
+    let s = leaderelection::postgres::PostgresStore::builder(&dsn(var)).table("public", table).build().expect("store");
+    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
+    s
+}
+
+/// Declares the tests `$direct` and `$bouncer`: `$flow(var)` run on the
+/// server directly and through PgBouncer (with `store`: `$flow(var,
+/// &store(var))`, the suite's own `store`).
+#[allow(unused_macros)]
+macro_rules! direct_and_pgbouncer {
+    ($flow:ident with store: $direct:ident, $bouncer:ident) => {
+        #[test]
+        fn $direct() {
+            $flow(DIRECT, &store(DIRECT));
+        }
+
+        #[test]
+        fn $bouncer() {
+            $flow(BOUNCER, &store(BOUNCER));
+        }
+    };
+    ($flow:ident: $direct:ident, $bouncer:ident) => {
+        #[test]
+        fn $direct() {
+            $flow(DIRECT);
+        }
+
+        #[test]
+        fn $bouncer() {
+            $flow(BOUNCER);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use direct_and_pgbouncer;

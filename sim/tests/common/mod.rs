@@ -1,6 +1,24 @@
 //! What the simulation's test binaries (`sim`, `sim_group`) share.
 
 use std::io::Write;
+use std::time::Duration;
+
+use leaderelection_sim::Host;
+
+/// A host on a steady link (requests 100-200 ms, replies 50-300 ms) whose
+/// clock runs at `rate_ppm`, starting at once: the liveness formulas' tests.
+pub fn steady_host(rate_ppm: u64) -> Host {
+    Host {
+        rate_ppm,
+        clock_offset: Duration::from_secs(86_400),
+        req_delay: (Duration::from_millis(100), Duration::from_millis(200)),
+        rep_delay: (Duration::from_millis(50), Duration::from_millis(300)),
+        start_at: Duration::ZERO,
+        release_on_shutdown: true,
+        guard_hold: Duration::ZERO,
+        phase: Duration::ZERO,
+    }
+}
 
 /// The number in variable `name`, if set; a value that is not one fails
 /// the test, saying so.
