@@ -1107,7 +1107,7 @@ fn ensure_schema_adds_terms_to_an_old_table() {
     for round in 0..2 {
         let t = Scratch::new("le_old_race");
         t.create_old();
-        let store = |i: usize| t.store(if i % 2 == 0 { DIRECT } else { BOUNCER });
+        let store = |i: usize| t.store(if i.is_multiple_of(2) { DIRECT } else { BOUNCER });
         ensure_schema_then_claim_at_once(round, store, PostgresStore::ensure_schema);
         assert_eq!(t.terms_columns(), 1, "round {round}");
         assert_eq!(t.terms("e0"), 1, "round {round}");
