@@ -22,20 +22,18 @@
 //! `--lease DURATION` (default 15s). Exits 0 when it did the work or
 //! another copy did; 1 on errors.
 
+mod common;
+
 use std::error::Error;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use leaderelection::{period_slot, Config, Elector, LeaderGuard, SlotClaim, Store, WaitLeaderError};
 
+use common::Flags;
+
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("cron_batch: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit("cron_batch", run())
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
@@ -113,49 +111,16 @@ struct Args {
 
 impl Args {
     fn parse() -> Result<Args, Box<dyn Error>> {
-        let mut a = Args {
-            dsn: std::env::var("DATABASE_URL").unwrap_or_default(),
-            id: std::env::var("HOSTNAME").unwrap_or_else(|_| "batch".into()),
-            name: "nightly-batch".into(),
-            slot: None,
-            every: Duration::from_secs(86_400),
-            wait: Duration::from_secs(30),
-            work: Duration::from_secs(1),
-            lease: Duration::from_secs(15),
-        };
-        let mut argv = std::env::args().skip(1);
-        while let Some(flag) = argv.next() {
-            let value = argv.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            match flag.as_str() {
-                "--dsn" => a.dsn = value,
-                "--id" => a.id = value,
-                "--name" => a.name = value,
-                "--slot" => a.slot = Some(value),
-                "--every" => a.every = duration(&value)?,
-                "--wait" => a.wait = duration(&value)?,
-                "--work" => a.work = duration(&value)?,
-                "--lease" => a.lease = duration(&value)?,
-                _ => return Err(format!("unknown option {flag}").into()),
-            }
-        }
-        if a.dsn.is_empty() {
-            return Err("give the database as --dsn URL or DATABASE_URL".into());
-        }
-        Ok(a)
+        let f = Flags::parse(&["--id", "--name", "--slot", "--every", "--wait", "--work", "--lease"])?;
+        Ok(Args {
+            dsn: f.dsn()?,
+            id: f.get("--id").or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| "batch".into()),
+            name: f.text("--name", "nightly-batch"),
+            slot: f.get("--slot"),
+            every: f.duration("--every", Duration::from_secs(86_400))?,
+            wait: f.duration("--wait", Duration::from_secs(30))?,
+            work: f.duration("--work", Duration::from_secs(1))?,
+            lease: f.duration("--lease", Duration::from_secs(15))?,
+        })
     }
-}
-
-/// `500ms`, `5s`, `2m`, `1h`, `1d`.
-fn duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let n: u64 = text[..split].parse().map_err(|_| format!("not a duration: {text}"))?;
-    let millis = match &text[split..] {
-        "ms" => Some(n),
-        "s" => n.checked_mul(1000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        "d" => n.checked_mul(86_400_000),
-        _ => None,
-    };
-    millis.map(Duration::from_millis).ok_or_else(|| format!("not a duration: {text} (try 500ms, 5s, 2m, 1h, 1d)"))
 }

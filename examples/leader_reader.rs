@@ -21,20 +21,18 @@
 //! `<id> reads leader=<id> fence=N payload=<...>` each time what it reads
 //! changes.
 
+mod common;
+
 use std::error::Error;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use leaderelection::{base_identity, Config, Elector};
 
+use common::Flags;
+
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("leader_reader: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit("leader_reader", run())
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
@@ -95,44 +93,14 @@ struct Args {
 
 impl Args {
     fn parse() -> Result<Args, Box<dyn Error>> {
-        let mut a = Args {
-            dsn: std::env::var("DATABASE_URL").unwrap_or_default(),
-            id: "replica".into(),
-            addr: None,
-            name: "config-writer".into(),
-            run_for: Duration::from_secs(86_400),
-            lease: Duration::from_secs(15),
-        };
-        let mut argv = std::env::args().skip(1);
-        while let Some(flag) = argv.next() {
-            let value = argv.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            match flag.as_str() {
-                "--dsn" => a.dsn = value,
-                "--id" => a.id = value,
-                "--addr" => a.addr = Some(value),
-                "--name" => a.name = value,
-                "--for" => a.run_for = duration(&value)?,
-                "--lease" => a.lease = duration(&value)?,
-                _ => return Err(format!("unknown option {flag}").into()),
-            }
-        }
-        if a.dsn.is_empty() {
-            return Err("give the database as --dsn URL or DATABASE_URL".into());
-        }
-        Ok(a)
+        let f = Flags::parse(&["--id", "--addr", "--name", "--for", "--lease"])?;
+        Ok(Args {
+            dsn: f.dsn()?,
+            id: f.text("--id", "replica"),
+            addr: f.get("--addr"),
+            name: f.text("--name", "config-writer"),
+            run_for: f.duration("--for", Duration::from_secs(86_400))?,
+            lease: f.duration("--lease", Duration::from_secs(15))?,
+        })
     }
-}
-
-/// `500ms`, `5s`, `2m`, `1h`.
-fn duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let n: u64 = text[..split].parse().map_err(|_| format!("not a duration: {text}"))?;
-    let millis = match &text[split..] {
-        "ms" => Some(n),
-        "s" => n.checked_mul(1000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        _ => None,
-    };
-    millis.map(Duration::from_millis).ok_or_else(|| format!("not a duration: {text} (try 500ms, 5s, 2m, 1h)"))
 }

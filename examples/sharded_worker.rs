@@ -18,6 +18,8 @@
 //! It prints `<id> owns N of M partitions (share S): 3,7,...` (their
 //! numbers) each time what it owns changes.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::process::ExitCode;
@@ -25,14 +27,10 @@ use std::time::{Duration, Instant};
 
 use leaderelection::{Config, Group, GroupConfig, LeaderGuard};
 
+use common::Flags;
+
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("sharded_worker: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit("sharded_worker", run())
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
@@ -111,44 +109,14 @@ struct Args {
 
 impl Args {
     fn parse() -> Result<Args, Box<dyn Error>> {
-        let mut a = Args {
-            dsn: std::env::var("DATABASE_URL").unwrap_or_default(),
-            id: "shard".into(),
-            name: "partitions".into(),
-            partitions: 1000,
-            run_for: Duration::from_secs(86_400),
-            lease: Duration::from_secs(5),
-        };
-        let mut argv = std::env::args().skip(1);
-        while let Some(flag) = argv.next() {
-            let value = argv.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            match flag.as_str() {
-                "--dsn" => a.dsn = value,
-                "--id" => a.id = value,
-                "--name" => a.name = value,
-                "--partitions" => a.partitions = value.parse().map_err(|_| format!("not a number: {value}"))?,
-                "--for" => a.run_for = duration(&value)?,
-                "--lease" => a.lease = duration(&value)?,
-                _ => return Err(format!("unknown option {flag}").into()),
-            }
-        }
-        if a.dsn.is_empty() {
-            return Err("give the database as --dsn URL or DATABASE_URL".into());
-        }
-        Ok(a)
+        let f = Flags::parse(&["--id", "--name", "--partitions", "--for", "--lease"])?;
+        Ok(Args {
+            dsn: f.dsn()?,
+            id: f.text("--id", "shard"),
+            name: f.text("--name", "partitions"),
+            partitions: f.number("--partitions", 1000)?,
+            run_for: f.duration("--for", Duration::from_secs(86_400))?,
+            lease: f.duration("--lease", Duration::from_secs(5))?,
+        })
     }
-}
-
-/// `500ms`, `5s`, `2m`, `1h`.
-fn duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let n: u64 = text[..split].parse().map_err(|_| format!("not a duration: {text}"))?;
-    let millis = match &text[split..] {
-        "ms" => Some(n),
-        "s" => n.checked_mul(1000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        _ => None,
-    };
-    millis.map(Duration::from_millis).ok_or_else(|| format!("not a duration: {text} (try 500ms, 5s, 2m, 1h)"))
 }

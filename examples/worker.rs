@@ -21,6 +21,8 @@
 //! DURATION` (between writes; default 200ms), `--lease DURATION` (default
 //! 15s). Durations are `500ms`, `5s`, `2m`, `1h`.
 
+mod common;
+
 use std::error::Error;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -30,14 +32,10 @@ use leaderelection::postgres::PostgresStore;
 use leaderelection::{AnyStore, Config, Elector, LeaderGuard, StoreError, WaitLeaderError};
 use mysql::prelude::Queryable;
 
+use common::Flags;
+
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("worker: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit("worker", run())
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
@@ -205,46 +203,15 @@ struct Args {
 
 impl Args {
     fn parse() -> Result<Args, Box<dyn Error>> {
-        let mut a = Args {
-            dsn: std::env::var("DATABASE_URL").unwrap_or_default(),
-            id: "worker".into(),
-            name: "ledger-writer".into(),
-            ledger: "ledger".into(),
-            run_for: Duration::from_secs(86_400),
-            every: Duration::from_millis(200),
-            lease: Duration::from_secs(15),
-        };
-        let mut argv = std::env::args().skip(1);
-        while let Some(flag) = argv.next() {
-            let value = argv.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            match flag.as_str() {
-                "--dsn" => a.dsn = value,
-                "--id" => a.id = value,
-                "--name" => a.name = value,
-                "--ledger" => a.ledger = value,
-                "--for" => a.run_for = duration(&value)?,
-                "--every" => a.every = duration(&value)?,
-                "--lease" => a.lease = duration(&value)?,
-                _ => return Err(format!("unknown option {flag}").into()),
-            }
-        }
-        if a.dsn.is_empty() {
-            return Err("give the database as --dsn URL or DATABASE_URL".into());
-        }
-        Ok(a)
+        let f = Flags::parse(&["--id", "--name", "--ledger", "--for", "--every", "--lease"])?;
+        Ok(Args {
+            dsn: f.dsn()?,
+            id: f.text("--id", "worker"),
+            name: f.text("--name", "ledger-writer"),
+            ledger: f.text("--ledger", "ledger"),
+            run_for: f.duration("--for", Duration::from_secs(86_400))?,
+            every: f.duration("--every", Duration::from_millis(200))?,
+            lease: f.duration("--lease", Duration::from_secs(15))?,
+        })
     }
-}
-
-/// `500ms`, `5s`, `2m`, `1h`.
-fn duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let n: u64 = text[..split].parse().map_err(|_| format!("not a duration: {text}"))?;
-    let millis = match &text[split..] {
-        "ms" => Some(n),
-        "s" => n.checked_mul(1000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        _ => None,
-    };
-    millis.map(Duration::from_millis).ok_or_else(|| format!("not a duration: {text} (try 500ms, 5s, 2m, 1h)"))
 }
