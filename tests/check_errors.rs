@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use leaderelection::postgres::PostgresStore;
 use leaderelection::testing::{follower_guard, TestTerm};
-use leaderelection::{Elector, ErrorKind, LeaseCheck, MySqlStore};
+use leaderelection::{Config, Elector, ErrorKind, LeaseCheck, MySqlStore, Timing};
 use mysql::prelude::Queryable;
 use mysql::TxOpts;
 use mysql_support::{admin, url, SHARED};
@@ -152,4 +152,52 @@ fn postgres_a_table_name_too_long_for_the_checks_index_is_refused() {
         "DROP TABLE IF EXISTS public.\"{table}\", public.\"{table}_slots\", public.\"{table}_members\""
     ))
     .unwrap();
+}
+
+/// Timings with a renewal far away, so nothing but the check looks at the
+/// row while a test has changed it under the term.
+fn slow_renewals() -> Timing {
+    Timing {
+        lease_duration: Duration::from_secs(30),
+        renew_interval: Duration::from_secs(10),
+        retry_period: Duration::from_secs(1),
+        operation_timeout: Duration::from_secs(2),
+        safety_margin: Duration::from_secs(3),
+    }
+}
+
+/// A term still valid by this process's clock whose row the database no
+/// longer gives it (another fence was written in, as a successor's claim
+/// would): the check finds no row and says `LeaseLost`, on the database's
+/// word, on both servers.
+#[test]
+fn a_row_taken_under_a_live_term_fails_the_check_on_the_databases_word() {
+    let word = "the lease check found the lease expired or taken on the database";
+
+    let s = pg();
+    let name = format!("check-taken-{}", random_tag());
+    let e = Elector::start(Config::new(s.clone(), &name).identity("a").timing(slow_renewals())).unwrap();
+    let guard = e.wait_leader_timeout(Duration::from_secs(10)).expect("leads");
+    let mut c = client(DIRECT);
+    c.batch_execute(&format!("UPDATE public.{PG_TABLE} SET fence = fence + 1000 WHERE name = '{name}'")).unwrap();
+    assert!(guard.is_valid(), "the term is live by this process's clock");
+    let mut tx = c.transaction().unwrap();
+    let err = s.check_lease(&mut tx, &guard).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(err.to_string().contains(word), "{err}");
+    drop(tx);
+    drop(guard);
+    e.shutdown_without_release();
+
+    let m = my();
+    let e = Elector::start(Config::new(m.clone(), &name).identity("a").timing(slow_renewals())).unwrap();
+    let guard = e.wait_leader_timeout(Duration::from_secs(10)).expect("leads");
+    let mut a = admin(SHARED);
+    a.query_drop(format!("UPDATE `{MY_TABLE}` SET fence = fence + 1000 WHERE name = '{name}'")).unwrap();
+    assert!(guard.is_valid(), "the term is live by this process's clock");
+    let err = m.check_lease(&mut a, &guard).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(err.to_string().contains(word), "{err}");
+    drop(guard);
+    e.shutdown_without_release();
 }
