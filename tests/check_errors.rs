@@ -201,3 +201,63 @@ fn a_row_taken_under_a_live_term_fails_the_check_on_the_databases_word() {
     drop(guard);
     e.shutdown_without_release();
 }
+
+/// A MySQL store told it is on a multi-primary cluster checks by writing
+/// the term's row of `{table}_terms` and then reading the lease row; on
+/// one server its refusals are the same: a row taken under a live term is
+/// `LeaseLost` on the database's word, a killed connection is the server's
+/// error and not a lost lease. Its statement for other drivers changes one
+/// row for the live term and none for another fence, and its written-in
+/// form passes for the live term and fails once the row is taken.
+#[test]
+fn mysql_multi_primary_checks_refuse_the_same_way() {
+    let word = "the lease check found the lease expired or taken on the database";
+    my();
+    let m = MySqlStore::builder(&url(SHARED)).table(MY_TABLE).multi_primary(true).build().unwrap();
+    m.ensure_schema().unwrap();
+    let name = format!("check-multi-{}", random_tag());
+    let e = Elector::start(Config::new(m.clone(), &name).identity("a").timing(slow_renewals())).unwrap();
+    let guard = e.wait_leader_timeout(Duration::from_secs(10)).expect("leads");
+    let check = guard.lease_check().unwrap();
+    let mut a = admin(SHARED);
+    m.check_lease(&mut a, &guard).expect("the live term's check");
+
+    let sql = m.lease_check_sql_multi_primary().unwrap();
+    a.exec_drop(&sql, (check.name, check.identity, check.fence)).unwrap();
+    assert_eq!(a.affected_rows(), 1, "the live term's write: {sql}");
+    a.exec_drop(&sql, (check.name, check.identity, check.fence + 1)).unwrap();
+    assert_eq!(a.affected_rows(), 0, "another fence's write: {sql}");
+    let literal = m.lease_check_literal(&check).unwrap();
+    assert_eq!(script(&mut a, &literal).expect("the live term's written-in check"), ["leaderelection: lease held"]);
+
+    let mut victim = admin(SHARED);
+    let id = victim.connection_id();
+    admin(SHARED).query_drop(format!("KILL {id}")).unwrap();
+    let err = m.check_lease(&mut victim, &guard).unwrap_err();
+    assert!(!err.is_lease_lost() && err.to_string().contains("check_lease"), "{err}");
+
+    a.query_drop(format!("UPDATE `{MY_TABLE}` SET fence = fence + 1000 WHERE name = '{name}'")).unwrap();
+    assert!(guard.is_valid(), "the term is live by this process's clock");
+    let err = m.check_lease(&mut a, &guard).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(err.to_string().contains(word), "{err}");
+    match script(&mut a, &literal) {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1242, "{e}"),
+        other => panic!("the written-in check of a taken row: {other:?}"),
+    }
+    drop(guard);
+    e.shutdown_without_release();
+}
+
+/// Every row of every result set `script` returns (reading them all, so a
+/// row's error is seen).
+fn script(c: &mut mysql::Conn, script: &str) -> Result<Vec<String>, mysql::Error> {
+    let mut result = c.query_iter(script)?;
+    let mut rows = Vec::new();
+    while let Some(set) = result.iter() {
+        for row in set {
+            rows.push(mysql::from_row::<String>(row?));
+        }
+    }
+    Ok(rows)
+}
