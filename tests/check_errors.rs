@@ -204,8 +204,8 @@ fn a_row_taken_under_a_live_term_fails_the_check_on_the_databases_word() {
 
 /// A MySQL store told it is on a multi-primary cluster checks by writing
 /// the term's row of `{table}_terms` and then reading the lease row; on
-/// one server its refusals are the same: a row taken under a live term is
-/// `LeaseLost` on the database's word, a killed connection is the server's
+/// one server its refusals are the same: a terms row or a lease row taken
+/// under a live term is `LeaseLost` on the database's word, a killed connection is the server's
 /// error and not a lost lease. Its statement for other drivers changes one
 /// row for the live term and none for another fence, and its written-in
 /// form passes for the live term and fails once the row is taken.
@@ -236,6 +236,17 @@ fn mysql_multi_primary_checks_refuse_the_same_way() {
     let err = m.check_lease(&mut victim, &guard).unwrap_err();
     assert!(!err.is_lease_lost() && err.to_string().contains("check_lease"), "{err}");
 
+    // The terms row names another term (a claim through another node
+    // wrote it): the check's write changes nothing.
+    let terms = |d: &str| format!("UPDATE `{MY_TABLE}_terms` SET fence = fence {d} 1000 WHERE name = '{name}'");
+    a.query_drop(terms("+")).unwrap();
+    let err = m.check_lease(&mut a, &guard).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(err.to_string().contains(word), "{err}");
+    a.query_drop(terms("-")).unwrap();
+    m.check_lease(&mut a, &guard).expect("the terms row is the term's again");
+    // The lease row is another term's: the write goes through, the read
+    // finds no row.
     a.query_drop(format!("UPDATE `{MY_TABLE}` SET fence = fence + 1000 WHERE name = '{name}'")).unwrap();
     assert!(guard.is_valid(), "the term is live by this process's clock");
     let err = m.check_lease(&mut a, &guard).unwrap_err();
