@@ -161,3 +161,33 @@ fn leave_without_release_leaves_the_lease_to_run_out() {
     assert!(left_at.elapsed() >= timing().lease_duration / 2, "taken over after {:?}", left_at.elapsed());
     drop(guard);
 }
+
+/// A join while the group shuts down (its release held up by a store that
+/// hangs) is refused as `Stopped`, never half-made; the shutdown ends once
+/// the store answers.
+#[test]
+fn a_join_during_shutdown_is_refused_as_stopped() {
+    let store = MemStore::new();
+    let group = Group::start(config(&store, "a")).unwrap();
+    let e = group.join("shard-1").unwrap();
+    e.wait_leader_timeout(Duration::from_secs(5)).expect("leads");
+    store.pause();
+    thread::scope(|s| {
+        let shutting = s.spawn(|| group.shutdown());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut n = 0;
+        let refused = loop {
+            n += 1;
+            match group.join(&format!("late-{n}")) {
+                Ok(late) => drop(late),
+                Err(err) => break err,
+            }
+            assert!(Instant::now() < deadline, "joins were still taken 5 s into the shutdown");
+        };
+        assert!(matches!(refused, JoinError::Stopped), "{refused:?}");
+        store.resume();
+        let _ = shutting.join().expect("the shutdown returned");
+    });
+    assert!(group.status().stopped);
+    assert!(matches!(group.join("later"), Err(JoinError::Stopped)));
+}

@@ -44,3 +44,24 @@ fn size_config_and_a_batch_entrys_debug_output() {
     assert!(shown.contains("name: \"shard-1\"") && shown.contains("fence: 0"), "{shown}");
     assert!(shown.contains("payload_len: 14") && !shown.contains("secret"), "{shown}");
 }
+
+/// An election that left (without release, as a follower with no call in
+/// flight) stops at once; `forget` then drops it, and its name may join
+/// again. Before it has stopped, `forget` does nothing.
+#[test]
+fn a_stopped_election_is_forgotten_and_its_name_may_join_again() {
+    let mut g = GroupMachine::new(GroupMachineConfig::new("a#0123456789abcdef", "shards", timing(), 7));
+    let key = g.join(LocalTime::ZERO, "shard-1".into(), Arc::from(&b""[..])).unwrap();
+    g.forget(key);
+    assert_eq!(g.len(), 1, "a running election is not forgotten");
+    g.leave(LocalTime::ZERO, key, false);
+    let mut stopped = false;
+    while let Some((k, out)) = g.poll_event() {
+        stopped |= k == key && matches!(out, leaderelection::machine::Output::Stopped);
+    }
+    assert!(stopped, "the election stopped");
+    g.forget(key);
+    assert!(g.is_empty(), "{} elections", g.len());
+    assert!(g.join(LocalTime::ZERO, "shard-1".into(), Arc::from(&b""[..])).is_ok(), "the name joins again");
+    assert_eq!(g.len(), 1);
+}

@@ -2,12 +2,13 @@
 //! acceptance suite (members included) passes through both, so every call
 //! (batches, heartbeats and leaves too) reaches the store inside. And a
 //! store that implements only the four required calls refuses the group
-//! calls it does not keep, with a fatal error saying which.
+//! calls it does not keep, with a fatal error saying which; one that keeps
+//! members without their reports and ranks passes the members suite.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use leaderelection::{ErrorKind, Lease, MemStore, Store, StoreError};
+use leaderelection::{ErrorKind, Lease, MemStore, Members, Store, StoreError};
 
 mod boxed {
     use leaderelection::{MemStore, Store};
@@ -45,6 +46,36 @@ impl Store for Minimal {
     fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
         self.0.inspect(n, t)
     }
+}
+
+/// A store that keeps members but tells neither what they lead nor this
+/// member's rank (both optional in `Members`): the members suite passes on
+/// it, the cases about those answers passing as the suite documents.
+struct Plain(MemStore);
+
+impl Store for Plain {
+    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.0.acquire(n, id, ttl, p, t)
+    }
+    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.0.renew(n, id, f, ttl, p, t)
+    }
+    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+        self.0.release(n, id, f, t)
+    }
+    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+        self.0.inspect(n, t)
+    }
+    fn heartbeat(&self, g: &str, m: &str, leading: u32, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
+        self.0.heartbeat(g, m, leading, ttl, t).map(|m| Members::new(m.live, m.now))
+    }
+    fn leave_group(&self, g: &str, m: &str, t: Duration) -> Result<(), StoreError> {
+        self.0.leave_group(g, m, t)
+    }
+}
+
+mod plain_members {
+    leaderelection::storetest_suite!(members: super::Plain(leaderelection::MemStore::new()));
 }
 
 /// Without `heartbeat` and `leave_group` of its own, a store refuses both
