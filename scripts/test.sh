@@ -52,7 +52,7 @@ source scripts/db.sh
 cargo test --features postgres,storetest --lib postgres
 cargo test --features postgres,storetest --test postgres_api   # no server needed
 cargo test --features postgres,storetest --doc -- postgres storetest
-cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause --test postgres_first_errors --test postgres_check --test postgres_batch
+cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause --test postgres_first_errors --test postgres_check --test postgres_batch --test store_forwarding --test postgres_limits
 
 echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)"
 # Installs/starts MariaDB on 127.0.0.1:3306 and a private mariadbd (port 3316,
@@ -61,7 +61,10 @@ echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)
 source scripts/mysql.sh
 cargo test --features mysql,storetest --lib mysql
 cargo test --features mysql,storetest --doc -- mysql
-cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check --test mysql_memory
+cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check --test mysql_memory --test mysql_borrowed --test mysql_limits --test mysql_validation
+
+echo "== both stores: AnyStore from connect(), lease-check refusals, calls before ensure_schema"
+cargo test --features postgres,mysql,storetest --test any_store --test check_errors --test missing_table
 
 echo "== MariaDB Galera: a three-node multi-primary cluster of the test's own (tests/galera.rs)"
 # Installs galera-4 and rsync; the test starts its cluster on loopback ports.

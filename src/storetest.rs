@@ -1161,7 +1161,11 @@ pub fn a_member_that_leaves_is_counted_out_at_once(s: &dyn Store) {
     s.leave_group(&group, "a", TIMEOUT).expect("leave_group");
     assert_eq!(beat(s, &group, "b", LONG).live, 1, "a member that left is still counted");
     let late = beat(s, &group, "a", LONG);
-    assert_eq!((late.live, late.led), (1, Some(0)), "a heartbeat after the leave counted its member in again");
+    // `led` is optional (a store may not say): when told, the late member leads nothing.
+    assert!(
+        late.live == 1 && late.led.is_none_or(|led| led == 0),
+        "a heartbeat after the leave counted its member in again: {late:?}"
+    );
     let name = fresh_name("members-leave-renew");
     let items = [BatchItem { name: &name, fence: 1, payload: b"" }];
     let with = Heartbeat { group: &group, leading: 3, ttl: LONG };

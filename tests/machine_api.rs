@@ -180,3 +180,19 @@ fn the_observed_leader_shows_its_payload_size_not_its_bytes() {
     assert!(!dbg.contains("secret"), "{dbg}");
     assert!(!m.is_leader(now), "someone else holds a valid lease");
 }
+
+/// `highest_fence`: none before anything is read, the fence a term led
+/// under, and the fence of a row found held under the machine's own
+/// identity before its first claim (an earlier run's term, never led
+/// under again).
+#[test]
+fn the_highest_fence_is_the_last_led_or_found_under_its_identity() {
+    assert_eq!(machine().highest_fence(), 0);
+    assert_eq!(leading_machine().highest_fence(), 1);
+    let mut m = machine();
+    let call = next_call(&mut m, LocalTime::ZERO);
+    assert_eq!(call.op, Op::Inspect);
+    m.handle_reply(LocalTime::ZERO, call.id, Outcome::Lease(Ok(lease_for("me", 9, timing().lease_duration, b""))));
+    assert_eq!(m.highest_fence(), 9);
+    assert!(!m.is_leader(LocalTime::ZERO), "an earlier run's term is not this machine's");
+}

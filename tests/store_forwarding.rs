@@ -1,0 +1,98 @@
+//! A store behind a `Box<dyn Store>` or an `Arc` is the store: the
+//! acceptance suite (members included) passes through both, so every call
+//! (batches, heartbeats and leaves too) reaches the store inside. And a
+//! store that implements only the four required calls refuses the group
+//! calls it does not keep, with a fatal error saying which; one that keeps
+//! members without their reports and ranks passes the members suite.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leaderelection::{ErrorKind, Lease, MemStore, Members, Store, StoreError};
+
+mod boxed {
+    use leaderelection::{MemStore, Store};
+
+    fn make() -> Box<dyn Store> {
+        Box::new(MemStore::new())
+    }
+
+    leaderelection::storetest_suite!(super::boxed::make());
+    mod members {
+        leaderelection::storetest_suite!(members: super::make());
+    }
+}
+
+mod arced {
+    leaderelection::storetest_suite!(std::sync::Arc::new(leaderelection::MemStore::new()));
+    mod members {
+        leaderelection::storetest_suite!(members: std::sync::Arc::new(leaderelection::MemStore::new()));
+    }
+}
+
+/// The four calls every store must have, and nothing else.
+struct Minimal(MemStore);
+
+impl Store for Minimal {
+    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.0.acquire(n, id, ttl, p, t)
+    }
+    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.0.renew(n, id, f, ttl, p, t)
+    }
+    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+        self.0.release(n, id, f, t)
+    }
+    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+        self.0.inspect(n, t)
+    }
+}
+
+/// A store that keeps members but tells neither what they lead nor this
+/// member's rank (both optional in `Members`): the members suite passes on
+/// it, the cases about those answers passing as the suite documents.
+struct Plain(MemStore);
+
+impl Store for Plain {
+    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.0.acquire(n, id, ttl, p, t)
+    }
+    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.0.renew(n, id, f, ttl, p, t)
+    }
+    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+        self.0.release(n, id, f, t)
+    }
+    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+        self.0.inspect(n, t)
+    }
+    fn heartbeat(&self, g: &str, m: &str, leading: u32, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
+        self.0.heartbeat(g, m, leading, ttl, t).map(|m| Members::new(m.live, m.now))
+    }
+    fn leave_group(&self, g: &str, m: &str, t: Duration) -> Result<(), StoreError> {
+        self.0.leave_group(g, m, t)
+    }
+}
+
+mod plain_members {
+    leaderelection::storetest_suite!(members: super::Plain(leaderelection::MemStore::new()));
+}
+
+/// Without `heartbeat` and `leave_group` of its own, a store refuses both
+/// (fatally, naming the call), directly and through an `Arc`.
+#[test]
+fn a_store_without_members_refuses_the_group_calls() {
+    const T: Duration = Duration::from_secs(1);
+    let direct = Minimal(MemStore::new());
+    let shared: Arc<dyn Store> = Arc::new(Minimal(MemStore::new()));
+    for s in [&direct as &dyn Store, &shared as &dyn Store] {
+        let e = s.leave_group("g", "m", T).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Fatal, "{e}");
+        assert!(e.message().contains("does not implement Store::leave_group"), "{e}");
+        let e = s.heartbeat("g", "m", 0, T, T).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Fatal, "{e}");
+        assert!(e.message().contains("does not implement Store::heartbeat"), "{e}");
+        // The required calls work as the store inside does.
+        assert!(s.acquire("e", "a", Duration::from_secs(5), b"", T).unwrap().held_by("a"));
+    }
+}
