@@ -115,7 +115,7 @@ cargo run --quiet --example quickstart
 # ledger checked (scripts/examples.sh).
 bash scripts/examples.sh
 
-echo "== line coverage of src/ (fails below 95 %)"
+echo "== line coverage of src/ (fails below 97 %)"
 # Only the library's own sources count: not its tests, examples or fuzz
 # targets, not a workspace member such as sim/, not the registry (the
 # default filter of cargo-llvm-cov already drops tests/, examples/,
@@ -123,5 +123,5 @@ echo "== line coverage of src/ (fails below 95 %)"
 # library's src/: the command-line tool in cli/ is tested by running its
 # binary, which is not instrumented for this report.
 root_re="$(printf '%s' "$PWD" | sed 's/[].[*^$()+?{}|\\]/\\&/g')"
-cargo llvm-cov report --show-missing-lines --fail-under-lines 95 \
+cargo llvm-cov report --show-missing-lines --fail-under-lines 97 \
     --ignore-filename-regex "^$root_re/(tests|examples|benches|fuzz|sim|cli)/"
