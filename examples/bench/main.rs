@@ -33,10 +33,12 @@ use cost::Kind;
 struct Args {
     quick: bool,
     only: Option<Vec<u32>>,
+    /// Row 8's paths by label (`--path MariaDB`); all when absent.
+    paths: Option<Vec<String>>,
 }
 
 fn args() -> Result<Args, String> {
-    let mut a = Args { quick: false, only: None };
+    let mut a = Args { quick: false, only: None, paths: None };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -49,7 +51,11 @@ fn args() -> Result<Args, String> {
                         .collect::<Result<_, _>>()?,
                 );
             }
-            _ => return Err(format!("unknown argument {arg:?} (known: --quick, --only ROWS)")),
+            "--path" => {
+                let list = it.next().ok_or("--path needs a list of row 8's paths, e.g. PostgreSQL,MariaDB")?;
+                a.paths = Some(list.split(',').map(|p| p.trim().to_owned()).collect());
+            }
+            _ => return Err(format!("unknown argument {arg:?} (known: --quick, --only ROWS, --path PATHS)")),
         }
     }
     Ok(a)
@@ -126,6 +132,9 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
             ("PgBouncer", Kind::Postgres, &bouncer, ServerCount::None),
             ("MariaDB", Kind::MariaDb, &my, ServerCount::MariaDbGlobal),
         ] {
+            if a.paths.as_ref().is_some_and(|p| !p.iter().any(|p| p == label)) {
+                continue;
+            }
             step(&format!("row 8: 10,000 elections in each of 3 processes on {label}"));
             groups::run(label, kind, url, count, a.quick, table)?;
         }

@@ -7,9 +7,11 @@
 //! `renewed_at`), `REPEATABLE READ` transactions started as
 //! [`sql::BEGIN`] starts them (read-only exactly when the server is) and
 //! ended with `COMMIT AND NO CHAIN NO RELEASE`, whose effect claims and
-//! renewals read back after it (see [`committed`]), the settings put back
-//! at the end, the connection dropped on any failure. Renewals, releases and
-//! reads are one transaction; a claim is two (see [`acquire`]); a renewal
+//! renewals read back after it where a `COMMIT` can be discarded
+//! unreported (see [`committed_checks`]), the settings put back at the
+//! end, the connection dropped on any failure. Renewals (with a member's
+//! heartbeat, when it rides on them), releases and reads are one
+//! transaction; a claim is two (see [`acquire`]); a renewal
 //! of [`HALVES_FROM`] items or more is two halves at once, each one
 //! transaction on a session of its own (see [`halves`]). A batch may
 //! take several queries, each within the packet limit (see
@@ -464,6 +466,18 @@ pub(crate) fn release(table: String, i: String, items: Vec<Item>) -> Job<Done> {
     })
 }
 
+/// What a renewal batch does besides its renewals.
+#[derive(Clone, Default)]
+pub(crate) struct Also {
+    /// Whether the renewals are read back after the `COMMIT` (see
+    /// [`committed_checks`]).
+    pub check: bool,
+    /// A group member's heartbeat statements ([`sql::heartbeat_statements`]),
+    /// run in the renewals' transaction after them, so the two are one
+    /// transaction: its row `'members', …` comes back among the batch's.
+    pub heartbeat: Option<String>,
+}
+
 /// `renew_many`: each item renewed as [`sql::renew`] renews one (same
 /// guard, same writes), in name order, then every item's row read back
 /// by a plain read after all the writes (the transaction's snapshot then
@@ -489,7 +503,7 @@ pub(crate) fn release(table: String, i: String, items: Vec<Item>) -> Job<Done> {
 /// primary key's order; a chunk whose payloads differ takes its rows'
 /// locks in that order first, then updates them from a derived table of
 /// its values.
-pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -> Job<Done> {
+pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>, also: Also) -> Job<Done> {
     Box::new(move |conn, env| {
         let (items, held) = begin_without_held("renew_many", &items, &table, conn, env)?;
         let t = sql::ttl_micros(ttl);
@@ -558,8 +572,11 @@ pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -
             ));
         }
         script.push(&format!("SELECT 'n', {AT}, {NOW};"));
+        if let Some(beat) = &also.heartbeat {
+            script.push(beat);
+        }
         let names: Vec<&[u8]> = items.iter().map(|it| it.name.as_slice()).collect();
-        script.finish(&committed_checks(&table, &i, &names, room(env)));
+        script.finish(&committed_checks(also.check, &table, &i, &names, room(env)));
         rows.extend(script.run(conn)?);
         let mut refused: Vec<_> =
             too_big.into_iter().map(|(k, len)| (items[k].at, too_large("renew", len, env))).collect();
@@ -578,7 +595,14 @@ pub(crate) fn renew(table: String, i: String, ttl: Duration, items: Vec<Item>) -
 /// ranges of names, so a batch that locks in name order, as every batch
 /// does, still cannot deadlock with them. Each item's outcome is decided
 /// by its own row as before; a half that fails fails its own items.
-pub(crate) const HALVES_FROM: usize = 2 * CHUNK;
+///
+/// From 2,000 items, not 1,000 as before issue 35: a group member that
+/// leads that many terms already renews them as two batches at two slots
+/// of the interval (`GroupMachineConfig::split_renewals_from`, 2,000 by
+/// default), so each of its batches (1,667 rows at 10,000 elections over
+/// three members) stays one transaction; halves there made each renewal
+/// two transactions, four a member per interval where two do.
+pub(crate) const HALVES_FROM: usize = 4 * CHUNK;
 
 /// Where a renewal of `items` (in name order) splits into two halves run
 /// at once (see [`HALVES_FROM`]), if it does: with that many items and a
@@ -658,17 +682,21 @@ pub(crate) fn renewed(rb: &sql::ReadBack, identity: &str, fence: u64) -> bool {
     rb.lease.renewed_at == rb.at && rb.lease.holder == identity && rb.lease.fence == fence
 }
 
-/// The reads after a batch's `COMMIT` that show whether it took (see
-/// [`sql::committed`]): per group of `names` (the chunks the statements
-/// named), whether any of its rows holds this identity and this call's
-/// instant. A transaction commits whole or not at all, so one row this
-/// call wrote, seen committed, shows every row it wrote committed; and a
-/// call whose commit did not take wrote none that anyone sees.
-fn committed_checks(table: &str, i: &str, names: &[&[u8]], room: usize) -> Vec<String> {
-    name_chunks(names, room, 200 + table.len() + i.len() + AT.len())
+/// With `check`, the reads after a batch's `COMMIT` that show whether it
+/// took (see [`sql::committed`]), one read-only transaction: per group of
+/// `names` (the chunks the statements named), whether any of its rows
+/// holds this identity and this call's instant. A transaction commits
+/// whole or not at all, so one row this call wrote, seen committed, shows
+/// every row it wrote committed; and a call whose commit did not take
+/// wrote none that anyone sees. Without `check`, none.
+fn committed_checks(check: bool, table: &str, i: &str, names: &[&[u8]], room: usize) -> Vec<String> {
+    if !check {
+        return Vec::new();
+    }
+    let reads = name_chunks(names, room, 200 + table.len() + i.len() + AT.len())
         .into_iter()
-        .map(|g| sql::committed(table, &format!("name IN ({})", list(names[g].iter().copied())), i))
-        .collect()
+        .map(|g| sql::committed_read(table, &format!("name IN ({})", list(names[g].iter().copied())), i));
+    std::iter::once(sql::READ_BEGIN.to_owned()).chain(reads).chain([COMMIT.to_owned()]).collect()
 }
 
 /// Whether the reads [`committed_checks`] sent after a batch's `COMMIT`
@@ -690,6 +718,9 @@ pub(crate) struct Claim {
     /// How long after its expiry a row counts as expired for a claim (see
     /// [`sql::CLAIMABLE`]).
     pub skew: Duration,
+    /// Whether the claims are read back after the `COMMIT` (see
+    /// [`committed_checks`]).
+    pub check: bool,
 }
 
 /// The retryable answer of an item whose claim a lock held off.
@@ -923,7 +954,7 @@ fn acquire_now(c: &Claim, items: &[Item], conn: &mut Conn, env: &Env) -> Result<
             script.push(&super::cluster::claim_terms(terms, table, &format!("name IN ({names})"), i));
         }
     }
-    script.finish(&committed_checks(table, i, &claimed, room(env)));
+    script.finish(&committed_checks(c.check, table, i, &claimed, room(env)));
     let rows = script.run(conn)?;
     Ok((Done { rows, refused }, skipped))
 }
@@ -1164,18 +1195,19 @@ mod tests {
 
     #[test]
     fn a_large_renewal_splits_in_halves_between_two_names() {
-        let names: Vec<String> = (0..1_001).map(|k| format!("e{k:04}")).collect();
+        let names: Vec<String> = (0..2_001).map(|k| format!("e{k:04}")).collect();
         let mut items: Vec<Item> = names.iter().map(|n| item(n, 1, b"")).collect();
-        assert_eq!(halves(&items[..999], 4), None, "fewer than HALVES_FROM");
+        assert_eq!(halves(&items[..1_999], 4), None, "fewer than HALVES_FROM");
+        assert_eq!(halves(&items[..1_667], 4), None, "a group member's half of 10,000 over three: whole");
         assert_eq!(halves(&items, 1), None, "a pool of one");
-        assert_eq!(halves(&items, 2), Some(500));
+        assert_eq!(halves(&items, 2), Some(1_000));
         // The election at the middle named twice: both in the second half.
-        items[500] = item(&names[499], 1, b"");
-        assert_eq!(halves(&items, 2), Some(501));
+        items[1_000] = item(&names[999], 1, b"");
+        assert_eq!(halves(&items, 2), Some(1_001));
         // Every name the same from the middle on: no split.
-        let same: Vec<Item> = (0..1_000).map(|k| item(if k < 500 { &names[k] } else { "z" }, 1, b"")).collect();
-        assert_eq!(halves(&same, 2), Some(500));
-        let all: Vec<Item> = (0..1_000).map(|_| item("z", 1, b"")).collect();
+        let same: Vec<Item> = (0..2_000).map(|k| item(if k < 1_000 { &names[k] } else { "z" }, 1, b"")).collect();
+        assert_eq!(halves(&same, 2), Some(1_000));
+        let all: Vec<Item> = (0..2_000).map(|_| item("z", 1, b"")).collect();
         assert_eq!(halves(&all, 2), None);
     }
 

@@ -155,9 +155,11 @@
 //!   replaces the election's row in `{table}_terms` (made by
 //!   `ensure_schema` and [`MySqlStore::schema`]), and a lease check writes
 //!   that row instead of locking the lease row's index entry, since no
-//!   lock reaches another node. Every claim and renewal, on any server,
-//!   reads its row back after its `COMMIT` and counts only if it is seen
-//!   there: Galera could report a rolled-back `COMMIT` as a success.
+//!   lock reaches another node. There every claim and renewal reads its
+//!   row back after its `COMMIT` and counts only if it is seen there:
+//!   Galera could report a rolled-back `COMMIT` as a success. (So does a
+//!   call made before the store asked its server; one that found a single
+//!   primary, or was told so, sends no such read: one transaction a write.)
 //! - **A real operation timeout.** The store keeps its own pool (not
 //!   `mysql::Pool`, which opens connections under its lock and loses a slot
 //!   for good when a broken connection is kept out of it). Each call runs on a
@@ -205,7 +207,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::batch::{BatchItem, Members};
+use crate::batch::{BatchItem, Heartbeat, Members};
 use crate::ident::{quote_mysql, IdentError};
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
@@ -796,12 +798,13 @@ impl MySqlStore {
         done: Result<batch::Done, StoreError>,
         identity: &str,
         ttl: Duration,
+        checked: bool,
     ) {
         let done = match done {
             Ok(done) => done,
             Err(e) => return out.fail_each(owned, &self.explain_unknown_column(e)),
         };
-        let committed = batch::took(&done.rows) || !self.commit_check;
+        let committed = !checked || batch::took(&done.rows);
         let mut leases = match batch::ReadBacks::new("renew", done.rows, owned) {
             Ok(l) => l,
             Err(e) => return out.fail_each(owned, &e),
@@ -864,7 +867,7 @@ pub fn __claim_unpinned(
         sql::NOW,
         sql::HISTORY,
         sql::SERVER_HISTORY,
-        sql::acquire(&quoted, name, identity, ttl, payload, true, None, Duration::ZERO)?
+        sql::acquire(&quoted, name, identity, ttl, payload, true, None, Duration::ZERO, true)?
     ))
 }
 
@@ -936,6 +939,7 @@ impl Store for MySqlStore {
             self.failover_rule,
             terms.as_deref(),
             self.max_clock_skew,
+            self.checks_commits(),
         )?;
         let rows = self
             .run("acquire", &body, deadline)
@@ -943,7 +947,7 @@ impl Store for MySqlStore {
         let Some(mut rb) = sql::read_back("acquire", name, rows)? else {
             return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));
         };
-        rb.committed |= !self.commit_check;
+        rb.committed |= !self.checks_commits();
         // After the write, the row names this identity exactly when this
         // statement claimed or extended it (a holder's acquire always writes).
         if rb.lease.holder == identity {
@@ -961,11 +965,12 @@ impl Store for MySqlStore {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        let body = sql::renew(&self.quoted, name, identity, fence, ttl, payload)?;
+        let check = self.checks_commits();
+        let body = sql::renew(&self.quoted, name, identity, fence, ttl, payload, check)?;
         let rows = self.run("renew", &body, deadline_after(timeout))?;
         match sql::read_back("renew", name, rows)? {
             Some(mut rb) if rb.row_count != 0 => {
-                rb.committed |= !self.commit_check;
+                rb.committed |= !check;
                 sql::check_written("renew", rb, identity, ttl, payload, Some(fence))
             }
             _ => Err(StoreError::lease_lost()),
@@ -1008,12 +1013,14 @@ impl Store for MySqlStore {
             failover_rule: self.failover_rule,
             terms,
             skew: self.max_clock_skew,
+            check: self.checks_commits(),
         };
+        let claim_checked = claim.check;
         let job = batch::acquire(claim, owned.clone());
         match self.pool.run_job("acquire_many", deadline, true, job) {
             Err(e) => out.fail(&owned, &self.explain_missing_terms(self.explain_unknown_column(e))),
             Ok((done, skipped)) => {
-                let committed = batch::took(&done.rows) || !self.commit_check;
+                let committed = !claim_checked || batch::took(&done.rows);
                 let mut leases = match batch::ReadBacks::new("acquire", done.rows, &owned) {
                     Ok(l) => l,
                     Err(e) => return out.fail(&owned, &e).done(),
@@ -1042,27 +1049,43 @@ impl Store for MySqlStore {
         items: &[BatchItem<'_>],
         timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
-        let mut out = Answers::new(items.len());
-        let Some(owned) = self.batch_items(&mut out, identity, items) else { return out.done() };
-        let Ok(i) = batch::identity(identity) else { return out.done() };
-        let deadline = deadline_after(timeout);
-        let job = |part: &[batch::Item]| batch::renew(self.quoted.clone(), i.clone(), ttl, part.to_vec());
-        match batch::halves(&owned, self.pool.size()) {
-            // The second half on a connection of its own while this thread
-            // waits for the first (see `batch::halves`).
-            Some(k) => {
-                let (first, second) = owned.split_at(k);
-                let started = self.pool.start_job("renew_many", deadline, true, job(second));
-                let done = self.pool.run_job("renew_many", deadline, true, job(first));
-                self.renewed(&mut out, first, done, identity, ttl);
-                self.renewed(&mut out, second, started.and_then(conn::Started::wait), identity, ttl);
-            }
-            None => {
-                let done = self.pool.run_job("renew_many", deadline, true, job(&owned));
-                self.renewed(&mut out, &owned, done, identity, ttl);
-            }
+        self.renew_batch(identity, ttl, items, timeout, None).0
+    }
+
+    /// The renewals and the heartbeat as one transaction (the heartbeat's
+    /// statements after the renewals', in the first half's when the batch
+    /// runs as two, see `batch::halves`), so a member that renews and
+    /// beats makes one transaction where it made two. A transaction that
+    /// fails as a whole (one statement's error rolls the rest back: a
+    /// missing members table, a lock wait, a lost connection) is answered
+    /// by sending both again as separate calls in the time left, so a
+    /// heartbeat that cannot be written costs the renewals a round trip,
+    /// never their terms; with no time left, both fail.
+    fn renew_many_with_heartbeat(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        beat: Heartbeat<'_>,
+        timeout: Duration,
+    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+        let start = Instant::now();
+        let statements = self
+            .members()
+            .and_then(|m| sql::heartbeat_statements(&m, beat.group, identity, beat.leading, beat.ttl).map(|s| (m, s)));
+        let Ok((members, statements)) = statements else {
+            return crate::store::renew_with_heartbeat(self, identity, ttl, items, beat, timeout);
+        };
+        let (renewed, rows) = self.renew_batch(identity, ttl, items, timeout, Some(statements));
+        let left = timeout.saturating_sub(start.elapsed());
+        match rows {
+            Some(Ok(rows)) => (renewed, self.members_answer(&rows, &members, beat.group, deadline_after(left))),
+            Some(Err(e)) if left.is_zero() => (renewed, Err(self.explain_members_error(e))),
+            Some(Err(_)) => crate::store::renew_with_heartbeat(self, identity, ttl, items, beat, left),
+            // No renewal was sent (every item refused before): the
+            // heartbeat alone.
+            None => (renewed, self.heartbeat(beat.group, identity, beat.leading, beat.ttl, left)),
         }
-        out.done()
     }
 
     fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
@@ -1129,23 +1152,7 @@ impl Store for MySqlStore {
         let body = sql::heartbeat(&members, group, member, leading, ttl)?;
         let deadline = deadline_after(timeout);
         let rows = self.run("heartbeat", &body, deadline).map_err(|e| self.explain_members_error(e))?;
-        let bad = || StoreError::fatal("mysql heartbeat: cannot read the members' count");
-        let row = sql::tagged(&rows, "members").next().ok_or_else(bad)?;
-        let int = |k: usize| row.get(k).and_then(sql::int_value).ok_or_else(bad);
-        let (live, stale, now, rank) = (int(0)?, int(1)?, int(2)?, int(3)?);
-        let (led, most) = (int(4)?, int(5)?);
-        if stale > 0 {
-            // Members that stopped long ago without leaving: their rows go,
-            // in a transaction of their own (it locks the group's rows).
-            // Best effort: the count above never included them.
-            if let Err(e) = sql::forget_members(&members, group).and_then(|b| self.run("heartbeat", &b, deadline)) {
-                log::debug!("leaderelection: mysql heartbeat: forgetting stale members: {e}");
-            }
-        }
-        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
-        Ok(Members::new(count(live), crate::lease::DbTime::from_unix_micros(now))
-            .with_rank(count(rank))
-            .with_leading(u64::try_from(led).unwrap_or(0), count(most)))
+        self.members_answer(&rows, &members, group, deadline)
     }
 
     fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
@@ -1164,7 +1171,8 @@ impl Store for MySqlStore {
         timeout: Duration,
     ) -> Result<SlotClaim, StoreError> {
         crate::slot::check(slot)?;
-        let body = sql::claim_slot(&self.quoted, &self.slots()?, name, identity, fence, slot, retry_failed)?;
+        let check = self.checks_commits();
+        let body = sql::claim_slot(&self.quoted, &self.slots()?, name, identity, fence, slot, retry_failed, check)?;
         let rows = self.run("claim_slot", &body, deadline_after(timeout))?;
         let bad = || StoreError::fatal("mysql claim_slot: cannot read what the claim did");
         let int = |tag: &str, k: usize| {
@@ -1177,7 +1185,7 @@ impl Store for MySqlStore {
             // Only once a read after the COMMIT sees the claim (see
             // `sql::committed`): on a multi-primary cluster another node's
             // claim of the slot may have won.
-            if self.commit_check && int("committed", 0)? != 1 {
+            if check && int("committed", 0)? != 1 {
                 return Err(StoreError::retryable(
                     "mysql claim_slot: the claim did not commit: a read after its COMMIT does not see it (on a \
                      multi-primary cluster, another node's claim of the slot won); not claimed",
@@ -1291,6 +1299,78 @@ impl MySqlStore {
         (!owned.is_empty()).then_some(owned)
     }
 
+    /// `renew_many`, with `heartbeat` (a member's heartbeat statements) in
+    /// the transaction of the batch's first part: the answers, and the
+    /// rows tagged `members` of that transaction or its error (`None` when
+    /// no batch was sent).
+    #[allow(clippy::type_complexity)]
+    fn renew_batch(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        items: &[BatchItem<'_>],
+        timeout: Duration,
+        heartbeat: Option<String>,
+    ) -> (Vec<Result<Lease, StoreError>>, Option<Result<Vec<Vec<mysql::Value>>, StoreError>>) {
+        let mut out = Answers::new(items.len());
+        let Some(owned) = self.batch_items(&mut out, identity, items) else { return (out.done(), None) };
+        let Ok(i) = batch::identity(identity) else { return (out.done(), None) };
+        let deadline = deadline_after(timeout);
+        let check = self.checks_commits();
+        let job = |part: &[batch::Item], heartbeat: Option<String>| {
+            batch::renew(self.quoted.clone(), i.clone(), ttl, part.to_vec(), batch::Also { check, heartbeat })
+        };
+        let beat_rows = |done: &Result<batch::Done, StoreError>| {
+            let members = |r: &&Vec<mysql::Value>| matches!(r.first(), Some(mysql::Value::Bytes(t)) if t == b"members");
+            done.as_ref().map(|d| d.rows.iter().filter(members).cloned().collect()).map_err(Clone::clone)
+        };
+        let beating = heartbeat.is_some();
+        let (first, second) = match batch::halves(&owned, self.pool.size()) {
+            Some(k) => owned.split_at(k),
+            None => (&owned[..], &owned[owned.len()..]),
+        };
+        // The second half on a connection of its own while this thread
+        // waits for the first (see `batch::halves`).
+        let started =
+            (!second.is_empty()).then(|| self.pool.start_job("renew_many", deadline, true, job(second, None)));
+        let done = self.pool.run_job("renew_many", deadline, true, job(first, heartbeat));
+        let rows = beating.then(|| beat_rows(&done));
+        self.renewed(&mut out, first, done, identity, ttl, check);
+        if let Some(started) = started {
+            self.renewed(&mut out, second, started.and_then(conn::Started::wait), identity, ttl, check);
+        }
+        (out.done(), rows)
+    }
+
+    /// A heartbeat's answer from the rows its statements read (see
+    /// [`sql::heartbeat`]); with stale members among them, those deleted
+    /// first (best effort, before `deadline`).
+    fn members_answer(
+        &self,
+        rows: &[Vec<mysql::Value>],
+        members: &str,
+        group: &str,
+        deadline: Instant,
+    ) -> Result<Members, StoreError> {
+        let bad = || StoreError::fatal("mysql heartbeat: cannot read the members' count");
+        let row = sql::tagged(rows, "members").next().ok_or_else(bad)?;
+        let int = |k: usize| row.get(k).and_then(sql::int_value).ok_or_else(bad);
+        let (live, stale, now, rank) = (int(0)?, int(1)?, int(2)?, int(3)?);
+        let (led, most) = (int(4)?, int(5)?);
+        if stale > 0 {
+            // Members that stopped long ago without leaving: their rows go,
+            // in a transaction of their own (it locks the group's rows).
+            // Best effort: the count above never included them.
+            if let Err(e) = sql::forget_members(members, group).and_then(|b| self.run("heartbeat", &b, deadline)) {
+                log::debug!("leaderelection: mysql heartbeat: forgetting stale members: {e}");
+            }
+        }
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(Members::new(count(live), crate::lease::DbTime::from_unix_micros(now))
+            .with_rank(count(rank))
+            .with_leading(u64::try_from(led).unwrap_or(0), count(most)))
+    }
+
     /// The members table, quoted, or why there is none.
     fn members(&self) -> Result<String, StoreError> {
         members_table(&self.table).ok_or_else(|| {
@@ -1321,6 +1401,17 @@ impl MySqlStore {
             e.message(),
             self.table
         ))
+    }
+
+    /// Whether claims and renewals are read back after their `COMMIT` (see
+    /// `sql::committed`): unless a store's server is known to have one
+    /// primary (the builder said so, or the server answered a claim's
+    /// question, see [`Self::is_multi_primary`]), since only a node of a
+    /// multi-primary cluster can discard a `COMMIT` unreported. A call made
+    /// before the store asked (a renewal by a store that never claimed)
+    /// reads back, as every call did before issue 35.
+    fn checks_commits(&self) -> bool {
+        self.commit_check && self.mode.known() != Some(false)
     }
 
     /// Whether the server is a node of a multi-primary cluster (see

@@ -262,20 +262,30 @@ pub(crate) fn heartbeat(
     leading: u32,
     ttl: Duration,
 ) -> Result<String, StoreError> {
+    Ok(format!("{BEGIN} {} {COMMIT}", heartbeat_statements(members, group, member, leading, ttl)?))
+}
+
+/// [`heartbeat`]'s statements without their transaction, for one that
+/// renews terms too (`MySqlStore::renew_many_with_heartbeat`).
+pub(crate) fn heartbeat_statements(
+    members: &str,
+    group: &str,
+    member: &str,
+    leading: u32,
+    ttl: Duration,
+) -> Result<String, StoreError> {
     let (g, m, t) =
         (text("group name", group, MAX_NAME_LEN)?, text("member", member, MAX_IDENTITY_LEN)?, ttl_micros(ttl));
     let forget = FORGET_MEMBERS_AFTER.as_micros();
     let ours = format!("{} AND {}", exactly("group_name", &g), exactly("member", &m));
     Ok(format!(
-        "{BEGIN} \
-         INSERT INTO {members} (group_name, member, expires_at, leads) VALUES ({g}, {m}, {AT} + {t}, {leading}) \
+        "INSERT INTO {members} (group_name, member, expires_at, leads) VALUES ({g}, {m}, {AT} + {t}, {leading}) \
          ON DUPLICATE KEY UPDATE expires_at = IF({ours} AND leads >= 0, GREATEST(expires_at, {AT} + {t}), expires_at), \
          leads = IF({ours} AND leads >= 0, {leading}, leads); \
          SELECT 'members', COALESCE(SUM(expires_at > {AT}), 0), COALESCE(SUM(expires_at < {AT} - {forget}), 0), {AT}, \
          COALESCE(SUM(expires_at > {AT} AND CAST(member AS BINARY) < {m}), 0), \
          COALESCE(SUM(IF(expires_at > {AT}, leads, 0)), 0), COALESCE(MAX(IF(expires_at > {AT}, leads, 0)), 0) \
-         FROM {members} {BY_KEY} WHERE group_name = {g} AND {}; \
-         {COMMIT}",
+         FROM {members} {BY_KEY} WHERE group_name = {g} AND {};",
         exactly("group_name", &g),
     ))
 }
@@ -321,11 +331,13 @@ pub(crate) fn leave_group(members: &str, group: &str, member: &str) -> Result<St
 /// taken over whose run did not record success (an `UPDATE` whose
 /// condition is on the old row and that always changes `fence`, so its
 /// count is 1 or 0 either way); then the slot's row as it stands (a
-/// locking read, so a claim committed meanwhile is seen); after the
-/// `COMMIT`, whether the slot's row holds this claim committed (as
-/// [`committed`] reads a lease). Rows back: `'inserted', held, count`,
-/// `'retaken', count`, `'slot', fence, outcome`, `'committed', count`.
+/// locking read, so a claim committed meanwhile is seen); with `check`,
+/// after the `COMMIT`, whether the slot's row holds this claim committed
+/// (as [`committed`] reads a lease). Rows back: `'inserted', held, count`,
+/// `'retaken', count`, `'slot', fence, outcome`, and with `check`
+/// `'committed', count`.
 /// The primary key serialises concurrent claims of one slot.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn claim_slot(
     table: &str,
     slots: &str,
@@ -334,6 +346,7 @@ pub(crate) fn claim_slot(
     fence: u64,
     slot: &str,
     retry_failed: bool,
+    check: bool,
 ) -> Result<String, StoreError> {
     let (n, i, sl) = (
         text("election name", name, MAX_NAME_LEN)?,
@@ -352,11 +365,17 @@ pub(crate) fn claim_slot(
          WHERE name = {n} AND slot = {sl} AND {HELD} = 1 AND {retry} AND fence < {fence} AND NOT (outcome <=> 0); \
          SELECT 'retaken', ROW_COUNT(); \
          SELECT 'slot', fence, outcome FROM {slots} WHERE name = {n} AND slot = {sl} FOR UPDATE; \
-         {COMMIT} {READ_BEGIN} \
-         SELECT 'committed', COUNT(*) FROM {slots} WHERE name = {n} AND slot = {sl} AND fence = {fence} \
-         AND claimed_at = {AT}; {COMMIT}",
+         {COMMIT} {}",
         exactly("name", &n),
         exactly("holder", &i),
+        if check {
+            format!(
+                "{READ_BEGIN} SELECT 'committed', COUNT(*) FROM {slots} WHERE name = {n} AND slot = {sl} \
+                 AND fence = {fence} AND claimed_at = {AT}; {COMMIT}"
+            )
+        } else {
+            String::new()
+        },
     ))
 }
 
@@ -592,7 +611,8 @@ pub(crate) fn exactly(col: &str, lit: &str) -> String {
 /// With `terms` (a multi-primary cluster's terms table, see
 /// [`super::cluster`]), a claim of a new term also replaces the election's
 /// terms row, in the same transaction. A row counts as expired for the
-/// claim `skew` after its expiry (see [`CLAIMABLE`]).
+/// claim `skew` after its expiry (see [`CLAIMABLE`]). With `check`, the
+/// row is read again after the `COMMIT` ([`committed`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire(
     table: &str,
@@ -603,6 +623,7 @@ pub(crate) fn acquire(
     failover_rule: bool,
     terms: Option<&str>,
     skew: Duration,
+    check: bool,
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = term_values(name, identity, payload, ttl)?;
     let ours = exactly("name", &n);
@@ -625,7 +646,7 @@ pub(crate) fn acquire(
          {COMMIT} {}",
         claimable(skew),
         terms.map(|terms| claim_terms(terms, table, &this_row, &i)).unwrap_or_default(),
-        committed(table, &this_row, &i)
+        if check { committed(table, &this_row, &i) } else { String::new() }
     ))
 }
 
@@ -673,6 +694,7 @@ pub(crate) fn claim_assignments(ours: &str, not_inherited: &str, identity: &str,
 /// The holder renews a row inherited across a failover expired or not
 /// (its renewals since the replica's copy may be lost; nobody else can
 /// have claimed it, see [`acquire`]), and the row becomes this server's.
+/// With `check`, the row is read again after the `COMMIT` ([`committed`]).
 pub(crate) fn renew(
     table: &str,
     name: &str,
@@ -680,8 +702,10 @@ pub(crate) fn renew(
     fence: u64,
     ttl: Duration,
     payload: &[u8],
+    check: bool,
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = term_values(name, identity, payload, ttl)?;
+    let this_term = format!("name = {n} AND {} AND fence = {fence}", exactly("name", &n));
     Ok(format!(
         "SET {PAYLOAD} = {p}; {BEGIN} \
          UPDATE {table} {BY_KEY} SET renewed_at = {AT}, payload = {PAYLOAD}, expires_at = GREATEST(expires_at, {AT} + {t}), \
@@ -692,7 +716,7 @@ pub(crate) fn renew(
          {COMMIT} {}",
         exactly("name", &n),
         exactly("holder", &i),
-        committed(table, &format!("name = {n} AND {} AND fence = {fence}", exactly("name", &n)), &i),
+        if check { committed(table, &this_term, &i) } else { String::new() },
     ))
 }
 
@@ -772,10 +796,23 @@ pub(crate) struct ReadBack {
 ///
 /// The read is a read-only transaction of its own, so a session whose
 /// `autocommit` is off is not left inside one.
+///
+/// **Where.** Only where a `COMMIT` can be discarded unreported: a node of
+/// a multi-primary cluster, or a server the store has not yet asked (see
+/// `MySqlStore::checks_commits`). A single server, or a replication
+/// topology with one writable node, certifies nothing at `COMMIT`: its
+/// `COMMIT` either took or failed with an error the call reports, so the
+/// read would only double each write's transactions (issue 35: a renewal
+/// batch was two transactions, the write and this read).
 pub(crate) fn committed(table: &str, where_: &str, identity: &str) -> String {
+    format!("{READ_BEGIN} {} {COMMIT}", committed_read(table, where_, identity))
+}
+
+/// [`committed`]'s read alone, for a transaction that holds several.
+pub(crate) fn committed_read(table: &str, where_: &str, identity: &str) -> String {
     format!(
-        "{READ_BEGIN} SELECT 'committed', COUNT(*) FROM {table} {BY_KEY} WHERE {where_} \
-         AND CAST(holder AS BINARY) = {identity} AND renewed_at = {AT}; {COMMIT}"
+        "SELECT 'committed', COUNT(*) FROM {table} {BY_KEY} WHERE {where_} \
+         AND CAST(holder AS BINARY) = {identity} AND renewed_at = {AT};"
     )
 }
 
@@ -1165,9 +1202,9 @@ mod tests {
     #[test]
     fn names_longer_than_the_column_are_refused() {
         let long = "n".repeat(MAX_NAME_LEN + 1);
-        let e = acquire("`t`", &long, "a", Duration::from_secs(1), b"", true, None, Duration::ZERO).unwrap_err();
+        let e = acquire("`t`", &long, "a", Duration::from_secs(1), b"", true, None, Duration::ZERO, true).unwrap_err();
         assert!(e.is_fatal() && e.to_string().contains("election name"), "{e}");
-        assert!(renew("`t`", "n", &"i".repeat(MAX_IDENTITY_LEN + 1), 1, Duration::from_secs(1), b"").is_err());
+        assert!(renew("`t`", "n", &"i".repeat(MAX_IDENTITY_LEN + 1), 1, Duration::from_secs(1), b"", true).is_err());
         assert!(acquire(
             "`t`",
             &"n".repeat(MAX_NAME_LEN),
@@ -1176,7 +1213,8 @@ mod tests {
             b"",
             true,
             None,
-            Duration::ZERO
+            Duration::ZERO,
+            true
         )
         .is_ok());
     }
@@ -1195,7 +1233,8 @@ mod tests {
          @leaderelection_inherited = NULL, @leaderelection_claimable = NULL, @leaderelection_history = NULL"
         ));
         // A claim counts a row expired `skew` after its expiry.
-        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true, None, Duration::from_millis(4500)).unwrap();
+        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true, None, Duration::from_millis(4500), true)
+            .unwrap();
         assert!(q.contains("SET @leaderelection_claimable = @leaderelection_now - 4500000;"), "{q}");
         assert!(q.contains("expires_at <= @leaderelection_claimable"), "{q}");
         assert!(!q.contains("expires_at <= @leaderelection_now"), "a claim condition on the bare instant: {q}");
@@ -1205,18 +1244,40 @@ mod tests {
     /// plain `COMMIT`, which `completion_type` can turn into a disconnect)
     /// and sends the payload once.
     #[test]
+    fn a_checked_write_is_the_unchecked_one_then_the_read_of_what_it_committed() {
+        let t = Duration::from_secs(1);
+        let slot = |check| claim_slot("`t`", "`t_slots`", "n", "a", 7, "s", false, check).unwrap();
+        for (checked, plain) in [
+            (
+                acquire("`t`", "n", "a", t, b"p", true, None, Duration::ZERO, true).unwrap(),
+                acquire("`t`", "n", "a", t, b"p", true, None, Duration::ZERO, false).unwrap(),
+            ),
+            (renew("`t`", "n", "a", 7, t, b"p", true).unwrap(), renew("`t`", "n", "a", 7, t, b"p", false).unwrap()),
+            (slot(true), slot(false)),
+        ] {
+            assert!(!plain.contains("'committed'") && !plain.contains(READ_BEGIN), "{plain}");
+            assert_eq!(plain.matches("START TRANSACTION").count(), 1, "{plain}");
+            let read = checked.strip_prefix(plain.trim_end()).expect("the plain write first").trim();
+            assert!(read.starts_with(READ_BEGIN) && read.contains("SELECT 'committed', COUNT(*)"), "{read}");
+            assert!(read.ends_with(COMMIT), "{read}");
+        }
+    }
+
+    #[test]
     fn writes_commit_without_release_and_send_the_payload_once() {
         let payload = b"a payload of some length";
         let t = Duration::from_secs(1);
         for q in [
-            acquire("`t`", "n", "a", t, payload, true, None, Duration::ZERO).unwrap(),
-            renew("`t`", "n", "a", 7, t, payload).unwrap(),
+            acquire("`t`", "n", "a", t, payload, true, None, Duration::ZERO, true).unwrap(),
+            acquire("`t`", "n", "a", t, payload, true, None, Duration::ZERO, false).unwrap(),
+            renew("`t`", "n", "a", 7, t, payload, true).unwrap(),
+            renew("`t`", "n", "a", 7, t, payload, false).unwrap(),
             release("`t`", "n", "a", 7).unwrap(),
             inspect("`t`", "n").unwrap(),
         ] {
-            // One COMMIT per transaction (a claim or renewal has two: the
-            // read after the first that sees whether it took), never a
-            // plain one.
+            // One COMMIT per transaction (a checked claim or renewal has
+            // two: the read after the first that sees whether it took),
+            // never a plain one.
             assert_eq!(q.matches("COMMIT").count(), q.matches("START TRANSACTION").count(), "{q}");
             assert_eq!(q.matches("COMMIT").count(), q.matches("COMMIT AND NO CHAIN NO RELEASE;").count(), "{q}");
             assert!(q.matches(&hex(payload)).count() <= 1, "{q}");
@@ -1274,7 +1335,7 @@ mod tests {
 
     #[test]
     fn the_claim_reads_only_the_old_row_whatever_the_assignment_order() {
-        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true, None, Duration::ZERO).unwrap();
+        let q = acquire("`t`", "n", "a", Duration::from_secs(1), b"", true, None, Duration::ZERO, true).unwrap();
         let assigned = assignments(&q);
         let cols: Vec<&str> = assigned.iter().map(|(c, _)| c.as_str()).collect();
         assert_eq!(cols, ["fence", "acquired_at", "terms", "payload", "renewed_at", "holder", "expires_at"]);
