@@ -472,7 +472,7 @@ pub(crate) struct Also {
     /// Whether the renewals are read back after the `COMMIT` (see
     /// [`committed_checks`]).
     pub check: bool,
-    /// A group member's heartbeat statements ([`sql::heartbeat_statements`]),
+    /// A group member's heartbeat statements ([`sql::heartbeat`]),
     /// run in the renewals' transaction after them, so the two are one
     /// transaction: its row `'members', …` comes back among the batch's.
     pub heartbeat: Option<String>,

@@ -1072,7 +1072,7 @@ impl Store for MySqlStore {
         let start = Instant::now();
         let statements = self
             .members()
-            .and_then(|m| sql::heartbeat_statements(&m, beat.group, identity, beat.leading, beat.ttl).map(|s| (m, s)));
+            .and_then(|m| sql::heartbeat(&m, beat.group, identity, beat.leading, beat.ttl).map(|s| (m, s)));
         let Ok((members, statements)) = statements else {
             return crate::store::renew_with_heartbeat(self, identity, ttl, items, beat, timeout);
         };
@@ -1149,7 +1149,7 @@ impl Store for MySqlStore {
         timeout: Duration,
     ) -> Result<Members, StoreError> {
         let members = self.members()?;
-        let body = sql::heartbeat(&members, group, member, leading, ttl)?;
+        let body = format!("{} {} {}", sql::BEGIN, sql::heartbeat(&members, group, member, leading, ttl)?, sql::COMMIT);
         let deadline = deadline_after(timeout);
         let rows = self.run("heartbeat", &body, deadline).map_err(|e| self.explain_members_error(e))?;
         self.members_answer(&rows, &members, group, deadline)

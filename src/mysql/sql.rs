@@ -245,9 +245,10 @@ pub(crate) fn create_members(members: &str) -> String {
 /// How long after its heartbeat expired a member's row may be deleted.
 pub(crate) const FORGET_MEMBERS_AFTER: Duration = Duration::from_secs(3600);
 
-/// A member's heartbeat, in one short transaction: its row written with
-/// the later of its expiry and the call's instant plus `ttl` (one
-/// assignment, reading only the old row, and only when the row found is
+/// A member's heartbeat, without its transaction (the caller's: one of its
+/// own, or a renewal batch's, see `MySqlStore::renew_many_with_heartbeat`):
+/// its row written with the later of its expiry and the call's instant
+/// plus `ttl` (one assignment, reading only the old row, and only when the row found is
 /// exactly this group's and member's), then one row `'members', live,
 /// stale, now, rank, led, most`: the group's rows unexpired at the call's
 /// instant (this one included), those expired for longer than
@@ -256,18 +257,6 @@ pub(crate) const FORGET_MEMBERS_AFTER: Duration = Duration::from_secs(3600);
 /// `leads` (this one's as just written), by a plain read (no lock on
 /// the other members' rows).
 pub(crate) fn heartbeat(
-    members: &str,
-    group: &str,
-    member: &str,
-    leading: u32,
-    ttl: Duration,
-) -> Result<String, StoreError> {
-    Ok(format!("{BEGIN} {} {COMMIT}", heartbeat_statements(members, group, member, leading, ttl)?))
-}
-
-/// [`heartbeat`]'s statements without their transaction, for one that
-/// renews terms too (`MySqlStore::renew_many_with_heartbeat`).
-pub(crate) fn heartbeat_statements(
     members: &str,
     group: &str,
     member: &str,
@@ -1389,7 +1378,8 @@ mod tests {
             ),
             "{hb}"
         );
-        assert!(hb.contains("COMMIT AND NO CHAIN NO RELEASE;") && hb.starts_with(BEGIN), "{hb}");
+        // Its statements only: the caller's transaction holds them.
+        assert!(!hb.contains("COMMIT") && !hb.contains("START TRANSACTION"), "{hb}");
         assert!(heartbeat("`t`", &"g".repeat(MAX_NAME_LEN + 1), "m", 0, Duration::from_secs(1)).is_err());
         assert!(leave_group("`t`", "g", &"m".repeat(MAX_IDENTITY_LEN + 1)).is_err());
         // A leave is a tombstone a later heartbeat leaves alone (leads -1).
