@@ -2,19 +2,18 @@
 //! [`GroupMachine`] over many elections, one shared [`MemStore`], and the
 //! oracle that watches every election.
 
-use crate::events::{self, dur, nanos, Events, HostClock};
+use crate::events::{dur, nanos};
+use crate::fleet::{Fired, HostState, Net, Timer, Windowed};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::group_schedule::{GroupFault, GroupSchedule, GroupTarget, GroupVariant};
-use super::rng::SimRng;
-use super::schedule::PPM;
 use super::world::DB_BASE_MICROS;
 use leaderelection::group::core::{Batch, BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
 use leaderelection::machine::{CallId, LocalTime, Outcome, Output, TermId};
-use leaderelection::{DbTime, MemStore, Members, Store, StoreError, MAX_GROUP_CALL_THREADS};
+use leaderelection::{Members, Store, StoreError, MAX_GROUP_CALL_THREADS};
 
 /// The group's name among the members table's groups.
 pub const GROUP: &str = "sim-group";
@@ -310,8 +309,7 @@ struct Node {
     by_election: Vec<Option<ElectionKey>>,
     /// Live guards, by election.
     guards: BTreeMap<usize, Guard>,
-    wake_at: Option<u64>,
-    wakes_at_instant: (u64, u32),
+    timer: Timer,
     shutdown_at: Option<u64>,
     /// Elections leaving, since when.
     leaving_since: HashMap<ElectionKey, u64>,
@@ -331,15 +329,6 @@ struct Node {
     queued: std::collections::VecDeque<(u64, GroupCall)>,
 }
 
-#[derive(Default)]
-struct HostState {
-    current: Option<usize>,
-    restart_pending: bool,
-    /// Killed or stopped for good.
-    gone: bool,
-    processes: u32,
-}
-
 struct Elec {
     name: Arc<str>,
     /// Nodes with a live guard of it.
@@ -355,22 +344,15 @@ struct Elec {
 
 struct World<'a> {
     s: &'a GroupSchedule,
-    rng: SimRng,
-    store: MemStore,
-    db_micros: u64,
-    queue: Events<Ev>,
+    net: Net<'a, Ev, GroupCall>,
     nodes: Vec<Node>,
     hosts: Vec<HostState>,
-    active: Vec<(usize, usize)>,
-    paused: u32,
-    held: Vec<(usize, GroupCall)>,
     /// Renewal batches held in transit across a leave, by node, in the
     /// order sent.
     stuck: Vec<(usize, GroupCall)>,
     /// Faults whose leave waits for renewals to be held.
     deferred_leaves: BTreeSet<usize>,
     elecs: Vec<Elec>,
-    tracing: bool,
     report: GroupRunReport,
     faults_end: u64,
     /// From when the fair share is checked (`u64::MAX` without one).
@@ -389,15 +371,9 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
     let allowance = s.fairness_allowance();
     let mut w = World {
         s,
-        rng: SimRng::new(s.seed),
-        store: MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS)),
-        db_micros: 0,
-        queue: Events::new(),
+        net: Net::new(s.seed, &s.participants, trace),
         nodes: Vec::new(),
         hosts: (0..s.participants.len()).map(|_| HostState::default()).collect(),
-        active: Vec::new(),
-        paused: 0,
-        held: Vec::new(),
         stuck: Vec::new(),
         deferred_leaves: BTreeSet::new(),
         elecs: (0..s.elections)
@@ -412,9 +388,7 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
                 intervals: Vec::new(),
             })
             .collect(),
-        tracing: trace,
         report: GroupRunReport {
-            trace_hash: 0xcbf2_9ce4_8422_2325,
             participants: s.participants.len(),
             elections: s.elections,
             fair_share: s.fair_share,
@@ -428,34 +402,32 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
         last_over: None,
     };
     for (host, h) in s.participants.iter().enumerate() {
-        w.push(nanos(h.start_at), Ev::Start { host });
+        w.net.push(nanos(h.start_at), Ev::Start { host });
     }
     for (i, f) in s.faults.iter().enumerate() {
-        w.push(nanos(f.at), Ev::FaultStart(i));
+        w.net.push(nanos(f.at), Ev::FaultStart(i));
     }
     let settle = if s.fair_share { bound.max(allowance) } else { bound };
     let end = nanos(faults_end + settle + s.timing.lease_duration * 2);
     if s.fair_share {
-        w.push(w.fair_from, Ev::CheckFairness);
+        w.net.push(w.fair_from, Ev::CheckFairness);
     }
-    w.push(end, Ev::End);
-    let mut now = 0;
-    while let Some((t, ev)) = w.queue.pop() {
-        now = t;
-        w.report.events += 1;
-        if w.report.events > MAX_EVENTS {
-            w.violate(t, GroupProperty::MachineMakesProgress, None, format!("more than {MAX_EVENTS} events"));
-            break;
-        }
-        if let Ev::End = ev {
-            break;
-        }
-        w.step(t, ev);
-        if w.report.violation.is_some() {
-            break;
-        }
-    }
+    w.net.push(end, Ev::End);
+    let now = Net::run(
+        &mut w,
+        |w| &mut w.net,
+        MAX_EVENTS,
+        |ev| matches!(ev, Ev::End),
+        |w, t, ev| {
+            w.step(t, ev);
+            w.report.violation.is_none()
+        },
+        |w, t, detail| w.violate(t, GroupProperty::MachineMakesProgress, None, detail),
+    );
     w.finish(now, end);
+    let (r, net) = (&mut w.report, w.net);
+    (r.events, r.lost_requests, r.lost_replies) = (net.events, net.lost_requests, net.lost_replies);
+    (r.trace_hash, r.trace) = (net.trace_hash, net.trace);
     w.report
 }
 
@@ -469,51 +441,12 @@ fn op_name(op: BatchOp) -> &'static str {
 }
 
 impl World<'_> {
-    fn push(&mut self, t: u64, ev: Ev) {
-        self.queue.push(t, ev);
-    }
-
-    fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
-        let trace = self.tracing.then_some(&mut self.report.trace);
-        events::note(&mut self.report.trace_hash, trace, (t, code, a, b), text);
-    }
-
     fn violate(&mut self, t: u64, property: GroupProperty, election: Option<usize>, detail: String) {
         if self.report.violation.is_none() {
             let election = election.map(|e| self.elecs[e].name.to_string());
             let at = election.as_deref().map_or(String::new(), |e| format!(" in {e}"));
-            self.note(t, 99, 0, 0, || format!("VIOLATION {}{at}: {detail}", property.name()));
+            self.net.note(t, 99, 0, 0, || format!("VIOLATION {}{at}: {detail}", property.name()));
             self.report.violation = Some(GroupViolation { property, at: dur(t), election, detail });
-        }
-    }
-
-    // ---- clocks ----
-
-    fn local(&self, host: usize, t: u64) -> LocalTime {
-        self.clock(host).local(t)
-    }
-
-    fn clock(&self, host: usize) -> HostClock {
-        let h = &self.s.participants[host];
-        HostClock { offset: h.clock_offset, rate_ppm: h.rate_ppm }
-    }
-
-    /// The first real instant at which `host`'s clock reads `l` or later.
-    fn real_at(&self, host: usize, l: LocalTime) -> u64 {
-        self.clock(host).real_at(l)
-    }
-
-    /// `d` of `host`'s clock in real time.
-    fn real_span(&self, host: usize, d: Duration) -> u64 {
-        let rate = u128::from(self.s.participants[host].rate_ppm);
-        u64::try_from((d.as_nanos() * u128::from(PPM)).div_ceil(rate)).unwrap_or(u64::MAX)
-    }
-
-    fn advance_db(&mut self, t: u64) {
-        let target = t / 1000;
-        if target > self.db_micros {
-            self.store.advance(Duration::from_micros(target - self.db_micros));
-            self.db_micros = target;
         }
     }
 
@@ -524,7 +457,7 @@ impl World<'_> {
     /// re-read now, is before its deadline.
     fn valid(&self, node: usize, e: usize, t: u64) -> bool {
         let n = &self.nodes[node];
-        n.gm.is_some() && n.guards.get(&e).is_some_and(|g| self.local(n.host, t) < g.deadline)
+        n.gm.is_some() && n.guards.get(&e).is_some_and(|g| self.net.local(n.host, t) < g.deadline)
     }
 
     fn valid_count(&self, node: usize, t: u64) -> usize {
@@ -532,7 +465,7 @@ impl World<'_> {
         if n.gm.is_none() {
             return 0;
         }
-        let now = self.local(n.host, t);
+        let now = self.net.local(n.host, t);
         n.guards.values().filter(|g| now < g.deadline).count()
     }
 
@@ -555,7 +488,7 @@ impl World<'_> {
             }
         }
         self.nodes[node].guards.remove(&e);
-        let end = t.min(self.real_at(self.nodes[node].host, g.deadline)).max(g.start);
+        let end = t.min(self.net.real_at(self.nodes[node].host, g.deadline)).max(g.start);
         let el = &mut self.elecs[e];
         el.intervals.push((g.start, end));
         el.holders.retain(|&n| n != node);
@@ -571,20 +504,20 @@ impl World<'_> {
                 self.spawn(t, host);
             }
             Ev::Wake { node } => {
-                if self.nodes[node].wake_at != Some(t) || self.nodes[node].gm.is_none() {
+                if self.nodes[node].gm.is_none() {
                     return;
                 }
-                self.nodes[node].wake_at = None;
-                let (at, count) = self.nodes[node].wakes_at_instant;
-                let count = if at == t { count + 1 } else { 1 };
-                self.nodes[node].wakes_at_instant = (t, count);
-                if count > 1000 {
-                    let ident = self.nodes[node].identity.clone();
-                    let detail = format!("{ident} woke 1000 times at one instant");
-                    self.violate(t, GroupProperty::MachineMakesProgress, None, detail);
-                    return;
+                match self.nodes[node].timer.fire(t) {
+                    Fired::Stale => return,
+                    Fired::Now => {}
+                    Fired::Stuck => {
+                        let ident = self.nodes[node].identity.clone();
+                        let detail = format!("{ident} woke 1000 times at one instant");
+                        self.violate(t, GroupProperty::MachineMakesProgress, None, detail);
+                        return;
+                    }
                 }
-                let now = self.local(self.nodes[node].host, t);
+                let now = self.net.local(self.nodes[node].host, t);
                 if let Some(gm) = self.nodes[node].gm.as_mut() {
                     gm.handle_timeout(now);
                 }
@@ -592,14 +525,7 @@ impl World<'_> {
             }
             Ev::Request { node, call } => {
                 let host = self.nodes[node].host;
-                if self.partitioned(host) {
-                    self.report.lost_requests += 1;
-                    self.note(t, 3, node as u64, call.id().0, || {
-                        format!("n{node} request {} lost (partition)", call.id().0)
-                    });
-                } else if self.paused > 0 {
-                    self.held.push((node, call));
-                } else {
+                if let Some(call) = self.net.arrive(t, node, host, call.id().0, call) {
                     self.apply(t, node, call);
                 }
             }
@@ -636,10 +562,10 @@ impl World<'_> {
         let s = self.s;
         let hs = &mut self.hosts[host];
         hs.processes += 1;
-        let identity = format!("p{host}.{}#{:016x}", hs.processes, self.rng.next_u64());
+        let identity = format!("p{host}.{}#{:016x}", hs.processes, self.net.rng.next_u64());
         let member = if s.variant == GroupVariant::SharedMemberName { "member".to_owned() } else { identity.clone() };
         let h = &s.participants[host];
-        let mut cfg = GroupMachineConfig::new(identity.clone(), GROUP, s.timing, self.rng.next_u64());
+        let mut cfg = GroupMachineConfig::new(identity.clone(), GROUP, s.timing, self.net.rng.next_u64());
         cfg.fair_share = s.fair_share && s.variant != GroupVariant::FairShareOff;
         cfg.tick = s.tick;
         cfg.phase = h.phase;
@@ -652,7 +578,7 @@ impl World<'_> {
             cfg.split_renewals_from = 2;
         }
         let node = self.nodes.len();
-        self.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
+        self.net.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
         self.nodes.push(Node {
             host,
             identity,
@@ -663,8 +589,7 @@ impl World<'_> {
             keys: HashMap::new(),
             by_election: vec![None; s.elections],
             guards: BTreeMap::new(),
-            wake_at: None,
-            wakes_at_instant: (0, 0),
+            timer: Timer::default(),
             shutdown_at: None,
             leaving_since: HashMap::new(),
             rejoin_pending: vec![false; s.elections],
@@ -685,7 +610,7 @@ impl World<'_> {
     }
 
     fn join(&mut self, t: u64, node: usize, e: usize) {
-        let now = self.local(self.nodes[node].host, t);
+        let now = self.net.local(self.nodes[node].host, t);
         let name = Arc::clone(&self.elecs[e].name);
         let n = &mut self.nodes[node];
         let payload = Arc::clone(&n.payload);
@@ -748,21 +673,22 @@ impl World<'_> {
             }
             Output::CallAbandoned(id) => {
                 self.report.abandoned += 1;
-                self.note(t, 11, n, id.0, || format!("n{node} {name} abandons call {}", id.0));
+                self.net.note(t, 11, n, id.0, || format!("n{node} {name} abandons call {}", id.0));
             }
             Output::TermStarted { term, fence, deadline } => {
                 self.report.terms += 1;
-                self.note(t, 12, n, fence, || {
+                self.net.note(t, 12, n, fence, || {
                     format!("n{node} {name} TERM STARTED fence {fence} deadline {deadline:?}")
                 });
                 self.term_started(t, node, key, e, term, fence, deadline);
             }
             Output::DeadlineExtended { term, deadline } => {
-                self.note(t, 13, n, nanos(deadline.as_duration()), || format!("n{node} {name} deadline {deadline:?}"));
+                self.net
+                    .note(t, 13, n, nanos(deadline.as_duration()), || format!("n{node} {name} deadline {deadline:?}"));
                 self.deadline_extended(t, node, e, term, deadline);
             }
             Output::TermEnded { term, fence, reason } => {
-                self.note(t, 14, n, fence, || format!("n{node} {name} TERM ENDED fence {fence}: {reason:?}"));
+                self.net.note(t, 14, n, fence, || format!("n{node} {name} TERM ENDED fence {fence}: {reason:?}"));
                 if self.nodes[node].guards.get(&e).is_some_and(|g| g.term == term) {
                     self.close_guard(t, node, e);
                 } else {
@@ -772,16 +698,16 @@ impl World<'_> {
                 }
             }
             Output::NewLeader { identity, fence } => {
-                self.note(t, 15, n, fence, || format!("n{node} {name} sees leader {identity} fence {fence}"));
+                self.net.note(t, 15, n, fence, || format!("n{node} {name} sees leader {identity} fence {fence}"));
             }
             Output::Released { fence, result } => {
-                self.note(t, 16, n, fence, || format!("n{node} {name} released fence {fence}: {result:?}"));
+                self.net.note(t, 16, n, fence, || format!("n{node} {name} released fence {fence}: {result:?}"));
             }
             Output::Failed(err) => {
-                self.note(t, 17, n, 0, || format!("n{node} {name} failed: {err}"));
+                self.net.note(t, 17, n, 0, || format!("n{node} {name} failed: {err}"));
             }
             Output::Stopped => {
-                self.note(t, 18, n, 0, || format!("n{node} {name} stopped"));
+                self.net.note(t, 18, n, 0, || format!("n{node} {name} stopped"));
                 self.election_stopped(t, node, key, e);
             }
         }
@@ -820,7 +746,7 @@ impl World<'_> {
             self.join(t, node, e);
             self.report.rejoins += 1;
             let name = Arc::clone(&self.elecs[e].name);
-            self.note(t, 19, node as u64, e as u64, || format!("n{node} {name} joins again"));
+            self.net.note(t, 19, node as u64, e as u64, || format!("n{node} {name} joins again"));
         }
     }
 
@@ -838,7 +764,7 @@ impl World<'_> {
             self.close_guard(t, node, e);
         }
         self.retire(node);
-        self.note(t, 7, node as u64, 0, || format!("n{node} has stopped"));
+        self.net.note(t, 7, node as u64, 0, || format!("n{node} has stopped"));
     }
 
     /// The process is gone: count what its group did.
@@ -846,7 +772,7 @@ impl World<'_> {
         if let Some(gm) = self.nodes[node].gm.take() {
             self.report.shed += gm.shed_count();
         }
-        self.nodes[node].wake_at = None;
+        self.nodes[node].timer.at = None;
     }
 
     fn check_shutdown_time(&mut self, t: u64, node: usize, since: u64) {
@@ -878,12 +804,9 @@ impl World<'_> {
     fn rearm(&mut self, t: u64, node: usize) {
         let n = &self.nodes[node];
         let Some(gm) = n.gm.as_ref() else { return };
-        let wake = gm.poll_timeout().map(|l| self.real_at(n.host, l).max(t));
-        if wake != n.wake_at {
-            self.nodes[node].wake_at = wake;
-            if let Some(w) = wake {
-                self.push(w, Ev::Wake { node });
-            }
+        let wake = gm.poll_timeout().map(|l| self.net.real_at(n.host, l).max(t));
+        if let Some(w) = self.nodes[node].timer.arm(wake) {
+            self.net.push(w, Ev::Wake { node });
         }
     }
 
@@ -895,12 +818,13 @@ impl World<'_> {
         let host = self.nodes[node].host;
         let id = call.id();
         if self.s.variant == GroupVariant::DropsHeartbeats && matches!(call, GroupCall::Heartbeat { .. }) {
-            self.note(t, 9, node as u64, id.0, || format!("n{node} heartbeat {} dropped by the driver", id.0));
+            self.net.note(t, 9, node as u64, id.0, || format!("n{node} heartbeat {} dropped by the driver", id.0));
             return;
         }
         if let (GroupVariant::DropsHeartbeats, GroupCall::Batch(b)) = (self.s.variant, &mut call) {
             if let Some(h) = b.heartbeat.take() {
-                self.note(t, 9, node as u64, h.id.0, || format!("n{node} heartbeat {} dropped by the driver", h.id.0));
+                self.net
+                    .note(t, 9, node as u64, h.id.0, || format!("n{node} heartbeat {} dropped by the driver", h.id.0));
             }
         }
         self.nodes[node].workers.retain(|&(_, until)| until > t);
@@ -909,13 +833,13 @@ impl World<'_> {
             // an operation timeout): the call waits for the first to come
             // free, as the library's pool does.
             self.report.queued_calls += 1;
-            self.note(t, 2, node as u64, id.0, || format!("n{node} call {} waits for a worker", id.0));
+            self.net.note(t, 2, node as u64, id.0, || format!("n{node} call {} waits for a worker", id.0));
             let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
             self.nodes[node].queued.push_back((t, call));
-            self.push(free, Ev::WorkerFree { node });
+            self.net.push(free, Ev::WorkerFree { node });
             return;
         }
-        let busy_until = t.saturating_add(self.real_span(host, self.s.timing.operation_timeout));
+        let busy_until = t.saturating_add(self.net.real_span(host, self.s.timing.operation_timeout));
         self.nodes[node].workers.push((id, busy_until));
         match &call {
             GroupCall::Batch(b) => {
@@ -938,44 +862,36 @@ impl World<'_> {
                 };
                 self.nodes[node].sent_at.insert(id, (t, calls));
                 let (op, len) = (b.op, b.entries.len());
-                self.note(t, 10, node as u64, id.0, || format!("n{node} batch {}: {} of {len}", id.0, op_name(op)));
+                self.net.note(t, 10, node as u64, id.0, || format!("n{node} batch {}: {} of {len}", id.0, op_name(op)));
             }
             GroupCall::Heartbeat { .. } | GroupCall::Leave { .. } => {
                 self.report.member_calls += 1;
                 let what = if matches!(call, GroupCall::Leave { .. }) { "leave" } else { "heartbeat" };
-                self.note(t, 10, node as u64, id.0, || format!("n{node} call {}: {what}", id.0));
+                self.net.note(t, 10, node as u64, id.0, || format!("n{node} call {}: {what}", id.0));
             }
         }
         if let GroupCall::Batch(b) = &call {
             let (left, fault) = self.nodes[node].hold_renewals;
             if b.op == BatchOp::Renew && left > 0 {
                 self.nodes[node].hold_renewals.0 -= 1;
-                self.note(t, 3, node as u64, id.0, || format!("n{node} batch {} held in transit", id.0));
+                self.net.note(t, 3, node as u64, id.0, || format!("n{node} batch {} held in transit", id.0));
                 let first = !self.stuck.iter().any(|(n, _)| *n == node);
                 self.stuck.push((node, call));
                 if first {
                     self.schedule_landing(t, node);
                 }
                 if left == 1 {
-                    self.push(t, Ev::Leave(fault));
+                    self.net.push(t, Ev::Leave(fault));
                 }
                 return;
             }
         }
-        let (req_loss, _) = self.loss(host);
-        if self.partitioned(host) || self.rng.percent(req_loss) {
-            self.report.lost_requests += 1;
-            self.note(t, 3, node as u64, id.0, || format!("n{node} request {} lost", id.0));
-            return;
-        }
-        let (lo, hi) = self.s.participants[host].req_delay;
-        let delay = self.rng.duration(lo, hi) + self.extra(host);
-        self.push(t + nanos(delay), Ev::Request { node, call });
+        self.net.transmit(t, node, host, id.0, false, Ev::Request { node, call });
     }
 
     /// The database runs one call at real instant `t` on its own clock.
     fn apply(&mut self, t: u64, node: usize, call: GroupCall) {
-        self.advance_db(t);
+        self.net.advance_db(t);
         self.report.applied += 1;
         let host = self.nodes[node].host;
         let identity = self.nodes[node].identity.clone();
@@ -986,15 +902,16 @@ impl World<'_> {
                 // A heartbeat that goes with the batch is the member's, by
                 // its member name (as a call of its own), then the batch.
                 let members = b.heartbeat.map(|h| {
-                    let r = self.store.heartbeat(GROUP, &self.nodes[node].member, h.leading, h.ttl, op_timeout);
-                    self.note(t, 21, node as u64, h.id.0, || format!("db applies n{node} heartbeat {}: {r:?}", h.id.0));
+                    let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, h.leading, h.ttl, op_timeout);
+                    self.net
+                        .note(t, 21, node as u64, h.id.0, || format!("db applies n{node} heartbeat {}: {r:?}", h.id.0));
                     self.report.member_calls += 1;
                     self.report.beats_with_renewals += 1;
                     (h.id, r)
                 });
                 let bare = Batch { heartbeat: None, ..b.clone() };
-                let (out, _) = bare.run(&self.store, GROUP, &identity, op_timeout);
-                self.note(t, 20, node as u64, id.0, || {
+                let (out, _) = bare.run(&self.net.store, GROUP, &identity, op_timeout);
+                self.net.note(t, 20, node as u64, id.0, || {
                     let ok = out
                         .iter()
                         .filter(|o| {
@@ -1015,28 +932,21 @@ impl World<'_> {
                 Answer::Batch(out, members)
             }
             GroupCall::Heartbeat { ttl, leading, .. } => {
-                let r = self.store.heartbeat(GROUP, &self.nodes[node].member, *leading, *ttl, op_timeout);
-                self.note(t, 21, node as u64, id.0, || format!("db applies n{node} heartbeat {}: {r:?}", id.0));
+                let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, *leading, *ttl, op_timeout);
+                self.net.note(t, 21, node as u64, id.0, || format!("db applies n{node} heartbeat {}: {r:?}", id.0));
                 Answer::Members(r)
             }
             GroupCall::Leave { .. } => {
                 let r = self
+                    .net
                     .store
                     .leave_group(GROUP, &self.nodes[node].member, op_timeout)
-                    .map(|()| Members::new(0, self.store.now()));
-                self.note(t, 21, node as u64, id.0, || format!("db applies n{node} leave {}: {r:?}", id.0));
+                    .map(|()| Members::new(0, self.net.store.now()));
+                self.net.note(t, 21, node as u64, id.0, || format!("db applies n{node} leave {}: {r:?}", id.0));
                 Answer::Members(r)
             }
         };
-        let (_, rep_loss) = self.loss(host);
-        if self.partitioned(host) || self.rng.percent(rep_loss) {
-            self.report.lost_replies += 1;
-            self.note(t, 4, node as u64, id.0, || format!("n{node} reply {} lost", id.0));
-            return;
-        }
-        let (lo, hi) = self.s.participants[host].rep_delay;
-        let delay = self.rng.duration(lo, hi) + self.extra(host);
-        self.push(t + nanos(delay), Ev::Reply { node, id, answer });
+        self.net.transmit(t, node, host, id.0, true, Ev::Reply { node, id, answer });
     }
 
     /// The oracle's view of a batch the database applied: fences issued by
@@ -1081,13 +991,13 @@ impl World<'_> {
     /// sent.
     fn start_queued(&mut self, t: u64, node: usize) {
         let host = self.nodes[node].host;
-        let waited_out = self.real_span(host, self.s.timing.operation_timeout);
+        let waited_out = self.net.real_span(host, self.s.timing.operation_timeout);
         loop {
             self.nodes[node].workers.retain(|&(_, until)| until > t);
             if self.nodes[node].workers.len() >= MAX_GROUP_CALL_THREADS {
                 if !self.nodes[node].queued.is_empty() {
                     let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
-                    self.push(free, Ev::WorkerFree { node });
+                    self.net.push(free, Ev::WorkerFree { node });
                 }
                 return;
             }
@@ -1098,9 +1008,10 @@ impl World<'_> {
             }
             self.report.refused_calls += 1;
             let id = call.id();
-            self.note(t, 2, node as u64, id.0, || format!("n{node} call {} waited out the timeout: not sent", id.0));
+            self.net
+                .note(t, 2, node as u64, id.0, || format!("n{node} call {} waited out the timeout: not sent", id.0));
             let e = StoreError::retryable("no store-call worker came free within the operation timeout (not sent)");
-            let now = self.local(host, t);
+            let now = self.net.local(host, t);
             if let Some(gm) = self.nodes[node].gm.as_mut() {
                 match call {
                     GroupCall::Batch(b) => {
@@ -1118,9 +1029,7 @@ impl World<'_> {
 
     fn deliver(&mut self, t: u64, node: usize, id: BatchId, answer: Answer) {
         let host = self.nodes[node].host;
-        if self.partitioned(host) {
-            self.report.lost_replies += 1;
-            self.note(t, 4, node as u64, id.0, || format!("n{node} reply {} lost (partition)", id.0));
+        if self.net.reply_cut_off(t, node, host, id.0) {
             return;
         }
         if self.nodes[node].gm.is_none() {
@@ -1129,7 +1038,7 @@ impl World<'_> {
         // The store call has returned: its worker is free.
         self.nodes[node].workers.retain(|&(w, _)| w != id);
         self.start_queued(t, node);
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         let variant = self.s.variant;
         match answer {
             Answer::Batch(mut out, members) => {
@@ -1139,7 +1048,7 @@ impl World<'_> {
                 if !known {
                     self.report.late_replies += 1;
                 }
-                self.note(t, 5, node as u64, id.0, || {
+                self.net.note(t, 5, node as u64, id.0, || {
                     format!(
                         "n{node} answer to batch {} ({} items){}",
                         id.0,
@@ -1153,22 +1062,22 @@ impl World<'_> {
                 if let Some((sent, calls)) = sent.filter(|(_, c)| !c.is_empty()) {
                     // Again after the operation timeout and a tick, when
                     // the core and every machine have given the calls up.
-                    let late = self.real_span(host, self.s.timing.operation_timeout + self.s.tick);
+                    let late = self.net.real_span(host, self.s.timing.operation_timeout + self.s.tick);
                     let at = sent.saturating_add(late).max(t) + 1;
-                    self.push(at, Ev::Replay { node, calls, out: out.clone() });
+                    self.net.push(at, Ev::Replay { node, calls, out: out.clone() });
                 }
                 if let Some(gm) = self.nodes[node].gm.as_mut() {
                     gm.handle_batch_reply(now, id, out);
                 }
                 if let Some((mid, r)) = members {
-                    self.note(t, 6, node as u64, mid.0, || format!("n{node} members answer {}: {r:?}", mid.0));
+                    self.net.note(t, 6, node as u64, mid.0, || format!("n{node} members answer {}: {r:?}", mid.0));
                     if let Some(gm) = self.nodes[node].gm.as_mut() {
                         gm.handle_members_reply(now, mid, r);
                     }
                 }
             }
             Answer::Members(r) => {
-                self.note(t, 6, node as u64, id.0, || format!("n{node} members answer {}: {r:?}", id.0));
+                self.net.note(t, 6, node as u64, id.0, || format!("n{node} members answer {}: {r:?}", id.0));
                 if let Some(gm) = self.nodes[node].gm.as_mut() {
                     gm.handle_members_reply(now, id, r);
                 }
@@ -1183,7 +1092,7 @@ impl World<'_> {
     /// of the call's id stands between the stale answer and the term.
     fn replay(&mut self, t: u64, node: usize, calls: Vec<(ElectionKey, CallId)>, out: Vec<Outcome>) {
         let host = self.nodes[node].host;
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         let Some(gm) = self.nodes[node].gm.as_mut() else { return };
         let mut taken = 0;
         for ((key, call), outcome) in calls.iter().copied().zip(out) {
@@ -1194,7 +1103,7 @@ impl World<'_> {
         self.report.replayed += calls.len() as u64;
         self.report.replays_taken += taken;
         let n = calls.len();
-        self.note(t, 8, node as u64, n as u64, || format!("n{node} REPLAYS {n} answers as fresh ({taken} taken)"));
+        self.net.note(t, 8, node as u64, n as u64, || format!("n{node} REPLAYS {n} answers as fresh ({taken} taken)"));
         self.after(t, node);
     }
 
@@ -1219,24 +1128,6 @@ impl World<'_> {
         }
     }
 
-    fn partitioned(&self, host: usize) -> bool {
-        self.active.iter().any(|&(i, h)| h == host && matches!(self.s.faults[i].fault, GroupFault::Partition { .. }))
-    }
-
-    fn loss(&self, host: usize) -> (u8, u8) {
-        self.active.iter().fold((0, 0), |(q, p), &(i, h)| match self.s.faults[i].fault {
-            GroupFault::Lossy { req_loss, rep_loss, .. } if h == host => (q.max(req_loss), p.max(rep_loss)),
-            _ => (q, p),
-        })
-    }
-
-    fn extra(&self, host: usize) -> Duration {
-        self.active.iter().fold(Duration::ZERO, |x, &(i, h)| match self.s.faults[i].fault {
-            GroupFault::SlowNet { extra, .. } if h == host => x.max(extra),
-            _ => x,
-        })
-    }
-
     /// The running (not stopping) process of `host`, if any.
     fn running(&self, host: usize) -> Option<usize> {
         self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some() && !self.nodes[n].stopping)
@@ -1249,32 +1140,26 @@ impl World<'_> {
 
     fn fault_start(&mut self, t: u64, i: usize) {
         let fault = self.s.faults[i].fault;
-        let window = |target| (usize::MAX, target);
-        let (host, length) = match fault {
-            GroupFault::PauseDb { dur } => {
-                self.paused += 1;
-                window(dur)
-            }
-            GroupFault::DbFailing { dur, .. } => window(dur),
-            GroupFault::Partition { target, dur }
-            | GroupFault::Lossy { target, dur, .. }
-            | GroupFault::SlowNet { target, dur, .. } => (self.resolve(t, target), dur),
+        if let Some((target, length, window)) = fault.window() {
+            let host = target.map_or(usize::MAX, |target| self.resolve(t, target));
+            self.net.open(t, i, host, length, window, fault, Ev::FaultEnd(i));
+            return;
+        }
+        match fault {
             GroupFault::Kill { target, down, permanent } => {
                 let host = self.resolve(t, target);
                 self.kill(t, i, host, down, permanent);
-                return;
             }
             GroupFault::Shutdown { target, down, permanent } => {
                 let host = self.resolve(t, target);
                 self.shutdown(t, i, host, down, permanent);
-                return;
             }
             GroupFault::LeaveRejoin { target, first, count, release, after, stuck } => {
                 let host = self.resolve(t, target);
                 if stuck == 0 {
                     self.leave_some(t, i, host, first, count, release, after);
                 } else if let Some(node) = self.running(host) {
-                    self.note(t, 30, i as u64, host as u64, || {
+                    self.net.note(t, 30, i as u64, host as u64, || {
                         format!("fault {i}: n{node} holds its next {stuck} renewal batches in transit, then leaves")
                     });
                     self.nodes[node].hold_renewals = (stuck, i);
@@ -1283,44 +1168,22 @@ impl World<'_> {
                     // leave goes anyway.
                     let timing = self.s.timing;
                     let most = (timing.renew_interval + timing.operation_timeout) * stuck as u32;
-                    let wait = self.real_span(host, most);
-                    self.push(t + wait, Ev::Leave(i));
+                    let wait = self.net.real_span(host, most);
+                    self.net.push(t + wait, Ev::Leave(i));
                 }
-                return;
             }
             GroupFault::Resign { target, count } => {
                 let host = self.resolve(t, target);
                 self.resign_some(t, i, host, count);
-                return;
             }
-        };
-        self.note(t, 31, i as u64, host as u64, || format!("fault {i} starts on host {host}: {fault:?}"));
-        self.active.push((i, host));
-        self.set_failing();
-        self.push(t + nanos(length), Ev::FaultEnd(i));
-    }
-
-    fn fault_end(&mut self, t: u64, i: usize) {
-        self.note(t, 32, i as u64, 0, || format!("fault {i} ends"));
-        self.active.retain(|&(j, _)| j != i);
-        self.set_failing();
-        if let GroupFault::PauseDb { .. } = self.s.faults[i].fault {
-            self.paused -= 1;
-            if self.paused == 0 {
-                for (node, call) in std::mem::take(&mut self.held) {
-                    self.apply(t, node, call);
-                }
-            }
+            _ => unreachable!("a window: {fault:?}"),
         }
     }
 
-    fn set_failing(&mut self) {
-        let faults = &self.s.faults;
-        let fatal = self.active.iter().filter_map(|&(i, _)| match faults[i].fault {
-            GroupFault::DbFailing { fatal, .. } => Some(fatal),
-            _ => None,
-        });
-        self.store.set_failing(events::failing_kind(fatal));
+    fn fault_end(&mut self, t: u64, i: usize) {
+        for (node, call) in self.net.close(t, i) {
+            self.apply(t, node, call);
+        }
     }
 
     fn kill(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {
@@ -1329,7 +1192,7 @@ impl World<'_> {
             return;
         }
         let forever = permanent && self.may_go(host);
-        self.note(t, 30, i as u64, host as u64, || {
+        self.net.note(t, 30, i as u64, host as u64, || {
             format!("fault {i}: KILL host {host} (n{node}){}", if forever { " for good" } else { "" })
         });
         self.report.kills += 1;
@@ -1345,7 +1208,7 @@ impl World<'_> {
             self.report.permanent_kills += 1;
         } else {
             self.hosts[host].restart_pending = true;
-            self.push(t + nanos(down), Ev::Restart { host });
+            self.net.push(t + nanos(down), Ev::Restart { host });
         }
     }
 
@@ -1355,11 +1218,11 @@ impl World<'_> {
             return;
         }
         let forever = permanent && self.may_go(host);
-        self.note(t, 30, i as u64, host as u64, || {
+        self.net.note(t, 30, i as u64, host as u64, || {
             format!("fault {i}: SHUTDOWN host {host} (n{node}){}", if forever { " for good" } else { "" })
         });
         self.report.shutdowns += 1;
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         self.nodes[node].shutdown_at = Some(t);
         self.nodes[node].stopping = true;
         self.nodes[node].rejoin_pending.iter_mut().for_each(|p| *p = false);
@@ -1371,7 +1234,7 @@ impl World<'_> {
             self.hosts[host].gone = true;
         } else {
             self.hosts[host].restart_pending = true;
-            self.push(t + nanos(down), Ev::Restart { host });
+            self.net.push(t + nanos(down), Ev::Restart { host });
         }
     }
 
@@ -1387,7 +1250,7 @@ impl World<'_> {
         after: Duration,
     ) {
         let Some(node) = self.running(host) else { return };
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         let mut left = Vec::new();
         for k in 0..count.min(self.s.elections) {
             let e = (first + k) % self.s.elections;
@@ -1404,14 +1267,14 @@ impl World<'_> {
         }
         self.report.leaves += left.len() as u64;
         let n_left = left.len();
-        self.note(t, 30, i as u64, host as u64, || {
+        self.net.note(t, 30, i as u64, host as u64, || {
             format!(
                 "fault {i}: {n_left} elections of n{node} LEAVE{} from {first}, to join again after {after:?}",
                 if release { "" } else { " without release" }
             )
         });
         self.after(t, node);
-        self.push(t + nanos(after), Ev::Rejoin { node, elections: left });
+        self.net.push(t + nanos(after), Ev::Rejoin { node, elections: left });
     }
 
     /// [`GroupFault::LeaveRejoin`] with renewals held, once they went (or
@@ -1436,17 +1299,17 @@ impl World<'_> {
     /// the earliest of its leases still live expires (the database clock
     /// runs at the real rate), at once if none is.
     fn schedule_landing(&mut self, t: u64, node: usize) {
-        self.advance_db(t);
+        self.net.advance_db(t);
         let Some((_, GroupCall::Batch(b))) = self.stuck.iter().find(|(n, _)| *n == node) else { return };
         let identity = &self.nodes[node].identity;
         let left = b
             .entries
             .iter()
-            .filter_map(|e| self.store.peek(&e.name).filter(|l| l.held_by(identity) && l.fence == e.fence))
+            .filter_map(|e| self.net.store.peek(&e.name).filter(|l| l.held_by(identity) && l.fence == e.fence))
             .map(|l| l.ttl())
             .min()
             .unwrap_or_default();
-        self.push(t + nanos(left.saturating_sub(Duration::from_millis(1))), Ev::Land { node });
+        self.net.push(t + nanos(left.saturating_sub(Duration::from_millis(1))), Ev::Land { node });
     }
 
     fn land(&mut self, t: u64, node: usize) {
@@ -1454,7 +1317,7 @@ impl World<'_> {
         let (_, call) = self.stuck.remove(at);
         let id = call.id();
         self.report.landed_late += 1;
-        self.note(t, 4, node as u64, id.0, || format!("n{node} batch {} held in transit lands", id.0));
+        self.net.note(t, 4, node as u64, id.0, || format!("n{node} batch {} held in transit lands", id.0));
         self.apply(t, node, call);
         self.schedule_landing(t, node);
     }
@@ -1477,7 +1340,7 @@ impl World<'_> {
             }
         }
         self.report.rejoins += joined;
-        self.note(t, 19, node as u64, joined, || {
+        self.net.note(t, 19, node as u64, joined, || {
             format!("n{node}: {joined} elections join again ({} wait for their leave)", elections.len() as u64 - joined)
         });
         self.after(t, node);
@@ -1485,9 +1348,9 @@ impl World<'_> {
 
     fn resign_some(&mut self, t: u64, i: usize, host: usize, count: usize) {
         let Some(node) = self.running(host) else { return };
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         let led: Vec<usize> = self.nodes[node].guards.keys().copied().take(count).collect();
-        self.note(t, 30, i as u64, host as u64, || format!("fault {i}: n{node} resigns {} terms", led.len()));
+        self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: n{node} resigns {} terms", led.len()));
         for e in led {
             let n = &mut self.nodes[node];
             let (Some(key), Some(gm)) = (n.by_election[e], n.gm.as_mut()) else { continue };
@@ -1575,7 +1438,7 @@ impl World<'_> {
             self.violate(t, GroupProperty::FencesIncrease, Some(e), detail);
         }
         let host = self.nodes[node].host;
-        if self.local(host, t) >= deadline {
+        if self.net.local(host, t) >= deadline {
             let detail = format!("{ident} started {term:?} already past its deadline");
             self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
         }
@@ -1613,7 +1476,7 @@ impl World<'_> {
                 "{ident} extended fence {} to {deadline:?} after its deadline {:?} had passed (local now {:?})",
                 g.fence,
                 g.deadline,
-                self.local(self.nodes[node].host, t)
+                self.net.local(self.nodes[node].host, t)
             );
             self.violate(t, GroupProperty::GuardNeverRevives, Some(e), detail);
             return;
@@ -1646,7 +1509,7 @@ impl World<'_> {
                     g.fence,
                     dur(g.start),
                     g.deadline,
-                    self.local(nd.host, t),
+                    self.net.local(nd.host, t),
                     self.s.participants[nd.host].rate_ppm
                 )
             })
@@ -1659,10 +1522,10 @@ impl World<'_> {
     /// writes it first (every write is checked again; an expiry before the
     /// guard's deadline is looked at when it comes).
     fn check_backed(&mut self, t: u64, node: usize, e: usize) {
-        self.advance_db(t);
+        self.net.advance_db(t);
         let n = &self.nodes[node];
         let Some(g) = n.guards.get(&e).copied() else { return };
-        let row = self.store.peek(&self.elecs[e].name);
+        let row = self.net.store.peek(&self.elecs[e].name);
         let ok = row.as_ref().is_some_and(|r| r.holder == n.identity && r.fence == g.fence && !r.expired());
         if !ok {
             let detail = format!("{} holds fence {} but the record is {row:?}", n.identity, g.fence);
@@ -1671,8 +1534,8 @@ impl World<'_> {
         }
         let row = row.expect("checked");
         let expires = u64::try_from(row.expires_at.as_unix_micros() - DB_BASE_MICROS).unwrap_or(0) * 1000;
-        if expires < self.real_at(n.host, g.deadline) {
-            self.push(expires.max(t), Ev::CheckBacked { election: e, node, term: g.term });
+        if expires < self.net.real_at(n.host, g.deadline) {
+            self.net.push(expires.max(t), Ev::CheckBacked { election: e, node, term: g.term });
         }
     }
 

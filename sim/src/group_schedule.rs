@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::rng::{scale, Bytes, SimRng};
 use super::schedule::{safe_rate_range, timing_template_for, Host, Target, PPM};
+use crate::fleet::{window_end, Window, Windowed};
 use leaderelection::group::core::default_tick;
 use leaderelection::{Config, GroupConfig, MemStore, Timing};
 
@@ -204,6 +205,21 @@ pub enum GroupFault {
         /// How many.
         count: usize,
     },
+}
+
+impl Windowed for GroupFault {
+    fn window(&self) -> Option<(Option<Target>, Duration, Window)> {
+        Some(match *self {
+            GroupFault::PauseDb { dur } => (None, dur, Window::PauseDb),
+            GroupFault::DbFailing { dur, fatal } => (None, dur, Window::DbFailing { fatal }),
+            GroupFault::Partition { target, dur } => (Some(target), dur, Window::Partition),
+            GroupFault::Lossy { target, dur, req_loss, rep_loss } => {
+                (Some(target), dur, Window::Lossy { req_loss, rep_loss })
+            }
+            GroupFault::SlowNet { target, dur, extra } => (Some(target), dur, Window::SlowNet { extra }),
+            _ => return None,
+        })
+    }
 }
 
 /// A fault and when it starts.
@@ -420,11 +436,6 @@ impl GroupSchedule {
         let starts = self.participants.iter().map(|h| h.start_at);
         let faults = self.faults.iter().map(|f| {
             f.at + match f.fault {
-                GroupFault::PauseDb { dur }
-                | GroupFault::Partition { dur, .. }
-                | GroupFault::Lossy { dur, .. }
-                | GroupFault::DbFailing { dur, .. } => dur,
-                GroupFault::SlowNet { dur, extra, .. } => dur + extra * 2 + rtt,
                 GroupFault::Kill { down, .. } => down,
                 GroupFault::Shutdown { down, .. } => down.max(self.stop_bound(true)),
                 // A leave still under way when the time to join again comes
@@ -435,6 +446,7 @@ impl GroupSchedule {
                         + self.timing.lease_duration * stuck as u32
                 }
                 GroupFault::Resign { .. } => Duration::ZERO,
+                _ => f.fault.window().map_or(Duration::ZERO, |(_, length, w)| window_end(length, w, rtt)),
             }
         });
         starts.chain(faults).max().unwrap_or_default()

@@ -255,6 +255,7 @@
 
 pub mod checks;
 mod events;
+mod fleet;
 mod group;
 mod group_schedule;
 mod rng;

@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::rng::{scale, Bytes, SimRng};
+use crate::fleet::{window_end, Window, Windowed};
 use leaderelection::{default_safety_margin, Timing};
 
 /// Fault records whose kind byte is at least this decode to operator
@@ -264,6 +265,21 @@ impl Fault {
     /// backs: an operator fault or a failover ([`Fault::Failover`]).
     pub fn changes_rows(&self) -> bool {
         self.is_operator() || matches!(self, Fault::Failover { .. })
+    }
+}
+
+impl Windowed for Fault {
+    fn window(&self) -> Option<(Option<Target>, Duration, Window)> {
+        Some(match *self {
+            Fault::PauseDb { dur } => (None, dur, Window::PauseDb),
+            Fault::DbFailing { dur, fatal } => (None, dur, Window::DbFailing { fatal }),
+            Fault::Partition { target, dur } => (Some(target), dur, Window::Partition),
+            Fault::Lossy { target, dur, req_loss, rep_loss } => {
+                (Some(target), dur, Window::Lossy { req_loss, rep_loss })
+            }
+            Fault::SlowNet { target, dur, extra } => (Some(target), dur, Window::SlowNet { extra }),
+            _ => return None,
+        })
     }
 }
 
@@ -530,11 +546,6 @@ impl Schedule {
         let starts = self.hosts.iter().map(|h| h.start_at);
         let faults = self.faults.iter().map(|f| {
             f.at + match f.fault {
-                Fault::PauseDb { dur }
-                | Fault::Partition { dur, .. }
-                | Fault::Lossy { dur, .. }
-                | Fault::DbFailing { dur, .. } => dur,
-                Fault::SlowNet { dur, extra, .. } => dur + extra * 2 + rtt,
                 Fault::Crash { down, .. } | Fault::Shutdown { down, .. } => down,
                 Fault::Resign { .. } => Duration::ZERO,
                 // Applied once the database clock has moved past the last
@@ -544,6 +555,7 @@ impl Schedule {
                 // lease more, and the first claim of it re-arms it for a
                 // whole lease.
                 Fault::Failover { .. } => self.timing.lease_duration * 2,
+                _ => f.fault.window().map_or(Duration::ZERO, |(_, length, w)| window_end(length, w, rtt)),
             }
         });
         starts.chain(faults).max().unwrap_or_default()

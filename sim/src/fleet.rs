@@ -1,0 +1,331 @@
+//! What both worlds (one election per host in `world.rs`, groups in
+//! `group.rs`) run on: the shared database (a [`MemStore`] on a manual
+//! clock) and the hosts' links to it, the faults that hold up, lose or slow
+//! their messages or fail the database's statements, the event loop, the
+//! hosts' clocks and timers, and the trace.
+
+use std::fmt;
+use std::time::Duration;
+
+use leaderelection::machine::LocalTime;
+use leaderelection::{DbTime, MemStore};
+
+use crate::events::{self, nanos, Events, HostClock};
+use crate::rng::SimRng;
+use crate::schedule::{Host, Target, PPM};
+use crate::world::DB_BASE_MICROS;
+
+/// What a fault does while its window lasts, to the database (no target)
+/// or to one host's link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Window {
+    /// The database answers nothing: requests wait, then apply in order.
+    PauseDb,
+    /// Every message to or from the host is lost.
+    Partition,
+    /// Percentages of the host's requests and replies lost.
+    Lossy { req_loss: u8, rep_loss: u8 },
+    /// Added to every delay of the host's messages.
+    SlowNet { extra: Duration },
+    /// Every statement fails, fatally or not.
+    DbFailing { fatal: bool },
+}
+
+/// A fault of a schedule, seen as a window: whom it hits (`None`: the
+/// database), for how long and how; `None` for a fault of another kind.
+pub(crate) trait Windowed {
+    fn window(&self) -> Option<(Option<Target>, Duration, Window)>;
+}
+
+/// How long after a window opens its effects are over: its length, and
+/// for a slow link the slowed messages still travelling (`rtt`: the
+/// longest round trip with no fault).
+pub(crate) fn window_end(length: Duration, window: Window, rtt: Duration) -> Duration {
+    match window {
+        Window::SlowNet { extra } => length + extra * 2 + rtt,
+        _ => length,
+    }
+}
+
+/// A host: its current process and how many it has run.
+#[derive(Default)]
+pub(crate) struct HostState {
+    pub(crate) current: Option<usize>,
+    pub(crate) restart_pending: bool,
+    /// Killed or stopped for good (groups only).
+    pub(crate) gone: bool,
+    pub(crate) processes: u32,
+}
+
+/// A process's timer: when it is armed, and how often it fired at one
+/// instant (a timer that never moves is a busy loop).
+#[derive(Default)]
+pub(crate) struct Timer {
+    pub(crate) at: Option<u64>,
+    fired: (u64, u32),
+}
+
+/// What a wake-up event finds.
+pub(crate) enum Fired {
+    /// The timer was re-armed since: nothing to do.
+    Stale,
+    /// The timer fires.
+    Now,
+    /// It fired a thousandth time at one instant.
+    Stuck,
+}
+
+impl Timer {
+    /// The wake-up for real instant `t`.
+    pub(crate) fn fire(&mut self, t: u64) -> Fired {
+        if self.at != Some(t) {
+            return Fired::Stale;
+        }
+        self.at = None;
+        let (at, count) = self.fired;
+        let count = if at == t { count + 1 } else { 1 };
+        self.fired = (t, count);
+        if count > 1000 {
+            Fired::Stuck
+        } else {
+            Fired::Now
+        }
+    }
+
+    /// Arms it for `wake`: the instant to schedule a wake-up at, when it
+    /// changed.
+    pub(crate) fn arm(&mut self, wake: Option<u64>) -> Option<u64> {
+        if wake == self.at {
+            return None;
+        }
+        self.at = wake;
+        wake
+    }
+}
+
+/// The database, the links and the event queue of one run. `E` is the
+/// world's event, `C` a call on its way to the database.
+pub(crate) struct Net<'a, E, C> {
+    pub(crate) hosts: &'a [Host],
+    pub(crate) rng: SimRng,
+    pub(crate) store: MemStore,
+    /// The database clock, in microseconds since the run began.
+    pub(crate) db_micros: u64,
+    pub(crate) queue: Events<E>,
+    /// Windows open: (fault index, the host it hits or `usize::MAX` for the
+    /// database, what it does).
+    active: Vec<(usize, usize, Window)>,
+    paused: u32,
+    /// Requests that reached a paused database, in order.
+    held: Vec<(usize, C)>,
+    tracing: bool,
+    /// What the run's report takes at the end.
+    pub(crate) trace_hash: u64,
+    pub(crate) trace: Vec<String>,
+    pub(crate) events: u64,
+    pub(crate) lost_requests: u64,
+    pub(crate) lost_replies: u64,
+}
+
+impl<'a, E, C> Net<'a, E, C> {
+    pub(crate) fn new(seed: u64, hosts: &'a [Host], tracing: bool) -> Self {
+        Net {
+            hosts,
+            rng: SimRng::new(seed),
+            store: MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS)),
+            db_micros: 0,
+            queue: Events::new(),
+            active: Vec::new(),
+            paused: 0,
+            held: Vec::new(),
+            tracing,
+            trace_hash: 0xcbf2_9ce4_8422_2325,
+            trace: Vec::new(),
+            events: 0,
+            lost_requests: 0,
+            lost_replies: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, t: u64, ev: E) {
+        self.queue.push(t, ev);
+    }
+
+    /// See [`events::note`].
+    pub(crate) fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
+        let trace = self.tracing.then_some(&mut self.trace);
+        events::note(&mut self.trace_hash, trace, (t, code, a, b), text);
+    }
+
+    /// Runs the queue until it is empty, the end event, the first event
+    /// after which `step` says stop, or `max_events` (then `runaway` is
+    /// told); the instant of the last event.
+    pub(crate) fn run<W>(
+        w: &mut W,
+        net: impl Fn(&mut W) -> &mut Self,
+        max_events: u64,
+        is_end: impl Fn(&E) -> bool,
+        mut step: impl FnMut(&mut W, u64, E) -> bool,
+        runaway: impl FnOnce(&mut W, u64, String),
+    ) -> u64 {
+        let mut now = 0;
+        while let Some((t, ev)) = net(w).queue.pop() {
+            now = t;
+            net(w).events += 1;
+            if net(w).events > max_events {
+                runaway(w, t, format!("more than {max_events} events"));
+                break;
+            }
+            if is_end(&ev) || !step(w, t, ev) {
+                break;
+            }
+        }
+        now
+    }
+
+    // ---- clocks ----
+
+    fn clock(&self, host: usize) -> HostClock {
+        let h = &self.hosts[host];
+        HostClock { offset: h.clock_offset, rate_ppm: h.rate_ppm }
+    }
+
+    /// What `host`'s clock reads at real instant `t`.
+    pub(crate) fn local(&self, host: usize, t: u64) -> LocalTime {
+        self.clock(host).local(t)
+    }
+
+    /// The first real instant at which `host`'s clock reads `l` or later.
+    pub(crate) fn real_at(&self, host: usize, l: LocalTime) -> u64 {
+        self.clock(host).real_at(l)
+    }
+
+    /// `d` of `host`'s clock in real time (rounded up).
+    pub(crate) fn real_span(&self, host: usize, d: Duration) -> u64 {
+        let rate = u128::from(self.hosts[host].rate_ppm);
+        u64::try_from((d.as_nanos() * u128::from(PPM)).div_ceil(rate)).unwrap_or(u64::MAX)
+    }
+
+    /// Moves the database clock to real instant `t` (it runs at the real
+    /// rate, in whole microseconds).
+    pub(crate) fn advance_db(&mut self, t: u64) {
+        let target = t / 1000;
+        if target > self.db_micros {
+            self.store.advance(Duration::from_micros(target - self.db_micros));
+            self.db_micros = target;
+        }
+    }
+
+    // ---- windows ----
+
+    pub(crate) fn partitioned(&self, host: usize) -> bool {
+        self.active.iter().any(|&(_, h, w)| h == host && w == Window::Partition)
+    }
+
+    fn loss(&self, host: usize) -> (u8, u8) {
+        self.active.iter().fold((0, 0), |(q, p), &(_, h, w)| match w {
+            Window::Lossy { req_loss, rep_loss } if h == host => (q.max(req_loss), p.max(rep_loss)),
+            _ => (q, p),
+        })
+    }
+
+    fn extra(&self, host: usize) -> Duration {
+        self.active.iter().fold(Duration::ZERO, |x, &(_, h, w)| match w {
+            Window::SlowNet { extra } if h == host => x.max(extra),
+            _ => x,
+        })
+    }
+
+    /// Opens fault `i`'s window on `host` (`usize::MAX`: the database) for
+    /// `length`; `end` closes it.
+    pub(crate) fn open(
+        &mut self,
+        t: u64,
+        i: usize,
+        host: usize,
+        length: Duration,
+        window: Window,
+        fault: impl fmt::Debug,
+        end: E,
+    ) {
+        if window == Window::PauseDb {
+            self.paused += 1;
+        }
+        self.note(t, 31, i as u64, host as u64, || format!("fault {i} starts on host {host}: {fault:?}"));
+        self.active.push((i, host, window));
+        self.set_failing();
+        self.push(t + nanos(length), end);
+    }
+
+    /// Closes fault `i`'s window: the requests held by a pause that ended
+    /// the last, to apply now in order.
+    pub(crate) fn close(&mut self, t: u64, i: usize) -> Vec<(usize, C)> {
+        self.note(t, 32, i as u64, 0, || format!("fault {i} ends"));
+        let pause = self.active.iter().any(|&(j, _, w)| j == i && w == Window::PauseDb);
+        self.active.retain(|&(j, _, _)| j != i);
+        self.set_failing();
+        if pause {
+            self.paused -= 1;
+            if self.paused == 0 {
+                return std::mem::take(&mut self.held);
+            }
+        }
+        Vec::new()
+    }
+
+    fn set_failing(&mut self) {
+        let fatal = self.active.iter().filter_map(|&(_, _, w)| match w {
+            Window::DbFailing { fatal } => Some(fatal),
+            _ => None,
+        });
+        self.store.set_failing(events::failing_kind(fatal));
+    }
+
+    // ---- messages ----
+
+    /// `node` on `host` sends call `id`, a request (`reply` false) or the
+    /// database's reply: lost on the way, or delivered as `ev` after the
+    /// link's delay.
+    pub(crate) fn transmit(&mut self, t: u64, node: usize, host: usize, id: u64, reply: bool, ev: E) {
+        let (req_loss, rep_loss) = self.loss(host);
+        if self.partitioned(host) || self.rng.percent(if reply { rep_loss } else { req_loss }) {
+            if reply {
+                self.lost_replies += 1;
+                self.note(t, 4, node as u64, id, || format!("n{node} reply {id} lost"));
+            } else {
+                self.lost_requests += 1;
+                self.note(t, 3, node as u64, id, || format!("n{node} request {id} lost"));
+            }
+            return;
+        }
+        let h = &self.hosts[host];
+        let (lo, hi) = if reply { h.rep_delay } else { h.req_delay };
+        let delay = self.rng.duration(lo, hi) + self.extra(host);
+        self.push(t + nanos(delay), ev);
+    }
+
+    /// `node`'s request `id` reaches the database: lost to a partition,
+    /// held by a pause, or to apply now.
+    pub(crate) fn arrive(&mut self, t: u64, node: usize, host: usize, id: u64, call: C) -> Option<C> {
+        if self.partitioned(host) {
+            self.lost_requests += 1;
+            self.note(t, 3, node as u64, id, || format!("n{node} request {id} lost (partition)"));
+            None
+        } else if self.paused > 0 {
+            self.held.push((node, call));
+            None
+        } else {
+            Some(call)
+        }
+    }
+
+    /// Whether the reply `id` reaching `node` is lost to a partition.
+    pub(crate) fn reply_cut_off(&mut self, t: u64, node: usize, host: usize, id: u64) -> bool {
+        let cut = self.partitioned(host);
+        if cut {
+            self.lost_replies += 1;
+            self.note(t, 4, node as u64, id, || format!("n{node} reply {id} lost (partition)"));
+        }
+        cut
+    }
+}
