@@ -103,15 +103,128 @@ impl Timer {
     }
 }
 
-/// The database, the links and the event queue of one run. `E` is the
-/// world's event, `C` a call on its way to the database.
-pub(crate) struct Net<'a, E, C> {
+/// An event of a run: those of every world, and the world's own (`X`).
+/// `C` is a call on its way to the database.
+pub(crate) enum Ev<C, X> {
+    /// A host's first process starts.
+    Start {
+        host: usize,
+    },
+    /// A fresh process starts on a host after a crash, kill or shutdown.
+    Restart {
+        host: usize,
+    },
+    /// A process's timer fires, if it is still armed for this instant.
+    Wake {
+        node: usize,
+    },
+    /// A request reaches the database.
+    Request {
+        node: usize,
+        call: C,
+    },
+    /// Fault `i` of the schedule starts.
+    FaultStart(usize),
+    /// Fault `i`'s window closes.
+    FaultEnd(usize),
+    /// The run ends.
+    End,
+    Own(X),
+}
+
+/// A world: what it does with the events every world has.
+pub(crate) trait Fleet<'a>: Sized {
+    type Call;
+    type Own;
+    fn net(&mut self) -> &mut Net<'a, Self::Call, Self::Own>;
+    fn host_state(&mut self, host: usize) -> &mut HostState;
+    fn call_id(call: &Self::Call) -> u64;
+    /// The host `node` runs on, and its identity.
+    fn node_host(&self, node: usize) -> usize;
+    fn identity(&self, node: usize) -> &str;
+    /// `node`'s timer, while its process runs.
+    fn timer(&mut self, node: usize) -> Option<&mut Timer>;
+    /// A process starts on `host`.
+    fn spawn(&mut self, t: u64, host: usize);
+    /// `node`'s timer fired.
+    fn woken(&mut self, t: u64, node: usize);
+    /// The database applies `node`'s call.
+    fn apply(&mut self, t: u64, node: usize, call: Self::Call);
+    fn fault_start(&mut self, t: u64, i: usize);
+    fn own(&mut self, t: u64, ev: Self::Own);
+    /// After each event: whether the run goes on (no violation yet).
+    fn go_on(&mut self, t: u64) -> bool;
+    /// The machines make no progress (a busy loop): a violation.
+    fn no_progress(&mut self, t: u64, detail: String);
+
+    fn step(&mut self, t: u64, ev: Ev<Self::Call, Self::Own>) {
+        match ev {
+            Ev::Start { host } => self.spawn(t, host),
+            Ev::Restart { host } => {
+                self.host_state(host).restart_pending = false;
+                self.spawn(t, host);
+            }
+            Ev::Wake { node } => {
+                let Some(timer) = self.timer(node) else { return };
+                match timer.fire(t) {
+                    Fired::Stale => {}
+                    Fired::Now => self.woken(t, node),
+                    Fired::Stuck => {
+                        let detail = format!("{} woke 1000 times at one instant", self.identity(node));
+                        self.no_progress(t, detail);
+                    }
+                }
+            }
+            Ev::Request { node, call } => {
+                let (host, id) = (self.node_host(node), Self::call_id(&call));
+                if let Some(call) = self.net().arrive(t, node, host, id, call) {
+                    self.apply(t, node, call);
+                }
+            }
+            Ev::FaultStart(i) => self.fault_start(t, i),
+            Ev::FaultEnd(i) => {
+                for (node, call) in self.net().close(t, i) {
+                    self.apply(t, node, call);
+                }
+            }
+            Ev::End => {}
+            Ev::Own(ev) => self.own(t, ev),
+        }
+    }
+
+    /// Runs the events to `end`, the first violation, or `max_events`
+    /// (a violation too); the instant of the last event.
+    fn drive(&mut self, end: u64, max_events: u64) -> u64 {
+        self.net().push(end, Ev::End);
+        let mut now = 0;
+        while let Some((t, ev)) = self.net().queue.pop() {
+            now = t;
+            self.net().events += 1;
+            if self.net().events > max_events {
+                self.no_progress(t, format!("more than {max_events} events"));
+                break;
+            }
+            if matches!(ev, Ev::End) {
+                break;
+            }
+            self.step(t, ev);
+            if !self.go_on(t) {
+                break;
+            }
+        }
+        now
+    }
+}
+
+/// The database, the links and the event queue of one run. `C` is a call
+/// on its way to the database, `X` the world's own events.
+pub(crate) struct Net<'a, C, X> {
     pub(crate) hosts: &'a [Host],
     pub(crate) rng: SimRng,
     pub(crate) store: MemStore,
     /// The database clock, in microseconds since the run began.
     pub(crate) db_micros: u64,
-    pub(crate) queue: Events<E>,
+    queue: Events<Ev<C, X>>,
     /// Windows open: (fault index, the host it hits or `usize::MAX` for the
     /// database, what it does).
     active: Vec<(usize, usize, Window)>,
@@ -127,7 +240,7 @@ pub(crate) struct Net<'a, E, C> {
     pub(crate) lost_replies: u64,
 }
 
-impl<'a, E, C> Net<'a, E, C> {
+impl<'a, C, X> Net<'a, C, X> {
     pub(crate) fn new(seed: u64, hosts: &'a [Host], tracing: bool) -> Self {
         Net {
             hosts,
@@ -147,40 +260,26 @@ impl<'a, E, C> Net<'a, E, C> {
         }
     }
 
-    pub(crate) fn push(&mut self, t: u64, ev: E) {
+    pub(crate) fn push(&mut self, t: u64, ev: Ev<C, X>) {
         self.queue.push(t, ev);
+    }
+
+    /// Schedules one of the world's own events.
+    pub(crate) fn push_own(&mut self, t: u64, ev: X) {
+        self.queue.push(t, Ev::Own(ev));
+    }
+
+    /// Schedules every host's first process.
+    pub(crate) fn start_hosts(&mut self) {
+        for (host, h) in self.hosts.iter().enumerate() {
+            self.queue.push(nanos(h.start_at), Ev::Start { host });
+        }
     }
 
     /// See [`events::note`].
     pub(crate) fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
         let trace = self.tracing.then_some(&mut self.trace);
         events::note(&mut self.trace_hash, trace, (t, code, a, b), text);
-    }
-
-    /// Runs the queue until it is empty, the end event, the first event
-    /// after which `step` says stop, or `max_events` (then `runaway` is
-    /// told); the instant of the last event.
-    pub(crate) fn run<W>(
-        w: &mut W,
-        net: impl Fn(&mut W) -> &mut Self,
-        max_events: u64,
-        is_end: impl Fn(&E) -> bool,
-        mut step: impl FnMut(&mut W, u64, E) -> bool,
-        runaway: impl FnOnce(&mut W, u64, String),
-    ) -> u64 {
-        let mut now = 0;
-        while let Some((t, ev)) = net(w).queue.pop() {
-            now = t;
-            net(w).events += 1;
-            if net(w).events > max_events {
-                runaway(w, t, format!("more than {max_events} events"));
-                break;
-            }
-            if is_end(&ev) || !step(w, t, ev) {
-                break;
-            }
-        }
-        now
     }
 
     // ---- clocks ----
@@ -237,16 +336,14 @@ impl<'a, E, C> Net<'a, E, C> {
     }
 
     /// Opens fault `i`'s window on `host` (`usize::MAX`: the database) for
-    /// `length`; `end` closes it.
+    /// `length`.
     pub(crate) fn open(
         &mut self,
         t: u64,
-        i: usize,
+        (i, fault): (usize, impl fmt::Debug),
         host: usize,
         length: Duration,
         window: Window,
-        fault: impl fmt::Debug,
-        end: E,
     ) {
         if window == Window::PauseDb {
             self.paused += 1;
@@ -254,7 +351,7 @@ impl<'a, E, C> Net<'a, E, C> {
         self.note(t, 31, i as u64, host as u64, || format!("fault {i} starts on host {host}: {fault:?}"));
         self.active.push((i, host, window));
         self.set_failing();
-        self.push(t + nanos(length), end);
+        self.push(t + nanos(length), Ev::FaultEnd(i));
     }
 
     /// Closes fault `i`'s window: the requests held by a pause that ended
@@ -286,7 +383,7 @@ impl<'a, E, C> Net<'a, E, C> {
     /// `node` on `host` sends call `id`, a request (`reply` false) or the
     /// database's reply: lost on the way, or delivered as `ev` after the
     /// link's delay.
-    pub(crate) fn transmit(&mut self, t: u64, node: usize, host: usize, id: u64, reply: bool, ev: E) {
+    pub(crate) fn transmit(&mut self, t: u64, node: usize, host: usize, id: u64, reply: bool, ev: Ev<C, X>) {
         let (req_loss, rep_loss) = self.loss(host);
         if self.partitioned(host) || self.rng.percent(if reply { rep_loss } else { req_loss }) {
             if reply {

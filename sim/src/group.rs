@@ -3,7 +3,7 @@
 //! oracle that watches every election.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{Fired, HostState, Net, Timer, Windowed};
+use crate::fleet::{Fleet, HostState, Net, Timer, Windowed};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -233,20 +233,8 @@ enum Answer {
     Members(Result<Members, StoreError>),
 }
 
-enum Ev {
-    Start {
-        host: usize,
-    },
-    Restart {
-        host: usize,
-    },
-    Wake {
-        node: usize,
-    },
-    Request {
-        node: usize,
-        call: GroupCall,
-    },
+/// The events of a group's world besides those of every world.
+enum Own {
     Reply {
         node: usize,
         id: BatchId,
@@ -263,8 +251,6 @@ enum Ev {
     WorkerFree {
         node: usize,
     },
-    FaultStart(usize),
-    FaultEnd(usize),
     Rejoin {
         node: usize,
         elections: Vec<usize>,
@@ -285,8 +271,9 @@ enum Ev {
         term: TermId,
     },
     CheckFairness,
-    End,
 }
+
+type Ev = crate::fleet::Ev<GroupCall, Own>;
 
 #[derive(Clone, Copy, Debug)]
 struct Guard {
@@ -344,7 +331,7 @@ struct Elec {
 
 struct World<'a> {
     s: &'a GroupSchedule,
-    net: Net<'a, Ev, GroupCall>,
+    net: Net<'a, GroupCall, Own>,
     nodes: Vec<Node>,
     hosts: Vec<HostState>,
     /// Renewal batches held in transit across a leave, by node, in the
@@ -401,29 +388,16 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
         fair_from: if s.fair_share { nanos(faults_end + allowance) } else { u64::MAX },
         last_over: None,
     };
-    for (host, h) in s.participants.iter().enumerate() {
-        w.net.push(nanos(h.start_at), Ev::Start { host });
-    }
+    w.net.start_hosts();
     for (i, f) in s.faults.iter().enumerate() {
         w.net.push(nanos(f.at), Ev::FaultStart(i));
     }
     let settle = if s.fair_share { bound.max(allowance) } else { bound };
     let end = nanos(faults_end + settle + s.timing.lease_duration * 2);
     if s.fair_share {
-        w.net.push(w.fair_from, Ev::CheckFairness);
+        w.net.push_own(w.fair_from, Own::CheckFairness);
     }
-    w.net.push(end, Ev::End);
-    let now = Net::run(
-        &mut w,
-        |w| &mut w.net,
-        MAX_EVENTS,
-        |ev| matches!(ev, Ev::End),
-        |w, t, ev| {
-            w.step(t, ev);
-            w.report.violation.is_none()
-        },
-        |w, t, detail| w.violate(t, GroupProperty::MachineMakesProgress, None, detail),
-    );
+    let now = w.drive(end, MAX_EVENTS);
     w.finish(now, end);
     let (r, net) = (&mut w.report, w.net);
     (r.events, r.lost_requests, r.lost_replies) = (net.events, net.lost_requests, net.lost_replies);
@@ -495,119 +469,6 @@ impl World<'_> {
     }
 
     // ---- events ----
-
-    fn step(&mut self, t: u64, ev: Ev) {
-        match ev {
-            Ev::Start { host } => self.spawn(t, host),
-            Ev::Restart { host } => {
-                self.hosts[host].restart_pending = false;
-                self.spawn(t, host);
-            }
-            Ev::Wake { node } => {
-                if self.nodes[node].gm.is_none() {
-                    return;
-                }
-                match self.nodes[node].timer.fire(t) {
-                    Fired::Stale => return,
-                    Fired::Now => {}
-                    Fired::Stuck => {
-                        let ident = self.nodes[node].identity.clone();
-                        let detail = format!("{ident} woke 1000 times at one instant");
-                        self.violate(t, GroupProperty::MachineMakesProgress, None, detail);
-                        return;
-                    }
-                }
-                let now = self.net.local(self.nodes[node].host, t);
-                if let Some(gm) = self.nodes[node].gm.as_mut() {
-                    gm.handle_timeout(now);
-                }
-                self.after(t, node);
-            }
-            Ev::Request { node, call } => {
-                let host = self.nodes[node].host;
-                if let Some(call) = self.net.arrive(t, node, host, call.id().0, call) {
-                    self.apply(t, node, call);
-                }
-            }
-            Ev::Reply { node, id, answer } => self.deliver(t, node, id, answer),
-            Ev::Replay { node, calls, out } => self.replay(t, node, calls, out),
-            Ev::FaultStart(i) => self.fault_start(t, i),
-            Ev::FaultEnd(i) => self.fault_end(t, i),
-            Ev::WorkerFree { node } => {
-                if self.nodes[node].gm.is_some() && !self.nodes[node].queued.is_empty() {
-                    self.start_queued(t, node);
-                    self.after(t, node);
-                }
-            }
-            Ev::Rejoin { node, elections } => self.rejoin(t, node, &elections),
-            Ev::Leave(i) => self.leave_held(t, i),
-            Ev::Land { node } => self.land(t, node),
-            Ev::CheckBacked { election, node, term } => {
-                if self.nodes[node].guards.get(&election).is_some_and(|g| g.term == term)
-                    && self.valid(node, election, t)
-                {
-                    self.check_backed(t, node, election);
-                }
-            }
-            Ev::CheckFairness => {
-                for node in 0..self.nodes.len() {
-                    self.check_fair(t, node);
-                }
-            }
-            Ev::End => {}
-        }
-    }
-
-    fn spawn(&mut self, t: u64, host: usize) {
-        let s = self.s;
-        let hs = &mut self.hosts[host];
-        hs.processes += 1;
-        let identity = format!("p{host}.{}#{:016x}", hs.processes, self.net.rng.next_u64());
-        let member = if s.variant == GroupVariant::SharedMemberName { "member".to_owned() } else { identity.clone() };
-        let h = &s.participants[host];
-        let mut cfg = GroupMachineConfig::new(identity.clone(), GROUP, s.timing, self.net.rng.next_u64());
-        cfg.fair_share = s.fair_share && s.variant != GroupVariant::FairShareOff;
-        cfg.tick = s.tick;
-        cfg.phase = h.phase;
-        cfg.release_on_shutdown = h.release_on_shutdown;
-        cfg.unsafe_anchor_at_reply = s.variant == GroupVariant::AnchorAtReply;
-        // A third of the schedules (by their seed, so the byte format keeps
-        // its meaning) split renewals from two terms: two renewal batches
-        // per interval, the heartbeat riding on one of them.
-        if s.seed.is_multiple_of(3) {
-            cfg.split_renewals_from = 2;
-        }
-        let node = self.nodes.len();
-        self.net.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
-        self.nodes.push(Node {
-            host,
-            identity,
-            member,
-            payload: Arc::from(vec![host as u8]),
-            gm: Some(GroupMachine::new(cfg)),
-            stopping: false,
-            keys: HashMap::new(),
-            by_election: vec![None; s.elections],
-            guards: BTreeMap::new(),
-            timer: Timer::default(),
-            shutdown_at: None,
-            leaving_since: HashMap::new(),
-            rejoin_pending: vec![false; s.elections],
-            hold_renewals: (0, 0),
-            sent_at: HashMap::new(),
-            workers: Vec::new(),
-            queued: std::collections::VecDeque::new(),
-        });
-        self.hosts[host].current = Some(node);
-        self.report.processes += 1;
-        if t > nanos(s.timing.lease_duration) {
-            self.report.late_joins += 1;
-        }
-        for e in 0..s.elections {
-            self.join(t, node, e);
-        }
-        self.after(t, node);
-    }
 
     fn join(&mut self, t: u64, node: usize, e: usize) {
         let now = self.net.local(self.nodes[node].host, t);
@@ -836,7 +697,7 @@ impl World<'_> {
             self.net.note(t, 2, node as u64, id.0, || format!("n{node} call {} waits for a worker", id.0));
             let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
             self.nodes[node].queued.push_back((t, call));
-            self.net.push(free, Ev::WorkerFree { node });
+            self.net.push_own(free, Own::WorkerFree { node });
             return;
         }
         let busy_until = t.saturating_add(self.net.real_span(host, self.s.timing.operation_timeout));
@@ -881,72 +742,12 @@ impl World<'_> {
                     self.schedule_landing(t, node);
                 }
                 if left == 1 {
-                    self.net.push(t, Ev::Leave(fault));
+                    self.net.push_own(t, Own::Leave(fault));
                 }
                 return;
             }
         }
         self.net.transmit(t, node, host, id.0, false, Ev::Request { node, call });
-    }
-
-    /// The database runs one call at real instant `t` on its own clock.
-    fn apply(&mut self, t: u64, node: usize, call: GroupCall) {
-        self.net.advance_db(t);
-        self.report.applied += 1;
-        let host = self.nodes[node].host;
-        let identity = self.nodes[node].identity.clone();
-        let op_timeout = self.s.timing.operation_timeout;
-        let id = call.id();
-        let answer = match &call {
-            GroupCall::Batch(b) => {
-                // A heartbeat that goes with the batch is the member's, by
-                // its member name (as a call of its own), then the batch.
-                let members = b.heartbeat.map(|h| {
-                    let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, h.leading, h.ttl, op_timeout);
-                    self.net
-                        .note(t, 21, node as u64, h.id.0, || format!("db applies n{node} heartbeat {}: {r:?}", h.id.0));
-                    self.report.member_calls += 1;
-                    self.report.beats_with_renewals += 1;
-                    (h.id, r)
-                });
-                let bare = Batch { heartbeat: None, ..b.clone() };
-                let (out, _) = bare.run(&self.net.store, GROUP, &identity, op_timeout);
-                self.net.note(t, 20, node as u64, id.0, || {
-                    let ok = out
-                        .iter()
-                        .filter(|o| {
-                            matches!(o, Outcome::Lease(Ok(l)) if l.holder == identity)
-                                || matches!(o, Outcome::Released(Ok(())))
-                        })
-                        .count();
-                    format!(
-                        "db applies n{node} batch {}: {} of {}, {ok} held by it or released",
-                        id.0,
-                        op_name(b.op),
-                        out.len()
-                    )
-                });
-                if b.op != BatchOp::Inspect {
-                    self.batch_applied(t, node, b.op, b.entries.iter().map(|e| &*e.name), &out);
-                }
-                Answer::Batch(out, members)
-            }
-            GroupCall::Heartbeat { ttl, leading, .. } => {
-                let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, *leading, *ttl, op_timeout);
-                self.net.note(t, 21, node as u64, id.0, || format!("db applies n{node} heartbeat {}: {r:?}", id.0));
-                Answer::Members(r)
-            }
-            GroupCall::Leave { .. } => {
-                let r = self
-                    .net
-                    .store
-                    .leave_group(GROUP, &self.nodes[node].member, op_timeout)
-                    .map(|()| Members::new(0, self.net.store.now()));
-                self.net.note(t, 21, node as u64, id.0, || format!("db applies n{node} leave {}: {r:?}", id.0));
-                Answer::Members(r)
-            }
-        };
-        self.net.transmit(t, node, host, id.0, true, Ev::Reply { node, id, answer });
     }
 
     /// The oracle's view of a batch the database applied: fences issued by
@@ -997,7 +798,7 @@ impl World<'_> {
             if self.nodes[node].workers.len() >= MAX_GROUP_CALL_THREADS {
                 if !self.nodes[node].queued.is_empty() {
                     let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
-                    self.net.push(free, Ev::WorkerFree { node });
+                    self.net.push_own(free, Own::WorkerFree { node });
                 }
                 return;
             }
@@ -1064,7 +865,7 @@ impl World<'_> {
                     // the core and every machine have given the calls up.
                     let late = self.net.real_span(host, self.s.timing.operation_timeout + self.s.tick);
                     let at = sent.saturating_add(late).max(t) + 1;
-                    self.net.push(at, Ev::Replay { node, calls, out: out.clone() });
+                    self.net.push_own(at, Own::Replay { node, calls, out: out.clone() });
                 }
                 if let Some(gm) = self.nodes[node].gm.as_mut() {
                     gm.handle_batch_reply(now, id, out);
@@ -1136,54 +937,6 @@ impl World<'_> {
     /// Whether `host` may go for good: another host is still in the fleet.
     fn may_go(&self, host: usize) -> bool {
         self.hosts.iter().enumerate().any(|(h, hs)| h != host && !hs.gone)
-    }
-
-    fn fault_start(&mut self, t: u64, i: usize) {
-        let fault = self.s.faults[i].fault;
-        if let Some((target, length, window)) = fault.window() {
-            let host = target.map_or(usize::MAX, |target| self.resolve(t, target));
-            self.net.open(t, i, host, length, window, fault, Ev::FaultEnd(i));
-            return;
-        }
-        match fault {
-            GroupFault::Kill { target, down, permanent } => {
-                let host = self.resolve(t, target);
-                self.kill(t, i, host, down, permanent);
-            }
-            GroupFault::Shutdown { target, down, permanent } => {
-                let host = self.resolve(t, target);
-                self.shutdown(t, i, host, down, permanent);
-            }
-            GroupFault::LeaveRejoin { target, first, count, release, after, stuck } => {
-                let host = self.resolve(t, target);
-                if stuck == 0 {
-                    self.leave_some(t, i, host, first, count, release, after);
-                } else if let Some(node) = self.running(host) {
-                    self.net.note(t, 30, i as u64, host as u64, || {
-                        format!("fault {i}: n{node} holds its next {stuck} renewal batches in transit, then leaves")
-                    });
-                    self.nodes[node].hold_renewals = (stuck, i);
-                    self.deferred_leaves.insert(i);
-                    // If the renewals do not all go (it leads nothing), the
-                    // leave goes anyway.
-                    let timing = self.s.timing;
-                    let most = (timing.renew_interval + timing.operation_timeout) * stuck as u32;
-                    let wait = self.net.real_span(host, most);
-                    self.net.push(t + wait, Ev::Leave(i));
-                }
-            }
-            GroupFault::Resign { target, count } => {
-                let host = self.resolve(t, target);
-                self.resign_some(t, i, host, count);
-            }
-            _ => unreachable!("a window: {fault:?}"),
-        }
-    }
-
-    fn fault_end(&mut self, t: u64, i: usize) {
-        for (node, call) in self.net.close(t, i) {
-            self.apply(t, node, call);
-        }
     }
 
     fn kill(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {
@@ -1274,7 +1027,7 @@ impl World<'_> {
             )
         });
         self.after(t, node);
-        self.net.push(t + nanos(after), Ev::Rejoin { node, elections: left });
+        self.net.push_own(t + nanos(after), Own::Rejoin { node, elections: left });
     }
 
     /// [`GroupFault::LeaveRejoin`] with renewals held, once they went (or
@@ -1309,7 +1062,7 @@ impl World<'_> {
             .map(|l| l.ttl())
             .min()
             .unwrap_or_default();
-        self.net.push(t + nanos(left.saturating_sub(Duration::from_millis(1))), Ev::Land { node });
+        self.net.push_own(t + nanos(left.saturating_sub(Duration::from_millis(1))), Own::Land { node });
     }
 
     fn land(&mut self, t: u64, node: usize) {
@@ -1535,7 +1288,7 @@ impl World<'_> {
         let row = row.expect("checked");
         let expires = u64::try_from(row.expires_at.as_unix_micros() - DB_BASE_MICROS).unwrap_or(0) * 1000;
         if expires < self.net.real_at(n.host, g.deadline) {
-            self.net.push(expires.max(t), Ev::CheckBacked { election: e, node, term: g.term });
+            self.net.push_own(expires.max(t), Own::CheckBacked { election: e, node, term: g.term });
         }
     }
 
@@ -1665,6 +1418,233 @@ impl World<'_> {
             return;
         }
         self.report.recovery = Some(dur(worst));
+    }
+}
+
+impl<'a> Fleet<'a> for World<'a> {
+    type Call = GroupCall;
+    type Own = Own;
+
+    fn net(&mut self) -> &mut Net<'a, GroupCall, Own> {
+        &mut self.net
+    }
+
+    fn host_state(&mut self, host: usize) -> &mut HostState {
+        &mut self.hosts[host]
+    }
+
+    fn call_id(call: &GroupCall) -> u64 {
+        call.id().0
+    }
+
+    fn node_host(&self, node: usize) -> usize {
+        self.nodes[node].host
+    }
+
+    fn identity(&self, node: usize) -> &str {
+        &self.nodes[node].identity
+    }
+
+    fn timer(&mut self, node: usize) -> Option<&mut Timer> {
+        let n = &mut self.nodes[node];
+        n.gm.as_ref().map(|_| &mut n.timer)
+    }
+
+    fn woken(&mut self, t: u64, node: usize) {
+        let now = self.net.local(self.nodes[node].host, t);
+        if let Some(gm) = self.nodes[node].gm.as_mut() {
+            gm.handle_timeout(now);
+        }
+        self.after(t, node);
+    }
+
+    fn go_on(&mut self, _: u64) -> bool {
+        self.report.violation.is_none()
+    }
+
+    fn no_progress(&mut self, t: u64, detail: String) {
+        self.violate(t, GroupProperty::MachineMakesProgress, None, detail);
+    }
+
+    fn own(&mut self, t: u64, ev: Own) {
+        match ev {
+            Own::Reply { node, id, answer } => self.deliver(t, node, id, answer),
+            Own::Replay { node, calls, out } => self.replay(t, node, calls, out),
+            Own::WorkerFree { node } => {
+                if self.nodes[node].gm.is_some() && !self.nodes[node].queued.is_empty() {
+                    self.start_queued(t, node);
+                    self.after(t, node);
+                }
+            }
+            Own::Rejoin { node, elections } => self.rejoin(t, node, &elections),
+            Own::Leave(i) => self.leave_held(t, i),
+            Own::Land { node } => self.land(t, node),
+            Own::CheckBacked { election, node, term } => {
+                if self.nodes[node].guards.get(&election).is_some_and(|g| g.term == term)
+                    && self.valid(node, election, t)
+                {
+                    self.check_backed(t, node, election);
+                }
+            }
+            Own::CheckFairness => {
+                for node in 0..self.nodes.len() {
+                    self.check_fair(t, node);
+                }
+            }
+        }
+    }
+
+    fn spawn(&mut self, t: u64, host: usize) {
+        let s = self.s;
+        let hs = &mut self.hosts[host];
+        hs.processes += 1;
+        let identity = format!("p{host}.{}#{:016x}", hs.processes, self.net.rng.next_u64());
+        let member = if s.variant == GroupVariant::SharedMemberName { "member".to_owned() } else { identity.clone() };
+        let h = &s.participants[host];
+        let mut cfg = GroupMachineConfig::new(identity.clone(), GROUP, s.timing, self.net.rng.next_u64());
+        cfg.fair_share = s.fair_share && s.variant != GroupVariant::FairShareOff;
+        cfg.tick = s.tick;
+        cfg.phase = h.phase;
+        cfg.release_on_shutdown = h.release_on_shutdown;
+        cfg.unsafe_anchor_at_reply = s.variant == GroupVariant::AnchorAtReply;
+        // A third of the schedules (by their seed, so the byte format keeps
+        // its meaning) split renewals from two terms: two renewal batches
+        // per interval, the heartbeat riding on one of them.
+        if s.seed.is_multiple_of(3) {
+            cfg.split_renewals_from = 2;
+        }
+        let node = self.nodes.len();
+        self.net.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
+        self.nodes.push(Node {
+            host,
+            identity,
+            member,
+            payload: Arc::from(vec![host as u8]),
+            gm: Some(GroupMachine::new(cfg)),
+            stopping: false,
+            keys: HashMap::new(),
+            by_election: vec![None; s.elections],
+            guards: BTreeMap::new(),
+            timer: Timer::default(),
+            shutdown_at: None,
+            leaving_since: HashMap::new(),
+            rejoin_pending: vec![false; s.elections],
+            hold_renewals: (0, 0),
+            sent_at: HashMap::new(),
+            workers: Vec::new(),
+            queued: std::collections::VecDeque::new(),
+        });
+        self.hosts[host].current = Some(node);
+        self.report.processes += 1;
+        if t > nanos(s.timing.lease_duration) {
+            self.report.late_joins += 1;
+        }
+        for e in 0..s.elections {
+            self.join(t, node, e);
+        }
+        self.after(t, node);
+    }
+
+    /// The database runs one call at real instant `t` on its own clock.
+    fn apply(&mut self, t: u64, node: usize, call: GroupCall) {
+        self.net.advance_db(t);
+        self.report.applied += 1;
+        let host = self.nodes[node].host;
+        let identity = self.nodes[node].identity.clone();
+        let op_timeout = self.s.timing.operation_timeout;
+        let id = call.id();
+        let answer = match &call {
+            GroupCall::Batch(b) => {
+                // A heartbeat that goes with the batch is the member's, by
+                // its member name (as a call of its own), then the batch.
+                let members = b.heartbeat.map(|h| {
+                    let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, h.leading, h.ttl, op_timeout);
+                    self.net
+                        .note(t, 21, node as u64, h.id.0, || format!("db applies n{node} heartbeat {}: {r:?}", h.id.0));
+                    self.report.member_calls += 1;
+                    self.report.beats_with_renewals += 1;
+                    (h.id, r)
+                });
+                let bare = Batch { heartbeat: None, ..b.clone() };
+                let (out, _) = bare.run(&self.net.store, GROUP, &identity, op_timeout);
+                self.net.note(t, 20, node as u64, id.0, || {
+                    let ok = out
+                        .iter()
+                        .filter(|o| {
+                            matches!(o, Outcome::Lease(Ok(l)) if l.holder == identity)
+                                || matches!(o, Outcome::Released(Ok(())))
+                        })
+                        .count();
+                    format!(
+                        "db applies n{node} batch {}: {} of {}, {ok} held by it or released",
+                        id.0,
+                        op_name(b.op),
+                        out.len()
+                    )
+                });
+                if b.op != BatchOp::Inspect {
+                    self.batch_applied(t, node, b.op, b.entries.iter().map(|e| &*e.name), &out);
+                }
+                Answer::Batch(out, members)
+            }
+            GroupCall::Heartbeat { ttl, leading, .. } => {
+                let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, *leading, *ttl, op_timeout);
+                self.net.note(t, 21, node as u64, id.0, || format!("db applies n{node} heartbeat {}: {r:?}", id.0));
+                Answer::Members(r)
+            }
+            GroupCall::Leave { .. } => {
+                let r = self
+                    .net
+                    .store
+                    .leave_group(GROUP, &self.nodes[node].member, op_timeout)
+                    .map(|()| Members::new(0, self.net.store.now()));
+                self.net.note(t, 21, node as u64, id.0, || format!("db applies n{node} leave {}: {r:?}", id.0));
+                Answer::Members(r)
+            }
+        };
+        self.net.transmit(t, node, host, id.0, true, Ev::Own(Own::Reply { node, id, answer }));
+    }
+
+    fn fault_start(&mut self, t: u64, i: usize) {
+        let fault = self.s.faults[i].fault;
+        if let Some((target, length, window)) = fault.window() {
+            let host = target.map_or(usize::MAX, |target| self.resolve(t, target));
+            self.net.open(t, (i, fault), host, length, window);
+            return;
+        }
+        match fault {
+            GroupFault::Kill { target, down, permanent } => {
+                let host = self.resolve(t, target);
+                self.kill(t, i, host, down, permanent);
+            }
+            GroupFault::Shutdown { target, down, permanent } => {
+                let host = self.resolve(t, target);
+                self.shutdown(t, i, host, down, permanent);
+            }
+            GroupFault::LeaveRejoin { target, first, count, release, after, stuck } => {
+                let host = self.resolve(t, target);
+                if stuck == 0 {
+                    self.leave_some(t, i, host, first, count, release, after);
+                } else if let Some(node) = self.running(host) {
+                    self.net.note(t, 30, i as u64, host as u64, || {
+                        format!("fault {i}: n{node} holds its next {stuck} renewal batches in transit, then leaves")
+                    });
+                    self.nodes[node].hold_renewals = (stuck, i);
+                    self.deferred_leaves.insert(i);
+                    // If the renewals do not all go (it leads nothing), the
+                    // leave goes anyway.
+                    let timing = self.s.timing;
+                    let most = (timing.renew_interval + timing.operation_timeout) * stuck as u32;
+                    let wait = self.net.real_span(host, most);
+                    self.net.push_own(t + wait, Own::Leave(i));
+                }
+            }
+            GroupFault::Resign { target, count } => {
+                let host = self.resolve(t, target);
+                self.resign_some(t, i, host, count);
+            }
+            _ => unreachable!("a window: {fault:?}"),
+        }
     }
 }
 

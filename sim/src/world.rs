@@ -1,7 +1,7 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{Fired, HostState, Net, Timer, Windowed};
+use crate::fleet::{Fleet, HostState, Net, Timer, Windowed};
 use std::fmt;
 use std::time::Duration;
 
@@ -172,20 +172,8 @@ pub struct RunReport {
     pub fences_issued: u64,
 }
 
-enum Ev {
-    Start {
-        host: usize,
-    },
-    Restart {
-        host: usize,
-    },
-    Wake {
-        node: usize,
-    },
-    Request {
-        node: usize,
-        call: Call,
-    },
+/// The events of one election's world besides those of every world.
+enum Own {
     /// `epoch`: the operator epoch in which the database applied the call.
     Reply {
         node: usize,
@@ -198,10 +186,9 @@ enum Ev {
     GuardsDropped {
         node: usize,
     },
-    FaultStart(usize),
-    FaultEnd(usize),
-    End,
 }
+
+type Ev = crate::fleet::Ev<Call, Own>;
 
 #[derive(Clone, Copy, Debug)]
 struct Guard {
@@ -235,7 +222,7 @@ struct Interval {
 
 struct World<'a> {
     s: &'a Schedule,
-    net: Net<'a, Ev, Call>,
+    net: Net<'a, Call, Own>,
     nodes: Vec<Node>,
     hosts: Vec<HostState>,
     leading: Vec<usize>,
@@ -289,33 +276,17 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
     w.net.store.set_claims_inherited_rows(schedule.variant == Variant::ClaimsInheritedRows);
     w.report.faults_end = schedule.faults_end();
     w.report.liveness_bound = schedule.liveness_bound();
-    for (host, h) in schedule.hosts.iter().enumerate() {
-        w.net.push(nanos(h.start_at), Ev::Start { host });
-    }
+    w.net.start_hosts();
     for (i, f) in schedule.faults.iter().enumerate() {
         if let Fault::RestoreRow { lag } | Fault::Failover { lag } = f.fault {
             if lag <= f.at {
-                w.net.push(nanos(f.at - lag), Ev::Snapshot(i));
+                w.net.push(nanos(f.at - lag), Ev::Own(Own::Snapshot(i)));
             }
         }
         w.net.push(nanos(f.at), Ev::FaultStart(i));
     }
     let end = nanos(w.report.faults_end + w.report.liveness_bound + schedule.timing.lease_duration * 2);
-    w.net.push(end, Ev::End);
-    let now = Net::run(
-        &mut w,
-        |w| &mut w.net,
-        MAX_EVENTS,
-        |ev| matches!(ev, Ev::End),
-        |w, t, ev| {
-            w.step(t, ev);
-            if w.report.violation.is_none() {
-                w.check_instant(t);
-            }
-            w.report.violation.is_none()
-        },
-        |w, t, detail| w.violate(t, Property::MachineMakesProgress, detail),
-    );
+    let now = w.drive(end, MAX_EVENTS);
     w.finish(now, end);
     let (r, net) = (&mut w.report, w.net);
     (r.events, r.lost_requests, r.lost_replies) = (net.events, net.lost_requests, net.lost_replies);
@@ -390,92 +361,6 @@ impl World<'_> {
     }
 
     // ---- events ----
-
-    fn step(&mut self, t: u64, ev: Ev) {
-        match ev {
-            Ev::Start { host } => self.spawn(t, host),
-            Ev::Restart { host } => {
-                self.hosts[host].restart_pending = false;
-                self.spawn(t, host);
-            }
-            Ev::Wake { node } => {
-                if self.nodes[node].machine.is_none() {
-                    return;
-                }
-                match self.nodes[node].timer.fire(t) {
-                    Fired::Stale => {}
-                    Fired::Now => self.with_node(t, node, |m, now| m.handle_timeout(now)),
-                    Fired::Stuck => {
-                        let ident = self.nodes[node].identity.clone();
-                        let detail = format!("{ident} woke 1000 times at one instant");
-                        self.violate(t, Property::MachineMakesProgress, detail);
-                    }
-                }
-            }
-            Ev::Request { node, call } => {
-                let host = self.nodes[node].host;
-                if let Some(call) = self.net.arrive(t, node, host, call.id.0, call) {
-                    self.apply(t, node, call);
-                }
-            }
-            Ev::Reply { node, id, outcome, epoch } => {
-                let host = self.nodes[node].host;
-                if self.net.reply_cut_off(t, node, host, id.0) {
-                    return;
-                }
-                let Some(m) = self.nodes[node].machine.as_ref() else { return };
-                if m.call_in_flight().is_none_or(|c| c.id != id) {
-                    self.report.late_replies += 1;
-                }
-                self.net
-                    .note(t, 5, node as u64, id.0, || format!("n{node} reply {}: {}", id.0, show_outcome(&outcome)));
-                self.reply_epoch = Some(epoch);
-                self.with_node(t, node, |m, now| m.handle_reply(now, id, outcome));
-                self.reply_epoch = None;
-            }
-            Ev::Snapshot(i) => {
-                self.net.advance_db(t);
-                let row = self.net.store.peek(ELECTION);
-                self.net.note(t, 33, i as u64, row.as_ref().map_or(0, |r| r.fence), || {
-                    format!("a replica's copy for fault {i}: {}", row.as_ref().map_or("no row".into(), show_lease))
-                });
-                self.snapshots[i] = row;
-            }
-            Ev::GuardsDropped { node } => {
-                self.net.note(t, 6, node as u64, 0, || format!("n{node} drops the guards of its ended term"));
-                self.with_node(t, node, |m, now| m.set_hold_back(now, false));
-            }
-            Ev::FaultStart(i) => self.fault_start(t, i),
-            Ev::FaultEnd(i) => self.fault_end(t, i),
-            Ev::End => {}
-        }
-    }
-
-    fn spawn(&mut self, t: u64, host: usize) {
-        let hs = &mut self.hosts[host];
-        hs.processes += 1;
-        let identity = format!("h{host}.{}-{:04x}", hs.processes, self.net.rng.below(0x1_0000));
-        let mut cfg = MachineConfig::new(identity.clone(), self.s.timing, self.net.rng.next_u64());
-        cfg.release_on_shutdown = self.s.hosts[host].release_on_shutdown;
-        cfg.unsafe_anchor_at_reply = self.s.variant == Variant::AnchorAtReply;
-        let node = self.nodes.len();
-        self.net.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
-        self.nodes.push(Node {
-            host,
-            identity,
-            machine: Some(Machine::new(cfg)),
-            timer: Timer::default(),
-            guard: None,
-            shutdown_at: None,
-        });
-        self.hosts[host].current = Some(node);
-        self.report.processes += 1;
-        if self.s.variant == Variant::NeverCampaigns {
-            self.with_node(t, node, |m, now| m.set_hold_back(now, true));
-        } else {
-            self.with_node(t, node, |m, now| m.handle_timeout(now));
-        }
-    }
 
     /// Hands the machine of `node` one input at real instant `t`, then carries
     /// out its outputs and re-arms its timer, as the elector's loop does.
@@ -562,7 +447,7 @@ impl World<'_> {
         }
         let real = u64::try_from(hold.as_nanos() * u128::from(PPM) / u128::from(self.s.hosts[host].rate_ppm))
             .unwrap_or(u64::MAX);
-        self.net.push(t.saturating_add(real), Ev::GuardsDropped { node });
+        self.net.push(t.saturating_add(real), Ev::Own(Own::GuardsDropped { node }));
     }
 
     fn rearm(&mut self, t: u64, node: usize) {
@@ -585,81 +470,12 @@ impl World<'_> {
         self.net.transmit(t, node, host, call.id.0, false, Ev::Request { node, call });
     }
 
-    /// The database runs one call at real instant `t` on its own clock.
-    fn apply(&mut self, t: u64, node: usize, call: Call) {
-        self.net.advance_db(t);
-        self.report.applied += 1;
-        let host = self.nodes[node].host;
-        let id = self.nodes[node].identity.clone();
-        let payload = [host as u8];
-        let o = self.s.timing.operation_timeout;
-        let outcome = match self.s.variant {
-            Variant::OldFenceRule => call.op.run(&OldFenceRule(&self.net.store), ELECTION, &id, &payload, o),
-            Variant::RenewsLostLease => call.op.run(&RenewsLostLease(&self.net.store), ELECTION, &id, &payload, o),
-            _ => call.op.run(&self.net.store, ELECTION, &id, &payload, o),
-        };
-        self.net.note(t, 20, node as u64, call.id.0, || {
-            format!("db applies n{node} call {}: {}", call.id.0, show_outcome(&outcome))
-        });
-        if let Some(row) = self.net.store.peek(ELECTION) {
-            if matches!(call.op, Op::Acquire { .. }) && self.record_fence != Some(row.fence) {
-                self.fence_issued(t, node, row.fence);
-            }
-            if row.fence < self.store_fence {
-                let detail = format!("record fence went from {} to {}", self.store_fence, row.fence);
-                self.violate(t, Property::StoreFenceMonotonic, detail);
-            }
-            self.store_fence = row.fence;
-            self.record_fence = Some(row.fence);
-        }
-        let reply = Ev::Reply { node, id: call.id, outcome, epoch: self.epoch };
-        self.net.transmit(t, node, host, call.id.0, true, reply);
-    }
-
     // ---- faults ----
 
     fn resolve(&self, t: u64, target: Target) -> usize {
         match target {
             Target::Host(h) => h,
             Target::Leader => self.leading.iter().find(|&&n| self.valid(n, t)).map_or(0, |&n| self.nodes[n].host),
-        }
-    }
-
-    fn fault_start(&mut self, t: u64, i: usize) {
-        let fault = self.s.faults[i].fault;
-        if fault.is_operator() {
-            self.operator_fault(t, i);
-            return;
-        }
-        if let Some((target, length, window)) = fault.window() {
-            let host = target.map_or(usize::MAX, |target| self.resolve(t, target));
-            self.net.open(t, i, host, length, window, fault, Ev::FaultEnd(i));
-            return;
-        }
-        match fault {
-            Fault::Crash { target, down } => {
-                let host = self.resolve(t, target);
-                self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: crash host {host} for {down:?}"));
-                self.crash(t, host, down);
-            }
-            Fault::Shutdown { target, down } => {
-                let host = self.resolve(t, target);
-                self.net
-                    .note(t, 30, i as u64, host as u64, || format!("fault {i}: shut down host {host} for {down:?}"));
-                self.shutdown(t, host, down);
-            }
-            Fault::Failover { .. } => self.failover(t, i),
-            Fault::Resign { target } => {
-                let host = self.resolve(t, target);
-                self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: host {host} resigns"));
-                let node = self.hosts[host].current;
-                if let Some(node) = node {
-                    if let Some(g) = self.nodes[node].guard {
-                        self.with_node(t, node, |m, now| m.resign(now, g.term));
-                    }
-                }
-            }
-            _ => unreachable!("a window or an operator fault: {fault:?}"),
         }
     }
 
@@ -762,12 +578,6 @@ impl World<'_> {
         }
         self.epoch += 1;
         self.epoch_ends.push(t);
-    }
-
-    fn fault_end(&mut self, t: u64, i: usize) {
-        for (node, call) in self.net.close(t, i) {
-            self.apply(t, node, call);
-        }
     }
 
     fn crash(&mut self, t: u64, host: usize, down: Duration) {
@@ -1044,6 +854,178 @@ impl World<'_> {
                 );
                 self.violate(end, Property::SomeoneLeadsAfterFaults, detail);
             }
+        }
+    }
+}
+
+impl<'a> Fleet<'a> for World<'a> {
+    type Call = Call;
+    type Own = Own;
+
+    fn net(&mut self) -> &mut Net<'a, Call, Own> {
+        &mut self.net
+    }
+
+    fn host_state(&mut self, host: usize) -> &mut HostState {
+        &mut self.hosts[host]
+    }
+
+    fn call_id(call: &Call) -> u64 {
+        call.id.0
+    }
+
+    fn node_host(&self, node: usize) -> usize {
+        self.nodes[node].host
+    }
+
+    fn identity(&self, node: usize) -> &str {
+        &self.nodes[node].identity
+    }
+
+    fn timer(&mut self, node: usize) -> Option<&mut Timer> {
+        let n = &mut self.nodes[node];
+        n.machine.as_ref().map(|_| &mut n.timer)
+    }
+
+    fn woken(&mut self, t: u64, node: usize) {
+        self.with_node(t, node, |m, now| m.handle_timeout(now));
+    }
+
+    fn go_on(&mut self, t: u64) -> bool {
+        if self.report.violation.is_none() {
+            self.check_instant(t);
+        }
+        self.report.violation.is_none()
+    }
+
+    fn no_progress(&mut self, t: u64, detail: String) {
+        self.violate(t, Property::MachineMakesProgress, detail);
+    }
+
+    fn own(&mut self, t: u64, ev: Own) {
+        match ev {
+            Own::Reply { node, id, outcome, epoch } => {
+                let host = self.nodes[node].host;
+                if self.net.reply_cut_off(t, node, host, id.0) {
+                    return;
+                }
+                let Some(m) = self.nodes[node].machine.as_ref() else { return };
+                if m.call_in_flight().is_none_or(|c| c.id != id) {
+                    self.report.late_replies += 1;
+                }
+                self.net
+                    .note(t, 5, node as u64, id.0, || format!("n{node} reply {}: {}", id.0, show_outcome(&outcome)));
+                self.reply_epoch = Some(epoch);
+                self.with_node(t, node, |m, now| m.handle_reply(now, id, outcome));
+                self.reply_epoch = None;
+            }
+            Own::Snapshot(i) => {
+                self.net.advance_db(t);
+                let row = self.net.store.peek(ELECTION);
+                self.net.note(t, 33, i as u64, row.as_ref().map_or(0, |r| r.fence), || {
+                    format!("a replica's copy for fault {i}: {}", row.as_ref().map_or("no row".into(), show_lease))
+                });
+                self.snapshots[i] = row;
+            }
+            Own::GuardsDropped { node } => {
+                self.net.note(t, 6, node as u64, 0, || format!("n{node} drops the guards of its ended term"));
+                self.with_node(t, node, |m, now| m.set_hold_back(now, false));
+            }
+        }
+    }
+
+    fn spawn(&mut self, t: u64, host: usize) {
+        let hs = &mut self.hosts[host];
+        hs.processes += 1;
+        let identity = format!("h{host}.{}-{:04x}", hs.processes, self.net.rng.below(0x1_0000));
+        let mut cfg = MachineConfig::new(identity.clone(), self.s.timing, self.net.rng.next_u64());
+        cfg.release_on_shutdown = self.s.hosts[host].release_on_shutdown;
+        cfg.unsafe_anchor_at_reply = self.s.variant == Variant::AnchorAtReply;
+        let node = self.nodes.len();
+        self.net.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
+        self.nodes.push(Node {
+            host,
+            identity,
+            machine: Some(Machine::new(cfg)),
+            timer: Timer::default(),
+            guard: None,
+            shutdown_at: None,
+        });
+        self.hosts[host].current = Some(node);
+        self.report.processes += 1;
+        if self.s.variant == Variant::NeverCampaigns {
+            self.with_node(t, node, |m, now| m.set_hold_back(now, true));
+        } else {
+            self.with_node(t, node, |m, now| m.handle_timeout(now));
+        }
+    }
+
+    /// The database runs one call at real instant `t` on its own clock.
+    fn apply(&mut self, t: u64, node: usize, call: Call) {
+        self.net.advance_db(t);
+        self.report.applied += 1;
+        let host = self.nodes[node].host;
+        let id = self.nodes[node].identity.clone();
+        let payload = [host as u8];
+        let o = self.s.timing.operation_timeout;
+        let outcome = match self.s.variant {
+            Variant::OldFenceRule => call.op.run(&OldFenceRule(&self.net.store), ELECTION, &id, &payload, o),
+            Variant::RenewsLostLease => call.op.run(&RenewsLostLease(&self.net.store), ELECTION, &id, &payload, o),
+            _ => call.op.run(&self.net.store, ELECTION, &id, &payload, o),
+        };
+        self.net.note(t, 20, node as u64, call.id.0, || {
+            format!("db applies n{node} call {}: {}", call.id.0, show_outcome(&outcome))
+        });
+        if let Some(row) = self.net.store.peek(ELECTION) {
+            if matches!(call.op, Op::Acquire { .. }) && self.record_fence != Some(row.fence) {
+                self.fence_issued(t, node, row.fence);
+            }
+            if row.fence < self.store_fence {
+                let detail = format!("record fence went from {} to {}", self.store_fence, row.fence);
+                self.violate(t, Property::StoreFenceMonotonic, detail);
+            }
+            self.store_fence = row.fence;
+            self.record_fence = Some(row.fence);
+        }
+        let reply = Ev::Own(Own::Reply { node, id: call.id, outcome, epoch: self.epoch });
+        self.net.transmit(t, node, host, call.id.0, true, reply);
+    }
+
+    fn fault_start(&mut self, t: u64, i: usize) {
+        let fault = self.s.faults[i].fault;
+        if fault.is_operator() {
+            self.operator_fault(t, i);
+            return;
+        }
+        if let Some((target, length, window)) = fault.window() {
+            let host = target.map_or(usize::MAX, |target| self.resolve(t, target));
+            self.net.open(t, (i, fault), host, length, window);
+            return;
+        }
+        match fault {
+            Fault::Crash { target, down } => {
+                let host = self.resolve(t, target);
+                self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: crash host {host} for {down:?}"));
+                self.crash(t, host, down);
+            }
+            Fault::Shutdown { target, down } => {
+                let host = self.resolve(t, target);
+                self.net
+                    .note(t, 30, i as u64, host as u64, || format!("fault {i}: shut down host {host} for {down:?}"));
+                self.shutdown(t, host, down);
+            }
+            Fault::Failover { .. } => self.failover(t, i),
+            Fault::Resign { target } => {
+                let host = self.resolve(t, target);
+                self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: host {host} resigns"));
+                let node = self.hosts[host].current;
+                if let Some(node) = node {
+                    if let Some(g) = self.nodes[node].guard {
+                        self.with_node(t, node, |m, now| m.resign(now, g.term));
+                    }
+                }
+            }
+            _ => unreachable!("a window or an operator fault: {fault:?}"),
         }
     }
 }
