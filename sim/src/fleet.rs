@@ -7,10 +7,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use leaderelection::machine::LocalTime;
+use leaderelection::group::core::GroupCall;
+use leaderelection::machine::{Call, LocalTime, Term, TermId};
 use leaderelection::{DbTime, MemStore};
 
-use crate::events::{self, nanos, Events, HostClock};
+use crate::events::{self, dur, nanos, Events, HostClock};
 use crate::rng::SimRng;
 use crate::schedule::{Host, Target, PPM};
 use crate::world::DB_BASE_MICROS;
@@ -45,6 +46,62 @@ pub(crate) fn window_end(length: Duration, window: Window, rtt: Duration) -> Dur
         Window::SlowNet { extra } => length + extra * 2 + rtt,
         _ => length,
     }
+}
+
+/// A call on its way to the database, by its number.
+pub(crate) trait Sent {
+    fn number(&self) -> u64;
+}
+
+impl Sent for Call {
+    fn number(&self) -> u64 {
+        self.id.0
+    }
+}
+
+impl Sent for GroupCall {
+    fn number(&self) -> u64 {
+        self.id().0
+    }
+}
+
+/// A guard, as the driver's outputs have it: its term, fence and deadline
+/// (on its host's clock), the real instant it started, and what a world
+/// adds (`X`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Guard<X = ()> {
+    pub(crate) term: TermId,
+    pub(crate) fence: u64,
+    pub(crate) deadline: LocalTime,
+    pub(crate) start: u64,
+    pub(crate) more: X,
+}
+
+/// Whether a machine's term and the driver's guard (from the outputs)
+/// disagree: the detail, if they do.
+pub(crate) fn outputs_disagree<X>(identity: &str, guard: Option<&Guard<X>>, term: Option<Term>) -> Option<String> {
+    let from_machine = term.map(|x| (x.id, x.fence, x.deadline));
+    let from_outputs = guard.map(|g| (g.term, g.fence, g.deadline));
+    (from_machine != from_outputs)
+        .then(|| format!("{identity}: outputs say {from_outputs:?}, machine says {from_machine:?}"))
+}
+
+/// What the event loop counted, for the run's report.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub(crate) events: u64,
+    pub(crate) lost_requests: u64,
+    pub(crate) lost_replies: u64,
+    pub(crate) trace_hash: u64,
+    pub(crate) trace: Vec<String>,
+}
+
+/// One process of a world, as the event loop sees it.
+pub(crate) struct Process<'n> {
+    pub(crate) host: usize,
+    pub(crate) identity: &'n str,
+    /// Its timer, while it runs.
+    pub(crate) timer: Option<&'n mut Timer>,
 }
 
 /// A host: its current process and how many it has run.
@@ -134,16 +191,11 @@ pub(crate) enum Ev<C, X> {
 
 /// A world: what it does with the events every world has.
 pub(crate) trait Fleet<'a>: Sized {
-    type Call;
+    type Call: Sent;
     type Own;
     fn net(&mut self) -> &mut Net<'a, Self::Call, Self::Own>;
     fn host_state(&mut self, host: usize) -> &mut HostState;
-    fn call_id(call: &Self::Call) -> u64;
-    /// The host `node` runs on, and its identity.
-    fn node_host(&self, node: usize) -> usize;
-    fn identity(&self, node: usize) -> &str;
-    /// `node`'s timer, while its process runs.
-    fn timer(&mut self, node: usize) -> Option<&mut Timer>;
+    fn process(&mut self, node: usize) -> Process<'_>;
     /// A process starts on `host`.
     fn spawn(&mut self, t: u64, host: usize);
     /// `node`'s timer fired.
@@ -154,6 +206,8 @@ pub(crate) trait Fleet<'a>: Sized {
     fn own(&mut self, t: u64, ev: Self::Own);
     /// After each event: whether the run goes on (no violation yet).
     fn go_on(&mut self, t: u64) -> bool;
+    /// After the last event (`now`), with the run meant to end at `end`.
+    fn finish(&mut self, now: u64, end: u64);
     /// The machines make no progress (a busy loop): a violation.
     fn no_progress(&mut self, t: u64, detail: String);
 
@@ -165,19 +219,20 @@ pub(crate) trait Fleet<'a>: Sized {
                 self.spawn(t, host);
             }
             Ev::Wake { node } => {
-                let Some(timer) = self.timer(node) else { return };
+                let p = self.process(node);
+                let Some(timer) = p.timer else { return };
                 match timer.fire(t) {
                     Fired::Stale => {}
                     Fired::Now => self.woken(t, node),
                     Fired::Stuck => {
-                        let detail = format!("{} woke 1000 times at one instant", self.identity(node));
+                        let detail = format!("{} woke 1000 times at one instant", p.identity);
                         self.no_progress(t, detail);
                     }
                 }
             }
             Ev::Request { node, call } => {
-                let (host, id) = (self.node_host(node), Self::call_id(&call));
-                if let Some(call) = self.net().arrive(t, node, host, id, call) {
+                let host = self.process(node).host;
+                if let Some(call) = self.net().arrive(t, node, host, call.number(), call) {
                     self.apply(t, node, call);
                 }
             }
@@ -193,14 +248,14 @@ pub(crate) trait Fleet<'a>: Sized {
     }
 
     /// Runs the events to `end`, the first violation, or `max_events`
-    /// (a violation too); the instant of the last event.
-    fn drive(&mut self, end: u64, max_events: u64) -> u64 {
+    /// (a violation too), then [`Fleet::finish`]; what the loop counted.
+    fn run_to(&mut self, end: u64, max_events: u64) -> Tally {
         self.net().push(end, Ev::End);
         let mut now = 0;
         while let Some((t, ev)) = self.net().queue.pop() {
             now = t;
-            self.net().events += 1;
-            if self.net().events > max_events {
+            self.net().tally.events += 1;
+            if self.net().tally.events > max_events {
                 self.no_progress(t, format!("more than {max_events} events"));
                 break;
             }
@@ -212,7 +267,8 @@ pub(crate) trait Fleet<'a>: Sized {
                 break;
             }
         }
-        now
+        self.finish(now, end);
+        std::mem::take(&mut self.net().tally)
     }
 }
 
@@ -232,12 +288,7 @@ pub(crate) struct Net<'a, C, X> {
     /// Requests that reached a paused database, in order.
     held: Vec<(usize, C)>,
     tracing: bool,
-    /// What the run's report takes at the end.
-    pub(crate) trace_hash: u64,
-    pub(crate) trace: Vec<String>,
-    pub(crate) events: u64,
-    pub(crate) lost_requests: u64,
-    pub(crate) lost_replies: u64,
+    tally: Tally,
 }
 
 impl<'a, C, X> Net<'a, C, X> {
@@ -252,11 +303,7 @@ impl<'a, C, X> Net<'a, C, X> {
             paused: 0,
             held: Vec::new(),
             tracing,
-            trace_hash: 0xcbf2_9ce4_8422_2325,
-            trace: Vec::new(),
-            events: 0,
-            lost_requests: 0,
-            lost_replies: 0,
+            tally: Tally { trace_hash: 0xcbf2_9ce4_8422_2325, ..Tally::default() },
         }
     }
 
@@ -278,8 +325,8 @@ impl<'a, C, X> Net<'a, C, X> {
 
     /// See [`events::note`].
     pub(crate) fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
-        let trace = self.tracing.then_some(&mut self.trace);
-        events::note(&mut self.trace_hash, trace, (t, code, a, b), text);
+        let trace = self.tracing.then_some(&mut self.tally.trace);
+        events::note(&mut self.tally.trace_hash, trace, (t, code, a, b), text);
     }
 
     // ---- clocks ----
@@ -313,6 +360,30 @@ impl<'a, C, X> Net<'a, C, X> {
             self.store.advance(Duration::from_micros(target - self.db_micros));
             self.db_micros = target;
         }
+    }
+
+    /// One of the holders of valid guards at real instant `t` that a
+    /// violation of the one-guard rule names: `identity` on `host`.
+    pub(crate) fn holder<G>(&self, identity: &str, host: usize, g: &Guard<G>, t: u64) -> String {
+        format!(
+            "{identity} (fence {}, valid since {:?}, deadline {:?}, local now {:?}, rate {})",
+            g.fence,
+            dur(g.start),
+            g.deadline,
+            self.local(host, t),
+            self.hosts[host].rate_ppm
+        )
+    }
+
+    /// A guard `g` of `identity` on `host` extended to `deadline` at real
+    /// instant `t`, after its deadline had passed.
+    pub(crate) fn revived<G>(&self, identity: &str, host: usize, g: &Guard<G>, deadline: LocalTime, t: u64) -> String {
+        format!(
+            "{identity} extended fence {} to {deadline:?} after its deadline {:?} had passed (local now {:?})",
+            g.fence,
+            g.deadline,
+            self.local(host, t)
+        )
     }
 
     // ---- windows ----
@@ -387,10 +458,10 @@ impl<'a, C, X> Net<'a, C, X> {
         let (req_loss, rep_loss) = self.loss(host);
         if self.partitioned(host) || self.rng.percent(if reply { rep_loss } else { req_loss }) {
             if reply {
-                self.lost_replies += 1;
+                self.tally.lost_replies += 1;
                 self.note(t, 4, node as u64, id, || format!("n{node} reply {id} lost"));
             } else {
-                self.lost_requests += 1;
+                self.tally.lost_requests += 1;
                 self.note(t, 3, node as u64, id, || format!("n{node} request {id} lost"));
             }
             return;
@@ -405,7 +476,7 @@ impl<'a, C, X> Net<'a, C, X> {
     /// held by a pause, or to apply now.
     pub(crate) fn arrive(&mut self, t: u64, node: usize, host: usize, id: u64, call: C) -> Option<C> {
         if self.partitioned(host) {
-            self.lost_requests += 1;
+            self.tally.lost_requests += 1;
             self.note(t, 3, node as u64, id, || format!("n{node} request {id} lost (partition)"));
             None
         } else if self.paused > 0 {
@@ -420,7 +491,7 @@ impl<'a, C, X> Net<'a, C, X> {
     pub(crate) fn reply_cut_off(&mut self, t: u64, node: usize, host: usize, id: u64) -> bool {
         let cut = self.partitioned(host);
         if cut {
-            self.lost_replies += 1;
+            self.tally.lost_replies += 1;
             self.note(t, 4, node as u64, id, || format!("n{node} reply {id} lost (partition)"));
         }
         cut

@@ -3,7 +3,7 @@
 //! oracle that watches every election.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{Fleet, HostState, Net, Timer, Windowed};
+use crate::fleet::{outputs_disagree, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -275,13 +275,7 @@ enum Own {
 
 type Ev = crate::fleet::Ev<GroupCall, Own>;
 
-#[derive(Clone, Copy, Debug)]
-struct Guard {
-    term: TermId,
-    fence: u64,
-    deadline: LocalTime,
-    start: u64,
-}
+type Guard = crate::fleet::Guard;
 
 struct Node {
     host: usize,
@@ -397,12 +391,8 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
     if s.fair_share {
         w.net.push_own(w.fair_from, Own::CheckFairness);
     }
-    let now = w.drive(end, MAX_EVENTS);
-    w.finish(now, end);
-    let (r, net) = (&mut w.report, w.net);
-    (r.events, r.lost_requests, r.lost_replies) = (net.events, net.lost_requests, net.lost_replies);
-    (r.trace_hash, r.trace) = (net.trace_hash, net.trace);
-    w.report
+    let Tally { events, lost_requests, lost_replies, trace_hash, trace } = w.run_to(end, MAX_EVENTS);
+    GroupRunReport { events, lost_requests, lost_replies, trace_hash, trace, ..w.report }
 }
 
 fn op_name(op: BatchOp) -> &'static str {
@@ -653,11 +643,9 @@ impl World<'_> {
     fn check_outputs(&mut self, t: u64, node: usize, key: ElectionKey) {
         let n = &self.nodes[node];
         let Some(gm) = n.gm.as_ref() else { return };
-        let from_machine = gm.machine(key).and_then(|m| m.term()).map(|x| (x.id, x.fence, x.deadline));
         let e = n.keys.get(&key).copied();
-        let from_outputs = e.and_then(|e| n.guards.get(&e)).map(|g| (g.term, g.fence, g.deadline));
-        if from_machine != from_outputs {
-            let detail = format!("{}: outputs say {from_outputs:?}, machine says {from_machine:?}", n.identity);
+        let guard = e.and_then(|e| n.guards.get(&e));
+        if let Some(detail) = outputs_disagree(&n.identity, guard, gm.machine(key).and_then(|m| m.term())) {
             self.violate(t, GroupProperty::OutputsMatchMachine, e, detail);
         }
     }
@@ -1202,7 +1190,7 @@ impl World<'_> {
         }
         el.last_leader = Some(node);
         el.holders.push(node);
-        self.nodes[node].guards.insert(e, Guard { term, fence, deadline, start: t });
+        self.nodes[node].guards.insert(e, Guard { term, fence, deadline, start: t, more: () });
         self.check_one_valid(t, node, e);
         if self.valid(node, e, t) {
             self.check_backed(t, node, e);
@@ -1225,12 +1213,7 @@ impl World<'_> {
             return;
         };
         if !self.valid(node, e, t) {
-            let detail = format!(
-                "{ident} extended fence {} to {deadline:?} after its deadline {:?} had passed (local now {:?})",
-                g.fence,
-                g.deadline,
-                self.net.local(self.nodes[node].host, t)
-            );
+            let detail = self.net.revived(&ident, self.nodes[node].host, &g, deadline, t);
             self.violate(t, GroupProperty::GuardNeverRevives, Some(e), detail);
             return;
         }
@@ -1255,16 +1238,8 @@ impl World<'_> {
         let who: Vec<String> = std::iter::once(node)
             .chain(others)
             .map(|n| {
-                let (nd, g) = (&self.nodes[n], self.nodes[n].guards[&e]);
-                format!(
-                    "{} (fence {}, valid since {:?}, deadline {:?}, local now {:?}, rate {})",
-                    nd.identity,
-                    g.fence,
-                    dur(g.start),
-                    g.deadline,
-                    self.net.local(nd.host, t),
-                    self.s.participants[nd.host].rate_ppm
-                )
+                let nd = &self.nodes[n];
+                self.net.holder(&nd.identity, nd.host, &nd.guards[&e], t)
             })
             .collect();
         self.violate(t, GroupProperty::AtMostOneValidGuard, Some(e), who.join(" and "));
@@ -1308,6 +1283,36 @@ impl World<'_> {
             );
             self.violate(t, GroupProperty::FairShare, None, detail);
         }
+    }
+}
+
+impl<'a> Fleet<'a> for World<'a> {
+    type Call = GroupCall;
+    type Own = Own;
+
+    fn net(&mut self) -> &mut Net<'a, GroupCall, Own> {
+        &mut self.net
+    }
+
+    fn host_state(&mut self, host: usize) -> &mut HostState {
+        &mut self.hosts[host]
+    }
+
+    fn process(&mut self, node: usize) -> Process<'_> {
+        let n = &mut self.nodes[node];
+        Process { host: n.host, identity: &n.identity, timer: n.gm.as_ref().map(|_| &mut n.timer) }
+    }
+
+    fn woken(&mut self, t: u64, node: usize) {
+        let now = self.net.local(self.nodes[node].host, t);
+        if let Some(gm) = self.nodes[node].gm.as_mut() {
+            gm.handle_timeout(now);
+        }
+        self.after(t, node);
+    }
+
+    fn go_on(&mut self, _: u64) -> bool {
+        self.report.violation.is_none()
     }
 
     fn finish(&mut self, now: u64, end: u64) {
@@ -1418,48 +1423,6 @@ impl World<'_> {
             return;
         }
         self.report.recovery = Some(dur(worst));
-    }
-}
-
-impl<'a> Fleet<'a> for World<'a> {
-    type Call = GroupCall;
-    type Own = Own;
-
-    fn net(&mut self) -> &mut Net<'a, GroupCall, Own> {
-        &mut self.net
-    }
-
-    fn host_state(&mut self, host: usize) -> &mut HostState {
-        &mut self.hosts[host]
-    }
-
-    fn call_id(call: &GroupCall) -> u64 {
-        call.id().0
-    }
-
-    fn node_host(&self, node: usize) -> usize {
-        self.nodes[node].host
-    }
-
-    fn identity(&self, node: usize) -> &str {
-        &self.nodes[node].identity
-    }
-
-    fn timer(&mut self, node: usize) -> Option<&mut Timer> {
-        let n = &mut self.nodes[node];
-        n.gm.as_ref().map(|_| &mut n.timer)
-    }
-
-    fn woken(&mut self, t: u64, node: usize) {
-        let now = self.net.local(self.nodes[node].host, t);
-        if let Some(gm) = self.nodes[node].gm.as_mut() {
-            gm.handle_timeout(now);
-        }
-        self.after(t, node);
-    }
-
-    fn go_on(&mut self, _: u64) -> bool {
-        self.report.violation.is_none()
     }
 
     fn no_progress(&mut self, t: u64, detail: String) {

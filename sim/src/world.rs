@@ -1,7 +1,7 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{Fleet, HostState, Net, Timer, Windowed};
+use crate::fleet::{outputs_disagree, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
 use std::fmt;
 use std::time::Duration;
 
@@ -190,12 +190,11 @@ enum Own {
 
 type Ev = crate::fleet::Ev<Call, Own>;
 
+type Guard = crate::fleet::Guard<Grant>;
+
+/// What one election's guard adds.
 #[derive(Clone, Copy, Debug)]
-struct Guard {
-    term: TermId,
-    fence: u64,
-    deadline: LocalTime,
-    start: u64,
+struct Grant {
     /// The operator epoch in which the database applied the call that granted
     /// the current deadline: below the world's epoch, an operator fault came
     /// after the grant, and the guard is exempt from the one-guard rule.
@@ -286,12 +285,8 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         w.net.push(nanos(f.at), Ev::FaultStart(i));
     }
     let end = nanos(w.report.faults_end + w.report.liveness_bound + schedule.timing.lease_duration * 2);
-    let now = w.drive(end, MAX_EVENTS);
-    w.finish(now, end);
-    let (r, net) = (&mut w.report, w.net);
-    (r.events, r.lost_requests, r.lost_replies) = (net.events, net.lost_requests, net.lost_replies);
-    (r.trace_hash, r.trace) = (net.trace_hash, net.trace);
-    w.report
+    let Tally { events, lost_requests, lost_replies, trace_hash, trace } = w.run_to(end, MAX_EVENTS);
+    RunReport { events, lost_requests, lost_replies, trace_hash, trace, ..w.report }
 }
 
 impl World<'_> {
@@ -330,7 +325,7 @@ impl World<'_> {
             let end = t.min(self.guard_expiry(node, &g)).max(g.start);
             self.intervals.push(Interval { start: g.start, end });
             self.leading.retain(|&n| n != node);
-            if let Some(from) = g.overlap_from {
+            if let Some(from) = g.more.overlap_from {
                 let overlap = dur(end.saturating_sub(from));
                 self.report.longest_operator_overlap = self.report.longest_operator_overlap.max(overlap);
             }
@@ -626,7 +621,7 @@ impl World<'_> {
     /// Whether `g` was granted before the last operator fault, and if so when
     /// the first operator fault after its grant came.
     fn orphaned_at(&self, g: &Guard) -> Option<u64> {
-        (g.epoch < self.epoch).then(|| self.epoch_ends[g.epoch as usize])
+        (g.more.epoch < self.epoch).then(|| self.epoch_ends[g.more.epoch as usize])
     }
 
     fn term_started(&mut self, t: u64, node: usize, term: TermId, fence: u64, deadline: LocalTime) {
@@ -669,7 +664,8 @@ impl World<'_> {
                 format!("{ident} started {term:?} already past its deadline"),
             );
         }
-        self.nodes[node].guard = Some(Guard { term, fence, deadline, start: t, epoch, overlap_from: None });
+        self.nodes[node].guard =
+            Some(Guard { term, fence, deadline, start: t, more: Grant { epoch, overlap_from: None } });
         self.leading.push(node);
     }
 
@@ -680,26 +676,18 @@ impl World<'_> {
             return;
         };
         if !self.valid(node, t) {
-            let detail = format!(
-                "{ident} extended fence {} to {deadline:?} after its deadline {:?} had passed (local now {:?})",
-                g.fence,
-                g.deadline,
-                self.net.local(self.nodes[node].host, t)
-            );
+            let detail = self.net.revived(&ident, self.nodes[node].host, &g, deadline, t);
             self.violate(t, Property::GuardNeverRevives, detail);
             return;
         }
         let epoch = self.reply_epoch.unwrap_or(self.epoch);
-        self.nodes[node].guard = Some(Guard { deadline, epoch, ..g });
+        self.nodes[node].guard = Some(Guard { deadline, more: Grant { epoch, ..g.more }, ..g });
     }
 
     fn check_outputs(&mut self, t: u64, node: usize) {
         let n = &self.nodes[node];
         let Some(m) = n.machine.as_ref() else { return };
-        let from_machine = m.term().map(|x| (x.id, x.fence, x.deadline));
-        let from_outputs = n.guard.map(|g| (g.term, g.fence, g.deadline));
-        if from_machine != from_outputs {
-            let detail = format!("{}: outputs say {from_outputs:?}, machine says {from_machine:?}", n.identity);
+        if let Some(detail) = outputs_disagree(&n.identity, n.guard.as_ref(), m.term()) {
             self.violate(t, Property::OutputsMatchMachine, detail);
         }
     }
@@ -723,8 +711,8 @@ impl World<'_> {
                 if self.orphaned_at(&g).is_none() {
                     continue;
                 }
-                if g.overlap_from.is_none() {
-                    g.overlap_from = Some(t);
+                if g.more.overlap_from.is_none() {
+                    g.more.overlap_from = Some(t);
                     self.nodes[n].guard = Some(g);
                     self.report.operator_overlaps += 1;
                     let ident = self.nodes[n].identity.clone();
@@ -739,15 +727,7 @@ impl World<'_> {
                 .iter()
                 .filter_map(|&n| {
                     let (node, g) = (&self.nodes[n], self.nodes[n].guard?);
-                    Some(format!(
-                        "{} (fence {}, valid since {:?}, deadline {:?}, local now {:?}, rate {})",
-                        node.identity,
-                        g.fence,
-                        dur(g.start),
-                        g.deadline,
-                        self.net.local(node.host, t),
-                        self.s.hosts[node.host].rate_ppm
-                    ))
+                    Some(self.net.holder(&node.identity, node.host, &g, t))
                 })
                 .collect();
             let since = if self.epoch > 0 { ", both granted since the last operator fault" } else { "" };
@@ -811,6 +791,35 @@ impl World<'_> {
             self.violate(t, Property::ShutdownCompletes, detail);
         }
     }
+}
+
+impl<'a> Fleet<'a> for World<'a> {
+    type Call = Call;
+    type Own = Own;
+
+    fn net(&mut self) -> &mut Net<'a, Call, Own> {
+        &mut self.net
+    }
+
+    fn host_state(&mut self, host: usize) -> &mut HostState {
+        &mut self.hosts[host]
+    }
+
+    fn process(&mut self, node: usize) -> Process<'_> {
+        let n = &mut self.nodes[node];
+        Process { host: n.host, identity: &n.identity, timer: n.machine.as_ref().map(|_| &mut n.timer) }
+    }
+
+    fn woken(&mut self, t: u64, node: usize) {
+        self.with_node(t, node, |m, now| m.handle_timeout(now));
+    }
+
+    fn go_on(&mut self, t: u64) -> bool {
+        if self.report.violation.is_none() {
+            self.check_instant(t);
+        }
+        self.report.violation.is_none()
+    }
 
     fn finish(&mut self, now: u64, end: u64) {
         self.report.virtual_time = dur(now);
@@ -855,47 +864,6 @@ impl World<'_> {
                 self.violate(end, Property::SomeoneLeadsAfterFaults, detail);
             }
         }
-    }
-}
-
-impl<'a> Fleet<'a> for World<'a> {
-    type Call = Call;
-    type Own = Own;
-
-    fn net(&mut self) -> &mut Net<'a, Call, Own> {
-        &mut self.net
-    }
-
-    fn host_state(&mut self, host: usize) -> &mut HostState {
-        &mut self.hosts[host]
-    }
-
-    fn call_id(call: &Call) -> u64 {
-        call.id.0
-    }
-
-    fn node_host(&self, node: usize) -> usize {
-        self.nodes[node].host
-    }
-
-    fn identity(&self, node: usize) -> &str {
-        &self.nodes[node].identity
-    }
-
-    fn timer(&mut self, node: usize) -> Option<&mut Timer> {
-        let n = &mut self.nodes[node];
-        n.machine.as_ref().map(|_| &mut n.timer)
-    }
-
-    fn woken(&mut self, t: u64, node: usize) {
-        self.with_node(t, node, |m, now| m.handle_timeout(now));
-    }
-
-    fn go_on(&mut self, t: u64) -> bool {
-        if self.report.violation.is_none() {
-            self.check_instant(t);
-        }
-        self.report.violation.is_none()
     }
 
     fn no_progress(&mut self, t: u64, detail: String) {
