@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use leaderelection::group::core::GroupCall;
-use leaderelection::machine::{Call, LocalTime, Term, TermId};
+use leaderelection::machine::{Call, LocalTime, Output, Term, TermId};
 use leaderelection::{DbTime, MemStore};
 
 use crate::events::{self, dur, nanos, Events, HostClock};
@@ -359,6 +359,37 @@ impl<'a, C, X> Net<'a, C, X> {
         if target > self.db_micros {
             self.store.advance(Duration::from_micros(target - self.db_micros));
             self.db_micros = target;
+        }
+    }
+
+    /// Notes `node`'s output `out` (of election `election`, in a group),
+    /// all but a call, which the world notes as it sends it.
+    pub(crate) fn note_output(&mut self, t: u64, node: usize, election: Option<&str>, out: &Output) {
+        let who = || match election {
+            Some(e) => format!("n{node} {e}"),
+            None => format!("n{node}"),
+        };
+        let n = node as u64;
+        match out {
+            Output::Call(_) => {}
+            Output::CallAbandoned(id) => self.note(t, 11, n, id.0, || format!("{} abandons call {}", who(), id.0)),
+            Output::TermStarted { fence, deadline, .. } => {
+                self.note(t, 12, n, *fence, || format!("{} TERM STARTED fence {fence} deadline {deadline:?}", who()));
+            }
+            Output::DeadlineExtended { deadline, .. } => {
+                self.note(t, 13, n, nanos(deadline.as_duration()), || format!("{} deadline {deadline:?}", who()));
+            }
+            Output::TermEnded { fence, reason, .. } => {
+                self.note(t, 14, n, *fence, || format!("{} TERM ENDED fence {fence}: {reason:?}", who()));
+            }
+            Output::NewLeader { identity, fence } => {
+                self.note(t, 15, n, *fence, || format!("{} sees leader {identity} fence {fence}", who()));
+            }
+            Output::Released { fence, result } => {
+                self.note(t, 16, n, *fence, || format!("{} released fence {fence}: {result:?}", who()));
+            }
+            Output::Failed(e) => self.note(t, 17, n, 0, || format!("{} failed: {e}", who())),
+            Output::Stopped => self.note(t, 18, n, 0, || format!("{} stopped", who())),
         }
     }
 

@@ -515,31 +515,19 @@ impl World<'_> {
             self.violate(t, GroupProperty::OutputsMatchMachine, None, detail);
             return;
         };
-        let n = node as u64;
-        let name = Arc::clone(&self.elecs[e].name);
+        self.net.note_output(t, node, Some(&self.elecs[e].name), &out);
         match out {
             Output::Call(call) => {
-                let detail = format!("the group handed out {name}'s call {call:?} as an event");
+                let detail = format!("the group handed out {}'s call {call:?} as an event", self.elecs[e].name);
                 self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
             }
-            Output::CallAbandoned(id) => {
-                self.report.abandoned += 1;
-                self.net.note(t, 11, n, id.0, || format!("n{node} {name} abandons call {}", id.0));
-            }
+            Output::CallAbandoned(_) => self.report.abandoned += 1,
             Output::TermStarted { term, fence, deadline } => {
                 self.report.terms += 1;
-                self.net.note(t, 12, n, fence, || {
-                    format!("n{node} {name} TERM STARTED fence {fence} deadline {deadline:?}")
-                });
                 self.term_started(t, node, key, e, term, fence, deadline);
             }
-            Output::DeadlineExtended { term, deadline } => {
-                self.net
-                    .note(t, 13, n, nanos(deadline.as_duration()), || format!("n{node} {name} deadline {deadline:?}"));
-                self.deadline_extended(t, node, e, term, deadline);
-            }
-            Output::TermEnded { term, fence, reason } => {
-                self.net.note(t, 14, n, fence, || format!("n{node} {name} TERM ENDED fence {fence}: {reason:?}"));
+            Output::DeadlineExtended { term, deadline } => self.deadline_extended(t, node, e, term, deadline),
+            Output::TermEnded { term, .. } => {
                 if self.nodes[node].guards.get(&e).is_some_and(|g| g.term == term) {
                     self.close_guard(t, node, e);
                 } else {
@@ -548,19 +536,8 @@ impl World<'_> {
                     self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
                 }
             }
-            Output::NewLeader { identity, fence } => {
-                self.net.note(t, 15, n, fence, || format!("n{node} {name} sees leader {identity} fence {fence}"));
-            }
-            Output::Released { fence, result } => {
-                self.net.note(t, 16, n, fence, || format!("n{node} {name} released fence {fence}: {result:?}"));
-            }
-            Output::Failed(err) => {
-                self.net.note(t, 17, n, 0, || format!("n{node} {name} failed: {err}"));
-            }
-            Output::Stopped => {
-                self.net.note(t, 18, n, 0, || format!("n{node} {name} stopped"));
-                self.election_stopped(t, node, key, e);
-            }
+            Output::NewLeader { .. } | Output::Released { .. } | Output::Failed(_) => {}
+            Output::Stopped => self.election_stopped(t, node, key, e),
         }
     }
 

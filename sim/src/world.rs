@@ -372,29 +372,21 @@ impl World<'_> {
     fn drain(&mut self, t: u64, node: usize) {
         let mut stopped = false;
         while let Some(out) = self.nodes[node].machine.as_mut().and_then(Machine::poll_output) {
-            let n = node as u64;
+            self.net.note_output(t, node, None, &out);
             match out {
                 Output::Call(call) => {
                     self.report.calls += 1;
-                    self.net.note(t, 10, n, call.id.0, || format!("n{node} call {}: {:?}", call.id.0, call.op));
+                    self.net
+                        .note(t, 10, node as u64, call.id.0, || format!("n{node} call {}: {:?}", call.id.0, call.op));
                     self.send(t, node, call);
                 }
-                Output::CallAbandoned(id) => {
-                    self.report.abandoned += 1;
-                    self.net.note(t, 11, n, id.0, || format!("n{node} abandons call {}", id.0));
-                }
+                Output::CallAbandoned(_) => self.report.abandoned += 1,
                 Output::TermStarted { term, fence, deadline } => {
                     self.report.terms += 1;
-                    self.net
-                        .note(t, 12, n, fence, || format!("n{node} TERM STARTED fence {fence} deadline {deadline:?}"));
                     self.term_started(t, node, term, fence, deadline);
                 }
-                Output::DeadlineExtended { term, deadline } => {
-                    self.net.note(t, 13, n, nanos(deadline.as_duration()), || format!("n{node} deadline {deadline:?}"));
-                    self.deadline_extended(t, node, term, deadline);
-                }
-                Output::TermEnded { term, fence, reason } => {
-                    self.net.note(t, 14, n, fence, || format!("n{node} TERM ENDED fence {fence}: {reason:?}"));
+                Output::DeadlineExtended { term, deadline } => self.deadline_extended(t, node, term, deadline),
+                Output::TermEnded { term, .. } => {
                     if self.nodes[node].guard.is_some_and(|g| g.term == term) {
                         self.close_guard(t, node);
                         self.hold_guards(t, node);
@@ -403,19 +395,8 @@ impl World<'_> {
                         self.violate(t, Property::OutputsMatchMachine, format!("{ident} ended {term:?}, not live"));
                     }
                 }
-                Output::NewLeader { identity, fence } => {
-                    self.net.note(t, 15, n, fence, || format!("n{node} sees leader {identity} fence {fence}"));
-                }
-                Output::Released { fence, result } => {
-                    self.net.note(t, 16, n, fence, || format!("n{node} released fence {fence}: {result:?}"));
-                }
-                Output::Failed(e) => {
-                    self.net.note(t, 17, n, 0, || format!("n{node} failed: {e}"));
-                }
-                Output::Stopped => {
-                    self.net.note(t, 18, n, 0, || format!("n{node} stopped"));
-                    stopped = true;
-                }
+                Output::NewLeader { .. } | Output::Released { .. } | Output::Failed(_) => {}
+                Output::Stopped => stopped = true,
             }
         }
         if stopped {
