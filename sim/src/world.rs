@@ -918,8 +918,9 @@ impl<'a> Fleet<'a> for World<'a> {
         let payload = [host as u8];
         let o = self.s.timing.operation_timeout;
         let outcome = match self.s.variant {
-            Variant::OldFenceRule => call.op.run(&OldFenceRule(&self.net.store), ELECTION, &id, &payload, o),
-            Variant::RenewsLostLease => call.op.run(&RenewsLostLease(&self.net.store), ELECTION, &id, &payload, o),
+            v @ (Variant::OldFenceRule | Variant::RenewsLostLease) => {
+                call.op.run(&BrokenStore(&self.net.store, v), ELECTION, &id, &payload, o)
+            }
             _ => call.op.run(&self.net.store, ELECTION, &id, &payload, o),
         };
         self.net.note(t, 20, node as u64, call.id.0, || {
@@ -993,12 +994,14 @@ fn show_lease(l: &Lease) -> String {
     format!("{} fence {} ttl {:?}{}", l.holder, l.fence, l.ttl(), if l.expired() { " (expired)" } else { "" })
 }
 
-/// The negative control's store ([`Variant::OldFenceRule`]): a [`MemStore`]
-/// whose new terms get their fences by the old rule, absent row → 1 and
-/// expired row → fence + 1, rewritten over what the store assigned.
-struct OldFenceRule<'a>(&'a MemStore);
+/// A negative control's store: a [`MemStore`] with one rule broken.
+/// [`Variant::OldFenceRule`]: new terms get their fences by the old rule,
+/// absent row → 1 and expired row → fence + 1, rewritten over what the
+/// store assigned. [`Variant::RenewsLostLease`]: `renew` answers success,
+/// writing nothing, when the lease is gone or someone else's.
+struct BrokenStore<'a>(&'a MemStore, Variant);
 
-impl Store for OldFenceRule<'_> {
+impl Store for BrokenStore<'_> {
     fn acquire(
         &self,
         name: &str,
@@ -1010,7 +1013,7 @@ impl Store for OldFenceRule<'_> {
         let before = self.0.peek(name);
         let mut lease = self.0.acquire(name, identity, ttl, payload, timeout)?;
         let new_term = lease.holder == identity && before.as_ref().is_none_or(|b| b.fence != lease.fence);
-        if new_term {
+        if self.1 == Variant::OldFenceRule && new_term {
             lease.fence = before.map_or(1, |b| b.fence + 1);
             self.0.restore_row(&lease);
         }
@@ -1026,46 +1029,8 @@ impl Store for OldFenceRule<'_> {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        self.0.renew(name, identity, fence, ttl, payload, timeout)
-    }
-
-    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        self.0.release(name, identity, fence, timeout)
-    }
-
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        self.0.inspect(name, timeout)
-    }
-}
-
-/// The negative control's store ([`Variant::RenewsLostLease`]): a
-/// [`MemStore`] whose `renew` answers success, writing nothing, when the
-/// lease is gone or someone else's.
-struct RenewsLostLease<'a>(&'a MemStore);
-
-impl Store for RenewsLostLease<'_> {
-    fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        self.0.acquire(name, identity, ttl, payload, timeout)
-    }
-
-    fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
         match self.0.renew(name, identity, fence, ttl, payload, timeout) {
-            Err(e) if e.is_lease_lost() => {
+            Err(e) if self.1 == Variant::RenewsLostLease && e.is_lease_lost() => {
                 let now = self.0.now();
                 Ok(Lease {
                     name: name.to_owned(),
