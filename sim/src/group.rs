@@ -1601,22 +1601,8 @@ pub fn group_replay_command(schedule: &GroupSchedule) -> String {
 /// replay command and the end of the trace.
 pub fn describe_group_failure(seed: Option<u64>, schedule: &GroupSchedule) -> String {
     let report = run_group(schedule, true);
-    let mut s = String::new();
-    if let Some(v) = &report.violation {
-        s.push_str(&format!("sim-group: {v}\n"));
-    }
-    if let Some(seed) = seed {
-        s.push_str(&format!("seed: {seed}\n"));
-    }
-    s.push_str(&format!("bytes: {}\nschedule: {schedule}", super::schedule::to_hex(&schedule.bytes)));
-    let tail = report.trace.len().saturating_sub(60);
-    s.push_str("trace (last events):\n");
-    for line in &report.trace[tail..] {
-        s.push_str(line);
-        s.push('\n');
-    }
-    s.push_str(&format!("replay: {}\n", group_replay_command(schedule)));
-    s
+    let violation = report.violation.as_ref().map(|v| format!("sim-group: {v}"));
+    crate::describe(violation, seed, &schedule.bytes, schedule, &report.trace, &group_replay_command(schedule))
 }
 
 /// Totals over many group runs.
@@ -1692,53 +1678,47 @@ pub struct GroupExploration {
     pub elapsed: Duration,
 }
 
-fn ratio((a, b): (Duration, Duration)) -> f64 {
-    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
-}
-
 impl GroupExploration {
     /// Adds one run.
     pub fn add(&mut self, seed: u64, r: &GroupRunReport) {
-        self.schedules += 1;
-        self.fair_schedules += u64::from(r.fair_share);
-        self.events += r.events;
-        self.elections_driven += (r.elections * r.processes) as u64;
-        self.terms += r.terms;
-        self.handovers += r.handovers;
-        self.batches += r.batches;
-        self.batch_entries += r.batch_entries;
-        self.max_batch_entries = self.max_batch_entries.max(r.max_batch_entries);
-        self.max_renew_entries = self.max_renew_entries.max(r.max_renew_entries);
-        self.beats_with_renewals += r.beats_with_renewals;
-        self.lost += r.lost_requests + r.lost_replies;
-        self.queued_calls += r.queued_calls;
-        self.refused_calls += r.refused_calls;
-        self.late_replies += r.late_replies;
-        self.kills += r.kills;
-        self.permanent_kills += r.permanent_kills;
-        self.shutdowns += r.shutdowns;
-        self.late_joins += r.late_joins;
-        self.leaves += r.leaves;
-        self.rejoins += r.rejoins;
-        self.landed_late += r.landed_late;
-        self.resigns += r.resigns;
-        self.shed += r.shed;
-        self.replayed += r.replayed;
-        self.replays_taken += r.replays_taken;
-        self.schedules_shedding += u64::from(r.fair_share && r.shed > 0);
-        if let Some(rec) = r.recovery {
-            if ratio((rec, r.liveness_bound)) > ratio(self.worst_recovery) {
-                self.worst_recovery = (rec, r.liveness_bound);
-            }
-        }
-        if let Some(conv) = r.fairness_convergence {
-            if ratio((conv, r.fairness_allowance)) > ratio(self.worst_fairness) {
-                self.worst_fairness = (conv, r.fairness_allowance);
-            }
-        }
-        self.total_virtual += r.virtual_time;
-        if let Some(v) = &r.violation {
-            self.failures.push((seed, v.clone()));
+        self.merge(GroupExploration::of(seed, r));
+    }
+
+    /// The totals of one run.
+    fn of(seed: u64, r: &GroupRunReport) -> GroupExploration {
+        GroupExploration {
+            schedules: 1,
+            fair_schedules: u64::from(r.fair_share),
+            events: r.events,
+            elections_driven: (r.elections * r.processes) as u64,
+            terms: r.terms,
+            handovers: r.handovers,
+            batches: r.batches,
+            batch_entries: r.batch_entries,
+            max_batch_entries: r.max_batch_entries,
+            max_renew_entries: r.max_renew_entries,
+            beats_with_renewals: r.beats_with_renewals,
+            lost: r.lost_requests + r.lost_replies,
+            queued_calls: r.queued_calls,
+            refused_calls: r.refused_calls,
+            late_replies: r.late_replies,
+            kills: r.kills,
+            permanent_kills: r.permanent_kills,
+            shutdowns: r.shutdowns,
+            late_joins: r.late_joins,
+            leaves: r.leaves,
+            landed_late: r.landed_late,
+            rejoins: r.rejoins,
+            resigns: r.resigns,
+            shed: r.shed,
+            replayed: r.replayed,
+            replays_taken: r.replays_taken,
+            schedules_shedding: u64::from(r.fair_share && r.shed > 0),
+            worst_recovery: r.recovery.map_or_else(Default::default, |rec| (rec, r.liveness_bound)),
+            worst_fairness: r.fairness_convergence.map_or_else(Default::default, |c| (c, r.fairness_allowance)),
+            total_virtual: r.virtual_time,
+            failures: r.violation.iter().map(|v| (seed, v.clone())).collect(),
+            elapsed: Duration::ZERO,
         }
     }
 
@@ -1770,10 +1750,10 @@ impl GroupExploration {
         self.replayed += o.replayed;
         self.replays_taken += o.replays_taken;
         self.schedules_shedding += o.schedules_shedding;
-        if ratio(o.worst_recovery) > ratio(self.worst_recovery) {
+        if crate::ratio(o.worst_recovery) > crate::ratio(self.worst_recovery) {
             self.worst_recovery = o.worst_recovery;
         }
-        if ratio(o.worst_fairness) > ratio(self.worst_fairness) {
+        if crate::ratio(o.worst_fairness) > crate::ratio(self.worst_fairness) {
             self.worst_fairness = o.worst_fairness;
         }
         self.total_virtual += o.total_virtual;

@@ -982,9 +982,7 @@ impl<'a> Fleet<'a> for World<'a> {
 
 fn show_outcome(o: &Outcome) -> String {
     match o {
-        Outcome::Lease(Ok(l)) => {
-            format!("{} fence {} ttl {:?}{}", l.holder, l.fence, l.ttl(), if l.expired() { " (expired)" } else { "" })
-        }
+        Outcome::Lease(Ok(l)) => show_lease(l),
         Outcome::Lease(Err(e)) => format!("error {:?}: {e}", e.kind()),
         Outcome::Released(r) => format!("release {r:?}"),
     }
