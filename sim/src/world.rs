@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::schedule::{Fault, Schedule, Target, Variant, OPERATOR_CLOCK_WAIT, PPM};
 use leaderelection::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome, Output, TermId};
 use leaderelection::MemStore;
-use leaderelection::{Lease, Store, StoreError};
+use leaderelection::{Lease, StoreError};
 
 /// The election every simulated participant runs.
 pub const ELECTION: &str = "sim";
@@ -917,12 +917,14 @@ impl<'a> Fleet<'a> for World<'a> {
         let id = self.nodes[node].identity.clone();
         let payload = [host as u8];
         let o = self.s.timing.operation_timeout;
-        let outcome = match self.s.variant {
-            v @ (Variant::OldFenceRule | Variant::RenewsLostLease) => {
-                call.op.run(&BrokenStore(&self.net.store, v), ELECTION, &id, &payload, o)
-            }
-            _ => call.op.run(&self.net.store, ELECTION, &id, &payload, o),
-        };
+        let before = (self.s.variant == Variant::OldFenceRule).then(|| self.net.store.peek(ELECTION));
+        let mut outcome = call.op.run(&self.net.store, ELECTION, &id, &payload, o);
+        if let Some(before) = before {
+            old_fence_rule(&self.net.store, call.op, before, &id, &mut outcome);
+        }
+        if self.s.variant == Variant::RenewsLostLease {
+            renews_lost_lease(&self.net.store, call.op, &id, &payload, &mut outcome);
+        }
         self.net.note(t, 20, node as u64, call.id.0, || {
             format!("db applies n{node} call {}: {}", call.id.0, show_outcome(&outcome))
         });
@@ -992,64 +994,35 @@ fn show_lease(l: &Lease) -> String {
     format!("{} fence {} ttl {:?}{}", l.holder, l.fence, l.ttl(), if l.expired() { " (expired)" } else { "" })
 }
 
-/// A negative control's store: a [`MemStore`] with one rule broken.
-/// [`Variant::OldFenceRule`]: new terms get their fences by the old rule,
-/// absent row → 1 and expired row → fence + 1, rewritten over what the
-/// store assigned. [`Variant::RenewsLostLease`]: `renew` answers success,
-/// writing nothing, when the lease is gone or someone else's.
-struct BrokenStore<'a>(&'a MemStore, Variant);
-
-impl Store for BrokenStore<'_> {
-    fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        let before = self.0.peek(name);
-        let mut lease = self.0.acquire(name, identity, ttl, payload, timeout)?;
-        let new_term = lease.holder == identity && before.as_ref().is_none_or(|b| b.fence != lease.fence);
-        if self.1 == Variant::OldFenceRule && new_term {
-            lease.fence = before.map_or(1, |b| b.fence + 1);
-            self.0.restore_row(&lease);
-        }
-        Ok(lease)
+/// The negative control's store ([`Variant::OldFenceRule`]): a new term's
+/// fence, in a claim's `outcome`, by the old rule, absent row → 1 and
+/// expired row → fence + 1 (`before`: the row before the claim), written
+/// over what the store assigned.
+fn old_fence_rule(store: &MemStore, op: Op, before: Option<Lease>, identity: &str, outcome: &mut Outcome) {
+    let (Op::Acquire { .. }, Outcome::Lease(Ok(lease))) = (op, outcome) else { return };
+    let new_term = lease.holder == identity && before.as_ref().is_none_or(|b| b.fence != lease.fence);
+    if new_term {
+        lease.fence = before.map_or(1, |b| b.fence + 1);
+        store.restore_row(lease);
     }
+}
 
-    fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        match self.0.renew(name, identity, fence, ttl, payload, timeout) {
-            Err(e) if self.1 == Variant::RenewsLostLease && e.is_lease_lost() => {
-                let now = self.0.now();
-                Ok(Lease {
-                    name: name.to_owned(),
-                    holder: identity.to_owned(),
-                    fence,
-                    acquired_at: now,
-                    renewed_at: now,
-                    expires_at: now.saturating_add(ttl),
-                    now,
-                    payload: payload.to_vec(),
-                })
-            }
-            other => other,
-        }
-    }
-
-    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        self.0.release(name, identity, fence, timeout)
-    }
-
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        self.0.inspect(name, timeout)
+/// The negative control's store ([`Variant::RenewsLostLease`]): a renewal
+/// answers success, having written nothing, when the lease is gone or
+/// someone else's.
+fn renews_lost_lease(store: &MemStore, op: Op, identity: &str, payload: &[u8], outcome: &mut Outcome) {
+    let (Op::Renew { fence, ttl }, Outcome::Lease(answer)) = (op, outcome) else { return };
+    if answer.as_ref().is_err_and(StoreError::is_lease_lost) {
+        let now = store.now();
+        *answer = Ok(Lease {
+            name: ELECTION.to_owned(),
+            holder: identity.to_owned(),
+            fence,
+            acquired_at: now,
+            renewed_at: now,
+            expires_at: now.saturating_add(ttl),
+            now,
+            payload: payload.to_vec(),
+        });
     }
 }
