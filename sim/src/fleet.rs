@@ -128,7 +128,7 @@ pub(crate) enum Fired {
     Stale,
     /// The timer fires.
     Now,
-    /// It fired a thousandth time at one instant.
+    /// It fired more than a thousand times at one instant.
     Stuck,
 }
 
