@@ -247,6 +247,12 @@ pub(crate) trait Fleet<'a>: Sized {
         }
     }
 
+    /// `host`'s process is gone: a fresh one starts `down` later.
+    fn restart_later(&mut self, t: u64, host: usize, down: Duration) {
+        self.host_state(host).restart_pending = true;
+        self.net().push(t + nanos(down), Ev::Restart { host });
+    }
+
     /// Runs the events to `end`, the first violation, or `max_events`
     /// (a violation too), then [`Fleet::finish`]; what the loop counted.
     fn run_to(&mut self, end: u64, max_events: u64) -> Tally {
@@ -350,6 +356,15 @@ impl<'a, C, X> Net<'a, C, X> {
     pub(crate) fn real_span(&self, host: usize, d: Duration) -> u64 {
         let rate = u128::from(self.hosts[host].rate_ppm);
         u64::try_from((d.as_nanos() * u128::from(PPM)).div_ceil(rate)).unwrap_or(u64::MAX)
+    }
+
+    /// Arms `node`'s `timer` (on `host`) for its machine's next timeout
+    /// `at`, no earlier than `t`.
+    pub(crate) fn arm(&mut self, t: u64, node: usize, host: usize, timer: &mut Timer, at: Option<LocalTime>) {
+        let wake = at.map(|l| self.real_at(host, l).max(t));
+        if let Some(w) = timer.arm(wake) {
+            self.push(w, Ev::Wake { node });
+        }
     }
 
     /// Moves the database clock to real instant `t` (it runs at the real

@@ -630,10 +630,8 @@ impl World<'_> {
     fn rearm(&mut self, t: u64, node: usize) {
         let n = &self.nodes[node];
         let Some(gm) = n.gm.as_ref() else { return };
-        let wake = gm.poll_timeout().map(|l| self.net.real_at(n.host, l).max(t));
-        if let Some(w) = self.nodes[node].timer.arm(wake) {
-            self.net.push(w, Ev::Wake { node });
-        }
+        let (host, at) = (n.host, gm.poll_timeout());
+        self.net.arm(t, node, host, &mut self.nodes[node].timer, at);
     }
 
     // ---- messages ----
@@ -925,8 +923,7 @@ impl World<'_> {
             self.hosts[host].gone = true;
             self.report.permanent_kills += 1;
         } else {
-            self.hosts[host].restart_pending = true;
-            self.net.push(t + nanos(down), Ev::Restart { host });
+            self.restart_later(t, host, down);
         }
     }
 
@@ -951,8 +948,7 @@ impl World<'_> {
         if forever {
             self.hosts[host].gone = true;
         } else {
-            self.hosts[host].restart_pending = true;
-            self.net.push(t + nanos(down), Ev::Restart { host });
+            self.restart_later(t, host, down);
         }
     }
 

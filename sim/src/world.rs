@@ -435,10 +435,8 @@ impl World<'_> {
             self.nodes[node].timer.at = None;
             return;
         }
-        let wake = m.poll_timeout().map(|l| self.net.real_at(n.host, l).max(t));
-        if let Some(w) = self.nodes[node].timer.arm(wake) {
-            self.net.push(w, Ev::Wake { node });
-        }
+        let (host, at) = (n.host, m.poll_timeout());
+        self.net.arm(t, node, host, &mut self.nodes[node].timer, at);
     }
 
     fn send(&mut self, t: u64, node: usize, call: Call) {
@@ -565,8 +563,7 @@ impl World<'_> {
         self.close_guard(t, node);
         self.nodes[node].machine = None;
         self.nodes[node].timer.at = None;
-        self.hosts[host].restart_pending = true;
-        self.net.push(t + nanos(down), Ev::Restart { host });
+        self.restart_later(t, host, down);
     }
 
     fn shutdown(&mut self, t: u64, host: usize, down: Duration) {
@@ -576,8 +573,7 @@ impl World<'_> {
         }
         self.nodes[node].shutdown_at = Some(t);
         self.with_node(t, node, |m, now| m.shutdown(now));
-        self.hosts[host].restart_pending = true;
-        self.net.push(t + nanos(down), Ev::Restart { host });
+        self.restart_later(t, host, down);
     }
 
     // ---- the oracle ----
