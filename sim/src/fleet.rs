@@ -86,6 +86,22 @@ pub(crate) fn outputs_disagree<X>(identity: &str, guard: Option<&Guard<X>>, term
         .then(|| format!("{identity}: outputs say {from_outputs:?}, machine says {from_machine:?}"))
 }
 
+/// The stretches of uninterrupted leadership the terms `(start, end)`
+/// (real instants) make, in order: overlapping or touching terms joined,
+/// empty ones left out.
+pub(crate) fn stretches(mut terms: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    terms.retain(|(s, end)| end > s);
+    terms.sort_unstable();
+    let mut stretches: Vec<(u64, u64)> = Vec::new();
+    for (s, x) in terms {
+        match stretches.last_mut() {
+            Some((_, le)) if s <= *le => *le = (*le).max(x),
+            _ => stretches.push((s, x)),
+        }
+    }
+    stretches
+}
+
 /// What the event loop counted, for the run's report.
 #[derive(Default)]
 pub(crate) struct Tally {

@@ -3,7 +3,7 @@
 //! oracle that watches every election.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{outputs_disagree, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
+use crate::fleet::{outputs_disagree, stretches, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -1333,17 +1333,7 @@ impl<'a> Fleet<'a> for World<'a> {
         let gap = if self.s.fair_share { nanos(self.s.handover_bound()) } else { 0 };
         let mut worst = 0;
         for e in 0..self.elecs.len() {
-            let mut ivs = std::mem::take(&mut self.elecs[e].intervals);
-            ivs.retain(|(s, end)| end > s);
-            ivs.sort_unstable();
-            // Stretches of uninterrupted leadership.
-            let mut stretches: Vec<(u64, u64)> = Vec::new();
-            for (s, x) in ivs {
-                match stretches.last_mut() {
-                    Some((_, le)) if s <= *le => *le = (*le).max(x),
-                    _ => stretches.push((s, x)),
-                }
-            }
+            let stretches = stretches(std::mem::take(&mut self.elecs[e].intervals));
             // From the bound to the end of the run, every stretch without a
             // leader (the one the bound falls in included) no longer than a
             // hand-over's, and someone leading at the end.

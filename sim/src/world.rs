@@ -1,7 +1,7 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{outputs_disagree, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
+use crate::fleet::{outputs_disagree, stretches, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
 use std::fmt;
 use std::time::Duration;
 
@@ -213,12 +213,6 @@ struct Node {
     shutdown_at: Option<u64>,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Interval {
-    start: u64,
-    end: u64,
-}
-
 struct World<'a> {
     s: &'a Schedule,
     net: Net<'a, Call, Own>,
@@ -227,7 +221,8 @@ struct World<'a> {
     leading: Vec<usize>,
     max_fence: u64,
     store_fence: u64,
-    intervals: Vec<Interval>,
+    /// Terms, as (start, end) in real time.
+    intervals: Vec<(u64, u64)>,
     report: RunReport,
     /// Operator epoch: how many operator faults have been applied.
     epoch: u32,
@@ -323,7 +318,7 @@ impl World<'_> {
     fn close_guard(&mut self, t: u64, node: usize) {
         if let Some(g) = self.nodes[node].guard.take() {
             let end = t.min(self.guard_expiry(node, &g)).max(g.start);
-            self.intervals.push(Interval { start: g.start, end });
+            self.intervals.push((g.start, end));
             self.leading.retain(|&n| n != node);
             if let Some(from) = g.more.overlap_from {
                 let overlap = dur(end.saturating_sub(from));
@@ -813,22 +808,12 @@ impl<'a> Fleet<'a> for World<'a> {
         if self.report.violation.is_some() || self.s.variant == Variant::NoWatchdog {
             return;
         }
-        let mut ivs = std::mem::take(&mut self.intervals);
-        ivs.retain(|i| i.end > i.start);
-        ivs.sort_by_key(|i| i.start);
-        // The last stretch of uninterrupted leadership.
-        let mut last: Option<Interval> = None;
-        for i in ivs {
-            last = Some(match last {
-                Some(l) if i.start <= l.end => Interval { start: l.start, end: l.end.max(i.end) },
-                _ => i,
-            });
-        }
+        let last = stretches(std::mem::take(&mut self.intervals)).pop();
         let faults_end = nanos(self.report.faults_end);
         let deadline = faults_end.saturating_add(nanos(self.report.liveness_bound));
         match last {
-            Some(l) if l.end >= end && l.start <= deadline => {
-                self.report.recovery = Some(dur(l.start.saturating_sub(faults_end)));
+            Some((start, until)) if until >= end && start <= deadline => {
+                self.report.recovery = Some(dur(start.saturating_sub(faults_end)));
             }
             other => {
                 let detail = format!(
@@ -836,7 +821,7 @@ impl<'a> Fleet<'a> for World<'a> {
                     self.report.faults_end,
                     self.report.liveness_bound,
                     dur(end),
-                    other.map_or("none".to_owned(), |l| format!("{:?}..{:?}", dur(l.start), dur(l.end)))
+                    other.map_or("none".to_owned(), |(s, e)| format!("{:?}..{:?}", dur(s), dur(e)))
                 );
                 self.violate(end, Property::SomeoneLeadsAfterFaults, detail);
             }
