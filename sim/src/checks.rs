@@ -80,6 +80,18 @@ fn drain(m: &mut Machine) -> Vec<Output> {
     std::iter::from_fn(|| m.poll_output()).collect()
 }
 
+/// A machine's outputs after it saw a lease: a claim if the lease had
+/// expired (`seen`: what it saw), no call at all if not.
+fn claims_if_expired(outs: &[Output], expired: bool, seen: &str) -> Result<(), String> {
+    if expired {
+        let call = only_call(outs).ok_or(format!("no call after seeing {seen}"))?;
+        ensure!(matches!(call.op, Op::Acquire { .. }), "expected an acquire, got {:?}", call.op);
+    } else {
+        ensure!(only_call(outs).is_none(), "a call while a valid lease is held elsewhere: {outs:?}");
+    }
+    Ok(())
+}
+
 fn only_call(outs: &[Output]) -> Option<Call> {
     let calls: Vec<Call> = outs
         .iter()
@@ -95,17 +107,7 @@ fn only_call(outs: &[Output]) -> Option<Call> {
 }
 
 fn lease(holder: &str, fence: u64, now_micros: i64, ttl: Duration) -> Lease {
-    let now = DbTime::from_unix_micros(now_micros);
-    Lease {
-        name: "fuzz".into(),
-        holder: holder.into(),
-        fence,
-        acquired_at: now,
-        renewed_at: now,
-        expires_at: now.saturating_add(ttl),
-        now,
-        payload: Vec::new(),
-    }
+    crate::events::fresh_lease("fuzz", holder, fence, DbTime::from_unix_micros(now_micros), ttl, &[])
 }
 
 /// A machine for `timing` that has just started a term with fence 1 at local
@@ -353,13 +355,9 @@ pub fn delays(data: &[u8]) -> Result<(), String> {
     row.renewed_at = DbTime::from_unix_micros(DB_BASE_MICROS - age.as_micros() as i64);
     row.acquired_at = row.renewed_at;
     m.handle_reply(now, call.id, Outcome::Lease(Ok(row.clone())));
-    let outs = drain(&mut m);
-    if left.is_zero() {
-        // An expired lease is claimable: campaign at once.
-        let call = only_call(&outs).ok_or("no call after seeing an expired lease")?;
-        ensure!(matches!(call.op, Op::Acquire { .. }), "expected an acquire, got {:?}", call.op);
-    } else {
-        ensure!(only_call(&outs).is_none(), "a call while a valid lease is held elsewhere: {outs:?}");
+    // An expired lease is claimable: campaign at once.
+    claims_if_expired(&drain(&mut m), left.is_zero(), "an expired lease")?;
+    if !left.is_zero() {
         // The first poll after a new leader spreads over 0.2 to 1.2 periods,
         // or comes at the lease's expiry if that is sooner. After one look
         // it inspects, at the expiry too: the holder may have renewed.
@@ -373,12 +371,8 @@ pub fn delays(data: &[u8]) -> Result<(), String> {
         // The second look finds the same row, unwritten since.
         row.now = DbTime::from_unix_micros(DB_BASE_MICROS + wait.as_micros() as i64);
         m.handle_reply(now, call.id, Outcome::Lease(Ok(row.clone())));
-        let outs = drain(&mut m);
-        if row.expired() {
-            let call = only_call(&outs).ok_or("no call after seeing the lease expire")?;
-            ensure!(matches!(call.op, Op::Acquire { .. }), "expected an acquire, got {:?}", call.op);
-        } else {
-            ensure!(only_call(&outs).is_none(), "a call while a valid lease is held elsewhere: {outs:?}");
+        claims_if_expired(&drain(&mut m), row.expired(), "the lease expire")?;
+        if !row.expired() {
             let left = row.ttl();
             let unwritten = row.now.saturating_duration_since(row.renewed_at);
             let stalled = unwritten > timing.renew_interval.max(timing.operation_timeout) + timing.operation_timeout;

@@ -1,14 +1,15 @@
 //! What both simulations (one election per host in `world.rs`, groups in
 //! `group.rs`) stand on: a queue of timed events on virtual time, the
-//! conversions between its nanoseconds and `Duration`s, and a host's local
-//! clock, which runs at its own rate from its own offset.
+//! conversions between its nanoseconds and `Duration`s, a host's local
+//! clock, which runs at its own rate from its own offset, and the lease a
+//! store answers with (the fuzz targets' checks build them too).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use leaderelection::machine::LocalTime;
-use leaderelection::ErrorKind;
+use leaderelection::{DbTime, ErrorKind, Lease};
 
 use crate::schedule::PPM;
 
@@ -37,6 +38,21 @@ pub(crate) fn note(
     }
     if let Some(trace) = trace {
         trace.push(format!("{:>16?} {}", dur(t), text()));
+    }
+}
+
+/// A lease of election `name` granted (or renewed) to `holder` under
+/// `fence` at database instant `now`, for `ttl`.
+pub(crate) fn fresh_lease(name: &str, holder: &str, fence: u64, now: DbTime, ttl: Duration, payload: &[u8]) -> Lease {
+    Lease {
+        name: name.to_owned(),
+        holder: holder.to_owned(),
+        fence,
+        acquired_at: now,
+        renewed_at: now,
+        expires_at: now.saturating_add(ttl),
+        now,
+        payload: payload.to_vec(),
     }
 }
 

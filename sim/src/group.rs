@@ -2,19 +2,18 @@
 //! [`GroupMachine`] over many elections, one shared [`MemStore`], and the
 //! oracle that watches every election.
 
-use crate::events::{self, dur, nanos, Events, HostClock};
+use crate::events::{dur, nanos};
+use crate::fleet::{outputs_disagree, stretches, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::group_schedule::{GroupFault, GroupSchedule, GroupTarget, GroupVariant};
-use super::rng::SimRng;
-use super::schedule::PPM;
 use super::world::DB_BASE_MICROS;
 use leaderelection::group::core::{Batch, BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
 use leaderelection::machine::{CallId, LocalTime, Outcome, Output, TermId};
-use leaderelection::{DbTime, MemStore, Members, Store, StoreError, MAX_GROUP_CALL_THREADS};
+use leaderelection::{Members, Store, StoreError, MAX_GROUP_CALL_THREADS};
 
 /// The group's name among the members table's groups.
 pub const GROUP: &str = "sim-group";
@@ -234,20 +233,8 @@ enum Answer {
     Members(Result<Members, StoreError>),
 }
 
-enum Ev {
-    Start {
-        host: usize,
-    },
-    Restart {
-        host: usize,
-    },
-    Wake {
-        node: usize,
-    },
-    Request {
-        node: usize,
-        call: GroupCall,
-    },
+/// The events of a group's world besides those of every world.
+enum Own {
     Reply {
         node: usize,
         id: BatchId,
@@ -264,8 +251,6 @@ enum Ev {
     WorkerFree {
         node: usize,
     },
-    FaultStart(usize),
-    FaultEnd(usize),
     Rejoin {
         node: usize,
         elections: Vec<usize>,
@@ -286,16 +271,11 @@ enum Ev {
         term: TermId,
     },
     CheckFairness,
-    End,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Guard {
-    term: TermId,
-    fence: u64,
-    deadline: LocalTime,
-    start: u64,
-}
+type Ev = crate::fleet::Ev<GroupCall, Own>;
+
+type Guard = crate::fleet::Guard;
 
 struct Node {
     host: usize,
@@ -310,8 +290,7 @@ struct Node {
     by_election: Vec<Option<ElectionKey>>,
     /// Live guards, by election.
     guards: BTreeMap<usize, Guard>,
-    wake_at: Option<u64>,
-    wakes_at_instant: (u64, u32),
+    timer: Timer,
     shutdown_at: Option<u64>,
     /// Elections leaving, since when.
     leaving_since: HashMap<ElectionKey, u64>,
@@ -331,15 +310,6 @@ struct Node {
     queued: std::collections::VecDeque<(u64, GroupCall)>,
 }
 
-#[derive(Default)]
-struct HostState {
-    current: Option<usize>,
-    restart_pending: bool,
-    /// Killed or stopped for good.
-    gone: bool,
-    processes: u32,
-}
-
 struct Elec {
     name: Arc<str>,
     /// Nodes with a live guard of it.
@@ -355,22 +325,15 @@ struct Elec {
 
 struct World<'a> {
     s: &'a GroupSchedule,
-    rng: SimRng,
-    store: MemStore,
-    db_micros: u64,
-    queue: Events<Ev>,
+    net: Net<'a, GroupCall, Own>,
     nodes: Vec<Node>,
     hosts: Vec<HostState>,
-    active: Vec<(usize, usize)>,
-    paused: u32,
-    held: Vec<(usize, GroupCall)>,
     /// Renewal batches held in transit across a leave, by node, in the
     /// order sent.
     stuck: Vec<(usize, GroupCall)>,
     /// Faults whose leave waits for renewals to be held.
     deferred_leaves: BTreeSet<usize>,
     elecs: Vec<Elec>,
-    tracing: bool,
     report: GroupRunReport,
     faults_end: u64,
     /// From when the fair share is checked (`u64::MAX` without one).
@@ -389,15 +352,9 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
     let allowance = s.fairness_allowance();
     let mut w = World {
         s,
-        rng: SimRng::new(s.seed),
-        store: MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS)),
-        db_micros: 0,
-        queue: Events::new(),
+        net: Net::new(s.seed, &s.participants, trace),
         nodes: Vec::new(),
         hosts: (0..s.participants.len()).map(|_| HostState::default()).collect(),
-        active: Vec::new(),
-        paused: 0,
-        held: Vec::new(),
         stuck: Vec::new(),
         deferred_leaves: BTreeSet::new(),
         elecs: (0..s.elections)
@@ -412,9 +369,7 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
                 intervals: Vec::new(),
             })
             .collect(),
-        tracing: trace,
         report: GroupRunReport {
-            trace_hash: 0xcbf2_9ce4_8422_2325,
             participants: s.participants.len(),
             elections: s.elections,
             fair_share: s.fair_share,
@@ -427,36 +382,17 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
         fair_from: if s.fair_share { nanos(faults_end + allowance) } else { u64::MAX },
         last_over: None,
     };
-    for (host, h) in s.participants.iter().enumerate() {
-        w.push(nanos(h.start_at), Ev::Start { host });
-    }
+    w.net.start_hosts();
     for (i, f) in s.faults.iter().enumerate() {
-        w.push(nanos(f.at), Ev::FaultStart(i));
+        w.net.push(nanos(f.at), Ev::FaultStart(i));
     }
     let settle = if s.fair_share { bound.max(allowance) } else { bound };
     let end = nanos(faults_end + settle + s.timing.lease_duration * 2);
     if s.fair_share {
-        w.push(w.fair_from, Ev::CheckFairness);
+        w.net.push_own(w.fair_from, Own::CheckFairness);
     }
-    w.push(end, Ev::End);
-    let mut now = 0;
-    while let Some((t, ev)) = w.queue.pop() {
-        now = t;
-        w.report.events += 1;
-        if w.report.events > MAX_EVENTS {
-            w.violate(t, GroupProperty::MachineMakesProgress, None, format!("more than {MAX_EVENTS} events"));
-            break;
-        }
-        if let Ev::End = ev {
-            break;
-        }
-        w.step(t, ev);
-        if w.report.violation.is_some() {
-            break;
-        }
-    }
-    w.finish(now, end);
-    w.report
+    let Tally { events, lost_requests, lost_replies, trace_hash, trace } = w.run_to(end, MAX_EVENTS);
+    GroupRunReport { events, lost_requests, lost_replies, trace_hash, trace, ..w.report }
 }
 
 fn op_name(op: BatchOp) -> &'static str {
@@ -469,51 +405,12 @@ fn op_name(op: BatchOp) -> &'static str {
 }
 
 impl World<'_> {
-    fn push(&mut self, t: u64, ev: Ev) {
-        self.queue.push(t, ev);
-    }
-
-    fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
-        let trace = self.tracing.then_some(&mut self.report.trace);
-        events::note(&mut self.report.trace_hash, trace, (t, code, a, b), text);
-    }
-
     fn violate(&mut self, t: u64, property: GroupProperty, election: Option<usize>, detail: String) {
         if self.report.violation.is_none() {
             let election = election.map(|e| self.elecs[e].name.to_string());
             let at = election.as_deref().map_or(String::new(), |e| format!(" in {e}"));
-            self.note(t, 99, 0, 0, || format!("VIOLATION {}{at}: {detail}", property.name()));
+            self.net.note(t, 99, 0, 0, || format!("VIOLATION {}{at}: {detail}", property.name()));
             self.report.violation = Some(GroupViolation { property, at: dur(t), election, detail });
-        }
-    }
-
-    // ---- clocks ----
-
-    fn local(&self, host: usize, t: u64) -> LocalTime {
-        self.clock(host).local(t)
-    }
-
-    fn clock(&self, host: usize) -> HostClock {
-        let h = &self.s.participants[host];
-        HostClock { offset: h.clock_offset, rate_ppm: h.rate_ppm }
-    }
-
-    /// The first real instant at which `host`'s clock reads `l` or later.
-    fn real_at(&self, host: usize, l: LocalTime) -> u64 {
-        self.clock(host).real_at(l)
-    }
-
-    /// `d` of `host`'s clock in real time.
-    fn real_span(&self, host: usize, d: Duration) -> u64 {
-        let rate = u128::from(self.s.participants[host].rate_ppm);
-        u64::try_from((d.as_nanos() * u128::from(PPM)).div_ceil(rate)).unwrap_or(u64::MAX)
-    }
-
-    fn advance_db(&mut self, t: u64) {
-        let target = t / 1000;
-        if target > self.db_micros {
-            self.store.advance(Duration::from_micros(target - self.db_micros));
-            self.db_micros = target;
         }
     }
 
@@ -524,7 +421,7 @@ impl World<'_> {
     /// re-read now, is before its deadline.
     fn valid(&self, node: usize, e: usize, t: u64) -> bool {
         let n = &self.nodes[node];
-        n.gm.is_some() && n.guards.get(&e).is_some_and(|g| self.local(n.host, t) < g.deadline)
+        n.gm.is_some() && n.guards.get(&e).is_some_and(|g| self.net.local(n.host, t) < g.deadline)
     }
 
     fn valid_count(&self, node: usize, t: u64) -> usize {
@@ -532,7 +429,7 @@ impl World<'_> {
         if n.gm.is_none() {
             return 0;
         }
-        let now = self.local(n.host, t);
+        let now = self.net.local(n.host, t);
         n.guards.values().filter(|g| now < g.deadline).count()
     }
 
@@ -555,7 +452,7 @@ impl World<'_> {
             }
         }
         self.nodes[node].guards.remove(&e);
-        let end = t.min(self.real_at(self.nodes[node].host, g.deadline)).max(g.start);
+        let end = t.min(self.net.real_at(self.nodes[node].host, g.deadline)).max(g.start);
         let el = &mut self.elecs[e];
         el.intervals.push((g.start, end));
         el.holders.retain(|&n| n != node);
@@ -563,129 +460,8 @@ impl World<'_> {
 
     // ---- events ----
 
-    fn step(&mut self, t: u64, ev: Ev) {
-        match ev {
-            Ev::Start { host } => self.spawn(t, host),
-            Ev::Restart { host } => {
-                self.hosts[host].restart_pending = false;
-                self.spawn(t, host);
-            }
-            Ev::Wake { node } => {
-                if self.nodes[node].wake_at != Some(t) || self.nodes[node].gm.is_none() {
-                    return;
-                }
-                self.nodes[node].wake_at = None;
-                let (at, count) = self.nodes[node].wakes_at_instant;
-                let count = if at == t { count + 1 } else { 1 };
-                self.nodes[node].wakes_at_instant = (t, count);
-                if count > 1000 {
-                    let ident = self.nodes[node].identity.clone();
-                    let detail = format!("{ident} woke 1000 times at one instant");
-                    self.violate(t, GroupProperty::MachineMakesProgress, None, detail);
-                    return;
-                }
-                let now = self.local(self.nodes[node].host, t);
-                if let Some(gm) = self.nodes[node].gm.as_mut() {
-                    gm.handle_timeout(now);
-                }
-                self.after(t, node);
-            }
-            Ev::Request { node, call } => {
-                let host = self.nodes[node].host;
-                if self.partitioned(host) {
-                    self.report.lost_requests += 1;
-                    self.note(t, 3, node as u64, call.id().0, || {
-                        format!("n{node} request {} lost (partition)", call.id().0)
-                    });
-                } else if self.paused > 0 {
-                    self.held.push((node, call));
-                } else {
-                    self.apply(t, node, call);
-                }
-            }
-            Ev::Reply { node, id, answer } => self.deliver(t, node, id, answer),
-            Ev::Replay { node, calls, out } => self.replay(t, node, calls, out),
-            Ev::FaultStart(i) => self.fault_start(t, i),
-            Ev::FaultEnd(i) => self.fault_end(t, i),
-            Ev::WorkerFree { node } => {
-                if self.nodes[node].gm.is_some() && !self.nodes[node].queued.is_empty() {
-                    self.start_queued(t, node);
-                    self.after(t, node);
-                }
-            }
-            Ev::Rejoin { node, elections } => self.rejoin(t, node, &elections),
-            Ev::Leave(i) => self.leave_held(t, i),
-            Ev::Land { node } => self.land(t, node),
-            Ev::CheckBacked { election, node, term } => {
-                if self.nodes[node].guards.get(&election).is_some_and(|g| g.term == term)
-                    && self.valid(node, election, t)
-                {
-                    self.check_backed(t, node, election);
-                }
-            }
-            Ev::CheckFairness => {
-                for node in 0..self.nodes.len() {
-                    self.check_fair(t, node);
-                }
-            }
-            Ev::End => {}
-        }
-    }
-
-    fn spawn(&mut self, t: u64, host: usize) {
-        let s = self.s;
-        let hs = &mut self.hosts[host];
-        hs.processes += 1;
-        let identity = format!("p{host}.{}#{:016x}", hs.processes, self.rng.next_u64());
-        let member = if s.variant == GroupVariant::SharedMemberName { "member".to_owned() } else { identity.clone() };
-        let h = &s.participants[host];
-        let mut cfg = GroupMachineConfig::new(identity.clone(), GROUP, s.timing, self.rng.next_u64());
-        cfg.fair_share = s.fair_share && s.variant != GroupVariant::FairShareOff;
-        cfg.tick = s.tick;
-        cfg.phase = h.phase;
-        cfg.release_on_shutdown = h.release_on_shutdown;
-        cfg.unsafe_anchor_at_reply = s.variant == GroupVariant::AnchorAtReply;
-        // A third of the schedules (by their seed, so the byte format keeps
-        // its meaning) split renewals from two terms: two renewal batches
-        // per interval, the heartbeat riding on one of them.
-        if s.seed.is_multiple_of(3) {
-            cfg.split_renewals_from = 2;
-        }
-        let node = self.nodes.len();
-        self.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
-        self.nodes.push(Node {
-            host,
-            identity,
-            member,
-            payload: Arc::from(vec![host as u8]),
-            gm: Some(GroupMachine::new(cfg)),
-            stopping: false,
-            keys: HashMap::new(),
-            by_election: vec![None; s.elections],
-            guards: BTreeMap::new(),
-            wake_at: None,
-            wakes_at_instant: (0, 0),
-            shutdown_at: None,
-            leaving_since: HashMap::new(),
-            rejoin_pending: vec![false; s.elections],
-            hold_renewals: (0, 0),
-            sent_at: HashMap::new(),
-            workers: Vec::new(),
-            queued: std::collections::VecDeque::new(),
-        });
-        self.hosts[host].current = Some(node);
-        self.report.processes += 1;
-        if t > nanos(s.timing.lease_duration) {
-            self.report.late_joins += 1;
-        }
-        for e in 0..s.elections {
-            self.join(t, node, e);
-        }
-        self.after(t, node);
-    }
-
     fn join(&mut self, t: u64, node: usize, e: usize) {
-        let now = self.local(self.nodes[node].host, t);
+        let now = self.net.local(self.nodes[node].host, t);
         let name = Arc::clone(&self.elecs[e].name);
         let n = &mut self.nodes[node];
         let payload = Arc::clone(&n.payload);
@@ -739,30 +515,19 @@ impl World<'_> {
             self.violate(t, GroupProperty::OutputsMatchMachine, None, detail);
             return;
         };
-        let n = node as u64;
-        let name = Arc::clone(&self.elecs[e].name);
+        self.net.note_output(t, node, Some(&self.elecs[e].name), &out);
         match out {
             Output::Call(call) => {
-                let detail = format!("the group handed out {name}'s call {call:?} as an event");
+                let detail = format!("the group handed out {}'s call {call:?} as an event", self.elecs[e].name);
                 self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
             }
-            Output::CallAbandoned(id) => {
-                self.report.abandoned += 1;
-                self.note(t, 11, n, id.0, || format!("n{node} {name} abandons call {}", id.0));
-            }
+            Output::CallAbandoned(_) => self.report.abandoned += 1,
             Output::TermStarted { term, fence, deadline } => {
                 self.report.terms += 1;
-                self.note(t, 12, n, fence, || {
-                    format!("n{node} {name} TERM STARTED fence {fence} deadline {deadline:?}")
-                });
                 self.term_started(t, node, key, e, term, fence, deadline);
             }
-            Output::DeadlineExtended { term, deadline } => {
-                self.note(t, 13, n, nanos(deadline.as_duration()), || format!("n{node} {name} deadline {deadline:?}"));
-                self.deadline_extended(t, node, e, term, deadline);
-            }
-            Output::TermEnded { term, fence, reason } => {
-                self.note(t, 14, n, fence, || format!("n{node} {name} TERM ENDED fence {fence}: {reason:?}"));
+            Output::DeadlineExtended { term, deadline } => self.deadline_extended(t, node, e, term, deadline),
+            Output::TermEnded { term, .. } => {
                 if self.nodes[node].guards.get(&e).is_some_and(|g| g.term == term) {
                     self.close_guard(t, node, e);
                 } else {
@@ -771,19 +536,8 @@ impl World<'_> {
                     self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
                 }
             }
-            Output::NewLeader { identity, fence } => {
-                self.note(t, 15, n, fence, || format!("n{node} {name} sees leader {identity} fence {fence}"));
-            }
-            Output::Released { fence, result } => {
-                self.note(t, 16, n, fence, || format!("n{node} {name} released fence {fence}: {result:?}"));
-            }
-            Output::Failed(err) => {
-                self.note(t, 17, n, 0, || format!("n{node} {name} failed: {err}"));
-            }
-            Output::Stopped => {
-                self.note(t, 18, n, 0, || format!("n{node} {name} stopped"));
-                self.election_stopped(t, node, key, e);
-            }
+            Output::NewLeader { .. } | Output::Released { .. } | Output::Failed(_) => {}
+            Output::Stopped => self.election_stopped(t, node, key, e),
         }
     }
 
@@ -820,7 +574,7 @@ impl World<'_> {
             self.join(t, node, e);
             self.report.rejoins += 1;
             let name = Arc::clone(&self.elecs[e].name);
-            self.note(t, 19, node as u64, e as u64, || format!("n{node} {name} joins again"));
+            self.net.note(t, 19, node as u64, e as u64, || format!("n{node} {name} joins again"));
         }
     }
 
@@ -838,7 +592,7 @@ impl World<'_> {
             self.close_guard(t, node, e);
         }
         self.retire(node);
-        self.note(t, 7, node as u64, 0, || format!("n{node} has stopped"));
+        self.net.note(t, 7, node as u64, 0, || format!("n{node} has stopped"));
     }
 
     /// The process is gone: count what its group did.
@@ -846,7 +600,7 @@ impl World<'_> {
         if let Some(gm) = self.nodes[node].gm.take() {
             self.report.shed += gm.shed_count();
         }
-        self.nodes[node].wake_at = None;
+        self.nodes[node].timer.at = None;
     }
 
     fn check_shutdown_time(&mut self, t: u64, node: usize, since: u64) {
@@ -866,11 +620,9 @@ impl World<'_> {
     fn check_outputs(&mut self, t: u64, node: usize, key: ElectionKey) {
         let n = &self.nodes[node];
         let Some(gm) = n.gm.as_ref() else { return };
-        let from_machine = gm.machine(key).and_then(|m| m.term()).map(|x| (x.id, x.fence, x.deadline));
         let e = n.keys.get(&key).copied();
-        let from_outputs = e.and_then(|e| n.guards.get(&e)).map(|g| (g.term, g.fence, g.deadline));
-        if from_machine != from_outputs {
-            let detail = format!("{}: outputs say {from_outputs:?}, machine says {from_machine:?}", n.identity);
+        let guard = e.and_then(|e| n.guards.get(&e));
+        if let Some(detail) = outputs_disagree(&n.identity, guard, gm.machine(key).and_then(|m| m.term())) {
             self.violate(t, GroupProperty::OutputsMatchMachine, e, detail);
         }
     }
@@ -878,13 +630,8 @@ impl World<'_> {
     fn rearm(&mut self, t: u64, node: usize) {
         let n = &self.nodes[node];
         let Some(gm) = n.gm.as_ref() else { return };
-        let wake = gm.poll_timeout().map(|l| self.real_at(n.host, l).max(t));
-        if wake != n.wake_at {
-            self.nodes[node].wake_at = wake;
-            if let Some(w) = wake {
-                self.push(w, Ev::Wake { node });
-            }
-        }
+        let (host, at) = (n.host, gm.poll_timeout());
+        self.net.arm(t, node, host, &mut self.nodes[node].timer, at);
     }
 
     // ---- messages ----
@@ -895,12 +642,13 @@ impl World<'_> {
         let host = self.nodes[node].host;
         let id = call.id();
         if self.s.variant == GroupVariant::DropsHeartbeats && matches!(call, GroupCall::Heartbeat { .. }) {
-            self.note(t, 9, node as u64, id.0, || format!("n{node} heartbeat {} dropped by the driver", id.0));
+            self.net.note(t, 9, node as u64, id.0, || format!("n{node} heartbeat {} dropped by the driver", id.0));
             return;
         }
         if let (GroupVariant::DropsHeartbeats, GroupCall::Batch(b)) = (self.s.variant, &mut call) {
             if let Some(h) = b.heartbeat.take() {
-                self.note(t, 9, node as u64, h.id.0, || format!("n{node} heartbeat {} dropped by the driver", h.id.0));
+                self.net
+                    .note(t, 9, node as u64, h.id.0, || format!("n{node} heartbeat {} dropped by the driver", h.id.0));
             }
         }
         self.nodes[node].workers.retain(|&(_, until)| until > t);
@@ -909,13 +657,13 @@ impl World<'_> {
             // an operation timeout): the call waits for the first to come
             // free, as the library's pool does.
             self.report.queued_calls += 1;
-            self.note(t, 2, node as u64, id.0, || format!("n{node} call {} waits for a worker", id.0));
+            self.net.note(t, 2, node as u64, id.0, || format!("n{node} call {} waits for a worker", id.0));
             let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
             self.nodes[node].queued.push_back((t, call));
-            self.push(free, Ev::WorkerFree { node });
+            self.net.push_own(free, Own::WorkerFree { node });
             return;
         }
-        let busy_until = t.saturating_add(self.real_span(host, self.s.timing.operation_timeout));
+        let busy_until = t.saturating_add(self.net.real_span(host, self.s.timing.operation_timeout));
         self.nodes[node].workers.push((id, busy_until));
         match &call {
             GroupCall::Batch(b) => {
@@ -938,105 +686,31 @@ impl World<'_> {
                 };
                 self.nodes[node].sent_at.insert(id, (t, calls));
                 let (op, len) = (b.op, b.entries.len());
-                self.note(t, 10, node as u64, id.0, || format!("n{node} batch {}: {} of {len}", id.0, op_name(op)));
+                self.net.note(t, 10, node as u64, id.0, || format!("n{node} batch {}: {} of {len}", id.0, op_name(op)));
             }
             GroupCall::Heartbeat { .. } | GroupCall::Leave { .. } => {
                 self.report.member_calls += 1;
                 let what = if matches!(call, GroupCall::Leave { .. }) { "leave" } else { "heartbeat" };
-                self.note(t, 10, node as u64, id.0, || format!("n{node} call {}: {what}", id.0));
+                self.net.note(t, 10, node as u64, id.0, || format!("n{node} call {}: {what}", id.0));
             }
         }
         if let GroupCall::Batch(b) = &call {
             let (left, fault) = self.nodes[node].hold_renewals;
             if b.op == BatchOp::Renew && left > 0 {
                 self.nodes[node].hold_renewals.0 -= 1;
-                self.note(t, 3, node as u64, id.0, || format!("n{node} batch {} held in transit", id.0));
+                self.net.note(t, 3, node as u64, id.0, || format!("n{node} batch {} held in transit", id.0));
                 let first = !self.stuck.iter().any(|(n, _)| *n == node);
                 self.stuck.push((node, call));
                 if first {
                     self.schedule_landing(t, node);
                 }
                 if left == 1 {
-                    self.push(t, Ev::Leave(fault));
+                    self.net.push_own(t, Own::Leave(fault));
                 }
                 return;
             }
         }
-        let (req_loss, _) = self.loss(host);
-        if self.partitioned(host) || self.rng.percent(req_loss) {
-            self.report.lost_requests += 1;
-            self.note(t, 3, node as u64, id.0, || format!("n{node} request {} lost", id.0));
-            return;
-        }
-        let (lo, hi) = self.s.participants[host].req_delay;
-        let delay = self.rng.duration(lo, hi) + self.extra(host);
-        self.push(t + nanos(delay), Ev::Request { node, call });
-    }
-
-    /// The database runs one call at real instant `t` on its own clock.
-    fn apply(&mut self, t: u64, node: usize, call: GroupCall) {
-        self.advance_db(t);
-        self.report.applied += 1;
-        let host = self.nodes[node].host;
-        let identity = self.nodes[node].identity.clone();
-        let op_timeout = self.s.timing.operation_timeout;
-        let id = call.id();
-        let answer = match &call {
-            GroupCall::Batch(b) => {
-                // A heartbeat that goes with the batch is the member's, by
-                // its member name (as a call of its own), then the batch.
-                let members = b.heartbeat.map(|h| {
-                    let r = self.store.heartbeat(GROUP, &self.nodes[node].member, h.leading, h.ttl, op_timeout);
-                    self.note(t, 21, node as u64, h.id.0, || format!("db applies n{node} heartbeat {}: {r:?}", h.id.0));
-                    self.report.member_calls += 1;
-                    self.report.beats_with_renewals += 1;
-                    (h.id, r)
-                });
-                let bare = Batch { heartbeat: None, ..b.clone() };
-                let (out, _) = bare.run(&self.store, GROUP, &identity, op_timeout);
-                self.note(t, 20, node as u64, id.0, || {
-                    let ok = out
-                        .iter()
-                        .filter(|o| {
-                            matches!(o, Outcome::Lease(Ok(l)) if l.holder == identity)
-                                || matches!(o, Outcome::Released(Ok(())))
-                        })
-                        .count();
-                    format!(
-                        "db applies n{node} batch {}: {} of {}, {ok} held by it or released",
-                        id.0,
-                        op_name(b.op),
-                        out.len()
-                    )
-                });
-                if b.op != BatchOp::Inspect {
-                    self.batch_applied(t, node, b.op, b.entries.iter().map(|e| &*e.name), &out);
-                }
-                Answer::Batch(out, members)
-            }
-            GroupCall::Heartbeat { ttl, leading, .. } => {
-                let r = self.store.heartbeat(GROUP, &self.nodes[node].member, *leading, *ttl, op_timeout);
-                self.note(t, 21, node as u64, id.0, || format!("db applies n{node} heartbeat {}: {r:?}", id.0));
-                Answer::Members(r)
-            }
-            GroupCall::Leave { .. } => {
-                let r = self
-                    .store
-                    .leave_group(GROUP, &self.nodes[node].member, op_timeout)
-                    .map(|()| Members::new(0, self.store.now()));
-                self.note(t, 21, node as u64, id.0, || format!("db applies n{node} leave {}: {r:?}", id.0));
-                Answer::Members(r)
-            }
-        };
-        let (_, rep_loss) = self.loss(host);
-        if self.partitioned(host) || self.rng.percent(rep_loss) {
-            self.report.lost_replies += 1;
-            self.note(t, 4, node as u64, id.0, || format!("n{node} reply {} lost", id.0));
-            return;
-        }
-        let (lo, hi) = self.s.participants[host].rep_delay;
-        let delay = self.rng.duration(lo, hi) + self.extra(host);
-        self.push(t + nanos(delay), Ev::Reply { node, id, answer });
+        self.net.transmit(t, node, host, id.0, false, Ev::Request { node, call });
     }
 
     /// The oracle's view of a batch the database applied: fences issued by
@@ -1081,13 +755,13 @@ impl World<'_> {
     /// sent.
     fn start_queued(&mut self, t: u64, node: usize) {
         let host = self.nodes[node].host;
-        let waited_out = self.real_span(host, self.s.timing.operation_timeout);
+        let waited_out = self.net.real_span(host, self.s.timing.operation_timeout);
         loop {
             self.nodes[node].workers.retain(|&(_, until)| until > t);
             if self.nodes[node].workers.len() >= MAX_GROUP_CALL_THREADS {
                 if !self.nodes[node].queued.is_empty() {
                     let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
-                    self.push(free, Ev::WorkerFree { node });
+                    self.net.push_own(free, Own::WorkerFree { node });
                 }
                 return;
             }
@@ -1098,9 +772,10 @@ impl World<'_> {
             }
             self.report.refused_calls += 1;
             let id = call.id();
-            self.note(t, 2, node as u64, id.0, || format!("n{node} call {} waited out the timeout: not sent", id.0));
+            self.net
+                .note(t, 2, node as u64, id.0, || format!("n{node} call {} waited out the timeout: not sent", id.0));
             let e = StoreError::retryable("no store-call worker came free within the operation timeout (not sent)");
-            let now = self.local(host, t);
+            let now = self.net.local(host, t);
             if let Some(gm) = self.nodes[node].gm.as_mut() {
                 match call {
                     GroupCall::Batch(b) => {
@@ -1118,9 +793,7 @@ impl World<'_> {
 
     fn deliver(&mut self, t: u64, node: usize, id: BatchId, answer: Answer) {
         let host = self.nodes[node].host;
-        if self.partitioned(host) {
-            self.report.lost_replies += 1;
-            self.note(t, 4, node as u64, id.0, || format!("n{node} reply {} lost (partition)", id.0));
+        if self.net.reply_cut_off(t, node, host, id.0) {
             return;
         }
         if self.nodes[node].gm.is_none() {
@@ -1129,7 +802,7 @@ impl World<'_> {
         // The store call has returned: its worker is free.
         self.nodes[node].workers.retain(|&(w, _)| w != id);
         self.start_queued(t, node);
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         let variant = self.s.variant;
         match answer {
             Answer::Batch(mut out, members) => {
@@ -1139,7 +812,7 @@ impl World<'_> {
                 if !known {
                     self.report.late_replies += 1;
                 }
-                self.note(t, 5, node as u64, id.0, || {
+                self.net.note(t, 5, node as u64, id.0, || {
                     format!(
                         "n{node} answer to batch {} ({} items){}",
                         id.0,
@@ -1153,22 +826,22 @@ impl World<'_> {
                 if let Some((sent, calls)) = sent.filter(|(_, c)| !c.is_empty()) {
                     // Again after the operation timeout and a tick, when
                     // the core and every machine have given the calls up.
-                    let late = self.real_span(host, self.s.timing.operation_timeout + self.s.tick);
+                    let late = self.net.real_span(host, self.s.timing.operation_timeout + self.s.tick);
                     let at = sent.saturating_add(late).max(t) + 1;
-                    self.push(at, Ev::Replay { node, calls, out: out.clone() });
+                    self.net.push_own(at, Own::Replay { node, calls, out: out.clone() });
                 }
                 if let Some(gm) = self.nodes[node].gm.as_mut() {
                     gm.handle_batch_reply(now, id, out);
                 }
                 if let Some((mid, r)) = members {
-                    self.note(t, 6, node as u64, mid.0, || format!("n{node} members answer {}: {r:?}", mid.0));
+                    self.net.note(t, 6, node as u64, mid.0, || format!("n{node} members answer {}: {r:?}", mid.0));
                     if let Some(gm) = self.nodes[node].gm.as_mut() {
                         gm.handle_members_reply(now, mid, r);
                     }
                 }
             }
             Answer::Members(r) => {
-                self.note(t, 6, node as u64, id.0, || format!("n{node} members answer {}: {r:?}", id.0));
+                self.net.note(t, 6, node as u64, id.0, || format!("n{node} members answer {}: {r:?}", id.0));
                 if let Some(gm) = self.nodes[node].gm.as_mut() {
                     gm.handle_members_reply(now, id, r);
                 }
@@ -1183,7 +856,7 @@ impl World<'_> {
     /// of the call's id stands between the stale answer and the term.
     fn replay(&mut self, t: u64, node: usize, calls: Vec<(ElectionKey, CallId)>, out: Vec<Outcome>) {
         let host = self.nodes[node].host;
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         let Some(gm) = self.nodes[node].gm.as_mut() else { return };
         let mut taken = 0;
         for ((key, call), outcome) in calls.iter().copied().zip(out) {
@@ -1194,7 +867,7 @@ impl World<'_> {
         self.report.replayed += calls.len() as u64;
         self.report.replays_taken += taken;
         let n = calls.len();
-        self.note(t, 8, node as u64, n as u64, || format!("n{node} REPLAYS {n} answers as fresh ({taken} taken)"));
+        self.net.note(t, 8, node as u64, n as u64, || format!("n{node} REPLAYS {n} answers as fresh ({taken} taken)"));
         self.after(t, node);
     }
 
@@ -1219,24 +892,6 @@ impl World<'_> {
         }
     }
 
-    fn partitioned(&self, host: usize) -> bool {
-        self.active.iter().any(|&(i, h)| h == host && matches!(self.s.faults[i].fault, GroupFault::Partition { .. }))
-    }
-
-    fn loss(&self, host: usize) -> (u8, u8) {
-        self.active.iter().fold((0, 0), |(q, p), &(i, h)| match self.s.faults[i].fault {
-            GroupFault::Lossy { req_loss, rep_loss, .. } if h == host => (q.max(req_loss), p.max(rep_loss)),
-            _ => (q, p),
-        })
-    }
-
-    fn extra(&self, host: usize) -> Duration {
-        self.active.iter().fold(Duration::ZERO, |x, &(i, h)| match self.s.faults[i].fault {
-            GroupFault::SlowNet { extra, .. } if h == host => x.max(extra),
-            _ => x,
-        })
-    }
-
     /// The running (not stopping) process of `host`, if any.
     fn running(&self, host: usize) -> Option<usize> {
         self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some() && !self.nodes[n].stopping)
@@ -1247,89 +902,13 @@ impl World<'_> {
         self.hosts.iter().enumerate().any(|(h, hs)| h != host && !hs.gone)
     }
 
-    fn fault_start(&mut self, t: u64, i: usize) {
-        let fault = self.s.faults[i].fault;
-        let window = |target| (usize::MAX, target);
-        let (host, length) = match fault {
-            GroupFault::PauseDb { dur } => {
-                self.paused += 1;
-                window(dur)
-            }
-            GroupFault::DbFailing { dur, .. } => window(dur),
-            GroupFault::Partition { target, dur }
-            | GroupFault::Lossy { target, dur, .. }
-            | GroupFault::SlowNet { target, dur, .. } => (self.resolve(t, target), dur),
-            GroupFault::Kill { target, down, permanent } => {
-                let host = self.resolve(t, target);
-                self.kill(t, i, host, down, permanent);
-                return;
-            }
-            GroupFault::Shutdown { target, down, permanent } => {
-                let host = self.resolve(t, target);
-                self.shutdown(t, i, host, down, permanent);
-                return;
-            }
-            GroupFault::LeaveRejoin { target, first, count, release, after, stuck } => {
-                let host = self.resolve(t, target);
-                if stuck == 0 {
-                    self.leave_some(t, i, host, first, count, release, after);
-                } else if let Some(node) = self.running(host) {
-                    self.note(t, 30, i as u64, host as u64, || {
-                        format!("fault {i}: n{node} holds its next {stuck} renewal batches in transit, then leaves")
-                    });
-                    self.nodes[node].hold_renewals = (stuck, i);
-                    self.deferred_leaves.insert(i);
-                    // If the renewals do not all go (it leads nothing), the
-                    // leave goes anyway.
-                    let timing = self.s.timing;
-                    let most = (timing.renew_interval + timing.operation_timeout) * stuck as u32;
-                    let wait = self.real_span(host, most);
-                    self.push(t + wait, Ev::Leave(i));
-                }
-                return;
-            }
-            GroupFault::Resign { target, count } => {
-                let host = self.resolve(t, target);
-                self.resign_some(t, i, host, count);
-                return;
-            }
-        };
-        self.note(t, 31, i as u64, host as u64, || format!("fault {i} starts on host {host}: {fault:?}"));
-        self.active.push((i, host));
-        self.set_failing();
-        self.push(t + nanos(length), Ev::FaultEnd(i));
-    }
-
-    fn fault_end(&mut self, t: u64, i: usize) {
-        self.note(t, 32, i as u64, 0, || format!("fault {i} ends"));
-        self.active.retain(|&(j, _)| j != i);
-        self.set_failing();
-        if let GroupFault::PauseDb { .. } = self.s.faults[i].fault {
-            self.paused -= 1;
-            if self.paused == 0 {
-                for (node, call) in std::mem::take(&mut self.held) {
-                    self.apply(t, node, call);
-                }
-            }
-        }
-    }
-
-    fn set_failing(&mut self) {
-        let faults = &self.s.faults;
-        let fatal = self.active.iter().filter_map(|&(i, _)| match faults[i].fault {
-            GroupFault::DbFailing { fatal, .. } => Some(fatal),
-            _ => None,
-        });
-        self.store.set_failing(events::failing_kind(fatal));
-    }
-
     fn kill(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {
         let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { return };
         if self.hosts[host].restart_pending {
             return;
         }
         let forever = permanent && self.may_go(host);
-        self.note(t, 30, i as u64, host as u64, || {
+        self.net.note(t, 30, i as u64, host as u64, || {
             format!("fault {i}: KILL host {host} (n{node}){}", if forever { " for good" } else { "" })
         });
         self.report.kills += 1;
@@ -1344,8 +923,7 @@ impl World<'_> {
             self.hosts[host].gone = true;
             self.report.permanent_kills += 1;
         } else {
-            self.hosts[host].restart_pending = true;
-            self.push(t + nanos(down), Ev::Restart { host });
+            self.restart_later(t, host, down);
         }
     }
 
@@ -1355,11 +933,11 @@ impl World<'_> {
             return;
         }
         let forever = permanent && self.may_go(host);
-        self.note(t, 30, i as u64, host as u64, || {
+        self.net.note(t, 30, i as u64, host as u64, || {
             format!("fault {i}: SHUTDOWN host {host} (n{node}){}", if forever { " for good" } else { "" })
         });
         self.report.shutdowns += 1;
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         self.nodes[node].shutdown_at = Some(t);
         self.nodes[node].stopping = true;
         self.nodes[node].rejoin_pending.iter_mut().for_each(|p| *p = false);
@@ -1370,8 +948,7 @@ impl World<'_> {
         if forever {
             self.hosts[host].gone = true;
         } else {
-            self.hosts[host].restart_pending = true;
-            self.push(t + nanos(down), Ev::Restart { host });
+            self.restart_later(t, host, down);
         }
     }
 
@@ -1387,7 +964,7 @@ impl World<'_> {
         after: Duration,
     ) {
         let Some(node) = self.running(host) else { return };
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         let mut left = Vec::new();
         for k in 0..count.min(self.s.elections) {
             let e = (first + k) % self.s.elections;
@@ -1404,14 +981,14 @@ impl World<'_> {
         }
         self.report.leaves += left.len() as u64;
         let n_left = left.len();
-        self.note(t, 30, i as u64, host as u64, || {
+        self.net.note(t, 30, i as u64, host as u64, || {
             format!(
                 "fault {i}: {n_left} elections of n{node} LEAVE{} from {first}, to join again after {after:?}",
                 if release { "" } else { " without release" }
             )
         });
         self.after(t, node);
-        self.push(t + nanos(after), Ev::Rejoin { node, elections: left });
+        self.net.push_own(t + nanos(after), Own::Rejoin { node, elections: left });
     }
 
     /// [`GroupFault::LeaveRejoin`] with renewals held, once they went (or
@@ -1436,17 +1013,17 @@ impl World<'_> {
     /// the earliest of its leases still live expires (the database clock
     /// runs at the real rate), at once if none is.
     fn schedule_landing(&mut self, t: u64, node: usize) {
-        self.advance_db(t);
+        self.net.advance_db(t);
         let Some((_, GroupCall::Batch(b))) = self.stuck.iter().find(|(n, _)| *n == node) else { return };
         let identity = &self.nodes[node].identity;
         let left = b
             .entries
             .iter()
-            .filter_map(|e| self.store.peek(&e.name).filter(|l| l.held_by(identity) && l.fence == e.fence))
+            .filter_map(|e| self.net.store.peek(&e.name).filter(|l| l.held_by(identity) && l.fence == e.fence))
             .map(|l| l.ttl())
             .min()
             .unwrap_or_default();
-        self.push(t + nanos(left.saturating_sub(Duration::from_millis(1))), Ev::Land { node });
+        self.net.push_own(t + nanos(left.saturating_sub(Duration::from_millis(1))), Own::Land { node });
     }
 
     fn land(&mut self, t: u64, node: usize) {
@@ -1454,7 +1031,7 @@ impl World<'_> {
         let (_, call) = self.stuck.remove(at);
         let id = call.id();
         self.report.landed_late += 1;
-        self.note(t, 4, node as u64, id.0, || format!("n{node} batch {} held in transit lands", id.0));
+        self.net.note(t, 4, node as u64, id.0, || format!("n{node} batch {} held in transit lands", id.0));
         self.apply(t, node, call);
         self.schedule_landing(t, node);
     }
@@ -1477,7 +1054,7 @@ impl World<'_> {
             }
         }
         self.report.rejoins += joined;
-        self.note(t, 19, node as u64, joined, || {
+        self.net.note(t, 19, node as u64, joined, || {
             format!("n{node}: {joined} elections join again ({} wait for their leave)", elections.len() as u64 - joined)
         });
         self.after(t, node);
@@ -1485,9 +1062,9 @@ impl World<'_> {
 
     fn resign_some(&mut self, t: u64, i: usize, host: usize, count: usize) {
         let Some(node) = self.running(host) else { return };
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         let led: Vec<usize> = self.nodes[node].guards.keys().copied().take(count).collect();
-        self.note(t, 30, i as u64, host as u64, || format!("fault {i}: n{node} resigns {} terms", led.len()));
+        self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: n{node} resigns {} terms", led.len()));
         for e in led {
             let n = &mut self.nodes[node];
             let (Some(key), Some(gm)) = (n.by_election[e], n.gm.as_mut()) else { continue };
@@ -1575,7 +1152,7 @@ impl World<'_> {
             self.violate(t, GroupProperty::FencesIncrease, Some(e), detail);
         }
         let host = self.nodes[node].host;
-        if self.local(host, t) >= deadline {
+        if self.net.local(host, t) >= deadline {
             let detail = format!("{ident} started {term:?} already past its deadline");
             self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
         }
@@ -1586,7 +1163,7 @@ impl World<'_> {
         }
         el.last_leader = Some(node);
         el.holders.push(node);
-        self.nodes[node].guards.insert(e, Guard { term, fence, deadline, start: t });
+        self.nodes[node].guards.insert(e, Guard { term, fence, deadline, start: t, more: () });
         self.check_one_valid(t, node, e);
         if self.valid(node, e, t) {
             self.check_backed(t, node, e);
@@ -1609,12 +1186,7 @@ impl World<'_> {
             return;
         };
         if !self.valid(node, e, t) {
-            let detail = format!(
-                "{ident} extended fence {} to {deadline:?} after its deadline {:?} had passed (local now {:?})",
-                g.fence,
-                g.deadline,
-                self.local(self.nodes[node].host, t)
-            );
+            let detail = self.net.revived(&ident, self.nodes[node].host, &g, deadline, t);
             self.violate(t, GroupProperty::GuardNeverRevives, Some(e), detail);
             return;
         }
@@ -1639,16 +1211,8 @@ impl World<'_> {
         let who: Vec<String> = std::iter::once(node)
             .chain(others)
             .map(|n| {
-                let (nd, g) = (&self.nodes[n], self.nodes[n].guards[&e]);
-                format!(
-                    "{} (fence {}, valid since {:?}, deadline {:?}, local now {:?}, rate {})",
-                    nd.identity,
-                    g.fence,
-                    dur(g.start),
-                    g.deadline,
-                    self.local(nd.host, t),
-                    self.s.participants[nd.host].rate_ppm
-                )
+                let nd = &self.nodes[n];
+                self.net.holder(&nd.identity, nd.host, &nd.guards[&e], t)
             })
             .collect();
         self.violate(t, GroupProperty::AtMostOneValidGuard, Some(e), who.join(" and "));
@@ -1659,10 +1223,10 @@ impl World<'_> {
     /// writes it first (every write is checked again; an expiry before the
     /// guard's deadline is looked at when it comes).
     fn check_backed(&mut self, t: u64, node: usize, e: usize) {
-        self.advance_db(t);
+        self.net.advance_db(t);
         let n = &self.nodes[node];
         let Some(g) = n.guards.get(&e).copied() else { return };
-        let row = self.store.peek(&self.elecs[e].name);
+        let row = self.net.store.peek(&self.elecs[e].name);
         let ok = row.as_ref().is_some_and(|r| r.holder == n.identity && r.fence == g.fence && !r.expired());
         if !ok {
             let detail = format!("{} holds fence {} but the record is {row:?}", n.identity, g.fence);
@@ -1671,8 +1235,8 @@ impl World<'_> {
         }
         let row = row.expect("checked");
         let expires = u64::try_from(row.expires_at.as_unix_micros() - DB_BASE_MICROS).unwrap_or(0) * 1000;
-        if expires < self.real_at(n.host, g.deadline) {
-            self.push(expires.max(t), Ev::CheckBacked { election: e, node, term: g.term });
+        if expires < self.net.real_at(n.host, g.deadline) {
+            self.net.push_own(expires.max(t), Own::CheckBacked { election: e, node, term: g.term });
         }
     }
 
@@ -1692,6 +1256,36 @@ impl World<'_> {
             );
             self.violate(t, GroupProperty::FairShare, None, detail);
         }
+    }
+}
+
+impl<'a> Fleet<'a> for World<'a> {
+    type Call = GroupCall;
+    type Own = Own;
+
+    fn net(&mut self) -> &mut Net<'a, GroupCall, Own> {
+        &mut self.net
+    }
+
+    fn host_state(&mut self, host: usize) -> &mut HostState {
+        &mut self.hosts[host]
+    }
+
+    fn process(&mut self, node: usize) -> Process<'_> {
+        let n = &mut self.nodes[node];
+        Process { host: n.host, identity: &n.identity, timer: n.gm.as_ref().map(|_| &mut n.timer) }
+    }
+
+    fn woken(&mut self, t: u64, node: usize) {
+        let now = self.net.local(self.nodes[node].host, t);
+        if let Some(gm) = self.nodes[node].gm.as_mut() {
+            gm.handle_timeout(now);
+        }
+        self.after(t, node);
+    }
+
+    fn go_on(&mut self, _: u64) -> bool {
+        self.report.violation.is_none()
     }
 
     fn finish(&mut self, now: u64, end: u64) {
@@ -1739,17 +1333,7 @@ impl World<'_> {
         let gap = if self.s.fair_share { nanos(self.s.handover_bound()) } else { 0 };
         let mut worst = 0;
         for e in 0..self.elecs.len() {
-            let mut ivs = std::mem::take(&mut self.elecs[e].intervals);
-            ivs.retain(|(s, end)| end > s);
-            ivs.sort_unstable();
-            // Stretches of uninterrupted leadership.
-            let mut stretches: Vec<(u64, u64)> = Vec::new();
-            for (s, x) in ivs {
-                match stretches.last_mut() {
-                    Some((_, le)) if s <= *le => *le = (*le).max(x),
-                    _ => stretches.push((s, x)),
-                }
-            }
+            let stretches = stretches(std::mem::take(&mut self.elecs[e].intervals));
             // From the bound to the end of the run, every stretch without a
             // leader (the one the bound falls in included) no longer than a
             // hand-over's, and someone leading at the end.
@@ -1803,6 +1387,191 @@ impl World<'_> {
         }
         self.report.recovery = Some(dur(worst));
     }
+
+    fn no_progress(&mut self, t: u64, detail: String) {
+        self.violate(t, GroupProperty::MachineMakesProgress, None, detail);
+    }
+
+    fn own(&mut self, t: u64, ev: Own) {
+        match ev {
+            Own::Reply { node, id, answer } => self.deliver(t, node, id, answer),
+            Own::Replay { node, calls, out } => self.replay(t, node, calls, out),
+            Own::WorkerFree { node } => {
+                if self.nodes[node].gm.is_some() && !self.nodes[node].queued.is_empty() {
+                    self.start_queued(t, node);
+                    self.after(t, node);
+                }
+            }
+            Own::Rejoin { node, elections } => self.rejoin(t, node, &elections),
+            Own::Leave(i) => self.leave_held(t, i),
+            Own::Land { node } => self.land(t, node),
+            Own::CheckBacked { election, node, term } => {
+                if self.nodes[node].guards.get(&election).is_some_and(|g| g.term == term)
+                    && self.valid(node, election, t)
+                {
+                    self.check_backed(t, node, election);
+                }
+            }
+            Own::CheckFairness => {
+                for node in 0..self.nodes.len() {
+                    self.check_fair(t, node);
+                }
+            }
+        }
+    }
+
+    fn spawn(&mut self, t: u64, host: usize) {
+        let s = self.s;
+        let hs = &mut self.hosts[host];
+        hs.processes += 1;
+        let identity = format!("p{host}.{}#{:016x}", hs.processes, self.net.rng.next_u64());
+        let member = if s.variant == GroupVariant::SharedMemberName { "member".to_owned() } else { identity.clone() };
+        let h = &s.participants[host];
+        let mut cfg = GroupMachineConfig::new(identity.clone(), GROUP, s.timing, self.net.rng.next_u64());
+        cfg.fair_share = s.fair_share && s.variant != GroupVariant::FairShareOff;
+        cfg.tick = s.tick;
+        cfg.phase = h.phase;
+        cfg.release_on_shutdown = h.release_on_shutdown;
+        cfg.unsafe_anchor_at_reply = s.variant == GroupVariant::AnchorAtReply;
+        // A third of the schedules (by their seed, so the byte format keeps
+        // its meaning) split renewals from two terms: two renewal batches
+        // per interval, the heartbeat riding on one of them.
+        if s.seed.is_multiple_of(3) {
+            cfg.split_renewals_from = 2;
+        }
+        let node = self.nodes.len();
+        self.net.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
+        self.nodes.push(Node {
+            host,
+            identity,
+            member,
+            payload: Arc::from(vec![host as u8]),
+            gm: Some(GroupMachine::new(cfg)),
+            stopping: false,
+            keys: HashMap::new(),
+            by_election: vec![None; s.elections],
+            guards: BTreeMap::new(),
+            timer: Timer::default(),
+            shutdown_at: None,
+            leaving_since: HashMap::new(),
+            rejoin_pending: vec![false; s.elections],
+            hold_renewals: (0, 0),
+            sent_at: HashMap::new(),
+            workers: Vec::new(),
+            queued: std::collections::VecDeque::new(),
+        });
+        self.hosts[host].current = Some(node);
+        self.report.processes += 1;
+        if t > nanos(s.timing.lease_duration) {
+            self.report.late_joins += 1;
+        }
+        for e in 0..s.elections {
+            self.join(t, node, e);
+        }
+        self.after(t, node);
+    }
+
+    /// The database runs one call at real instant `t` on its own clock.
+    fn apply(&mut self, t: u64, node: usize, call: GroupCall) {
+        self.net.advance_db(t);
+        self.report.applied += 1;
+        let host = self.nodes[node].host;
+        let identity = self.nodes[node].identity.clone();
+        let op_timeout = self.s.timing.operation_timeout;
+        let id = call.id();
+        let answer = match &call {
+            GroupCall::Batch(b) => {
+                // A heartbeat that goes with the batch is the member's, by
+                // its member name (as a call of its own), then the batch.
+                let members = b.heartbeat.map(|h| {
+                    let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, h.leading, h.ttl, op_timeout);
+                    self.net
+                        .note(t, 21, node as u64, h.id.0, || format!("db applies n{node} heartbeat {}: {r:?}", h.id.0));
+                    self.report.member_calls += 1;
+                    self.report.beats_with_renewals += 1;
+                    (h.id, r)
+                });
+                let bare = Batch { heartbeat: None, ..b.clone() };
+                let (out, _) = bare.run(&self.net.store, GROUP, &identity, op_timeout);
+                self.net.note(t, 20, node as u64, id.0, || {
+                    let ok = out
+                        .iter()
+                        .filter(|o| {
+                            matches!(o, Outcome::Lease(Ok(l)) if l.holder == identity)
+                                || matches!(o, Outcome::Released(Ok(())))
+                        })
+                        .count();
+                    format!(
+                        "db applies n{node} batch {}: {} of {}, {ok} held by it or released",
+                        id.0,
+                        op_name(b.op),
+                        out.len()
+                    )
+                });
+                if b.op != BatchOp::Inspect {
+                    self.batch_applied(t, node, b.op, b.entries.iter().map(|e| &*e.name), &out);
+                }
+                Answer::Batch(out, members)
+            }
+            GroupCall::Heartbeat { ttl, leading, .. } => {
+                let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, *leading, *ttl, op_timeout);
+                self.net.note(t, 21, node as u64, id.0, || format!("db applies n{node} heartbeat {}: {r:?}", id.0));
+                Answer::Members(r)
+            }
+            GroupCall::Leave { .. } => {
+                let r = self
+                    .net
+                    .store
+                    .leave_group(GROUP, &self.nodes[node].member, op_timeout)
+                    .map(|()| Members::new(0, self.net.store.now()));
+                self.net.note(t, 21, node as u64, id.0, || format!("db applies n{node} leave {}: {r:?}", id.0));
+                Answer::Members(r)
+            }
+        };
+        self.net.transmit(t, node, host, id.0, true, Ev::Own(Own::Reply { node, id, answer }));
+    }
+
+    fn fault_start(&mut self, t: u64, i: usize) {
+        let fault = self.s.faults[i].fault;
+        if let Some((target, length, window)) = fault.window() {
+            let host = target.map_or(usize::MAX, |target| self.resolve(t, target));
+            self.net.open(t, (i, fault), host, length, window);
+            return;
+        }
+        match fault {
+            GroupFault::Kill { target, down, permanent } => {
+                let host = self.resolve(t, target);
+                self.kill(t, i, host, down, permanent);
+            }
+            GroupFault::Shutdown { target, down, permanent } => {
+                let host = self.resolve(t, target);
+                self.shutdown(t, i, host, down, permanent);
+            }
+            GroupFault::LeaveRejoin { target, first, count, release, after, stuck } => {
+                let host = self.resolve(t, target);
+                if stuck == 0 {
+                    self.leave_some(t, i, host, first, count, release, after);
+                } else if let Some(node) = self.running(host) {
+                    self.net.note(t, 30, i as u64, host as u64, || {
+                        format!("fault {i}: n{node} holds its next {stuck} renewal batches in transit, then leaves")
+                    });
+                    self.nodes[node].hold_renewals = (stuck, i);
+                    self.deferred_leaves.insert(i);
+                    // If the renewals do not all go (it leads nothing), the
+                    // leave goes anyway.
+                    let timing = self.s.timing;
+                    let most = (timing.renew_interval + timing.operation_timeout) * stuck as u32;
+                    let wait = self.net.real_span(host, most);
+                    self.net.push_own(t + wait, Own::Leave(i));
+                }
+            }
+            GroupFault::Resign { target, count } => {
+                let host = self.resolve(t, target);
+                self.resign_some(t, i, host, count);
+            }
+            _ => unreachable!("a window: {fault:?}"),
+        }
+    }
 }
 
 /// The one-line command that replays `schedule`.
@@ -1818,22 +1587,8 @@ pub fn group_replay_command(schedule: &GroupSchedule) -> String {
 /// replay command and the end of the trace.
 pub fn describe_group_failure(seed: Option<u64>, schedule: &GroupSchedule) -> String {
     let report = run_group(schedule, true);
-    let mut s = String::new();
-    if let Some(v) = &report.violation {
-        s.push_str(&format!("sim-group: {v}\n"));
-    }
-    if let Some(seed) = seed {
-        s.push_str(&format!("seed: {seed}\n"));
-    }
-    s.push_str(&format!("bytes: {}\nschedule: {schedule}", super::schedule::to_hex(&schedule.bytes)));
-    let tail = report.trace.len().saturating_sub(60);
-    s.push_str("trace (last events):\n");
-    for line in &report.trace[tail..] {
-        s.push_str(line);
-        s.push('\n');
-    }
-    s.push_str(&format!("replay: {}\n", group_replay_command(schedule)));
-    s
+    let violation = report.violation.as_ref().map(|v| format!("sim-group: {v}"));
+    crate::describe(violation, seed, &schedule.bytes, schedule, &report.trace, &group_replay_command(schedule))
 }
 
 /// Totals over many group runs.
@@ -1909,53 +1664,47 @@ pub struct GroupExploration {
     pub elapsed: Duration,
 }
 
-fn ratio((a, b): (Duration, Duration)) -> f64 {
-    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
-}
-
 impl GroupExploration {
     /// Adds one run.
     pub fn add(&mut self, seed: u64, r: &GroupRunReport) {
-        self.schedules += 1;
-        self.fair_schedules += u64::from(r.fair_share);
-        self.events += r.events;
-        self.elections_driven += (r.elections * r.processes) as u64;
-        self.terms += r.terms;
-        self.handovers += r.handovers;
-        self.batches += r.batches;
-        self.batch_entries += r.batch_entries;
-        self.max_batch_entries = self.max_batch_entries.max(r.max_batch_entries);
-        self.max_renew_entries = self.max_renew_entries.max(r.max_renew_entries);
-        self.beats_with_renewals += r.beats_with_renewals;
-        self.lost += r.lost_requests + r.lost_replies;
-        self.queued_calls += r.queued_calls;
-        self.refused_calls += r.refused_calls;
-        self.late_replies += r.late_replies;
-        self.kills += r.kills;
-        self.permanent_kills += r.permanent_kills;
-        self.shutdowns += r.shutdowns;
-        self.late_joins += r.late_joins;
-        self.leaves += r.leaves;
-        self.rejoins += r.rejoins;
-        self.landed_late += r.landed_late;
-        self.resigns += r.resigns;
-        self.shed += r.shed;
-        self.replayed += r.replayed;
-        self.replays_taken += r.replays_taken;
-        self.schedules_shedding += u64::from(r.fair_share && r.shed > 0);
-        if let Some(rec) = r.recovery {
-            if ratio((rec, r.liveness_bound)) > ratio(self.worst_recovery) {
-                self.worst_recovery = (rec, r.liveness_bound);
-            }
-        }
-        if let Some(conv) = r.fairness_convergence {
-            if ratio((conv, r.fairness_allowance)) > ratio(self.worst_fairness) {
-                self.worst_fairness = (conv, r.fairness_allowance);
-            }
-        }
-        self.total_virtual += r.virtual_time;
-        if let Some(v) = &r.violation {
-            self.failures.push((seed, v.clone()));
+        self.merge(GroupExploration::of(seed, r));
+    }
+
+    /// The totals of one run.
+    fn of(seed: u64, r: &GroupRunReport) -> GroupExploration {
+        GroupExploration {
+            schedules: 1,
+            fair_schedules: u64::from(r.fair_share),
+            events: r.events,
+            elections_driven: (r.elections * r.processes) as u64,
+            terms: r.terms,
+            handovers: r.handovers,
+            batches: r.batches,
+            batch_entries: r.batch_entries,
+            max_batch_entries: r.max_batch_entries,
+            max_renew_entries: r.max_renew_entries,
+            beats_with_renewals: r.beats_with_renewals,
+            lost: r.lost_requests + r.lost_replies,
+            queued_calls: r.queued_calls,
+            refused_calls: r.refused_calls,
+            late_replies: r.late_replies,
+            kills: r.kills,
+            permanent_kills: r.permanent_kills,
+            shutdowns: r.shutdowns,
+            late_joins: r.late_joins,
+            leaves: r.leaves,
+            landed_late: r.landed_late,
+            rejoins: r.rejoins,
+            resigns: r.resigns,
+            shed: r.shed,
+            replayed: r.replayed,
+            replays_taken: r.replays_taken,
+            schedules_shedding: u64::from(r.fair_share && r.shed > 0),
+            worst_recovery: r.recovery.map_or_else(Default::default, |rec| (rec, r.liveness_bound)),
+            worst_fairness: r.fairness_convergence.map_or_else(Default::default, |c| (c, r.fairness_allowance)),
+            total_virtual: r.virtual_time,
+            failures: r.violation.iter().map(|v| (seed, v.clone())).collect(),
+            elapsed: Duration::ZERO,
         }
     }
 
@@ -1987,10 +1736,10 @@ impl GroupExploration {
         self.replayed += o.replayed;
         self.replays_taken += o.replays_taken;
         self.schedules_shedding += o.schedules_shedding;
-        if ratio(o.worst_recovery) > ratio(self.worst_recovery) {
+        if crate::ratio(o.worst_recovery) > crate::ratio(self.worst_recovery) {
             self.worst_recovery = o.worst_recovery;
         }
-        if ratio(o.worst_fairness) > ratio(self.worst_fairness) {
+        if crate::ratio(o.worst_fairness) > crate::ratio(self.worst_fairness) {
             self.worst_fairness = o.worst_fairness;
         }
         self.total_virtual += o.total_virtual;

@@ -5,7 +5,10 @@ use std::fmt;
 use std::time::Duration;
 
 use super::rng::{scale, Bytes, SimRng};
-use super::schedule::{safe_rate_range, timing_template_for, Host, Target, PPM};
+use super::schedule::{
+    fault_head, max_delays, min_rate_ppm, safe_rate_range, timing_template_for, Host, HostBytes, Target, PPM,
+};
+use crate::fleet::{window_end, Window, Windowed};
 use leaderelection::group::core::default_tick;
 use leaderelection::{Config, GroupConfig, MemStore, Timing};
 
@@ -206,6 +209,21 @@ pub enum GroupFault {
     },
 }
 
+impl Windowed for GroupFault {
+    fn window(&self) -> Option<(Option<Target>, Duration, Window)> {
+        Some(match *self {
+            GroupFault::PauseDb { dur } => (None, dur, Window::PauseDb),
+            GroupFault::DbFailing { dur, fatal } => (None, dur, Window::DbFailing { fatal }),
+            GroupFault::Partition { target, dur } => (Some(target), dur, Window::Partition),
+            GroupFault::Lossy { target, dur, req_loss, rep_loss } => {
+                (Some(target), dur, Window::Lossy { req_loss, rep_loss })
+            }
+            GroupFault::SlowNet { target, dur, extra } => (Some(target), dur, Window::SlowNet { extra }),
+            _ => return None,
+        })
+    }
+}
+
 /// A fault and when it starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupTimedFault {
@@ -279,55 +297,26 @@ impl GroupSchedule {
         let op = timing.operation_timeout;
         let mut participants = Vec::with_capacity(n);
         for i in 0..n {
-            let (rate_b, off_b, req_b, rep_b, start_b, pflags) = (r.u8(), r.u8(), r.u8(), r.u8(), r.u8(), r.u8());
-            let rate_ppm = match variant {
-                GroupVariant::AnchorAtReply => PPM,
-                _ => match rate_b {
-                    0..=15 => safe_lo,
-                    16..=47 => PPM,
-                    b => safe_lo + (safe_hi - safe_lo) * u64::from(b - 48) / 207,
-                },
-            };
-            // Requests and replies each take up to a quarter of the
-            // operation timeout, so a round trip fits in half of it.
-            let link = op / 4;
-            let req_hi = scale(link, u64::from(req_b), 255);
-            let mut rep_hi = scale(link, u64::from(rep_b), 255);
-            let mut rep_lo = rep_hi / 2;
-            if variant == GroupVariant::AnchorAtReply && i % 2 == 0 {
-                // Replies slower than the margin but inside the timeout.
-                let m = timing.safety_margin;
-                rep_lo = m + (op - m) / 3;
-                rep_hi = rep_lo;
-            }
+            let b = HostBytes::read(&mut r);
+            let anchor = variant == GroupVariant::AnchorAtReply;
+            let rate_ppm = if anchor { PPM } else { b.safe_rate((safe_lo, safe_hi)) };
             // Three in four start within a lease; the rest join late, two
             // to six leases in, after the others have settled.
-            let start_at = if start_b < 192 {
-                scale(lease, u64::from(start_b), 192)
+            let start_at = if b.start < 192 {
+                scale(lease, u64::from(b.start), 192)
             } else {
-                lease * 2 + scale(lease * 4, u64::from(start_b - 192), 63)
+                lease * 2 + scale(lease * 4, u64::from(b.start - 192), 63)
             };
-            participants.push(Participant {
-                rate_ppm,
-                clock_offset: Duration::from_secs(86_400) * u32::from(off_b) / 16
-                    + Duration::from_nanos(u64::from(pflags) * 1_000_003),
-                req_delay: (req_hi / 2, req_hi),
-                rep_delay: (rep_lo, rep_hi.max(rep_lo)),
-                start_at,
-                release_on_shutdown: pflags & 0x80 == 0,
-                guard_hold: Duration::ZERO,
-                phase: scale(tick, u64::from(pflags & 0x7f), 128),
-            });
+            let phase = scale(tick, u64::from(b.flags & 0x7f), 128);
+            participants
+                .push(Participant { phase, ..b.host(&timing, rate_ppm, op / 4, anchor && i % 2 == 0, start_at) });
         }
         let seed = r.u64();
         let horizon = lease * 6;
         let mut faults = Vec::new();
         while r.remaining() > 0 && faults.len() < MAX_GROUP_FAULTS {
-            let kind = r.u8();
-            let at = scale(horizon, u64::from(r.u16()), 65_535);
-            let who = r.u8();
+            let (kind, at, target) = fault_head(&mut r, horizon, n);
             let (p1, p2, p3) = (r.u8(), r.u8(), r.u8());
-            let target = if who >= 128 { GroupTarget::Leader } else { GroupTarget::Host(usize::from(who) % n) };
             let dur = scale(lease * 2, u64::from(p1), 254);
             let down = scale(lease * 2, u64::from(p2), 255);
             let fault = match kind % 16 {
@@ -384,15 +373,13 @@ impl GroupSchedule {
 
     /// The slowest clock rate of any participant, in ppm.
     pub fn min_rate_ppm(&self) -> u64 {
-        self.participants.iter().map(|h| h.rate_ppm).min().unwrap_or(PPM)
+        min_rate_ppm(&self.participants)
     }
 
     /// The longest request delay and round trip of any participant with no
     /// fault.
     pub fn max_delays(&self) -> (Duration, Duration) {
-        let req = self.participants.iter().map(|h| h.req_delay.1).max().unwrap_or_default();
-        let rtt = self.participants.iter().map(|h| h.req_delay.1 + h.rep_delay.1).max().unwrap_or_default();
-        (req, rtt)
+        max_delays(&self.participants)
     }
 
     /// `d` of local time on the slowest clock, in real time.
@@ -420,11 +407,6 @@ impl GroupSchedule {
         let starts = self.participants.iter().map(|h| h.start_at);
         let faults = self.faults.iter().map(|f| {
             f.at + match f.fault {
-                GroupFault::PauseDb { dur }
-                | GroupFault::Partition { dur, .. }
-                | GroupFault::Lossy { dur, .. }
-                | GroupFault::DbFailing { dur, .. } => dur,
-                GroupFault::SlowNet { dur, extra, .. } => dur + extra * 2 + rtt,
                 GroupFault::Kill { down, .. } => down,
                 GroupFault::Shutdown { down, .. } => down.max(self.stop_bound(true)),
                 // A leave still under way when the time to join again comes
@@ -435,6 +417,7 @@ impl GroupSchedule {
                         + self.timing.lease_duration * stuck as u32
                 }
                 GroupFault::Resign { .. } => Duration::ZERO,
+                _ => f.fault.window().map_or(Duration::ZERO, |(_, length, w)| window_end(length, w, rtt)),
             }
         });
         starts.chain(faults).max().unwrap_or_default()
@@ -562,19 +545,8 @@ impl fmt::Display for GroupSchedule {
             self.tick
         )?;
         for (i, h) in self.participants.iter().enumerate() {
-            writeln!(
-                f,
-                "  host {i}: rate {:.6} offset {:?} req {:?}..{:?} rep {:?}..{:?} start {:?} phase {:?}{}",
-                h.rate_ppm as f64 / PPM as f64,
-                h.clock_offset,
-                h.req_delay.0,
-                h.req_delay.1,
-                h.rep_delay.0,
-                h.rep_delay.1,
-                h.start_at,
-                h.phase,
-                if h.release_on_shutdown { "" } else { " no-release" },
-            )?;
+            let release = if h.release_on_shutdown { "" } else { " no-release" };
+            writeln!(f, "  host {i}: {h} phase {:?}{release}", h.phase)?;
         }
         for fault in &self.faults {
             writeln!(f, "  at {:?}: {:?}", fault.at, fault.fault)?;

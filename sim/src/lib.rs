@@ -255,6 +255,7 @@
 
 pub mod checks;
 mod events;
+mod fleet;
 mod group;
 mod group_schedule;
 mod rng;
@@ -292,21 +293,34 @@ pub fn replay_command(schedule: &Schedule) -> String {
 /// replay command and the end of the trace.
 pub fn describe_failure(seed: Option<u64>, schedule: &Schedule) -> String {
     let report = run(schedule, true);
+    let violation = report.violation.as_ref().map(|v| format!("sim: {v}"));
+    describe(violation, seed, &schedule.bytes, schedule, &report.trace, &replay_command(schedule))
+}
+
+/// A failed run of either world, described for a person.
+pub(crate) fn describe(
+    violation: Option<String>,
+    seed: Option<u64>,
+    bytes: &[u8],
+    schedule: &dyn std::fmt::Display,
+    trace: &[String],
+    replay: &str,
+) -> String {
     let mut s = String::new();
-    if let Some(v) = &report.violation {
-        s.push_str(&format!("sim: {v}\n"));
+    if let Some(v) = violation {
+        s.push_str(&format!("{v}\n"));
     }
     if let Some(seed) = seed {
         s.push_str(&format!("seed: {seed}\n"));
     }
-    s.push_str(&format!("bytes: {}\nschedule: {schedule}", to_hex(&schedule.bytes)));
-    let tail = report.trace.len().saturating_sub(60);
+    s.push_str(&format!("bytes: {}\nschedule: {schedule}", to_hex(bytes)));
+    let tail = trace.len().saturating_sub(60);
     s.push_str("trace (last events):\n");
-    for line in &report.trace[tail..] {
+    for line in &trace[tail..] {
         s.push_str(line);
         s.push('\n');
     }
-    s.push_str(&format!("replay: {}\n", replay_command(schedule)));
+    s.push_str(&format!("replay: {replay}\n"));
     s
 }
 
@@ -363,34 +377,31 @@ pub struct Exploration {
 }
 
 impl Exploration {
-    fn add(&mut self, seed: u64, r: &RunReport) {
-        self.schedules += 1;
-        self.events += r.events;
-        self.terms += r.terms;
-        self.lost += r.lost_requests + r.lost_replies;
-        self.late_replies += r.late_replies;
-        self.max_hosts = self.max_hosts.max(r.hosts);
-        self.max_processes = self.max_processes.max(r.processes);
-        self.longest_virtual = self.longest_virtual.max(r.virtual_time);
-        self.total_virtual += r.virtual_time;
-        if let Some(rec) = r.recovery {
-            let ratio = |(a, b): (Duration, Duration)| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
-            if ratio((rec, r.liveness_bound)) > ratio(self.worst_recovery) {
-                self.worst_recovery = (rec, r.liveness_bound);
-            }
-        }
-        self.deletes += r.deletes;
-        self.restores += r.restores;
-        self.clears += r.clears;
-        self.operator_faults_under_leader += r.operator_faults_under_leader;
-        self.operator_faults_deferred += r.operator_faults_deferred;
-        self.operator_schedules += u64::from(r.deletes + r.restores + r.clears > 0);
-        self.failovers += r.failovers;
-        self.failovers_lost_writes += r.failovers_lost_writes;
-        self.operator_overlaps += r.operator_overlaps;
-        self.longest_operator_overlap = self.longest_operator_overlap.max(r.longest_operator_overlap);
-        if let Some(v) = &r.violation {
-            self.failures.push((seed, v.clone()));
+    /// The totals of one run.
+    fn of(seed: u64, r: &RunReport) -> Exploration {
+        Exploration {
+            schedules: 1,
+            events: r.events,
+            terms: r.terms,
+            lost: r.lost_requests + r.lost_replies,
+            late_replies: r.late_replies,
+            max_hosts: r.hosts,
+            max_processes: r.processes,
+            longest_virtual: r.virtual_time,
+            total_virtual: r.virtual_time,
+            worst_recovery: r.recovery.map_or_else(Default::default, |rec| (rec, r.liveness_bound)),
+            deletes: r.deletes,
+            restores: r.restores,
+            clears: r.clears,
+            operator_faults_under_leader: r.operator_faults_under_leader,
+            operator_faults_deferred: r.operator_faults_deferred,
+            operator_schedules: u64::from(r.deletes + r.restores + r.clears > 0),
+            failovers: r.failovers,
+            failovers_lost_writes: r.failovers_lost_writes,
+            operator_overlaps: r.operator_overlaps,
+            longest_operator_overlap: r.longest_operator_overlap,
+            failures: r.violation.iter().map(|v| (seed, v.clone())).collect(),
+            elapsed: Duration::ZERO,
         }
     }
 
@@ -404,7 +415,6 @@ impl Exploration {
         self.max_processes = self.max_processes.max(o.max_processes);
         self.longest_virtual = self.longest_virtual.max(o.longest_virtual);
         self.total_virtual += o.total_virtual;
-        let ratio = |(a, b): (Duration, Duration)| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
         if ratio(o.worst_recovery) > ratio(self.worst_recovery) {
             self.worst_recovery = o.worst_recovery;
         }
@@ -457,6 +467,11 @@ impl Exploration {
     }
 }
 
+/// How much of `bound` a duration used: `(duration, bound)`.
+pub(crate) fn ratio((a, b): (Duration, Duration)) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
+}
+
 /// Runs the schedules of seeds `first..first + count` under `variant` on
 /// `threads` threads. Each run is deterministic; only the order of the
 /// failures list depends on the threads.
@@ -467,7 +482,7 @@ pub fn explore(first: u64, count: u64, variant: Variant, threads: usize) -> Expl
         count,
         threads,
         |seed, e: &mut Exploration| {
-            e.add(seed, &run(&Schedule::from_seed(seed, variant), false));
+            e.merge(Exploration::of(seed, &run(&Schedule::from_seed(seed, variant), false)));
         },
         Exploration::merge,
     );

@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::rng::{scale, Bytes, SimRng};
+use crate::fleet::{window_end, Window, Windowed};
 use leaderelection::{default_safety_margin, Timing};
 
 /// Fault records whose kind byte is at least this decode to operator
@@ -140,6 +141,112 @@ pub struct Host {
     pub phase: Duration,
 }
 
+impl fmt::Display for Host {
+    /// Its clock, links and start (what a schedule's description shows
+    /// of every host).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rate {:.6} offset {:?} req {:?}..{:?} rep {:?}..{:?} start {:?}",
+            self.rate_ppm as f64 / PPM as f64,
+            self.clock_offset,
+            self.req_delay.0,
+            self.req_delay.1,
+            self.rep_delay.0,
+            self.rep_delay.1,
+            self.start_at
+        )
+    }
+}
+
+/// The slowest clock rate of any of `hosts`, in ppm.
+pub(crate) fn min_rate_ppm(hosts: &[Host]) -> u64 {
+    hosts.iter().map(|h| h.rate_ppm).min().unwrap_or(PPM)
+}
+
+/// The longest request delay and round trip of any of `hosts` with no
+/// fault.
+pub(crate) fn max_delays(hosts: &[Host]) -> (Duration, Duration) {
+    let req = hosts.iter().map(|h| h.req_delay.1).max().unwrap_or_default();
+    let rtt = hosts.iter().map(|h| h.req_delay.1 + h.rep_delay.1).max().unwrap_or_default();
+    (req, rtt)
+}
+
+/// A host's six bytes in a schedule: clock rate, clock offset, request
+/// delay, reply delay, start, flags (bit 7: no release).
+pub(crate) struct HostBytes {
+    pub(crate) rate: u8,
+    offset: u8,
+    req: u8,
+    rep: u8,
+    pub(crate) start: u8,
+    pub(crate) flags: u8,
+}
+
+impl HostBytes {
+    pub(crate) fn read(r: &mut Bytes) -> HostBytes {
+        let (rate, offset, req, rep, start, flags) = (r.u8(), r.u8(), r.u8(), r.u8(), r.u8(), r.u8());
+        HostBytes { rate, offset, req, rep, start, flags }
+    }
+
+    /// The production clock rate its byte picks within `(lo, hi)`, the
+    /// safe range: a sixteenth at the slowest, an eighth exact, the rest
+    /// spread over the range.
+    pub(crate) fn safe_rate(&self, (lo, hi): (u64, u64)) -> u64 {
+        match self.rate {
+            0..=15 => lo,
+            16..=47 => PPM,
+            b => lo + (hi - lo) * u64::from(b - 48) / 207,
+        }
+    }
+
+    /// The host: its clock at `rate_ppm`, requests and replies each taking
+    /// up to `link` (a quarter of the operation timeout, so a round trip
+    /// fits in half of it), or with `slow_replies` replies slower than the
+    /// safety margin but inside the timeout; first started at `start_at`;
+    /// no guard hold and no phase.
+    pub(crate) fn host(
+        &self,
+        timing: &Timing,
+        rate_ppm: u64,
+        link: Duration,
+        slow_replies: bool,
+        start_at: Duration,
+    ) -> Host {
+        let op = timing.operation_timeout;
+        let req_hi = scale(link, u64::from(self.req), 255);
+        let mut rep_hi = scale(link, u64::from(self.rep), 255);
+        let mut rep_lo = rep_hi / 2;
+        if slow_replies {
+            let m = timing.safety_margin;
+            rep_lo = m + (op - m) / 3;
+            rep_hi = rep_lo;
+        }
+        Host {
+            rate_ppm,
+            clock_offset: Duration::from_secs(86_400) * u32::from(self.offset) / 16
+                + Duration::from_nanos(u64::from(self.flags) * 1_000_003),
+            req_delay: (req_hi / 2, req_hi),
+            rep_delay: (rep_lo, rep_hi.max(rep_lo)),
+            start_at,
+            release_on_shutdown: self.flags & 0x80 == 0,
+            guard_hold: Duration::ZERO,
+            phase: Duration::ZERO,
+        }
+    }
+}
+
+/// A fault record's head: its kind, when it starts (within `horizon`)
+/// and whom it hits (a `who` byte of 128 and up: the leader; else a host
+/// of `hosts`).
+pub(crate) fn fault_head(r: &mut Bytes, horizon: Duration, hosts: usize) -> (u8, Duration, Target) {
+    let kind = r.u8();
+    let at = scale(horizon, u64::from(r.u16()), 65_535);
+    let who = r.u8();
+    let target = if who >= 128 { Target::Leader } else { Target::Host(usize::from(who) % hosts) };
+    (kind, at, target)
+}
+
 /// Which participant a fault hits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -264,6 +371,21 @@ impl Fault {
     /// backs: an operator fault or a failover ([`Fault::Failover`]).
     pub fn changes_rows(&self) -> bool {
         self.is_operator() || matches!(self, Fault::Failover { .. })
+    }
+}
+
+impl Windowed for Fault {
+    fn window(&self) -> Option<(Option<Target>, Duration, Window)> {
+        Some(match *self {
+            Fault::PauseDb { dur } => (None, dur, Window::PauseDb),
+            Fault::DbFailing { dur, fatal } => (None, dur, Window::DbFailing { fatal }),
+            Fault::Partition { target, dur } => (Some(target), dur, Window::Partition),
+            Fault::Lossy { target, dur, req_loss, rep_loss } => {
+                (Some(target), dur, Window::Lossy { req_loss, rep_loss })
+            }
+            Fault::SlowNet { target, dur, extra } => (Some(target), dur, Window::SlowNet { extra }),
+            _ => return None,
+        })
     }
 }
 
@@ -407,7 +529,7 @@ impl Schedule {
         let op = timing.operation_timeout;
         let mut hosts = Vec::with_capacity(n_hosts);
         for i in 0..n_hosts {
-            let (rate_b, off_b, req_b, rep_b, start_b, flags) = (r.u8(), r.u8(), r.u8(), r.u8(), r.u8(), r.u8());
+            let b = HostBytes::read(&mut r);
             let rate_ppm = match variant {
                 Variant::Normal
                 | Variant::NoWatchdog
@@ -415,56 +537,30 @@ impl Schedule {
                 | Variant::OldFenceRule
                 | Variant::NoOperatorClockWait
                 | Variant::RenewsLostLease
-                | Variant::ClaimsInheritedRows => match rate_b {
-                    0..=15 => safe_lo,
-                    16..=47 => PPM,
-                    b => safe_lo + (safe_hi - safe_lo) * u64::from(b - 48) / 207,
-                },
-                Variant::NoMarginSkewed => 900_000 + 95_000 * u64::from(rate_b) / 255,
-                Variant::SkewedPastMargin => 800_000 + 80_000 * u64::from(rate_b) / 255,
-                Variant::JustPastMargin => (safe_lo - 20) * (980 + 15 * u64::from(rate_b) / 255) / 1000,
+                | Variant::ClaimsInheritedRows => b.safe_rate((safe_lo, safe_hi)),
+                Variant::NoMarginSkewed => 900_000 + 95_000 * u64::from(b.rate) / 255,
+                Variant::SkewedPastMargin => 800_000 + 80_000 * u64::from(b.rate) / 255,
+                Variant::JustPastMargin => (safe_lo - 20) * (980 + 15 * u64::from(b.rate) / 255) / 1000,
                 Variant::AnchorAtReply => PPM,
             };
-            // Requests and replies each take up to a quarter of the operation
-            // timeout, so a round trip always fits in half of it.
             // (The just-past-margin control keeps links fast, so that a
             // follower's claim lands inside the small overlap it creates.)
             let link = if variant == Variant::JustPastMargin { op / 40 } else { op / 4 };
-            let req_hi = scale(link, u64::from(req_b), 255);
-            let mut rep_hi = scale(link, u64::from(rep_b), 255);
-            let mut rep_lo = rep_hi / 2;
-            if variant == Variant::AnchorAtReply && i % 2 == 0 {
-                // Replies slower than the margin but inside the timeout.
-                let m = timing.safety_margin;
-                rep_lo = m + (op - m) / 3;
-                rep_hi = rep_lo;
-            }
-            let rep_hi_final = rep_hi.max(rep_lo);
-            hosts.push(Host {
-                rate_ppm,
-                clock_offset: Duration::from_secs(86_400) * u32::from(off_b) / 16
-                    + Duration::from_nanos(u64::from(flags) * 1_000_003),
-                req_delay: (req_hi / 2, req_hi),
-                rep_delay: (rep_lo, rep_hi_final),
-                start_at: scale(lease * 2, u64::from(start_b), 255),
-                release_on_shutdown: flags & 0x80 == 0,
-                guard_hold: if flags & 0x40 != 0 {
-                    scale(timing.retry_period, u64::from(flags & 0x3f) + 1, 64)
-                } else {
-                    Duration::ZERO
-                },
-                phase: Duration::ZERO,
-            });
+            let slow_replies = variant == Variant::AnchorAtReply && i % 2 == 0;
+            let start_at = scale(lease * 2, u64::from(b.start), 255);
+            let guard_hold = if b.flags & 0x40 != 0 {
+                scale(timing.retry_period, u64::from(b.flags & 0x3f) + 1, 64)
+            } else {
+                Duration::ZERO
+            };
+            hosts.push(Host { guard_hold, ..b.host(&timing, rate_ppm, link, slow_replies, start_at) });
         }
         let seed = r.u64();
         let horizon = lease * 6;
         let mut faults = Vec::new();
         while r.remaining() > 0 && faults.len() < MAX_FAULTS {
-            let kind = r.u8();
-            let at = scale(horizon, u64::from(r.u16()), 65_535);
-            let who = r.u8();
+            let (kind, at, target) = fault_head(&mut r, horizon, n_hosts);
             let (p1, p2) = (r.u8(), r.u8());
-            let target = if who >= 128 { Target::Leader } else { Target::Host(usize::from(who) % n_hosts) };
             let long = p1 == 255 && p2 & 0x0f == 0 && matches!(kind % 16, 0..=4 | 10 | 11);
             let dur = if long {
                 // Rarely, hours: time jumps over them.
@@ -512,14 +608,12 @@ impl Schedule {
 
     /// The slowest clock rate of any host, in ppm.
     pub fn min_rate_ppm(&self) -> u64 {
-        self.hosts.iter().map(|h| h.rate_ppm).min().unwrap_or(PPM)
+        min_rate_ppm(&self.hosts)
     }
 
     /// The longest request delay and round trip of any host with no fault.
     pub fn max_delays(&self) -> (Duration, Duration) {
-        let req = self.hosts.iter().map(|h| h.req_delay.1).max().unwrap_or_default();
-        let rtt = self.hosts.iter().map(|h| h.req_delay.1 + h.rep_delay.1).max().unwrap_or_default();
-        (req, rtt)
+        max_delays(&self.hosts)
     }
 
     /// When the last fault's direct effects end: windows close, crashed and
@@ -530,11 +624,6 @@ impl Schedule {
         let starts = self.hosts.iter().map(|h| h.start_at);
         let faults = self.faults.iter().map(|f| {
             f.at + match f.fault {
-                Fault::PauseDb { dur }
-                | Fault::Partition { dur, .. }
-                | Fault::Lossy { dur, .. }
-                | Fault::DbFailing { dur, .. } => dur,
-                Fault::SlowNet { dur, extra, .. } => dur + extra * 2 + rtt,
                 Fault::Crash { down, .. } | Fault::Shutdown { down, .. } => down,
                 Fault::Resign { .. } => Duration::ZERO,
                 // Applied once the database clock has moved past the last
@@ -544,6 +633,7 @@ impl Schedule {
                 // lease more, and the first claim of it re-arms it for a
                 // whole lease.
                 Fault::Failover { .. } => self.timing.lease_duration * 2,
+                _ => f.fault.window().map_or(Duration::ZERO, |(_, length, w)| window_end(length, w, rtt)),
             }
         });
         starts.chain(faults).max().unwrap_or_default()
@@ -593,19 +683,8 @@ impl fmt::Display for Schedule {
             t.safety_margin
         )?;
         for (i, h) in self.hosts.iter().enumerate() {
-            writeln!(
-                f,
-                "  host {i}: rate {:.6} offset {:?} req {:?}..{:?} rep {:?}..{:?} start {:?}{}{}",
-                h.rate_ppm as f64 / PPM as f64,
-                h.clock_offset,
-                h.req_delay.0,
-                h.req_delay.1,
-                h.rep_delay.0,
-                h.rep_delay.1,
-                h.start_at,
-                if h.release_on_shutdown { "" } else { " no-release" },
-                if h.guard_hold.is_zero() { String::new() } else { format!(" holds guards {:?}", h.guard_hold) }
-            )?;
+            let hold = if h.guard_hold.is_zero() { String::new() } else { format!(" holds guards {:?}", h.guard_hold) };
+            writeln!(f, "  host {i}: {h}{}{hold}", if h.release_on_shutdown { "" } else { " no-release" })?;
         }
         for fault in &self.faults {
             writeln!(f, "  at {:?}: {:?}", fault.at, fault.fault)?;

@@ -1,15 +1,14 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
-use crate::events::{self, dur, nanos, Events, HostClock};
+use crate::events::{dur, nanos};
+use crate::fleet::{outputs_disagree, stretches, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
 use std::fmt;
 use std::time::Duration;
 
-use super::rng::SimRng;
 use super::schedule::{Fault, Schedule, Target, Variant, OPERATOR_CLOCK_WAIT, PPM};
 use leaderelection::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome, Output, TermId};
-use leaderelection::DbTime;
 use leaderelection::MemStore;
-use leaderelection::{Lease, Store, StoreError};
+use leaderelection::{Lease, StoreError};
 
 /// The election every simulated participant runs.
 pub const ELECTION: &str = "sim";
@@ -173,20 +172,8 @@ pub struct RunReport {
     pub fences_issued: u64,
 }
 
-enum Ev {
-    Start {
-        host: usize,
-    },
-    Restart {
-        host: usize,
-    },
-    Wake {
-        node: usize,
-    },
-    Request {
-        node: usize,
-        call: Call,
-    },
+/// The events of one election's world besides those of every world.
+enum Own {
     /// `epoch`: the operator epoch in which the database applied the call.
     Reply {
         node: usize,
@@ -199,17 +186,15 @@ enum Ev {
     GuardsDropped {
         node: usize,
     },
-    FaultStart(usize),
-    FaultEnd(usize),
-    End,
 }
 
+type Ev = crate::fleet::Ev<Call, Own>;
+
+type Guard = crate::fleet::Guard<Grant>;
+
+/// What one election's guard adds.
 #[derive(Clone, Copy, Debug)]
-struct Guard {
-    term: TermId,
-    fence: u64,
-    deadline: LocalTime,
-    start: u64,
+struct Grant {
     /// The operator epoch in which the database applied the call that granted
     /// the current deadline: below the world's epoch, an operator fault came
     /// after the grant, and the guard is exempt from the one-guard rule.
@@ -222,44 +207,22 @@ struct Node {
     host: usize,
     identity: String,
     machine: Option<Machine>,
-    wake_at: Option<u64>,
+    timer: Timer,
     guard: Option<Guard>,
-    /// (instant, wake-ups at that instant): detects timers that never move.
-    wakes_at_instant: (u64, u32),
     /// When a clean shutdown began.
     shutdown_at: Option<u64>,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Interval {
-    start: u64,
-    end: u64,
-}
-
-#[derive(Default)]
-struct HostState {
-    current: Option<usize>,
-    restart_pending: bool,
-    processes: u32,
-}
-
 struct World<'a> {
     s: &'a Schedule,
-    rng: SimRng,
-    store: MemStore,
-    db_micros: u64,
-    queue: Events<Ev>,
+    net: Net<'a, Call, Own>,
     nodes: Vec<Node>,
     hosts: Vec<HostState>,
-    /// Faults in force, with the host each hits (`usize::MAX` for the database).
-    active: Vec<(usize, usize)>,
-    paused: u32,
-    held: Vec<(usize, Call)>,
     leading: Vec<usize>,
     max_fence: u64,
     store_fence: u64,
-    intervals: Vec<Interval>,
-    tracing: bool,
+    /// Terms, as (start, end) in real time.
+    intervals: Vec<(u64, u64)>,
     report: RunReport,
     /// Operator epoch: how many operator faults have been applied.
     epoch: u32,
@@ -286,25 +249,14 @@ struct World<'a> {
 pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
     let mut w = World {
         s: schedule,
-        rng: SimRng::new(schedule.seed),
-        store: {
-            let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS));
-            store.set_claims_inherited_rows(schedule.variant == Variant::ClaimsInheritedRows);
-            store
-        },
-        db_micros: 0,
-        queue: Events::new(),
+        net: Net::new(schedule.seed, &schedule.hosts, trace),
         nodes: Vec::new(),
         hosts: (0..schedule.hosts.len()).map(|_| HostState::default()).collect(),
-        active: Vec::new(),
-        paused: 0,
-        held: Vec::new(),
         leading: Vec::new(),
         max_fence: 0,
         store_fence: 0,
         intervals: Vec::new(),
-        tracing: trace,
-        report: RunReport { trace_hash: 0xcbf2_9ce4_8422_2325, hosts: schedule.hosts.len(), ..RunReport::default() },
+        report: RunReport { hosts: schedule.hosts.len(), ..RunReport::default() },
         epoch: 0,
         epoch_ends: Vec::new(),
         reply_epoch: None,
@@ -315,83 +267,28 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         snapshots: vec![None; schedule.faults.len()],
         last_failover: None,
     };
+    w.net.store.set_claims_inherited_rows(schedule.variant == Variant::ClaimsInheritedRows);
     w.report.faults_end = schedule.faults_end();
     w.report.liveness_bound = schedule.liveness_bound();
-    for (host, h) in schedule.hosts.iter().enumerate() {
-        w.push(nanos(h.start_at), Ev::Start { host });
-    }
+    w.net.start_hosts();
     for (i, f) in schedule.faults.iter().enumerate() {
         if let Fault::RestoreRow { lag } | Fault::Failover { lag } = f.fault {
             if lag <= f.at {
-                w.push(nanos(f.at - lag), Ev::Snapshot(i));
+                w.net.push(nanos(f.at - lag), Ev::Own(Own::Snapshot(i)));
             }
         }
-        w.push(nanos(f.at), Ev::FaultStart(i));
+        w.net.push(nanos(f.at), Ev::FaultStart(i));
     }
     let end = nanos(w.report.faults_end + w.report.liveness_bound + schedule.timing.lease_duration * 2);
-    w.push(end, Ev::End);
-    let mut now = 0;
-    while let Some((t, ev)) = w.queue.pop() {
-        now = t;
-        w.report.events += 1;
-        if w.report.events > MAX_EVENTS {
-            w.violate(t, Property::MachineMakesProgress, format!("more than {MAX_EVENTS} events"));
-            break;
-        }
-        if let Ev::End = ev {
-            break;
-        }
-        w.step(t, ev);
-        if w.report.violation.is_some() {
-            break;
-        }
-        w.check_instant(t);
-        if w.report.violation.is_some() {
-            break;
-        }
-    }
-    w.finish(now, end);
-    w.report
+    let Tally { events, lost_requests, lost_replies, trace_hash, trace } = w.run_to(end, MAX_EVENTS);
+    RunReport { events, lost_requests, lost_replies, trace_hash, trace, ..w.report }
 }
 
 impl World<'_> {
-    fn push(&mut self, t: u64, ev: Ev) {
-        self.queue.push(t, ev);
-    }
-
-    fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
-        let trace = self.tracing.then_some(&mut self.report.trace);
-        events::note(&mut self.report.trace_hash, trace, (t, code, a, b), text);
-    }
-
     fn violate(&mut self, t: u64, property: Property, detail: String) {
         if self.report.violation.is_none() {
-            self.note(t, 99, 0, 0, || format!("VIOLATION {}: {detail}", property.name()));
+            self.net.note(t, 99, 0, 0, || format!("VIOLATION {}: {detail}", property.name()));
             self.report.violation = Some(Violation { property, at: dur(t), detail });
-        }
-    }
-
-    // ---- clocks ----
-
-    fn local(&self, host: usize, t: u64) -> LocalTime {
-        self.clock(host).local(t)
-    }
-
-    fn clock(&self, host: usize) -> HostClock {
-        let h = &self.s.hosts[host];
-        HostClock { offset: h.clock_offset, rate_ppm: h.rate_ppm }
-    }
-
-    /// The first real instant at which `host`'s clock reads `l` or later.
-    fn real_at(&self, host: usize, l: LocalTime) -> u64 {
-        self.clock(host).real_at(l)
-    }
-
-    fn advance_db(&mut self, t: u64) {
-        let target = t / 1000;
-        if target > self.db_micros {
-            self.store.advance(Duration::from_micros(target - self.db_micros));
-            self.db_micros = target;
         }
     }
 
@@ -406,13 +303,13 @@ impl World<'_> {
     /// control trusts the term alone.
     fn valid(&self, node: usize, t: u64) -> bool {
         let n = &self.nodes[node];
-        n.guard.is_some_and(|g| !self.watchdog() || self.local(n.host, t) < g.deadline)
+        n.guard.is_some_and(|g| !self.watchdog() || self.net.local(n.host, t) < g.deadline)
     }
 
     /// When a guard stopped (or will stop) being valid by its deadline.
     fn guard_expiry(&self, node: usize, g: &Guard) -> u64 {
         if self.watchdog() {
-            self.real_at(self.nodes[node].host, g.deadline)
+            self.net.real_at(self.nodes[node].host, g.deadline)
         } else {
             u64::MAX
         }
@@ -421,9 +318,9 @@ impl World<'_> {
     fn close_guard(&mut self, t: u64, node: usize) {
         if let Some(g) = self.nodes[node].guard.take() {
             let end = t.min(self.guard_expiry(node, &g)).max(g.start);
-            self.intervals.push(Interval { start: g.start, end });
+            self.intervals.push((g.start, end));
             self.leading.retain(|&n| n != node);
-            if let Some(from) = g.overlap_from {
+            if let Some(from) = g.more.overlap_from {
                 let overlap = dur(end.saturating_sub(from));
                 self.report.longest_operator_overlap = self.report.longest_operator_overlap.max(overlap);
             }
@@ -455,107 +352,11 @@ impl World<'_> {
 
     // ---- events ----
 
-    fn step(&mut self, t: u64, ev: Ev) {
-        match ev {
-            Ev::Start { host } => self.spawn(t, host),
-            Ev::Restart { host } => {
-                self.hosts[host].restart_pending = false;
-                self.spawn(t, host);
-            }
-            Ev::Wake { node } => {
-                if self.nodes[node].wake_at != Some(t) || self.nodes[node].machine.is_none() {
-                    return;
-                }
-                self.nodes[node].wake_at = None;
-                let (at, count) = self.nodes[node].wakes_at_instant;
-                let count = if at == t { count + 1 } else { 1 };
-                self.nodes[node].wakes_at_instant = (t, count);
-                if count > 1000 {
-                    let ident = self.nodes[node].identity.clone();
-                    self.violate(t, Property::MachineMakesProgress, format!("{ident} woke 1000 times at one instant"));
-                    return;
-                }
-                self.with_node(t, node, |m, now| m.handle_timeout(now));
-            }
-            Ev::Request { node, call } => {
-                let host = self.nodes[node].host;
-                if self.partitioned(host) {
-                    self.report.lost_requests += 1;
-                    self.note(t, 3, node as u64, call.id.0, || {
-                        format!("n{node} request {} lost (partition)", call.id.0)
-                    });
-                } else if self.paused > 0 {
-                    self.held.push((node, call));
-                } else {
-                    self.apply(t, node, call);
-                }
-            }
-            Ev::Reply { node, id, outcome, epoch } => {
-                let host = self.nodes[node].host;
-                if self.partitioned(host) {
-                    self.report.lost_replies += 1;
-                    self.note(t, 4, node as u64, id.0, || format!("n{node} reply {} lost (partition)", id.0));
-                    return;
-                }
-                let Some(m) = self.nodes[node].machine.as_ref() else { return };
-                if m.call_in_flight().is_none_or(|c| c.id != id) {
-                    self.report.late_replies += 1;
-                }
-                self.note(t, 5, node as u64, id.0, || format!("n{node} reply {}: {}", id.0, show_outcome(&outcome)));
-                self.reply_epoch = Some(epoch);
-                self.with_node(t, node, |m, now| m.handle_reply(now, id, outcome));
-                self.reply_epoch = None;
-            }
-            Ev::Snapshot(i) => {
-                self.advance_db(t);
-                let row = self.store.peek(ELECTION);
-                self.note(t, 33, i as u64, row.as_ref().map_or(0, |r| r.fence), || {
-                    format!("a replica's copy for fault {i}: {}", row.as_ref().map_or("no row".into(), show_lease))
-                });
-                self.snapshots[i] = row;
-            }
-            Ev::GuardsDropped { node } => {
-                self.note(t, 6, node as u64, 0, || format!("n{node} drops the guards of its ended term"));
-                self.with_node(t, node, |m, now| m.set_hold_back(now, false));
-            }
-            Ev::FaultStart(i) => self.fault_start(t, i),
-            Ev::FaultEnd(i) => self.fault_end(t, i),
-            Ev::End => {}
-        }
-    }
-
-    fn spawn(&mut self, t: u64, host: usize) {
-        let hs = &mut self.hosts[host];
-        hs.processes += 1;
-        let identity = format!("h{host}.{}-{:04x}", hs.processes, self.rng.below(0x1_0000));
-        let mut cfg = MachineConfig::new(identity.clone(), self.s.timing, self.rng.next_u64());
-        cfg.release_on_shutdown = self.s.hosts[host].release_on_shutdown;
-        cfg.unsafe_anchor_at_reply = self.s.variant == Variant::AnchorAtReply;
-        let node = self.nodes.len();
-        self.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
-        self.nodes.push(Node {
-            host,
-            identity,
-            machine: Some(Machine::new(cfg)),
-            wake_at: None,
-            guard: None,
-            wakes_at_instant: (0, 0),
-            shutdown_at: None,
-        });
-        self.hosts[host].current = Some(node);
-        self.report.processes += 1;
-        if self.s.variant == Variant::NeverCampaigns {
-            self.with_node(t, node, |m, now| m.set_hold_back(now, true));
-        } else {
-            self.with_node(t, node, |m, now| m.handle_timeout(now));
-        }
-    }
-
     /// Hands the machine of `node` one input at real instant `t`, then carries
     /// out its outputs and re-arms its timer, as the elector's loop does.
     fn with_node(&mut self, t: u64, node: usize, f: impl FnOnce(&mut Machine, LocalTime)) {
         let host = self.nodes[node].host;
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         let Some(m) = self.nodes[node].machine.as_mut() else { return };
         f(m, now);
         self.drain(t, node);
@@ -566,28 +367,21 @@ impl World<'_> {
     fn drain(&mut self, t: u64, node: usize) {
         let mut stopped = false;
         while let Some(out) = self.nodes[node].machine.as_mut().and_then(Machine::poll_output) {
-            let n = node as u64;
+            self.net.note_output(t, node, None, &out);
             match out {
                 Output::Call(call) => {
                     self.report.calls += 1;
-                    self.note(t, 10, n, call.id.0, || format!("n{node} call {}: {:?}", call.id.0, call.op));
+                    self.net
+                        .note(t, 10, node as u64, call.id.0, || format!("n{node} call {}: {:?}", call.id.0, call.op));
                     self.send(t, node, call);
                 }
-                Output::CallAbandoned(id) => {
-                    self.report.abandoned += 1;
-                    self.note(t, 11, n, id.0, || format!("n{node} abandons call {}", id.0));
-                }
+                Output::CallAbandoned(_) => self.report.abandoned += 1,
                 Output::TermStarted { term, fence, deadline } => {
                     self.report.terms += 1;
-                    self.note(t, 12, n, fence, || format!("n{node} TERM STARTED fence {fence} deadline {deadline:?}"));
                     self.term_started(t, node, term, fence, deadline);
                 }
-                Output::DeadlineExtended { term, deadline } => {
-                    self.note(t, 13, n, nanos(deadline.as_duration()), || format!("n{node} deadline {deadline:?}"));
-                    self.deadline_extended(t, node, term, deadline);
-                }
-                Output::TermEnded { term, fence, reason } => {
-                    self.note(t, 14, n, fence, || format!("n{node} TERM ENDED fence {fence}: {reason:?}"));
+                Output::DeadlineExtended { term, deadline } => self.deadline_extended(t, node, term, deadline),
+                Output::TermEnded { term, .. } => {
                     if self.nodes[node].guard.is_some_and(|g| g.term == term) {
                         self.close_guard(t, node);
                         self.hold_guards(t, node);
@@ -596,19 +390,8 @@ impl World<'_> {
                         self.violate(t, Property::OutputsMatchMachine, format!("{ident} ended {term:?}, not live"));
                     }
                 }
-                Output::NewLeader { identity, fence } => {
-                    self.note(t, 15, n, fence, || format!("n{node} sees leader {identity} fence {fence}"));
-                }
-                Output::Released { fence, result } => {
-                    self.note(t, 16, n, fence, || format!("n{node} released fence {fence}: {result:?}"));
-                }
-                Output::Failed(e) => {
-                    self.note(t, 17, n, 0, || format!("n{node} failed: {e}"));
-                }
-                Output::Stopped => {
-                    self.note(t, 18, n, 0, || format!("n{node} stopped"));
-                    stopped = true;
-                }
+                Output::NewLeader { .. } | Output::Released { .. } | Output::Failed(_) => {}
+                Output::Stopped => stopped = true,
             }
         }
         if stopped {
@@ -617,7 +400,7 @@ impl World<'_> {
             }
             self.close_guard(t, node);
             self.nodes[node].machine = None;
-            self.nodes[node].wake_at = None;
+            self.nodes[node].timer.at = None;
         }
     }
 
@@ -629,13 +412,13 @@ impl World<'_> {
         if hold.is_zero() {
             return;
         }
-        let now = self.local(host, t);
+        let now = self.net.local(host, t);
         if let Some(m) = self.nodes[node].machine.as_mut() {
             m.set_hold_back(now, true);
         }
         let real = u64::try_from(hold.as_nanos() * u128::from(PPM) / u128::from(self.s.hosts[host].rate_ppm))
             .unwrap_or(u64::MAX);
-        self.push(t.saturating_add(real), Ev::GuardsDropped { node });
+        self.net.push(t.saturating_add(real), Ev::Own(Own::GuardsDropped { node }));
     }
 
     fn rearm(&mut self, t: u64, node: usize) {
@@ -644,67 +427,16 @@ impl World<'_> {
         // The no-watchdog driver is blocked inside the store call: nothing
         // fires until the call returns.
         if !self.watchdog() && m.call_in_flight().is_some() {
-            self.nodes[node].wake_at = None;
+            self.nodes[node].timer.at = None;
             return;
         }
-        let wake = m.poll_timeout().map(|l| self.real_at(n.host, l).max(t));
-        if wake != n.wake_at {
-            self.nodes[node].wake_at = wake;
-            if let Some(w) = wake {
-                self.push(w, Ev::Wake { node });
-            }
-        }
+        let (host, at) = (n.host, m.poll_timeout());
+        self.net.arm(t, node, host, &mut self.nodes[node].timer, at);
     }
 
     fn send(&mut self, t: u64, node: usize, call: Call) {
         let host = self.nodes[node].host;
-        let (req_loss, _) = self.loss(host);
-        if self.partitioned(host) || self.rng.percent(req_loss) {
-            self.report.lost_requests += 1;
-            self.note(t, 3, node as u64, call.id.0, || format!("n{node} request {} lost", call.id.0));
-            return;
-        }
-        let (lo, hi) = self.s.hosts[host].req_delay;
-        let delay = self.rng.duration(lo, hi) + self.extra(host);
-        self.push(t + nanos(delay), Ev::Request { node, call });
-    }
-
-    /// The database runs one call at real instant `t` on its own clock.
-    fn apply(&mut self, t: u64, node: usize, call: Call) {
-        self.advance_db(t);
-        self.report.applied += 1;
-        let host = self.nodes[node].host;
-        let id = self.nodes[node].identity.clone();
-        let payload = [host as u8];
-        let o = self.s.timing.operation_timeout;
-        let outcome = match self.s.variant {
-            Variant::OldFenceRule => call.op.run(&OldFenceRule(&self.store), ELECTION, &id, &payload, o),
-            Variant::RenewsLostLease => call.op.run(&RenewsLostLease(&self.store), ELECTION, &id, &payload, o),
-            _ => call.op.run(&self.store, ELECTION, &id, &payload, o),
-        };
-        self.note(t, 20, node as u64, call.id.0, || {
-            format!("db applies n{node} call {}: {}", call.id.0, show_outcome(&outcome))
-        });
-        if let Some(row) = self.store.peek(ELECTION) {
-            if matches!(call.op, Op::Acquire { .. }) && self.record_fence != Some(row.fence) {
-                self.fence_issued(t, node, row.fence);
-            }
-            if row.fence < self.store_fence {
-                let detail = format!("record fence went from {} to {}", self.store_fence, row.fence);
-                self.violate(t, Property::StoreFenceMonotonic, detail);
-            }
-            self.store_fence = row.fence;
-            self.record_fence = Some(row.fence);
-        }
-        let (_, rep_loss) = self.loss(host);
-        if self.partitioned(host) || self.rng.percent(rep_loss) {
-            self.report.lost_replies += 1;
-            self.note(t, 4, node as u64, call.id.0, || format!("n{node} reply {} lost", call.id.0));
-            return;
-        }
-        let (lo, hi) = self.s.hosts[host].rep_delay;
-        let delay = self.rng.duration(lo, hi) + self.extra(host);
-        self.push(t + nanos(delay), Ev::Reply { node, id: call.id, outcome, epoch: self.epoch });
+        self.net.transmit(t, node, host, call.id.0, false, Ev::Request { node, call });
     }
 
     // ---- faults ----
@@ -714,75 +446,6 @@ impl World<'_> {
             Target::Host(h) => h,
             Target::Leader => self.leading.iter().find(|&&n| self.valid(n, t)).map_or(0, |&n| self.nodes[n].host),
         }
-    }
-
-    fn partitioned(&self, host: usize) -> bool {
-        self.active.iter().any(|&(i, h)| h == host && matches!(self.s.faults[i].fault, Fault::Partition { .. }))
-    }
-
-    fn loss(&self, host: usize) -> (u8, u8) {
-        self.active.iter().fold((0, 0), |(q, p), &(i, h)| match self.s.faults[i].fault {
-            Fault::Lossy { req_loss, rep_loss, .. } if h == host => (q.max(req_loss), p.max(rep_loss)),
-            _ => (q, p),
-        })
-    }
-
-    fn extra(&self, host: usize) -> Duration {
-        self.active.iter().fold(Duration::ZERO, |e, &(i, h)| match self.s.faults[i].fault {
-            Fault::SlowNet { extra, .. } if h == host => e.max(extra),
-            _ => e,
-        })
-    }
-
-    fn fault_start(&mut self, t: u64, i: usize) {
-        let fault = self.s.faults[i].fault;
-        if fault.is_operator() {
-            self.operator_fault(t, i);
-            return;
-        }
-        let window = |target| (usize::MAX, target);
-        let (host, dur) = match fault {
-            Fault::PauseDb { dur } => {
-                self.paused += 1;
-                window(dur)
-            }
-            Fault::DbFailing { dur, .. } => window(dur),
-            Fault::Partition { target, dur }
-            | Fault::Lossy { target, dur, .. }
-            | Fault::SlowNet { target, dur, .. } => (self.resolve(t, target), dur),
-            Fault::Crash { target, down } => {
-                let host = self.resolve(t, target);
-                self.note(t, 30, i as u64, host as u64, || format!("fault {i}: crash host {host} for {down:?}"));
-                self.crash(t, host, down);
-                return;
-            }
-            Fault::Shutdown { target, down } => {
-                let host = self.resolve(t, target);
-                self.note(t, 30, i as u64, host as u64, || format!("fault {i}: shut down host {host} for {down:?}"));
-                self.shutdown(t, host, down);
-                return;
-            }
-            Fault::DeleteRow | Fault::RestoreRow { .. } | Fault::ClearTable => return,
-            Fault::Failover { .. } => {
-                self.failover(t, i);
-                return;
-            }
-            Fault::Resign { target } => {
-                let host = self.resolve(t, target);
-                self.note(t, 30, i as u64, host as u64, || format!("fault {i}: host {host} resigns"));
-                let node = self.hosts[host].current;
-                if let Some(node) = node {
-                    if let Some(g) = self.nodes[node].guard {
-                        self.with_node(t, node, |m, now| m.resign(now, g.term));
-                    }
-                }
-                return;
-            }
-        };
-        self.note(t, 31, i as u64, host as u64, || format!("fault {i} starts on host {host}: {fault:?}"));
-        self.active.push((i, host));
-        self.set_failing();
-        self.push(t + nanos(dur), Ev::FaultEnd(i));
     }
 
     /// An operator's or a failover's change to the record. It waits until the
@@ -796,8 +459,8 @@ impl World<'_> {
     /// exempt. The record's own fence may go back with the lost writes, so
     /// the check that it never does starts again from the replica's copy.
     fn failover(&mut self, t: u64, i: usize) {
-        self.advance_db(t);
-        let before = self.store.peek(ELECTION);
+        self.net.advance_db(t);
+        let before = self.net.store.peek(ELECTION);
         let copy = self.snapshots[i].clone();
         self.report.failovers += 1;
         self.last_failover = Some(t);
@@ -806,9 +469,9 @@ impl World<'_> {
             .zip(before.as_ref())
             .is_some_and(|(c, b)| (c.fence, c.renewed_at, c.expires_at) != (b.fence, b.renewed_at, b.expires_at));
         self.report.failovers_lost_writes += u64::from(lost);
-        self.store.fail_over(copy.as_ref());
-        let after = self.store.peek(ELECTION);
-        self.note(t, 36, i as u64, after.as_ref().map_or(0, |r| r.fence), || {
+        self.net.store.fail_over(copy.as_ref());
+        let after = self.net.store.peek(ELECTION);
+        self.net.note(t, 36, i as u64, after.as_ref().map_or(0, |r| r.fence), || {
             format!(
                 "fault {i}: FAILOVER to a replica: record {} -> {}",
                 before.as_ref().map_or("no row".into(), show_lease),
@@ -832,42 +495,42 @@ impl World<'_> {
     }
 
     fn operator_fault(&mut self, t: u64, i: usize) {
-        self.advance_db(t);
+        self.net.advance_db(t);
         if let Some(last) = self.last_issue_micros.filter(|_| self.s.variant != Variant::NoOperatorClockWait) {
             let ready = last + OPERATOR_CLOCK_WAIT.as_micros() as u64;
-            if self.db_micros < ready {
+            if self.net.db_micros < ready {
                 self.report.operator_faults_deferred += 1;
-                self.note(t, 34, i as u64, ready, || format!("fault {i} waits for the database clock"));
-                self.push(ready * 1000, Ev::FaultStart(i));
+                self.net.note(t, 34, i as u64, ready, || format!("fault {i} waits for the database clock"));
+                self.net.push(ready * 1000, Ev::FaultStart(i));
                 return;
             }
         }
         let fault = self.s.faults[i].fault;
-        let before = self.store.peek(ELECTION);
+        let before = self.net.store.peek(ELECTION);
         match fault {
             Fault::DeleteRow => {
                 self.report.deletes += 1;
-                self.store.delete_row(ELECTION);
+                self.net.store.delete_row(ELECTION);
             }
             Fault::ClearTable => {
                 self.report.clears += 1;
-                self.store.clear();
+                self.net.store.clear();
             }
             Fault::RestoreRow { .. } => {
                 self.report.restores += 1;
                 match &self.snapshots[i] {
-                    Some(row) => self.store.restore_row(row),
+                    Some(row) => self.net.store.restore_row(row),
                     None => {
-                        self.store.delete_row(ELECTION);
+                        self.net.store.delete_row(ELECTION);
                     }
                 }
             }
             _ => unreachable!("not an operator fault: {fault:?}"),
         }
-        let after = self.store.peek(ELECTION);
+        let after = self.net.store.peek(ELECTION);
         let leader = self.leading.iter().any(|&n| self.valid(n, t));
         self.report.operator_faults_under_leader += u64::from(leader);
-        self.note(t, 35, i as u64, after.as_ref().map_or(0, |r| r.fence), || {
+        self.net.note(t, 35, i as u64, after.as_ref().map_or(0, |r| r.fence), || {
             format!(
                 "fault {i}: OPERATOR {fault:?}{}: record {} -> {}",
                 if leader { " under a live leader" } else { "" },
@@ -886,29 +549,6 @@ impl World<'_> {
         self.epoch_ends.push(t);
     }
 
-    fn fault_end(&mut self, t: u64, i: usize) {
-        self.note(t, 32, i as u64, 0, || format!("fault {i} ends"));
-        self.active.retain(|&(j, _)| j != i);
-        self.set_failing();
-        if let Fault::PauseDb { .. } = self.s.faults[i].fault {
-            self.paused -= 1;
-            if self.paused == 0 {
-                for (node, call) in std::mem::take(&mut self.held) {
-                    self.apply(t, node, call);
-                }
-            }
-        }
-    }
-
-    fn set_failing(&mut self) {
-        let faults = &self.s.faults;
-        let fatal = self.active.iter().filter_map(|&(i, _)| match faults[i].fault {
-            Fault::DbFailing { fatal, .. } => Some(fatal),
-            _ => None,
-        });
-        self.store.set_failing(events::failing_kind(fatal));
-    }
-
     fn crash(&mut self, t: u64, host: usize, down: Duration) {
         let Some(node) = self.hosts[host].current else { return };
         if self.hosts[host].restart_pending || self.nodes[node].machine.is_none() {
@@ -917,9 +557,8 @@ impl World<'_> {
         // The process is gone: its guard with it, its lease left on the record.
         self.close_guard(t, node);
         self.nodes[node].machine = None;
-        self.nodes[node].wake_at = None;
-        self.hosts[host].restart_pending = true;
-        self.push(t + nanos(down), Ev::Restart { host });
+        self.nodes[node].timer.at = None;
+        self.restart_later(t, host, down);
     }
 
     fn shutdown(&mut self, t: u64, host: usize, down: Duration) {
@@ -929,8 +568,7 @@ impl World<'_> {
         }
         self.nodes[node].shutdown_at = Some(t);
         self.with_node(t, node, |m, now| m.shutdown(now));
-        self.hosts[host].restart_pending = true;
-        self.push(t + nanos(down), Ev::Restart { host });
+        self.restart_later(t, host, down);
     }
 
     // ---- the oracle ----
@@ -948,14 +586,14 @@ impl World<'_> {
             self.violate(t, Property::FencesIncrease, detail);
         }
         self.max_issued = self.max_issued.max(fence);
-        self.last_issue_micros = Some(self.db_micros);
+        self.last_issue_micros = Some(self.net.db_micros);
         self.issued.push((fence, node, false));
     }
 
     /// Whether `g` was granted before the last operator fault, and if so when
     /// the first operator fault after its grant came.
     fn orphaned_at(&self, g: &Guard) -> Option<u64> {
-        (g.epoch < self.epoch).then(|| self.epoch_ends[g.epoch as usize])
+        (g.more.epoch < self.epoch).then(|| self.epoch_ends[g.more.epoch as usize])
     }
 
     fn term_started(&mut self, t: u64, node: usize, term: TermId, fence: u64, deadline: LocalTime) {
@@ -991,14 +629,15 @@ impl World<'_> {
         }
         self.max_fence = self.max_fence.max(fence);
         let host = self.nodes[node].host;
-        if self.local(host, t) >= deadline {
+        if self.net.local(host, t) >= deadline {
             self.violate(
                 t,
                 Property::OutputsMatchMachine,
                 format!("{ident} started {term:?} already past its deadline"),
             );
         }
-        self.nodes[node].guard = Some(Guard { term, fence, deadline, start: t, epoch, overlap_from: None });
+        self.nodes[node].guard =
+            Some(Guard { term, fence, deadline, start: t, more: Grant { epoch, overlap_from: None } });
         self.leading.push(node);
     }
 
@@ -1009,26 +648,18 @@ impl World<'_> {
             return;
         };
         if !self.valid(node, t) {
-            let detail = format!(
-                "{ident} extended fence {} to {deadline:?} after its deadline {:?} had passed (local now {:?})",
-                g.fence,
-                g.deadline,
-                self.local(self.nodes[node].host, t)
-            );
+            let detail = self.net.revived(&ident, self.nodes[node].host, &g, deadline, t);
             self.violate(t, Property::GuardNeverRevives, detail);
             return;
         }
         let epoch = self.reply_epoch.unwrap_or(self.epoch);
-        self.nodes[node].guard = Some(Guard { deadline, epoch, ..g });
+        self.nodes[node].guard = Some(Guard { deadline, more: Grant { epoch, ..g.more }, ..g });
     }
 
     fn check_outputs(&mut self, t: u64, node: usize) {
         let n = &self.nodes[node];
         let Some(m) = n.machine.as_ref() else { return };
-        let from_machine = m.term().map(|x| (x.id, x.fence, x.deadline));
-        let from_outputs = n.guard.map(|g| (g.term, g.fence, g.deadline));
-        if from_machine != from_outputs {
-            let detail = format!("{}: outputs say {from_outputs:?}, machine says {from_machine:?}", n.identity);
+        if let Some(detail) = outputs_disagree(&n.identity, n.guard.as_ref(), m.term()) {
             self.violate(t, Property::OutputsMatchMachine, detail);
         }
     }
@@ -1052,12 +683,12 @@ impl World<'_> {
                 if self.orphaned_at(&g).is_none() {
                     continue;
                 }
-                if g.overlap_from.is_none() {
-                    g.overlap_from = Some(t);
+                if g.more.overlap_from.is_none() {
+                    g.more.overlap_from = Some(t);
                     self.nodes[n].guard = Some(g);
                     self.report.operator_overlaps += 1;
                     let ident = self.nodes[n].identity.clone();
-                    self.note(t, 36, n as u64, g.fence, || {
+                    self.net.note(t, 36, n as u64, g.fence, || {
                         format!("n{n} {ident} (fence {}) overlaps a newer guard after an operator fault", g.fence)
                     });
                 }
@@ -1068,15 +699,7 @@ impl World<'_> {
                 .iter()
                 .filter_map(|&n| {
                     let (node, g) = (&self.nodes[n], self.nodes[n].guard?);
-                    Some(format!(
-                        "{} (fence {}, valid since {:?}, deadline {:?}, local now {:?}, rate {})",
-                        node.identity,
-                        g.fence,
-                        dur(g.start),
-                        g.deadline,
-                        self.local(node.host, t),
-                        self.s.hosts[node.host].rate_ppm
-                    ))
+                    Some(self.net.holder(&node.identity, node.host, &g, t))
                 })
                 .collect();
             let since = if self.epoch > 0 { ", both granted since the last operator fault" } else { "" };
@@ -1090,9 +713,9 @@ impl World<'_> {
         // A guard granted before an operator fault is not backed by the
         // record any more, by the operator's doing; the current one must be.
         if let Some(&n) = current.first() {
-            self.advance_db(t);
+            self.net.advance_db(t);
             let g = self.nodes[n].guard.expect("valid implies a guard");
-            let row = self.store.peek(ELECTION);
+            let row = self.net.store.peek(ELECTION);
             // A row inherited across a failover may lack the renewals (or
             // the claim) behind this guard: it backs nobody until it is
             // written again, and nobody can claim it before then.
@@ -1107,7 +730,7 @@ impl World<'_> {
             let held_for_nobody = row.as_ref().is_some_and(|r| r.holder.is_empty());
             let ok = before_failover
                 || held_for_nobody
-                || self.store.is_inherited(ELECTION)
+                || self.net.store.is_inherited(ELECTION)
                 || row
                     .as_ref()
                     .is_some_and(|r| r.holder == self.nodes[n].identity && r.fence == g.fence && !r.expired());
@@ -1140,6 +763,35 @@ impl World<'_> {
             self.violate(t, Property::ShutdownCompletes, detail);
         }
     }
+}
+
+impl<'a> Fleet<'a> for World<'a> {
+    type Call = Call;
+    type Own = Own;
+
+    fn net(&mut self) -> &mut Net<'a, Call, Own> {
+        &mut self.net
+    }
+
+    fn host_state(&mut self, host: usize) -> &mut HostState {
+        &mut self.hosts[host]
+    }
+
+    fn process(&mut self, node: usize) -> Process<'_> {
+        let n = &mut self.nodes[node];
+        Process { host: n.host, identity: &n.identity, timer: n.machine.as_ref().map(|_| &mut n.timer) }
+    }
+
+    fn woken(&mut self, t: u64, node: usize) {
+        self.with_node(t, node, |m, now| m.handle_timeout(now));
+    }
+
+    fn go_on(&mut self, t: u64) -> bool {
+        if self.report.violation.is_none() {
+            self.check_instant(t);
+        }
+        self.report.violation.is_none()
+    }
 
     fn finish(&mut self, now: u64, end: u64) {
         self.report.virtual_time = dur(now);
@@ -1156,22 +808,12 @@ impl World<'_> {
         if self.report.violation.is_some() || self.s.variant == Variant::NoWatchdog {
             return;
         }
-        let mut ivs = std::mem::take(&mut self.intervals);
-        ivs.retain(|i| i.end > i.start);
-        ivs.sort_by_key(|i| i.start);
-        // The last stretch of uninterrupted leadership.
-        let mut last: Option<Interval> = None;
-        for i in ivs {
-            last = Some(match last {
-                Some(l) if i.start <= l.end => Interval { start: l.start, end: l.end.max(i.end) },
-                _ => i,
-            });
-        }
+        let last = stretches(std::mem::take(&mut self.intervals)).pop();
         let faults_end = nanos(self.report.faults_end);
         let deadline = faults_end.saturating_add(nanos(self.report.liveness_bound));
         match last {
-            Some(l) if l.end >= end && l.start <= deadline => {
-                self.report.recovery = Some(dur(l.start.saturating_sub(faults_end)));
+            Some((start, until)) if until >= end && start <= deadline => {
+                self.report.recovery = Some(dur(start.saturating_sub(faults_end)));
             }
             other => {
                 let detail = format!(
@@ -1179,19 +821,151 @@ impl World<'_> {
                     self.report.faults_end,
                     self.report.liveness_bound,
                     dur(end),
-                    other.map_or("none".to_owned(), |l| format!("{:?}..{:?}", dur(l.start), dur(l.end)))
+                    other.map_or("none".to_owned(), |(s, e)| format!("{:?}..{:?}", dur(s), dur(e)))
                 );
                 self.violate(end, Property::SomeoneLeadsAfterFaults, detail);
             }
+        }
+    }
+
+    fn no_progress(&mut self, t: u64, detail: String) {
+        self.violate(t, Property::MachineMakesProgress, detail);
+    }
+
+    fn own(&mut self, t: u64, ev: Own) {
+        match ev {
+            Own::Reply { node, id, outcome, epoch } => {
+                let host = self.nodes[node].host;
+                if self.net.reply_cut_off(t, node, host, id.0) {
+                    return;
+                }
+                let Some(m) = self.nodes[node].machine.as_ref() else { return };
+                if m.call_in_flight().is_none_or(|c| c.id != id) {
+                    self.report.late_replies += 1;
+                }
+                self.net
+                    .note(t, 5, node as u64, id.0, || format!("n{node} reply {}: {}", id.0, show_outcome(&outcome)));
+                self.reply_epoch = Some(epoch);
+                self.with_node(t, node, |m, now| m.handle_reply(now, id, outcome));
+                self.reply_epoch = None;
+            }
+            Own::Snapshot(i) => {
+                self.net.advance_db(t);
+                let row = self.net.store.peek(ELECTION);
+                self.net.note(t, 33, i as u64, row.as_ref().map_or(0, |r| r.fence), || {
+                    format!("a replica's copy for fault {i}: {}", row.as_ref().map_or("no row".into(), show_lease))
+                });
+                self.snapshots[i] = row;
+            }
+            Own::GuardsDropped { node } => {
+                self.net.note(t, 6, node as u64, 0, || format!("n{node} drops the guards of its ended term"));
+                self.with_node(t, node, |m, now| m.set_hold_back(now, false));
+            }
+        }
+    }
+
+    fn spawn(&mut self, t: u64, host: usize) {
+        let hs = &mut self.hosts[host];
+        hs.processes += 1;
+        let identity = format!("h{host}.{}-{:04x}", hs.processes, self.net.rng.below(0x1_0000));
+        let mut cfg = MachineConfig::new(identity.clone(), self.s.timing, self.net.rng.next_u64());
+        cfg.release_on_shutdown = self.s.hosts[host].release_on_shutdown;
+        cfg.unsafe_anchor_at_reply = self.s.variant == Variant::AnchorAtReply;
+        let node = self.nodes.len();
+        self.net.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
+        self.nodes.push(Node {
+            host,
+            identity,
+            machine: Some(Machine::new(cfg)),
+            timer: Timer::default(),
+            guard: None,
+            shutdown_at: None,
+        });
+        self.hosts[host].current = Some(node);
+        self.report.processes += 1;
+        if self.s.variant == Variant::NeverCampaigns {
+            self.with_node(t, node, |m, now| m.set_hold_back(now, true));
+        } else {
+            self.with_node(t, node, |m, now| m.handle_timeout(now));
+        }
+    }
+
+    /// The database runs one call at real instant `t` on its own clock.
+    fn apply(&mut self, t: u64, node: usize, call: Call) {
+        self.net.advance_db(t);
+        self.report.applied += 1;
+        let host = self.nodes[node].host;
+        let id = self.nodes[node].identity.clone();
+        let payload = [host as u8];
+        let o = self.s.timing.operation_timeout;
+        let before = (self.s.variant == Variant::OldFenceRule).then(|| self.net.store.peek(ELECTION));
+        let mut outcome = call.op.run(&self.net.store, ELECTION, &id, &payload, o);
+        if let Some(before) = before {
+            old_fence_rule(&self.net.store, call.op, before, &id, &mut outcome);
+        }
+        if self.s.variant == Variant::RenewsLostLease {
+            renews_lost_lease(&self.net.store, call.op, &id, &payload, &mut outcome);
+        }
+        self.net.note(t, 20, node as u64, call.id.0, || {
+            format!("db applies n{node} call {}: {}", call.id.0, show_outcome(&outcome))
+        });
+        if let Some(row) = self.net.store.peek(ELECTION) {
+            if matches!(call.op, Op::Acquire { .. }) && self.record_fence != Some(row.fence) {
+                self.fence_issued(t, node, row.fence);
+            }
+            if row.fence < self.store_fence {
+                let detail = format!("record fence went from {} to {}", self.store_fence, row.fence);
+                self.violate(t, Property::StoreFenceMonotonic, detail);
+            }
+            self.store_fence = row.fence;
+            self.record_fence = Some(row.fence);
+        }
+        let reply = Ev::Own(Own::Reply { node, id: call.id, outcome, epoch: self.epoch });
+        self.net.transmit(t, node, host, call.id.0, true, reply);
+    }
+
+    fn fault_start(&mut self, t: u64, i: usize) {
+        let fault = self.s.faults[i].fault;
+        if fault.is_operator() {
+            self.operator_fault(t, i);
+            return;
+        }
+        if let Some((target, length, window)) = fault.window() {
+            let host = target.map_or(usize::MAX, |target| self.resolve(t, target));
+            self.net.open(t, (i, fault), host, length, window);
+            return;
+        }
+        match fault {
+            Fault::Crash { target, down } => {
+                let host = self.resolve(t, target);
+                self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: crash host {host} for {down:?}"));
+                self.crash(t, host, down);
+            }
+            Fault::Shutdown { target, down } => {
+                let host = self.resolve(t, target);
+                self.net
+                    .note(t, 30, i as u64, host as u64, || format!("fault {i}: shut down host {host} for {down:?}"));
+                self.shutdown(t, host, down);
+            }
+            Fault::Failover { .. } => self.failover(t, i),
+            Fault::Resign { target } => {
+                let host = self.resolve(t, target);
+                self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: host {host} resigns"));
+                let node = self.hosts[host].current;
+                if let Some(node) = node {
+                    if let Some(g) = self.nodes[node].guard {
+                        self.with_node(t, node, |m, now| m.resign(now, g.term));
+                    }
+                }
+            }
+            _ => unreachable!("a window or an operator fault: {fault:?}"),
         }
     }
 }
 
 fn show_outcome(o: &Outcome) -> String {
     match o {
-        Outcome::Lease(Ok(l)) => {
-            format!("{} fence {} ttl {:?}{}", l.holder, l.fence, l.ttl(), if l.expired() { " (expired)" } else { "" })
-        }
+        Outcome::Lease(Ok(l)) => show_lease(l),
         Outcome::Lease(Err(e)) => format!("error {:?}: {e}", e.kind()),
         Outcome::Released(r) => format!("release {r:?}"),
     }
@@ -1201,100 +975,25 @@ fn show_lease(l: &Lease) -> String {
     format!("{} fence {} ttl {:?}{}", l.holder, l.fence, l.ttl(), if l.expired() { " (expired)" } else { "" })
 }
 
-/// The negative control's store ([`Variant::OldFenceRule`]): a [`MemStore`]
-/// whose new terms get their fences by the old rule, absent row → 1 and
-/// expired row → fence + 1, rewritten over what the store assigned.
-struct OldFenceRule<'a>(&'a MemStore);
-
-impl Store for OldFenceRule<'_> {
-    fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        let before = self.0.peek(name);
-        let mut lease = self.0.acquire(name, identity, ttl, payload, timeout)?;
-        let new_term = lease.holder == identity && before.as_ref().is_none_or(|b| b.fence != lease.fence);
-        if new_term {
-            lease.fence = before.map_or(1, |b| b.fence + 1);
-            self.0.restore_row(&lease);
-        }
-        Ok(lease)
-    }
-
-    fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        self.0.renew(name, identity, fence, ttl, payload, timeout)
-    }
-
-    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        self.0.release(name, identity, fence, timeout)
-    }
-
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        self.0.inspect(name, timeout)
+/// The negative control's store ([`Variant::OldFenceRule`]): a new term's
+/// fence, in a claim's `outcome`, by the old rule, absent row → 1 and
+/// expired row → fence + 1 (`before`: the row before the claim), written
+/// over what the store assigned.
+fn old_fence_rule(store: &MemStore, op: Op, before: Option<Lease>, identity: &str, outcome: &mut Outcome) {
+    let (Op::Acquire { .. }, Outcome::Lease(Ok(lease))) = (op, outcome) else { return };
+    let new_term = lease.holder == identity && before.as_ref().is_none_or(|b| b.fence != lease.fence);
+    if new_term {
+        lease.fence = before.map_or(1, |b| b.fence + 1);
+        store.restore_row(lease);
     }
 }
 
-/// The negative control's store ([`Variant::RenewsLostLease`]): a
-/// [`MemStore`] whose `renew` answers success, writing nothing, when the
-/// lease is gone or someone else's.
-struct RenewsLostLease<'a>(&'a MemStore);
-
-impl Store for RenewsLostLease<'_> {
-    fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        self.0.acquire(name, identity, ttl, payload, timeout)
-    }
-
-    fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        match self.0.renew(name, identity, fence, ttl, payload, timeout) {
-            Err(e) if e.is_lease_lost() => {
-                let now = self.0.now();
-                Ok(Lease {
-                    name: name.to_owned(),
-                    holder: identity.to_owned(),
-                    fence,
-                    acquired_at: now,
-                    renewed_at: now,
-                    expires_at: now.saturating_add(ttl),
-                    now,
-                    payload: payload.to_vec(),
-                })
-            }
-            other => other,
-        }
-    }
-
-    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        self.0.release(name, identity, fence, timeout)
-    }
-
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        self.0.inspect(name, timeout)
+/// The negative control's store ([`Variant::RenewsLostLease`]): a renewal
+/// answers success, having written nothing, when the lease is gone or
+/// someone else's.
+fn renews_lost_lease(store: &MemStore, op: Op, identity: &str, payload: &[u8], outcome: &mut Outcome) {
+    let (Op::Renew { fence, ttl }, Outcome::Lease(answer)) = (op, outcome) else { return };
+    if answer.as_ref().is_err_and(StoreError::is_lease_lost) {
+        *answer = Ok(crate::events::fresh_lease(ELECTION, identity, fence, store.now(), ttl, payload));
     }
 }

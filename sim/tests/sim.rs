@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use leaderelection::Timing;
 use leaderelection_sim::{
-    describe_failure, explore, from_hex, replay_command, run, safe_rate_range, Fault, Host, Property, Schedule, Target,
+    describe_failure, explore, replay_command, run, safe_rate_range, Fault, Host, Property, Schedule, Target,
     TimedFault, Variant, OPERATOR_KINDS,
 };
 
 mod common;
 
-use common::{env_u64, report, steady_host, threads};
+use common::{assert_replays_here, assert_same_runs, env_u64, print_run, replay_choice, report, steady_host, threads};
 
 #[test]
 fn explore_schedules() {
@@ -57,21 +57,10 @@ fn explore_schedules() {
 
 #[test]
 fn replay() {
-    let variant = std::env::var("SIM_VARIANT")
-        .map(|v| Variant::from_name(&v).unwrap_or_else(|| panic!("unknown SIM_VARIANT {v:?}")))
-        .unwrap_or(Variant::Normal);
-    let (seed, schedule) = match (std::env::var("SIM_BYTES"), env_u64("SIM_SEED")) {
-        (Ok(hex), _) => (None, Schedule::from_bytes(&from_hex(&hex).expect("SIM_BYTES is not hex"), variant)),
-        (_, Some(seed)) => (Some(seed), Schedule::from_seed(seed, variant)),
-        _ => (Some(42), Schedule::from_seed(42, variant)),
-    };
+    let (seed, schedule) = replay_choice("SIM", Variant::from_name, Schedule::from_bytes, Schedule::from_seed);
     let report = run(&schedule, true);
-    println!("schedule: {schedule}");
-    for line in &report.trace {
-        println!("{line}");
-    }
     let summary = leaderelection_sim::RunReport { trace: Vec::new(), ..report.clone() };
-    println!("{summary:#?}");
+    print_run(&schedule, &report.trace, &summary);
     assert!(report.violation.is_none(), "{}", describe_failure(seed, &schedule));
     assert!(report.terms > 0 && report.events > 0);
 }
@@ -89,24 +78,16 @@ fn a_schedule_runs_the_same_twice() {
     let a = run(&schedule, true);
     let b = run(&schedule, true);
     let quiet = run(&schedule, false);
-    assert!(a.trace.len() > 100, "trace too short: {}", a.trace.len());
-    assert_eq!(a.trace, b.trace, "seed {seed} ran differently twice");
-    assert_eq!(a.trace_hash, b.trace_hash);
-    assert_eq!(a.trace_hash, quiet.trace_hash, "tracing changed the run");
+    assert_same_runs(seed, 100, (&a.trace, a.trace_hash), (&b.trace, b.trace_hash), quiet.trace_hash);
     assert_eq!(Schedule::from_bytes(&schedule.bytes, Variant::Normal), schedule, "bytes do not decode the same");
-    // The replay command names this package, this test binary and the test
-    // `replay` in it (below), so it breaks if either is moved or renamed.
-    let command = replay_command(&schedule);
-    let this =
-        format!("cargo test -p {} --test {} replay -- --nocapture", env!("CARGO_PKG_NAME"), env!("CARGO_CRATE_NAME"));
-    assert!(command.ends_with(&this), "{command}");
+    // The replay command runs the test `replay` above.
     let env = format!("SIM_BYTES={} SIM_VARIANT=normal ", leaderelection_sim::to_hex(&schedule.bytes));
-    assert!(command.starts_with(&env), "{command}");
+    assert_replays_here(&replay_command(&schedule), &env);
 }
 
 /// Explores seeds under a broken variant until the oracle finds `property`
 /// violated; returns the seed.
-fn find_violation(variant: Variant, property: Property, max: u64) -> (u64, String) {
+fn find_violation(variant: Variant, property: Property, max: u64) -> u64 {
     let e = explore(0, max, variant, threads());
     let Some((seed, v)) = e.failures.iter().find(|(_, v)| v.property == property) else {
         panic!(
@@ -123,7 +104,14 @@ fn find_violation(variant: Variant, property: Property, max: u64) -> (u64, Strin
         e.schedules,
         replay_command(&Schedule::from_seed(*seed, variant))
     ));
-    (*seed, v.to_string())
+    *seed
+}
+
+/// The oracle finds `property` violated under `variant` within `max`
+/// schedules, and the first such schedule's bytes pass under the
+/// production rules.
+fn caught(variant: Variant, property: Property, max: u64) {
+    passes_when_fixed(find_violation(variant, property, max), variant);
 }
 
 /// The same bytes under the production rules pass: the broken rule is what
@@ -137,21 +125,18 @@ fn passes_when_fixed(seed: u64, variant: Variant) {
 
 #[test]
 fn control_no_margin_with_slow_clocks_is_caught() {
-    let (seed, _) = find_violation(Variant::NoMarginSkewed, Property::AtMostOneValidGuard, 3_000);
-    passes_when_fixed(seed, Variant::NoMarginSkewed);
+    caught(Variant::NoMarginSkewed, Property::AtMostOneValidGuard, 3_000);
 }
 
 #[test]
 fn control_clocks_skewed_past_the_margin_are_caught() {
-    let (seed, _) = find_violation(Variant::SkewedPastMargin, Property::AtMostOneValidGuard, 3_000);
-    passes_when_fixed(seed, Variant::SkewedPastMargin);
+    caught(Variant::SkewedPastMargin, Property::AtMostOneValidGuard, 3_000);
 }
 
 #[test]
 fn control_clocks_just_past_the_margin_are_caught() {
     // 0.5 % to 2 % slower than the slowest safe rate: the margin is tight.
-    let (seed, _) = find_violation(Variant::JustPastMargin, Property::AtMostOneValidGuard, 2_000);
-    passes_when_fixed(seed, Variant::JustPastMargin);
+    caught(Variant::JustPastMargin, Property::AtMostOneValidGuard, 2_000);
 }
 
 #[test]
@@ -177,20 +162,17 @@ fn clocks_at_the_slowest_safe_rate_are_safe() {
 
 #[test]
 fn control_deadline_anchored_at_reply_is_caught() {
-    let (seed, _) = find_violation(Variant::AnchorAtReply, Property::AtMostOneValidGuard, 3_000);
-    passes_when_fixed(seed, Variant::AnchorAtReply);
+    caught(Variant::AnchorAtReply, Property::AtMostOneValidGuard, 3_000);
 }
 
 #[test]
 fn control_no_watchdog_while_a_call_hangs_is_caught() {
-    let (seed, _) = find_violation(Variant::NoWatchdog, Property::AtMostOneValidGuard, 3_000);
-    passes_when_fixed(seed, Variant::NoWatchdog);
+    caught(Variant::NoWatchdog, Property::AtMostOneValidGuard, 3_000);
 }
 
 #[test]
 fn control_electing_nobody_is_caught() {
-    let (seed, _) = find_violation(Variant::NeverCampaigns, Property::SomeoneLeadsAfterFaults, 50);
-    passes_when_fixed(seed, Variant::NeverCampaigns);
+    caught(Variant::NeverCampaigns, Property::SomeoneLeadsAfterFaults, 50);
 }
 
 #[test]
@@ -437,6 +419,5 @@ fn a_failover_that_loses_renewals_keeps_one_leader() {
 
 #[test]
 fn control_claiming_inherited_rows_is_caught() {
-    let (seed, _) = find_violation(Variant::ClaimsInheritedRows, Property::AtMostOneValidGuard, 10_000);
-    passes_when_fixed(seed, Variant::ClaimsInheritedRows);
+    caught(Variant::ClaimsInheritedRows, Property::AtMostOneValidGuard, 10_000);
 }

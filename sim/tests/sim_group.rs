@@ -20,14 +20,14 @@ use std::time::Duration;
 
 use leaderelection::Timing;
 use leaderelection_sim::{
-    describe_group_failure, explore_groups, from_hex, group_replay_command, run_group, safe_rate_range, to_hex,
-    valid_for_group, GroupExploration, GroupFault, GroupProperty, GroupRunReport, GroupSchedule, GroupTarget,
-    GroupVariant, MAX_PARTICIPANTS,
+    describe_group_failure, explore_groups, group_replay_command, run_group, safe_rate_range, to_hex, valid_for_group,
+    GroupExploration, GroupFault, GroupProperty, GroupRunReport, GroupSchedule, GroupTarget, GroupVariant,
+    MAX_PARTICIPANTS,
 };
 
 mod common;
 
-use common::{env_u64, report, steady_host, threads};
+use common::{assert_replays_here, assert_same_runs, env_u64, print_run, replay_choice, report, steady_host, threads};
 
 /// Fails on the first violation, with its replay command.
 fn check_failures(e: &GroupExploration, variant: GroupVariant) {
@@ -73,23 +73,11 @@ fn explore_group_schedules() {
 
 #[test]
 fn replay() {
-    let variant = std::env::var("SIM_GROUP_VARIANT")
-        .map(|v| GroupVariant::from_name(&v).unwrap_or_else(|| panic!("unknown SIM_GROUP_VARIANT {v:?}")))
-        .unwrap_or(GroupVariant::Normal);
-    let (seed, schedule) = match (std::env::var("SIM_GROUP_BYTES"), env_u64("SIM_GROUP_SEED")) {
-        (Ok(hex), _) => {
-            (None, GroupSchedule::from_bytes(&from_hex(&hex).expect("SIM_GROUP_BYTES is not hex"), variant))
-        }
-        (_, Some(seed)) => (Some(seed), GroupSchedule::from_seed(seed, variant)),
-        _ => (Some(42), GroupSchedule::from_seed(42, variant)),
-    };
+    let (seed, schedule) =
+        replay_choice("SIM_GROUP", GroupVariant::from_name, GroupSchedule::from_bytes, GroupSchedule::from_seed);
     let r = run_group(&schedule, true);
-    println!("schedule: {schedule}");
-    for line in &r.trace {
-        println!("{line}");
-    }
     let summary = GroupRunReport { trace: Vec::new(), ..r.clone() };
-    println!("{summary:#?}");
+    print_run(&schedule, &r.trace, &summary);
     assert!(r.violation.is_none(), "{}", describe_group_failure(seed, &schedule));
     assert!(r.terms > 0 && r.events > 0);
 }
@@ -142,22 +130,15 @@ fn a_group_schedule_runs_the_same_twice() {
     let a = run_group(&schedule, true);
     let b = run_group(&schedule, true);
     let quiet = run_group(&schedule, false);
-    assert!(a.trace.len() > 1_000, "trace too short: {}", a.trace.len());
-    assert_eq!(a.trace, b.trace, "seed {seed} ran differently twice");
-    assert_eq!(a.trace_hash, b.trace_hash);
-    assert_eq!(a.trace_hash, quiet.trace_hash, "tracing changed the run");
+    assert_same_runs(seed, 1_000, (&a.trace, a.trace_hash), (&b.trace, b.trace_hash), quiet.trace_hash);
     assert_eq!(format!("{:?}", a.violation), format!("{:?}", quiet.violation));
     assert_eq!((a.terms, a.batches, a.events), (quiet.terms, quiet.batches, quiet.events));
     let again = GroupSchedule::from_bytes(&schedule.bytes, GroupVariant::Normal);
     assert_eq!(again, schedule, "bytes do not decode the same");
     assert_eq!(run_group(&again, false).trace_hash, a.trace_hash);
-    // The replay command names this package, this test binary and the test
-    // `replay` in it, so it breaks if either is moved or renamed.
-    let command = group_replay_command(&schedule);
-    let this =
-        format!("cargo test -p {} --test {} replay -- --nocapture", env!("CARGO_PKG_NAME"), env!("CARGO_CRATE_NAME"));
-    assert!(command.ends_with(&this), "{command}");
-    assert!(command.starts_with(&format!("SIM_GROUP_BYTES={} SIM_GROUP_VARIANT=normal ", to_hex(&schedule.bytes))));
+    // The replay command runs the test `replay` above.
+    let env = format!("SIM_GROUP_BYTES={} SIM_GROUP_VARIANT=normal ", to_hex(&schedule.bytes));
+    assert_replays_here(&group_replay_command(&schedule), &env);
 }
 
 /// Runs seeds `0..max` under `variant` in order until the oracle finds a
