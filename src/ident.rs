@@ -166,6 +166,33 @@ fn unquote(quoted: &str, q: char) -> Option<String> {
     Some(out)
 }
 
+/// A URL part with its `%XX` escapes decoded, for both stores' URL
+/// readers: total (a `%` not followed by two hex digits stays as it is;
+/// bytes that are not UTF-8 become U+FFFD), so a malformed part is
+/// refused by whoever reads it next, never by a panic here.
+#[cfg(any(feature = "postgres", feature = "mysql", test))]
+pub(crate) fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(v) = hex {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +241,13 @@ mod tests {
         assert_eq!(unquote_postgres(r#""a"b""#), None);
         assert_eq!(unquote_postgres("a"), None);
         assert_eq!(unquote_postgres(r#""""#).as_deref(), Some(""));
+    }
+
+    #[test]
+    fn percent_decoding_is_total() {
+        assert_eq!(percent_decode("a%2Fb%"), "a/b%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("%C3%A9"), "é");
+        assert_eq!(percent_decode("%41"), "A", "an escape that ends the text");
     }
 }

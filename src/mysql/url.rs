@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::ident::percent_decode;
 use crate::store::StoreError;
 
 /// What the URL asks of TLS.
@@ -99,28 +100,6 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, StoreError> {
     Ok(Parsed { crate_url, tls, ca_file, connect_timeout })
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = b
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(v) = hex {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Belt and braces for messages built from the crate's URL errors (which
 /// may quote a parameter's value): drop anything after a `pass` mention.
 pub(crate) fn redact(msg: &str) -> String {
@@ -160,13 +139,6 @@ mod tests {
             assert!(e.is_fatal(), "{url}: {e}");
             assert!(!e.to_string().contains("hunter2") && !format!("{e:?}").contains("hunter2"), "{e}");
         }
-    }
-
-    #[test]
-    fn percent_decoding_is_total() {
-        assert_eq!(percent_decode("a%2Fb%"), "a/b%");
-        assert_eq!(percent_decode("%zz%4"), "%zz%4");
-        assert_eq!(percent_decode("%C3%A9"), "é");
     }
 
     #[test]

@@ -27,6 +27,7 @@ use super::sql;
 use super::tls::{io_phrase, HandshakeFailed, MakeTls, TlsTrace, TLS_REJECTED};
 use super::DEFAULT_CONNECT_TIMEOUT;
 use crate::error::Human;
+use crate::ident::percent_decode;
 use crate::store::StoreError;
 
 type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
@@ -538,25 +539,6 @@ pub(crate) fn preprocess_dsn(dsn: &str) -> (String, Option<PathBuf>) {
     }
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(v) = hex {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -653,12 +635,5 @@ mod tests {
         assert_eq!(d, "postgres://u@h/db?application_name=le%20app/one%3F&sslmode=require");
         let cfg = Config::from_str(&d).unwrap();
         assert_eq!(cfg.get_application_name(), Some("le app/one?"));
-    }
-
-    #[test]
-    fn percent_decoding_is_total() {
-        assert_eq!(percent_decode("a%2Fb%"), "a/b%");
-        assert_eq!(percent_decode("%zz%4"), "%zz%4");
-        assert_eq!(percent_decode("%C3%A9"), "é");
     }
 }
