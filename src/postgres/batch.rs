@@ -436,16 +436,8 @@ struct WithBeat {
 /// Where the last statement's messages begin among a simple query's: after
 /// the one before it completed (0 if none did).
 fn last_statement(msgs: &[SimpleQueryMessage]) -> usize {
-    let ends: Vec<usize> = msgs
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| matches!(m, SimpleQueryMessage::CommandComplete(_)))
-        .map(|(j, _)| j)
-        .collect();
-    match ends.as_slice() {
-        [.., before, _] => before + 1,
-        _ => 0,
-    }
+    let mut ends = msgs.iter().enumerate().rev().filter(|(_, m)| matches!(m, SimpleQueryMessage::CommandComplete(_)));
+    ends.nth(1).map_or(0, |(before, _)| before + 1)
 }
 
 /// The members a heartbeat's answer row ([`sql::heartbeat`]) counts: the
