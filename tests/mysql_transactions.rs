@@ -6,8 +6,9 @@
 //! transaction on one server; the read after the `COMMIT` that tells
 //! whether a write took (`sql::committed`) is sent only where a `COMMIT`
 //! can be discarded unreported (a store told, or finding, that its server
-//! is a multi-primary node); a heartbeat that fails does not fail the
-//! renewals it went with. Run with `bash scripts/test.sh` (it starts the
+//! is a multi-primary node); a heartbeat that fails, or cannot be sent,
+//! does not fail the renewals it went with, nor renewals refused the
+//! heartbeat. Run with `bash scripts/test.sh` (it starts the
 //! private instance and exports LE_MYSQL_PAUSE_URL).
 
 mod mysql_support;
@@ -187,4 +188,30 @@ fn a_failing_heartbeat_does_not_fail_the_renewals_it_went_with() {
     assert!(e.is_fatal() && e.to_string().contains("ensure_schema"), "{e}");
     let row = s.inspect(&f.names[TERMS - 1], T).unwrap();
     assert!(row.held_by("me") && row.payload == b"q", "the renewal did not commit: {row:?}");
+}
+
+/// What the combined call answers where one part cannot be sent: a group
+/// name too long for the members table leaves the renewals renewed (the
+/// two go apart) and the heartbeat refused, naming the group name; items
+/// all refused before anything is sent leave the heartbeat to go alone,
+/// and it counts the member.
+#[test]
+fn a_heartbeat_or_renewals_that_cannot_be_sent_leave_the_other_answered() {
+    let f = Fixture::new("le_tx_parts");
+    let s = f.store(None);
+    let long = "g".repeat(leaderelection::MAX_NAME_LEN + 1);
+    let beat = Heartbeat { group: &long, leading: 1, ttl: LONG };
+    let (out, members) = s.renew_many_with_heartbeat("me", LONG, &f.items(b"r"), beat, T);
+    let renewed = all_ok("renew_many_with_heartbeat", out);
+    assert!(renewed.iter().all(|l| l.held_by("me") && l.payload == b"r"), "the renewals went apart");
+    let e = members.expect_err("a group name longer than the column");
+    assert!(!e.is_retryable() && e.to_string().contains("group name"), "{e}");
+
+    let too_long = "n".repeat(leaderelection::MAX_NAME_LEN + 1);
+    let refused = [BatchItem { name: &too_long, fence: 1, payload: b"" }];
+    let (out, members) = s.renew_many_with_heartbeat("me", LONG, &refused, BEAT, T);
+    let e = out.into_iter().next().expect("one answer").expect_err("a name longer than the column");
+    assert!(e.to_string().contains("election name"), "{e}");
+    let members = members.expect("the heartbeat alone");
+    assert_eq!((members.live, members.rank), (1, Some(0)), "{members:?}");
 }
