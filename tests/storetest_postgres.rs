@@ -14,8 +14,8 @@ use leaderelection::{BatchItem, Lease, Store, StoreError};
 use pg_support::{client, direct_and_pgbouncer, dsn, dsn_via, host_port, BOUNCER, DIRECT};
 use support::{
     a_late_renewal_extended_nothing, at_once, ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once,
-    locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch,
-    STORE_TIMEOUT as T, STORE_TTL as LONG,
+    forward_calls, locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy,
+    Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
 };
 
 const TABLE: &str = "le_storetest";
@@ -1247,44 +1247,7 @@ impl Store for OneItemBatches {
     fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
         only(self.0.inspect_many(&[n], t))
     }
-    fn claim_slot(
-        &self,
-        n: &str,
-        id: &str,
-        f: u64,
-        slot: &str,
-        retry: bool,
-        t: Duration,
-    ) -> Result<leaderelection::SlotClaim, StoreError> {
-        self.0.claim_slot(n, id, f, slot, retry, t)
-    }
-    fn finish_slot(&self, n: &str, f: u64, slot: &str, outcome: i32, t: Duration) -> Result<bool, StoreError> {
-        self.0.finish_slot(n, f, slot, outcome, t)
-    }
-    fn acquire_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        self.0.acquire_many(id, ttl, items, t)
-    }
-    fn renew_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        self.0.renew_many(id, ttl, items, t)
-    }
-    fn release_many(&self, id: &str, items: &[BatchItem<'_>], t: Duration) -> Vec<Result<(), StoreError>> {
-        self.0.release_many(id, items, t)
-    }
-    fn inspect_many(&self, names: &[&str], t: Duration) -> Vec<Result<Lease, StoreError>> {
-        self.0.inspect_many(names, t)
-    }
+    forward_calls!(0 => claim_slot, finish_slot, acquire_many, renew_many, release_many, inspect_many);
 }
 
 mod one_item_batches {

@@ -11,6 +11,8 @@
 
 pub mod elector;
 pub mod faults;
+#[path = "../forward/mod.rs"]
+mod forward;
 #[cfg(feature = "mysql")]
 pub mod galera;
 pub mod inherited;
@@ -28,6 +30,7 @@ pub mod pg_replica;
 pub mod pg_server;
 pub mod proxy;
 pub mod terms;
+pub(crate) use forward::forward_calls;
 
 use std::sync::Barrier;
 use std::thread;
