@@ -25,17 +25,8 @@ pub const RENEW: Duration = TIMING.renew_interval;
 pub const OP: Duration = TIMING.operation_timeout;
 
 /// The bound the suite states for someone to lead again once a fault
-/// heals (or a leader is gone): a lease that may still run on the database
-/// (renewals that landed unanswered), a renewal interval, a retry period
-/// and two operation timeouts (a call in flight when the fault healed, and
-/// the claim), plus 1 s for reconnecting and for this loaded machine.
-pub const RECOVERY: Duration = Duration::from_millis(
-    (TIMING.lease_duration.as_millis()
-        + TIMING.renew_interval.as_millis()
-        + TIMING.retry_period.as_millis()
-        + 2 * TIMING.operation_timeout.as_millis()
-        + 1000) as u64,
-);
+/// heals (or a leader is gone); see [`crate::support::RECOVERY`].
+pub use crate::support::RECOVERY;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {

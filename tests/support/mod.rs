@@ -50,6 +50,20 @@ pub const TIMING: Timing = Timing {
     safety_margin: Duration::from_millis(250),
 };
 
+/// Someone leads again within this once a fault heals or a leader is gone
+/// (the chaos suites' bound, with [`TIMING`]): a lease that may still run
+/// on the database (renewals that landed unanswered), a renewal interval,
+/// a retry period and two operation timeouts (a call in flight when the
+/// fault healed, and the claim that wins), plus 1 s for reconnecting on
+/// this loaded two-core machine.
+pub const RECOVERY: Duration = Duration::from_millis(
+    (TIMING.lease_duration.as_millis()
+        + TIMING.renew_interval.as_millis()
+        + TIMING.retry_period.as_millis()
+        + 2 * TIMING.operation_timeout.as_millis()
+        + 1000) as u64,
+);
+
 /// An elector config with [`TIMING`].
 pub fn config(store: impl Store + 'static, name: &str, id: &str) -> Config {
     Config::new(store, name).identity(id).timing(TIMING)
