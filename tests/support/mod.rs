@@ -36,7 +36,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{BatchItem, Config, Elector, LeaderGuard, Lease, Store, StoreError, Timing};
+use leaderelection::{BatchItem, Config, Elector, ErrorKind, LeaderGuard, Lease, Store, StoreError, Timing};
 
 pub use proxy::Proxy;
 
@@ -332,4 +332,29 @@ pub fn at_once<P, R: Send>(n: usize, prepare: impl Fn(usize) -> P + Sync, f: imp
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// The check of a call refused for want of room beside election table
+/// `table`: fatal, naming the table beside (`{table}_{beside}`) and saying
+/// `limit` (the server's bound on a name) and to use a shorter name.
+pub fn refused_beside<'a>(table: &'a str, limit: &'a str) -> impl Fn(&str, &str, StoreError) + 'a {
+    move |call, beside, e| {
+        assert_eq!(e.kind(), ErrorKind::Fatal, "{call}: {e}");
+        assert!(e.message().contains(&format!("{table}_{beside}")), "{call}: {e}");
+        assert!(e.message().contains(limit), "{call}: {e}");
+        assert!(e.message().contains("use a shorter election table name"), "{call}: {e}");
+    }
+}
+
+/// On `s`, whose election table `table` exists but leaves no room for the
+/// tables beside it: elections run, and the slot calls (`_slots`) and the
+/// group calls (`_members`) are refused as [`refused_beside`] checks.
+pub fn elections_run_but_not_the_calls_beside(s: &dyn Store, table: &str, limit: &str) {
+    let refused = refused_beside(table, limit);
+    let lease = s.acquire("e", "a", STORE_TIMEOUT, b"", STORE_TIMEOUT).expect("elections run on it");
+    assert!(lease.held_by("a"));
+    refused("claim_slot", "slots", s.claim_slot("e", "a", lease.fence, "s", false, STORE_TIMEOUT).unwrap_err());
+    refused("finish_slot", "slots", s.finish_slot("e", lease.fence, "s", 0, STORE_TIMEOUT).unwrap_err());
+    refused("heartbeat", "members", s.heartbeat("g", "m", 0, STORE_TIMEOUT, STORE_TIMEOUT).unwrap_err());
+    refused("leave_group", "members", s.leave_group("g", "m", STORE_TIMEOUT).unwrap_err());
 }
