@@ -19,6 +19,8 @@ mod failover;
 #[allow(dead_code)]
 #[path = "../../tests/support/faults.rs"]
 mod faults;
+#[path = "../../tests/forward/mod.rs"]
+mod forward;
 mod groups;
 mod micro;
 mod scale;
