@@ -12,7 +12,7 @@ use leaderelection::storetest::Operator;
 use leaderelection::{Lease, Store, StoreError};
 use mysql::prelude::Queryable;
 use mysql_support::claims::{current_batch_claim, current_claim, old_claim, run_claim_cases, NOW_SQL};
-use mysql_support::{admin, exec, port, url, url_via, PRIVATE, SHARED};
+use mysql_support::{admin, exec, own_user_url, port, url, url_via, PRIVATE, SHARED};
 use support::{
     a_late_renewal_extended_nothing, at_once, batches_skip_a_row_another_writer_locked, ensure_schema_on_an_old_row,
     ensure_schema_then_claim_at_once, heartbeats_count_leads_once_the_schema_is_ensured,
@@ -254,10 +254,8 @@ fn tcp_urls_use_tcp() {
 fn locked_row_gives_up_in_time() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_locked'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_locked'@'127.0.0.1'"));
-    let s =
-        MySqlStore::builder(&url_via(SHARED, "le_locked", "127.0.0.1", port(SHARED), "")).table(TABLE).build().unwrap();
+    let url = own_user_url(&mut c, "le_locked", TABLE);
+    let s = MySqlStore::builder(&url).table(TABLE).build().unwrap();
     let name = format!("locked-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
     let mut locker = admin(SHARED);
@@ -304,13 +302,8 @@ fn locked_row_gives_up_in_time() {
 fn a_read_that_timed_out_does_not_land_later() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_readtimeout'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_readtimeout'@'127.0.0.1'"));
-    let s = MySqlStore::builder(&url_via(SHARED, "le_readtimeout", "127.0.0.1", port(SHARED), ""))
-        .table(TABLE)
-        .socket_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let url = own_user_url(&mut c, "le_readtimeout", TABLE);
+    let s = MySqlStore::builder(&url).table(TABLE).socket_timeout(Duration::from_millis(300)).build().unwrap();
     let name = format!("read-timeout-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
     let mut locker = admin(SHARED);
@@ -443,10 +436,8 @@ fn swallowing_path() {
 fn killed_sessions_are_replaced() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_kill'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_kill'@'127.0.0.1'"));
-    let s =
-        MySqlStore::builder(&url_via(SHARED, "le_kill", "127.0.0.1", port(SHARED), "")).table(TABLE).build().unwrap();
+    let url = own_user_url(&mut c, "le_kill", TABLE);
+    let s = MySqlStore::builder(&url).table(TABLE).build().unwrap();
     let name = format!("kill-{}", random_tag());
     let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
     for round in 0..3 {
@@ -607,13 +598,8 @@ fn a_call_given_up_on_while_connecting_never_runs() {
 fn a_connection_that_failed_or_timed_out_is_never_reused() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_reuse'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_reuse'@'127.0.0.1'"));
-    let s = MySqlStore::builder(&url_via(SHARED, "le_reuse", "127.0.0.1", port(SHARED), ""))
-        .table(TABLE)
-        .pool_size(1)
-        .build()
-        .unwrap();
+    let url = own_user_url(&mut c, "le_reuse", TABLE);
+    let s = MySqlStore::builder(&url).table(TABLE).pool_size(1).build().unwrap();
     let mut sessions = || -> Vec<u64> {
         c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_reuse' ORDER BY ID").unwrap()
     };
@@ -651,13 +637,8 @@ fn a_connection_that_failed_or_timed_out_is_never_reused() {
 fn idle_connections_past_their_timeout_are_closed() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_idle'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_idle'@'127.0.0.1'"));
-    let s = MySqlStore::builder(&url_via(SHARED, "le_idle", "127.0.0.1", port(SHARED), ""))
-        .table(TABLE)
-        .idle_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let url = own_user_url(&mut c, "le_idle", TABLE);
+    let s = MySqlStore::builder(&url).table(TABLE).idle_timeout(Duration::from_millis(300)).build().unwrap();
     let mut sessions = || -> Vec<u64> {
         c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_idle' ORDER BY ID").unwrap()
     };
@@ -1022,9 +1003,7 @@ fn a_tls_handshake_that_stalls_is_a_retryable_timeout() {
 fn completion_type_release_does_not_end_the_session_at_each_commit() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_release'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_release'@'127.0.0.1'"));
-    let url = url_via(SHARED, "le_release", "127.0.0.1", port(SHARED), "");
+    let url = own_user_url(&mut c, "le_release", TABLE);
     let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url).unwrap())
         .init(vec!["SET SESSION completion_type = 'RELEASE'".to_owned()]);
     let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
