@@ -111,6 +111,20 @@ fn hex(b: &[u8]) -> String {
     format!("X'{}'", b.iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
+/// A session of its own holding election `name`'s row (`SELECT … FOR
+/// UPDATE` in a transaction left open until it rolls back or is dropped).
+fn lock_row(name: &str) -> mysql::Conn {
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    locker
+}
+
+/// The ids of `user`'s sessions, in order.
+fn sessions_of(c: &mut mysql::Conn, user: &str) -> Vec<u64> {
+    c.query(format!("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = '{user}' ORDER BY ID")).unwrap()
+}
+
 fn micros(l: &Lease) -> u64 {
     l.acquired_at.as_unix_micros() as u64
 }
@@ -258,9 +272,7 @@ fn locked_row_gives_up_in_time() {
     let s = MySqlStore::builder(&url).table(TABLE).build().unwrap();
     let name = format!("locked-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     for timeout in [Duration::from_millis(1600), Duration::from_millis(600)] {
         let errors = locked_row_calls_give_up_in_time(&s, &name, lease.fence, timeout, Duration::from_millis(250));
         for (_, e) in errors.iter().filter(|_| timeout > Duration::from_secs(1)) {
@@ -306,9 +318,7 @@ fn a_read_that_timed_out_does_not_land_later() {
     let s = MySqlStore::builder(&url).table(TABLE).socket_timeout(Duration::from_millis(300)).build().unwrap();
     let name = format!("read-timeout-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     let start = Instant::now();
     let e = s.release(&name, "a", lease.fence, Duration::from_secs(3)).expect_err("a release of a locked row");
     let took = start.elapsed();
@@ -381,9 +391,7 @@ fn a_call_waiting_for_a_busy_pool_gives_up_in_time() {
     s.ensure_schema().unwrap();
     let name = format!("busy-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     std::thread::scope(|sc| {
         let stuck = sc.spawn(|| s.renew(&name, "a", lease.fence, LONG, b"", Duration::from_millis(1600)));
         assert!(wait_for(T, || format!("{s:?}").contains("idle: 0")), "{s:?}");
@@ -600,17 +608,13 @@ fn a_connection_that_failed_or_timed_out_is_never_reused() {
     let mut c = admin(SHARED);
     let url = own_user_url(&mut c, "le_reuse", TABLE);
     let s = MySqlStore::builder(&url).table(TABLE).pool_size(1).build().unwrap();
-    let mut sessions = || -> Vec<u64> {
-        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_reuse' ORDER BY ID").unwrap()
-    };
+    let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_reuse") };
     let name = format!("reuse-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
     let first = sessions();
     s.inspect(&name, T).unwrap();
     assert!(first.len() == 1 && sessions() == first, "a healthy connection is reused: {first:?}");
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     let mut seen = first.clone();
     for (timeout, what) in [(Duration::from_millis(1600), "1205"), (Duration::from_millis(600), "no answer")] {
         let e = s.renew(&name, "a", lease.fence, LONG, b"", timeout).expect_err("renew of a locked row");
@@ -639,9 +643,7 @@ fn idle_connections_past_their_timeout_are_closed() {
     let mut c = admin(SHARED);
     let url = own_user_url(&mut c, "le_idle", TABLE);
     let s = MySqlStore::builder(&url).table(TABLE).idle_timeout(Duration::from_millis(300)).build().unwrap();
-    let mut sessions = || -> Vec<u64> {
-        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_idle' ORDER BY ID").unwrap()
-    };
+    let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_idle") };
     let name = format!("idle-{}", random_tag());
     s.acquire(&name, "a", LONG, b"", T).unwrap();
     let first = sessions();
@@ -1007,9 +1009,7 @@ fn completion_type_release_does_not_end_the_session_at_each_commit() {
     let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url).unwrap())
         .init(vec!["SET SESSION completion_type = 'RELEASE'".to_owned()]);
     let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
-    let mut sessions = || -> Vec<u64> {
-        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_release' ORDER BY ID").unwrap()
-    };
+    let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_release") };
     let name = format!("release-mode-{}", random_tag());
     let a = s.acquire(&name, "a", LONG, b"", T).expect("acquire under completion_type=RELEASE");
     assert!(a.held_by("a"), "{a:?}");
@@ -1037,9 +1037,7 @@ fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it() {
     let name = format!("renew-release-{}", random_tag());
     let ttl = Duration::from_secs(15);
     let lease = s.acquire(&name, "a", ttl, b"", T).unwrap();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     let renewed = std::thread::scope(|sc| {
         // A long timeout (the server's lock-wait bound is 3/4 of it), so the
         // renewal is still waiting whenever a loaded machine lets the
@@ -1456,9 +1454,7 @@ fn a_batched_claim_does_not_wait_for_a_row_locked_for_long() {
         .inspect_many(&refs, T)
         .iter()
         .all(|r| r.as_ref().is_ok_and(|l| l.expired()))));
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(names[2].as_bytes())));
+    let mut locker = lock_row(&names[2]);
     let items: Vec<leaderelection::BatchItem<'_>> =
         refs.iter().map(|n| leaderelection::BatchItem { name: n, fence: 0, payload: b"" }).collect();
     let start = Instant::now();
@@ -1495,9 +1491,7 @@ fn a_batch_locks_only_the_rows_it_names() {
     let other = format!("0000-only-{tag}");
     s.acquire(&other, "x", LONG, b"", T).unwrap();
     let names = [format!("only-{tag}/a"), format!("only-{tag}/b")];
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(other.as_bytes())));
+    let mut locker = lock_row(&other);
     let t = Duration::from_secs(3);
     for n in [1, 2] {
         let items: Vec<BatchItem<'_>> =
@@ -1667,9 +1661,7 @@ fn a_renew_or_release_batch_does_not_wait_for_a_writer() {
     let base = format!("writer-renew-{}", random_tag());
     let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
     let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, b"", T).unwrap().fence).collect();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(names[2].as_bytes())));
+    let mut locker = lock_row(&names[2]);
     let unlock = || exec(&mut locker, "ROLLBACK");
     batches_skip_a_row_another_writer_locked("", &s, &names, &fences, Duration::from_secs(4), unlock);
 }
