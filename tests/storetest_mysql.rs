@@ -7,7 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use leaderelection::mysql::MySqlStore;
+use leaderelection::mysql::{MySqlBuilder, MySqlStore};
 use leaderelection::storetest::Operator;
 use leaderelection::{Lease, Store, StoreError};
 use mysql::prelude::Queryable;
@@ -109,6 +109,12 @@ impl Drop for MySqlOperator {
 /// Bytes as a hex literal, which no `sql_mode` or character set changes.
 fn hex(b: &[u8]) -> String {
     format!("X'{}'", b.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// A store of [`TABLE`] to build, as `user` of the test's own (see
+/// [`own_user_url`]).
+fn as_user(c: &mut mysql::Conn, user: &str) -> MySqlBuilder {
+    MySqlStore::builder(&own_user_url(c, user, TABLE)).table(TABLE)
 }
 
 /// A session of its own holding election `name`'s row (`SELECT … FOR
@@ -268,8 +274,7 @@ fn tcp_urls_use_tcp() {
 fn locked_row_gives_up_in_time() {
     store();
     let mut c = admin(SHARED);
-    let url = own_user_url(&mut c, "le_locked", TABLE);
-    let s = MySqlStore::builder(&url).table(TABLE).build().unwrap();
+    let s = as_user(&mut c, "le_locked").build().unwrap();
     let name = format!("locked-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
     let mut locker = lock_row(&name);
@@ -314,8 +319,7 @@ fn locked_row_gives_up_in_time() {
 fn a_read_that_timed_out_does_not_land_later() {
     store();
     let mut c = admin(SHARED);
-    let url = own_user_url(&mut c, "le_readtimeout", TABLE);
-    let s = MySqlStore::builder(&url).table(TABLE).socket_timeout(Duration::from_millis(300)).build().unwrap();
+    let s = as_user(&mut c, "le_readtimeout").socket_timeout(Duration::from_millis(300)).build().unwrap();
     let name = format!("read-timeout-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
     let mut locker = lock_row(&name);
@@ -444,8 +448,7 @@ fn swallowing_path() {
 fn killed_sessions_are_replaced() {
     store();
     let mut c = admin(SHARED);
-    let url = own_user_url(&mut c, "le_kill", TABLE);
-    let s = MySqlStore::builder(&url).table(TABLE).build().unwrap();
+    let s = as_user(&mut c, "le_kill").build().unwrap();
     let name = format!("kill-{}", random_tag());
     let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
     for round in 0..3 {
@@ -606,8 +609,7 @@ fn a_call_given_up_on_while_connecting_never_runs() {
 fn a_connection_that_failed_or_timed_out_is_never_reused() {
     store();
     let mut c = admin(SHARED);
-    let url = own_user_url(&mut c, "le_reuse", TABLE);
-    let s = MySqlStore::builder(&url).table(TABLE).pool_size(1).build().unwrap();
+    let s = as_user(&mut c, "le_reuse").pool_size(1).build().unwrap();
     let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_reuse") };
     let name = format!("reuse-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
@@ -641,8 +643,7 @@ fn a_connection_that_failed_or_timed_out_is_never_reused() {
 fn idle_connections_past_their_timeout_are_closed() {
     store();
     let mut c = admin(SHARED);
-    let url = own_user_url(&mut c, "le_idle", TABLE);
-    let s = MySqlStore::builder(&url).table(TABLE).idle_timeout(Duration::from_millis(300)).build().unwrap();
+    let s = as_user(&mut c, "le_idle").idle_timeout(Duration::from_millis(300)).build().unwrap();
     let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_idle") };
     let name = format!("idle-{}", random_tag());
     s.acquire(&name, "a", LONG, b"", T).unwrap();
