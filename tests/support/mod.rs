@@ -28,6 +28,7 @@ pub mod pause;
 pub mod pg_replica;
 #[cfg(feature = "postgres")]
 pub mod pg_server;
+pub mod poll;
 pub mod proxy;
 pub mod terms;
 pub(crate) use forward::forward_calls;
@@ -301,17 +302,8 @@ pub fn random_tag() -> String {
 }
 
 /// Polls `f` every 20 ms until it returns true or `within` passes.
-pub fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+pub fn wait_for(within: Duration, f: impl FnMut() -> bool) -> bool {
+    poll::poll_until(within, Duration::from_millis(20), f)
 }
 
 /// Runs `f(prepare(i), i)` for each `i` in `0..n` on a thread of its own,

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 #[path = "../forward/mod.rs"]
 mod forward;
+#[path = "../support/poll.rs"]
+mod poll;
 pub(crate) use forward::forward_calls;
 use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, Lease, MemStore, Status, Store, StoreError, Timing};
 
@@ -61,18 +63,10 @@ pub fn timing() -> Timing {
     }
 }
 
-/// Polls `cond` until it holds or `within` passes; returns whether it held.
-pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(ms(2));
-    }
+/// Polls `cond` every 2 ms until it holds or `within` passes; returns
+/// whether it held.
+pub fn eventually(within: Duration, cond: impl FnMut() -> bool) -> bool {
+    poll::poll_until(within, ms(2), cond)
 }
 
 /// The guard of `e`'s next term, within 5 s, or a panic naming `e`.

@@ -2,6 +2,8 @@
 //! their own timestamps, and the scenarios run on each database.
 #![allow(dead_code)] // each suite uses a different part
 
+#[path = "../../../tests/support/poll.rs"]
+mod poll;
 #[path = "../../../tests/support/proxy.rs"]
 pub mod proxy;
 
@@ -234,17 +236,8 @@ pub fn now_ns() -> u128 {
 }
 
 /// Polls `cond` every 5 ms until it holds; false after `timeout`.
-pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
+pub fn wait_for(timeout: Duration, cond: impl FnMut() -> bool) -> bool {
+    poll::poll_until(timeout, Duration::from_millis(5), cond)
 }
 
 /// One line a child wrote: `kind ns pid rest…`.
