@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use leaderelection::{Config, Group, GroupConfig, Lease, Members, Store, StoreError};
 use parking_lot::Mutex;
 
+use crate::clock::mono_ns;
 use crate::common::{ms, pct, poll, proc_status, random_tag, violation, Db, OwnTable, Table, Verdict};
 use crate::cost::Kind;
 use crate::forward::forward_calls;
@@ -73,29 +74,6 @@ fn template(store: Arc<dyn Store>, group: &str, id: &str) -> Config {
         .operation_timeout(Duration::from_secs(1))
 }
 const FAILOVER_TARGET: Duration = Duration::from_secs(7);
-
-// ---- the clock every process shares ------------------------------------
-
-#[repr(C)]
-struct Timespec {
-    sec: i64,
-    nsec: i64,
-}
-
-extern "C" {
-    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: what `Instant` reads on Linux, the same
-/// clock in every process of the machine.
-fn mono_ns() -> u64 {
-    let mut ts = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: clock_gettime(2) with CLOCK_MONOTONIC (1) writes one timespec
-    // (two 64-bit fields on x86-64 and arm64 Linux) into the struct given.
-    let rc = unsafe { clock_gettime(1, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
-    ts.sec as u64 * 1_000_000_000 + ts.nsec as u64
-}
 
 // ---- the worker --------------------------------------------------------
 

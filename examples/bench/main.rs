@@ -13,6 +13,9 @@
 //! speed target is a `MISSED` verdict, not a failure.
 
 mod check;
+#[allow(dead_code)]
+#[path = "../../tests/group_support/clock.rs"]
+mod clock;
 mod common;
 mod cost;
 mod failover;
