@@ -125,14 +125,19 @@ pub fn end_all(mut alive: Vec<(&mut Child, &mut Option<ChildStdin>)>) {
     }
 }
 
-/// A fleet's `Drop`, after its own report of a failing test: ends the
-/// workers still alive ([`end_all`]), marking each `ended`, then drops the
-/// fleet's tables with `drop_tables` unless the test is failing (they are
-/// kept for a look then).
+/// A fleet's `Drop`: when the test is failing, prints `kept` (what the
+/// fleet saw, and which tables it keeps for a look: see [`failing`]); ends
+/// the workers still alive ([`end_all`]), marking each `ended`; and
+/// otherwise drops the fleet's tables with `drop_tables`.
 pub fn end_fleet<'a>(
+    kept: Option<String>,
     workers: impl Iterator<Item = (&'a mut Child, &'a mut Option<ChildStdin>, &'a mut bool)>,
     drop_tables: impl FnOnce(),
 ) {
+    let failing = kept.is_some();
+    if let Some(kept) = kept {
+        eprintln!("{kept}");
+    }
     let mut alive = Vec::new();
     for (child, stdin, ended) in workers {
         if !*ended {
@@ -141,9 +146,14 @@ pub fn end_fleet<'a>(
         }
     }
     end_all(alive);
-    if !thread::panicking() {
+    if !failing {
         drop_tables();
     }
+}
+
+/// `what` (made only then) when the test is failing, for [`end_fleet`].
+pub fn failing(what: impl FnOnce() -> String) -> Option<String> {
+    thread::panicking().then(what)
 }
 
 /// Starts worker `w<i>`: this test binary again, running only the test

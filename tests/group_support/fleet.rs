@@ -401,11 +401,10 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        if thread::panicking() {
-            eprintln!("chaos-group {}: table {} (kept)\n{}", self.label, self.tables.table, self.tail());
-        }
-        fleet_path::end_fleet(self.workers.iter_mut().map(|w| (&mut w.child, &mut w.stdin, &mut w.dead)), || {
-            self.tables.drop_all()
+        let kept = fleet_path::failing(|| {
+            format!("chaos-group {}: table {} (kept)\n{}", self.label, self.tables.table, self.tail())
         });
+        let workers = self.workers.iter_mut().map(|w| (&mut w.child, &mut w.stdin, &mut w.dead));
+        fleet_path::end_fleet(kept, workers, || self.tables.drop_all());
     }
 }

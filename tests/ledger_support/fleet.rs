@@ -8,7 +8,6 @@
 use std::io::Write;
 use std::process::{Child, ChildStdin};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use super::fleet_path::{self, Reported, WorkerLog};
@@ -295,11 +294,10 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        if thread::panicking() {
-            eprintln!("chaos-ledger {}: tables {} (kept)\n{}", self.label, self.tables.ledger, self.tail());
-        }
-        fleet_path::end_fleet(self.workers.iter_mut().map(|w| (&mut w.child, &mut w.stdin, &mut w.killed)), || {
-            self.tables.drop_all()
+        let kept = fleet_path::failing(|| {
+            format!("chaos-ledger {}: tables {} (kept)\n{}", self.label, self.tables.ledger, self.tail())
         });
+        let workers = self.workers.iter_mut().map(|w| (&mut w.child, &mut w.stdin, &mut w.killed));
+        fleet_path::end_fleet(kept, workers, || self.tables.drop_all());
     }
 }
