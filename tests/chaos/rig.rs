@@ -4,7 +4,6 @@
 //! break a server), and a fleet of participants each behind a fault proxy of
 //! its own, all judged by one [`Oracle`].
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,22 +27,9 @@ pub const OP: Duration = TIMING.operation_timeout;
 /// heals (or a leader is gone); see [`crate::support::RECOVERY`].
 pub use crate::support::RECOVERY;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Path {
-    Pg,
-    Bouncer,
-    Maria,
-}
-
-impl fmt::Display for Path {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Path::Pg => "postgres",
-            Path::Bouncer => "pgbouncer",
-            Path::Maria => "mariadb",
-        })
-    }
-}
+/// The way the participants reach the election's database, as the
+/// multi-process chaos suites name it.
+pub use crate::fleet_path::Path;
 
 enum Servers {
     /// The machine's servers (`LE_PG_DSN`, `LE_PGBOUNCER_DSN`,
