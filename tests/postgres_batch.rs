@@ -19,22 +19,14 @@ use leaderelection::{BatchItem, Heartbeat, Lease, Store, StoreError};
 use pg_support::{client, direct_and_pgbouncer, dsn, BOUNCER, DIRECT};
 use postgres::types::Type;
 use support::{
-    at_once, batches_skip_a_row_another_writer_locked, heartbeats_count_leads_once_the_schema_is_ensured, random_tag,
-    wait_for, Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
+    at_once, batches_skip_a_row_another_writer_locked, claims, heartbeats_count_leads_once_the_schema_is_ensured,
+    items, random_tag, wait_for, Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
 };
 
 const TABLE: &str = "le_batch";
 
 fn store(var: &str) -> PostgresStore {
     pg_support::store_on(var, TABLE)
-}
-
-fn items<'a>(names: &'a [String], fences: &[u64], payload: &'a [u8]) -> Vec<BatchItem<'a>> {
-    names.iter().zip(fences).map(|(name, &fence)| BatchItem { name, fence, payload }).collect()
-}
-
-fn claims(names: &[String]) -> Vec<BatchItem<'_>> {
-    names.iter().map(|name| BatchItem { name, fence: 0, payload: b"" }).collect()
 }
 
 /// Every answer, or a panic naming the item that failed.

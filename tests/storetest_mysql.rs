@@ -14,8 +14,8 @@ use mysql::prelude::Queryable;
 use mysql_support::claims::{current_batch_claim, current_claim, old_claim, run_claim_cases, NOW_SQL};
 use mysql_support::{admin, exec, own_user_url, port, url, url_via, PRIVATE, SHARED};
 use support::{
-    a_late_renewal_extended_nothing, at_once, batches_skip_a_row_another_writer_locked, ensure_schema_on_an_old_row,
-    ensure_schema_then_claim_at_once, heartbeats_count_leads_once_the_schema_is_ensured,
+    a_late_renewal_extended_nothing, at_once, batches_skip_a_row_another_writer_locked, claims,
+    ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once, heartbeats_count_leads_once_the_schema_is_ensured,
     locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch,
     STORE_TIMEOUT as T, STORE_TTL as LONG,
 };
@@ -1179,9 +1179,7 @@ fn concurrent_batched_claims_never_deadlock() {
                     (format!("p{p}"), mine)
                 },
                 |(id, mine), _| {
-                    let items: Vec<leaderelection::BatchItem<'_>> =
-                        mine.iter().map(|n| leaderelection::BatchItem { name: n, fence: 0, payload: b"" }).collect();
-                    let out = s.acquire_many(&id, LONG, &items, T);
+                    let out = s.acquire_many(&id, LONG, &claims(&mine), T);
                     (id, mine.iter().map(|n| n.to_string()).zip(out).collect::<Vec<_>>())
                 },
             );

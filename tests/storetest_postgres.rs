@@ -13,7 +13,7 @@ use leaderelection::storetest::Operator;
 use leaderelection::{BatchItem, Lease, Store, StoreError};
 use pg_support::{client, direct_and_pgbouncer, dsn, dsn_via, host_port, BOUNCER, DIRECT};
 use support::{
-    a_late_renewal_extended_nothing, at_once, ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once,
+    a_late_renewal_extended_nothing, at_once, claim, ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once,
     forward_calls, locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy,
     Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
 };
@@ -1340,14 +1340,9 @@ fn racing_claims_never_fail_on_the_fence_index() {
             N,
             |i| (&stores[i], format!("racer{i}")),
             |(s, id), i| {
-                let r: Vec<Result<Lease, StoreError>> = if i % 2 == 0 {
-                    vec![s.acquire(&names[0], &id, LONG, b"", T)]
-                } else {
-                    let items: Vec<BatchItem<'_>> =
-                        names.iter().map(|n| BatchItem { name: n, fence: 0, payload: b"" }).collect();
-                    s.acquire_many(&id, LONG, &items, T)
-                };
-                (r, id)
+                // Even racers claim the first name alone, odd ones all four.
+                let mine = if i % 2 == 0 { &names[..1] } else { &names[..] };
+                (claim(s, &id, mine, LONG, T), id)
             },
         );
         let mut winners = vec![0; names.len()];

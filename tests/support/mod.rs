@@ -51,6 +51,31 @@ pub const TIMING: Timing = Timing {
     safety_margin: Duration::from_millis(250),
 };
 
+/// A batch of `names`, each with its fence of `fences`, all with `payload`.
+pub fn items<'a>(names: &'a [String], fences: &[u64], payload: &'a [u8]) -> Vec<BatchItem<'a>> {
+    names.iter().zip(fences).map(|(name, &fence)| BatchItem { name, fence, payload }).collect()
+}
+
+/// A batch claiming `names`: fence 0, no payload.
+pub fn claims<N: AsRef<str>>(names: &[N]) -> Vec<BatchItem<'_>> {
+    names.iter().map(|name| BatchItem { name: name.as_ref(), fence: 0, payload: b"" }).collect()
+}
+
+/// `id` claims `names` on `s` for `ttl`: one call for one name, one batch
+/// for more; the answers in order.
+pub fn claim(
+    s: &dyn Store,
+    id: &str,
+    names: &[String],
+    ttl: Duration,
+    timeout: Duration,
+) -> Vec<Result<Lease, StoreError>> {
+    match names {
+        [name] => vec![s.acquire(name, id, ttl, b"", timeout)],
+        _ => s.acquire_many(id, ttl, &claims(names), timeout),
+    }
+}
+
 /// Someone leads again within this once a fault heals or a leader is gone
 /// (the chaos suites' bound, with [`TIMING`]): a lease that may still run
 /// on the database (renewals that landed unanswered), a renewal interval,
@@ -251,11 +276,8 @@ pub fn batches_skip_a_row_another_writer_locked(
     timeout: Duration,
     unlock: impl FnOnce(),
 ) {
-    let items = |payload: &'static [u8]| -> Vec<BatchItem<'_>> {
-        names.iter().zip(fences).map(|(name, &fence)| BatchItem { name, fence, payload }).collect()
-    };
     let start = Instant::now();
-    let out = s.renew_many("a", STORE_TTL, &items(b"renewed"), timeout);
+    let out = s.renew_many("a", STORE_TTL, &items(names, fences, b"renewed"), timeout);
     let took = start.elapsed();
     eprintln!("{who}a renew batch with one row under a writer's lock answered in {took:?}");
     assert!(took < timeout / 2, "the renew batch waited {took:?} for the lock");
@@ -265,7 +287,7 @@ pub fn batches_skip_a_row_another_writer_locked(
         assert!(r.as_ref().is_ok_and(|l| l.held_by("a") && l.payload == b"renewed"), "{j}: {r:?}");
     }
     let start = Instant::now();
-    let out = s.release_many("a", &items(b""), timeout);
+    let out = s.release_many("a", &items(names, fences, b""), timeout);
     assert!(start.elapsed() < timeout / 2, "the release batch waited {:?} for the lock", start.elapsed());
     let e = out[2].as_ref().expect_err("a row under another writer's lock was released");
     assert!(e.is_retryable() && e.to_string().contains("locked"), "{e}");
