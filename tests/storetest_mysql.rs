@@ -15,9 +15,9 @@ use mysql_support::claims::{current_batch_claim, current_claim, old_claim, run_c
 use mysql_support::{admin, exec, own_user_url, port, url, url_via, PRIVATE, SHARED};
 use support::{
     a_late_renewal_extended_nothing, at_once, batches_skip_a_row_another_writer_locked, claims,
-    ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once, heartbeats_count_leads_once_the_schema_is_ensured,
-    locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch,
-    STORE_TIMEOUT as T, STORE_TTL as LONG,
+    ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once, four_held_by_a,
+    heartbeats_count_leads_once_the_schema_is_ensured, locked_row_calls_give_up_in_time, random_tag,
+    swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
 };
 
 const TABLE: &str = "le_storetest";
@@ -1657,9 +1657,7 @@ fn a_large_renewal_runs_in_two_halves_and_answers_every_item() {
 #[test]
 fn a_renew_or_release_batch_does_not_wait_for_a_writer() {
     let s = store();
-    let base = format!("writer-renew-{}", random_tag());
-    let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
-    let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, b"", T).unwrap().fence).collect();
+    let (names, _, fences) = four_held_by_a(&s, "writer-renew");
     let mut locker = lock_row(&names[2]);
     let unlock = || exec(&mut locker, "ROLLBACK");
     batches_skip_a_row_another_writer_locked("", &s, &names, &fences, Duration::from_secs(4), unlock);

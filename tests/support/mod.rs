@@ -61,6 +61,16 @@ pub fn claims<N: AsRef<str>>(names: &[N]) -> Vec<BatchItem<'_>> {
     names.iter().map(|name| BatchItem { name: name.as_ref(), fence: 0, payload: b"" }).collect()
 }
 
+/// Four fresh elections, `{prefix}-{tag}/0` to `/3`, each claimed by "a"
+/// on `s` for [`STORE_TTL`]: their names, leases and fences.
+pub fn four_held_by_a(s: &dyn Store, prefix: &str) -> (Vec<String>, Vec<Lease>, Vec<u64>) {
+    let base = format!("{prefix}-{}", random_tag());
+    let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
+    let held: Vec<Lease> = names.iter().map(|n| s.acquire(n, "a", STORE_TTL, b"", STORE_TIMEOUT).unwrap()).collect();
+    let fences = held.iter().map(|l| l.fence).collect();
+    (names, held, fences)
+}
+
 /// `id` claims `names` on `s` for `ttl`: one call for one name, one batch
 /// for more; the answers in order.
 pub fn claim(
