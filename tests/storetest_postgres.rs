@@ -24,15 +24,24 @@ fn store(var: &str) -> PostgresStore {
     pg_support::store_on(var, TABLE)
 }
 
-mod direct {
-    leaderelection::storetest_suite!(super::store(super::DIRECT));
-    mod operator {
-        leaderelection::storetest_suite!(operator: super::super::operated(super::super::DIRECT));
-    }
-    mod members {
-        leaderelection::storetest_suite!(members: super::super::store(super::super::DIRECT));
-    }
+/// Module `$path` runs the suite, the operator cases and the members cases
+/// on the path in the variable named by `$var` (direct, PgBouncer).
+macro_rules! suites_on {
+    ($path:ident, $var:ident) => {
+        mod $path {
+            leaderelection::storetest_suite!(super::store(super::$var));
+            mod operator {
+                leaderelection::storetest_suite!(operator: super::super::operated(super::super::$var));
+            }
+            mod members {
+                leaderelection::storetest_suite!(members: super::super::store(super::super::$var));
+            }
+        }
+    };
 }
+
+suites_on!(direct, DIRECT);
+suites_on!(pgbouncer, BOUNCER);
 
 /// What an application can leave on the sessions of its pool (here as the
 /// connection's `options`, as a role's or database's settings or a
@@ -131,16 +140,6 @@ fn a_search_path_that_shadows_now_cannot_expire_a_live_lease() {
 #[test]
 fn a_fleet_on_hostile_sessions_survives_crashes_with_one_leader() {
     support::elector::fleet_survives_leader_crashes("postgres, hostile sessions", hostile_store, 2);
-}
-
-mod pgbouncer {
-    leaderelection::storetest_suite!(super::store(super::BOUNCER));
-    mod operator {
-        leaderelection::storetest_suite!(operator: super::super::operated(super::super::BOUNCER));
-    }
-    mod members {
-        leaderelection::storetest_suite!(members: super::super::store(super::super::BOUNCER));
-    }
 }
 
 /// Plain SQL on the store's table through a client of its own (by the same
