@@ -30,6 +30,8 @@ pub mod pg_replica;
 pub mod pg_server;
 pub mod poll;
 pub mod proxy;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod replicated;
 pub mod terms;
 pub(crate) use forward::forward_calls;
 
