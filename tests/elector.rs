@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use leaderelection::{Config, ElectionError, Elector, ErrorKind, MemStore, Timing, WaitLeaderError};
 
 mod threaded;
-use threaded::{alone, alone_until_failing_ends_the_term, eventually, lead, ms, start, timing, NAME};
+use threaded::{alone, alone_until_failing_ends_the_term, eventually, forward_calls, lead, ms, start, timing, NAME};
 
 fn config(store: &MemStore, id: &str) -> Config {
     Config::new(store.clone(), NAME).identity(id).timing(timing())
@@ -498,16 +498,7 @@ struct SlowRenewals {
 }
 
 impl leaderelection::Store for SlowRenewals {
-    fn acquire(
-        &self,
-        name: &str,
-        id: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.inner.acquire(name, id, ttl, payload, timeout)
-    }
+    forward_calls!(inner => acquire, inspect);
 
     fn renew(
         &self,
@@ -531,10 +522,6 @@ impl leaderelection::Store for SlowRenewals {
             self.overlapped.store(true, Ordering::SeqCst);
         }
         self.inner.release(name, id, fence, timeout)
-    }
-
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.inner.inspect(name, timeout)
     }
 }
 

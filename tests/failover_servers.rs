@@ -238,7 +238,7 @@ trait Pair: Sized {
 macro_rules! same_named {
     ($pair:ident) => {
         fn setup_time(&self) -> Duration {
-            $pair::setup_time(self)
+            std::ops::Deref::deref(self).setup_time()
         }
         fn ensure_schema(store: &Self::Store) {
             store.ensure_schema().expect("ensure_schema")

@@ -39,11 +39,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
-use leaderelection::{BatchItem, Elector, Lease, Store, StoreError};
+use leaderelection::{Elector, Lease, Store, StoreError};
 use mysql::prelude::Queryable;
 use support::galera::{Galera, NodeOptions};
 use support::oracle::{Oracle, Participant, Violation};
-use support::{config, random_tag, wait_for, TIMING};
+use support::{claim, config, random_tag, wait_for, TIMING};
 
 const TTL: Duration = Duration::from_secs(30);
 const CALL: Duration = Duration::from_secs(5);
@@ -117,14 +117,7 @@ fn race(kind: &str, per_race: usize, trials: usize, within: Duration, stop_when_
                     s.spawn(move || {
                         let id = format!("p{k}");
                         start.wait();
-                        let answers = if names.len() == 1 {
-                            vec![st.acquire(&names[0], &id, TTL, b"", CALL)]
-                        } else {
-                            let items: Vec<BatchItem<'_>> =
-                                names.iter().map(|n| BatchItem { name: n, fence: 0, payload: b"" }).collect();
-                            st.acquire_many(&id, TTL, &items, CALL)
-                        };
-                        (k, answers)
+                        (k, claim(&**st, &id, names, TTL, CALL))
                     })
                 })
                 .collect();

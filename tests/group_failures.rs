@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leaderelection::{
-    BatchItem, Config, ElectionError, ErrorKind, Group, GroupConfig, Heartbeat, Lease, MemStore, Members, Store,
-    StoreError,
+    BatchItem, Config, ElectionError, ErrorKind, Group, GroupConfig, Lease, MemStore, Store, StoreError,
 };
 
 mod threaded;
-use threaded::{eventually, timing};
+use threaded::{eventually, forward_calls, timing};
 
 const FIVE: Duration = Duration::from_secs(5);
 
@@ -73,77 +72,18 @@ struct Panicky {
 }
 
 impl Panicky {
-    fn check(&self) {
+    /// Every call goes through here: a panic while `panic` is set.
+    fn checked<T>(&self, _call: &str, _timeout: Duration, f: impl FnOnce() -> T) -> T {
         if self.panic.load(Ordering::SeqCst) {
             panic!("the store panicked (on purpose)");
         }
+        f()
     }
 }
 
 impl Store for Panicky {
-    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.check();
-        self.inner.acquire(n, id, ttl, p, t)
-    }
-    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.check();
-        self.inner.renew(n, id, f, ttl, p, t)
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.check();
-        self.inner.release(n, id, f, t)
-    }
-    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-        self.check();
-        self.inner.inspect(n, t)
-    }
-    fn acquire_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        self.check();
-        self.inner.acquire_many(id, ttl, items, t)
-    }
-    fn renew_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        self.check();
-        self.inner.renew_many(id, ttl, items, t)
-    }
-    fn renew_many_with_heartbeat(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        beat: Heartbeat<'_>,
-        t: Duration,
-    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-        self.check();
-        self.inner.renew_many_with_heartbeat(id, ttl, items, beat, t)
-    }
-    fn release_many(&self, id: &str, items: &[BatchItem<'_>], t: Duration) -> Vec<Result<(), StoreError>> {
-        self.check();
-        self.inner.release_many(id, items, t)
-    }
-    fn inspect_many(&self, names: &[&str], t: Duration) -> Vec<Result<Lease, StoreError>> {
-        self.check();
-        self.inner.inspect_many(names, t)
-    }
-    fn heartbeat(&self, g: &str, m: &str, leading: u32, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
-        self.check();
-        self.inner.heartbeat(g, m, leading, ttl, t)
-    }
-    fn leave_group(&self, g: &str, m: &str, t: Duration) -> Result<(), StoreError> {
-        self.check();
-        self.inner.leave_group(g, m, t)
-    }
+    forward_calls!(inner via Self::checked => acquire, renew, release, inspect, acquire_many, renew_many,
+        renew_many_with_heartbeat, release_many, inspect_many, heartbeat, leave_group);
 }
 
 /// A store call that panics is a failed call ("store call panicked",
@@ -182,18 +122,7 @@ struct Short {
 }
 
 impl Store for Short {
-    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.inner.acquire(n, id, ttl, p, t)
-    }
-    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.inner.renew(n, id, f, ttl, p, t)
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.inner.release(n, id, f, t)
-    }
-    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-        self.inner.inspect(n, t)
-    }
+    forward_calls!(inner => acquire, renew, release, inspect);
     fn acquire_many(
         &self,
         id: &str,

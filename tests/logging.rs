@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Config, Elector, ErrorKind, MemStore, Timing};
+use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, MemStore, Timing};
 
 mod threaded;
 use threaded::{lead, ms, timing, until};
@@ -123,24 +123,46 @@ fn a_follower_logs_the_new_leader_once_and_a_shutdown_ends_the_term_at_info() {
     assert_eq!(got.iter().filter(|x| b_lines.contains(x)).collect::<Vec<_>>(), b_lines.iter().collect::<Vec<_>>());
 }
 
+/// `name` led by `id` on `store`, then `fault` breaks the store: a failed
+/// renewal warns, its line ending in `cause` (after the time left), and the
+/// term ends early with a warning naming `last` as its last failure. The
+/// elector, the term's guard, the identity as logged and the fence.
+fn renewals_fail_and_the_term_expires(
+    store: &MemStore,
+    name: &str,
+    id: &str,
+    fault: impl FnOnce(&MemStore),
+    cause: &str,
+    last: &str,
+) -> (Elector, LeaderGuard, String, u64) {
+    let e = start(store, name, id, ms(200));
+    let guard = lead(&e);
+    let f = guard.fence();
+    fault(store);
+    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
+    let id = format!("{:?}", e.identity());
+    let failed = format!("WARN leaderelection: \"{name}\": {id} renewal failed (fence {f}, ");
+    wait_line(name, "for the failed renewal", |l| l.starts_with(&failed) && l.ends_with(&format!("left): {cause}")));
+    let ended = format!(
+        "WARN leaderelection: \"{name}\": {id} term with fence {f} ended: expired: no renewal confirmed the \
+         lease before its deadline; last failure: {last}"
+    );
+    wait_line(name, "for the expiry", |l| l == ended);
+    (e, guard, id, f)
+}
+
 #[test]
 fn failing_renewals_warn_with_their_cause_and_the_early_end_says_why() {
     capture();
     let store = MemStore::new();
-    let e = start(&store, "reports", "web-3", ms(200));
-    let guard = lead(&e);
-    let f = guard.fence();
-    store.set_failing(Some(ErrorKind::Retryable));
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
-    let id = format!("{:?}", e.identity());
-    let failed = format!("WARN leaderelection: \"reports\": {id} renewal failed (fence {f}, ");
-    let cause = "left): memstore: failing on purpose (retryable)";
-    wait_line("reports", "for the failed renewal", |l| l.starts_with(&failed) && l.ends_with(cause));
-    let ended = format!(
-        "WARN leaderelection: \"reports\": {id} term with fence {f} ended: expired: no renewal confirmed the \
-         lease before its deadline; last failure: renew failed: memstore: failing on purpose (retryable)"
+    let (e, guard, id, f) = renewals_fail_and_the_term_expires(
+        &store,
+        "reports",
+        "web-3",
+        |s| s.set_failing(Some(ErrorKind::Retryable)),
+        "memstore: failing on purpose (retryable)",
+        "renew failed: memstore: failing on purpose (retryable)",
     );
-    wait_line("reports", "for the expiry", |l| l == ended);
     e.shutdown_without_release();
     drop(guard);
     assert_eq!(at("INFO", "reports"), [format!("INFO leaderelection: \"reports\": {id} leads with fence {f}")]);
@@ -150,21 +172,15 @@ fn failing_renewals_warn_with_their_cause_and_the_early_end_says_why() {
 fn a_hung_store_ends_the_term_as_expired_with_the_timeout_as_cause() {
     capture();
     let store = MemStore::new();
-    let e = start(&store, "audits", "web-2", ms(200));
-    let guard = lead(&e);
-    let f = guard.fence();
-    store.pause(); // renewals hang: only the deadline ends the term
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
-    let id = format!("{:?}", e.identity());
-    let failed = format!("WARN leaderelection: \"audits\": {id} renewal failed (fence {f}, ");
-    wait_line("audits", "for the timed-out renewal", |l| {
-        l.starts_with(&failed) && l.ends_with("left): renew gave no answer within 300ms")
-    });
-    let ended = format!(
-        "WARN leaderelection: \"audits\": {id} term with fence {f} ended: expired: no renewal confirmed the \
-         lease before its deadline; last failure: renew gave no answer within 300ms"
+    // Renewals hang: only the deadline ends the term.
+    let (e, guard, ..) = renewals_fail_and_the_term_expires(
+        &store,
+        "audits",
+        "web-2",
+        MemStore::pause,
+        "renew gave no answer within 300ms",
+        "renew gave no answer within 300ms",
     );
-    wait_line("audits", "for the expiry", |l| l == ended);
     store.resume();
     drop(guard);
     e.shutdown_without_release();

@@ -11,9 +11,9 @@ mod support;
 use std::time::Duration;
 
 use leaderelection::mysql::MySqlStore;
-use leaderelection::{ErrorKind, Store};
+use leaderelection::Store;
 use mysql_support::{admin, exec, url, SHARED};
-use support::{random_tag, wait_for};
+use support::{elections_run_but_not_the_calls_beside, random_tag, refused_beside, wait_for};
 
 const TABLE: &str = "le_limits";
 const T: Duration = Duration::from_secs(5);
@@ -46,21 +46,12 @@ fn max_clock_skew_holds_a_takeover_back_by_the_bound() {
 fn a_table_name_without_room_for_the_tables_beside_it_is_refused_where_they_are_needed() {
     let table = format!("le_long_{}_{}", random_tag(), "x".repeat(40));
     assert_eq!(table.chars().count(), 59);
-    let refused = |call: &str, beside: &str, e: leaderelection::StoreError| {
-        assert_eq!(e.kind(), ErrorKind::Fatal, "{call}: {e}");
-        assert!(e.message().contains(&format!("{table}_{beside}")), "{call}: {e}");
-        assert!(e.message().contains("would be longer than 64 characters"), "{call}: {e}");
-        assert!(e.message().contains("use a shorter election table name"), "{call}: {e}");
-    };
+    const LIMIT: &str = "would be longer than 64 characters";
     let s = MySqlStore::builder(&url(SHARED)).table(&table).build().unwrap();
     s.ensure_schema().expect("the election table itself fits");
-    let lease = s.acquire("e", "a", T, b"", T).expect("elections run on it");
-    assert!(lease.held_by("a"));
-    refused("claim_slot", "slots", s.claim_slot("e", "a", lease.fence, "s", false, T).unwrap_err());
-    refused("finish_slot", "slots", s.finish_slot("e", lease.fence, "s", 0, T).unwrap_err());
-    refused("heartbeat", "members", s.heartbeat("g", "m", 0, T, T).unwrap_err());
-    refused("leave_group", "members", s.leave_group("g", "m", T).unwrap_err());
+    elections_run_but_not_the_calls_beside(&s, &table, LIMIT);
 
+    let refused = refused_beside(&table, LIMIT);
     let m = MySqlStore::builder(&url(SHARED)).table(&table).multi_primary(true).build().unwrap();
     refused("lease_check_sql_multi_primary", "terms", m.lease_check_sql_multi_primary().unwrap_err());
     refused("acquire", "terms", m.acquire("e2", "a", T, b"", T).unwrap_err());

@@ -19,22 +19,15 @@ use leaderelection::{BatchItem, Heartbeat, Lease, Store, StoreError};
 use pg_support::{client, direct_and_pgbouncer, dsn, BOUNCER, DIRECT};
 use postgres::types::Type;
 use support::{
-    at_once, batches_skip_a_row_another_writer_locked, heartbeats_count_leads_once_the_schema_is_ensured, random_tag,
-    wait_for, Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
+    at_once, batches_skip_a_row_another_writer_locked, claims, four_held_by_a,
+    heartbeats_count_leads_once_the_schema_is_ensured, items, random_tag, wait_for, Scratch, STORE_TIMEOUT as T,
+    STORE_TTL as LONG,
 };
 
 const TABLE: &str = "le_batch";
 
 fn store(var: &str) -> PostgresStore {
     pg_support::store_on(var, TABLE)
-}
-
-fn items<'a>(names: &'a [String], fences: &[u64], payload: &'a [u8]) -> Vec<BatchItem<'a>> {
-    names.iter().zip(fences).map(|(name, &fence)| BatchItem { name, fence, payload }).collect()
-}
-
-fn claims(names: &[String]) -> Vec<BatchItem<'_>> {
-    names.iter().map(|name| BatchItem { name, fence: 0, payload: b"" }).collect()
 }
 
 /// Every answer, or a panic naming the item that failed.
@@ -153,10 +146,7 @@ direct_and_pgbouncer!(a_claim_batch_does_not_wait_for_a_writer: a_claim_batch_do
 /// check's transaction and fail at the lock timeout.
 fn a_renew_batch_goes_through_a_check(var: &str) {
     let s = store(var);
-    let base = format!("check-renew-{}", random_tag());
-    let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
-    let held: Vec<Lease> = names.iter().map(|n| s.acquire(n, "a", LONG, b"", T).unwrap()).collect();
-    let fences: Vec<u64> = held.iter().map(|l| l.fence).collect();
+    let (names, held, fences) = four_held_by_a(&s, "check-renew");
     let mut c = client(var);
     let mut tx = c.transaction().unwrap();
     check(&s, &mut tx, &held[1], "a");
@@ -184,10 +174,7 @@ direct_and_pgbouncer!(a_renew_batch_goes_through_a_check: a_renew_batch_goes_thr
 /// for the lock and every term of the batch failed at its timeout.
 fn a_renew_or_release_batch_does_not_wait_for_a_writer(var: &str) {
     let s = store(var);
-    let base = format!("writer-renew-{}", random_tag());
-    let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
-    let held: Vec<Lease> = names.iter().map(|n| s.acquire(n, "a", LONG, b"", T).unwrap()).collect();
-    let fences: Vec<u64> = held.iter().map(|l| l.fence).collect();
+    let (names, _, fences) = four_held_by_a(&s, "writer-renew");
     let mut c = client(var);
     let mut tx = c.transaction().unwrap();
     tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = '{}' FOR UPDATE", names[2])).unwrap();

@@ -19,6 +19,9 @@ use crossbeam_channel::{Receiver, Sender};
 use leaderelection::{Config, Elector, Lease, MemStore, Store, StoreError, Timing};
 use parking_lot::Mutex;
 
+mod forward;
+use forward::forward_calls;
+
 const NAME: &str = "resign-race";
 const TRIALS: usize = 16;
 
@@ -54,9 +57,7 @@ impl SignalledRenewal {
 }
 
 impl Store for SignalledRenewal {
-    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.inner.acquire(n, id, ttl, p, t)
-    }
+    forward_calls!(inner => acquire, release, inspect);
 
     fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
         let answer = self.inner.renew(n, id, f, ttl, p, t);
@@ -64,14 +65,6 @@ impl Store for SignalledRenewal {
             let _ = answering.send(());
         }
         answer
-    }
-
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.inner.release(n, id, f, t)
-    }
-
-    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-        self.inner.inspect(n, t)
     }
 }
 

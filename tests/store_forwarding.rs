@@ -8,7 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leaderelection::{ErrorKind, Lease, MemStore, Members, Store, StoreError};
+use leaderelection::{ErrorKind, MemStore, Members, Store, StoreError};
+
+mod forward;
+use forward::forward_calls;
 
 mod boxed {
     use leaderelection::{MemStore, Store};
@@ -34,18 +37,7 @@ mod arced {
 struct Minimal(MemStore);
 
 impl Store for Minimal {
-    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.0.acquire(n, id, ttl, p, t)
-    }
-    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.0.renew(n, id, f, ttl, p, t)
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.0.release(n, id, f, t)
-    }
-    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-        self.0.inspect(n, t)
-    }
+    forward_calls!(0 => acquire, renew, release, inspect);
 }
 
 /// A store that keeps members but tells neither what they lead nor this
@@ -54,23 +46,9 @@ impl Store for Minimal {
 struct Plain(MemStore);
 
 impl Store for Plain {
-    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.0.acquire(n, id, ttl, p, t)
-    }
-    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.0.renew(n, id, f, ttl, p, t)
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.0.release(n, id, f, t)
-    }
-    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-        self.0.inspect(n, t)
-    }
+    forward_calls!(0 => acquire, renew, release, inspect, leave_group);
     fn heartbeat(&self, g: &str, m: &str, leading: u32, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
         self.0.heartbeat(g, m, leading, ttl, t).map(|m| Members::new(m.live, m.now))
-    }
-    fn leave_group(&self, g: &str, m: &str, t: Duration) -> Result<(), StoreError> {
-        self.0.leave_group(g, m, t)
     }
 }
 

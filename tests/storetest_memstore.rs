@@ -8,6 +8,7 @@ use leaderelection::storetest::{self, Operator};
 use leaderelection::{BatchItem, DbTime, Heartbeat, Lease, MemStore, Members, SlotClaim, Store, StoreError};
 
 mod threaded;
+use threaded::forward_calls;
 
 leaderelection::storetest_suite!(MemStore::new());
 
@@ -142,6 +143,7 @@ struct Broken {
 type ClaimFn = fn(&MemStore, &str, &str, u64, &str, bool, Duration) -> Result<SlotClaim, StoreError>;
 
 impl Store for Broken {
+    forward_calls!(inner => release, finish_slot);
     fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
         match self.acquire {
             Some(f) => f(&self.inner, n, id, ttl, p, t),
@@ -153,9 +155,6 @@ impl Store for Broken {
             Some(r) => r(&self.inner, n, id, f, ttl, p, t),
             None => self.inner.renew(n, id, f, ttl, p, t),
         }
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.inner.release(n, id, f, t)
     }
     fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
         match self.inspect {
@@ -176,9 +175,6 @@ impl Store for Broken {
             Some(c) => c(&self.inner, n, id, f, slot, retry, t),
             None => self.inner.claim_slot(n, id, f, slot, retry, t),
         }
-    }
-    fn finish_slot(&self, n: &str, f: u64, slot: &str, outcome: i32, t: Duration) -> Result<bool, StoreError> {
-        self.inner.finish_slot(n, f, slot, outcome, t)
     }
 }
 
@@ -378,18 +374,7 @@ impl BrokenBatch {
 }
 
 impl Store for BrokenBatch {
-    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.inner.acquire(n, id, ttl, p, t)
-    }
-    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.inner.renew(n, id, f, ttl, p, t)
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.inner.release(n, id, f, t)
-    }
-    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-        self.inner.inspect(n, t)
-    }
+    forward_calls!(inner => acquire, renew, release, inspect);
     fn acquire_many(
         &self,
         id: &str,

@@ -7,17 +7,17 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use leaderelection::mysql::MySqlStore;
+use leaderelection::mysql::{MySqlBuilder, MySqlStore};
 use leaderelection::storetest::Operator;
 use leaderelection::{Lease, Store, StoreError};
 use mysql::prelude::Queryable;
 use mysql_support::claims::{current_batch_claim, current_claim, old_claim, run_claim_cases, NOW_SQL};
-use mysql_support::{admin, exec, port, url, url_via, PRIVATE, SHARED};
+use mysql_support::{admin, exec, own_user_url, port, url, url_via, PRIVATE, SHARED};
 use support::{
-    a_late_renewal_extended_nothing, at_once, batches_skip_a_row_another_writer_locked, ensure_schema_on_an_old_row,
-    ensure_schema_then_claim_at_once, heartbeats_count_leads_once_the_schema_is_ensured,
-    locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch,
-    STORE_TIMEOUT as T, STORE_TTL as LONG,
+    a_late_renewal_extended_nothing, at_once, batches_skip_a_row_another_writer_locked, claims,
+    ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once, four_held_by_a,
+    heartbeats_count_leads_once_the_schema_is_ensured, locked_row_calls_give_up_in_time, random_tag,
+    swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
 };
 
 const TABLE: &str = "le_storetest";
@@ -109,6 +109,26 @@ impl Drop for MySqlOperator {
 /// Bytes as a hex literal, which no `sql_mode` or character set changes.
 fn hex(b: &[u8]) -> String {
     format!("X'{}'", b.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// A store of [`TABLE`] to build, as `user` of the test's own (see
+/// [`own_user_url`]).
+fn as_user(c: &mut mysql::Conn, user: &str) -> MySqlBuilder {
+    MySqlStore::builder(&own_user_url(c, user, TABLE)).table(TABLE)
+}
+
+/// A session of its own holding election `name`'s row (`SELECT … FOR
+/// UPDATE` in a transaction left open until it rolls back or is dropped).
+fn lock_row(name: &str) -> mysql::Conn {
+    let mut locker = admin(SHARED);
+    exec(&mut locker, "START TRANSACTION");
+    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    locker
+}
+
+/// The ids of `user`'s sessions, in order.
+fn sessions_of(c: &mut mysql::Conn, user: &str) -> Vec<u64> {
+    c.query(format!("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = '{user}' ORDER BY ID")).unwrap()
 }
 
 fn micros(l: &Lease) -> u64 {
@@ -254,15 +274,10 @@ fn tcp_urls_use_tcp() {
 fn locked_row_gives_up_in_time() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_locked'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_locked'@'127.0.0.1'"));
-    let s =
-        MySqlStore::builder(&url_via(SHARED, "le_locked", "127.0.0.1", port(SHARED), "")).table(TABLE).build().unwrap();
+    let s = as_user(&mut c, "le_locked").build().unwrap();
     let name = format!("locked-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     for timeout in [Duration::from_millis(1600), Duration::from_millis(600)] {
         let errors = locked_row_calls_give_up_in_time(&s, &name, lease.fence, timeout, Duration::from_millis(250));
         for (_, e) in errors.iter().filter(|_| timeout > Duration::from_secs(1)) {
@@ -304,18 +319,10 @@ fn locked_row_gives_up_in_time() {
 fn a_read_that_timed_out_does_not_land_later() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_readtimeout'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_readtimeout'@'127.0.0.1'"));
-    let s = MySqlStore::builder(&url_via(SHARED, "le_readtimeout", "127.0.0.1", port(SHARED), ""))
-        .table(TABLE)
-        .socket_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let s = as_user(&mut c, "le_readtimeout").socket_timeout(Duration::from_millis(300)).build().unwrap();
     let name = format!("read-timeout-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     let start = Instant::now();
     let e = s.release(&name, "a", lease.fence, Duration::from_secs(3)).expect_err("a release of a locked row");
     let took = start.elapsed();
@@ -388,9 +395,7 @@ fn a_call_waiting_for_a_busy_pool_gives_up_in_time() {
     s.ensure_schema().unwrap();
     let name = format!("busy-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     std::thread::scope(|sc| {
         let stuck = sc.spawn(|| s.renew(&name, "a", lease.fence, LONG, b"", Duration::from_millis(1600)));
         assert!(wait_for(T, || format!("{s:?}").contains("idle: 0")), "{s:?}");
@@ -443,10 +448,7 @@ fn swallowing_path() {
 fn killed_sessions_are_replaced() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_kill'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_kill'@'127.0.0.1'"));
-    let s =
-        MySqlStore::builder(&url_via(SHARED, "le_kill", "127.0.0.1", port(SHARED), "")).table(TABLE).build().unwrap();
+    let s = as_user(&mut c, "le_kill").build().unwrap();
     let name = format!("kill-{}", random_tag());
     let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
     for round in 0..3 {
@@ -607,24 +609,14 @@ fn a_call_given_up_on_while_connecting_never_runs() {
 fn a_connection_that_failed_or_timed_out_is_never_reused() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_reuse'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_reuse'@'127.0.0.1'"));
-    let s = MySqlStore::builder(&url_via(SHARED, "le_reuse", "127.0.0.1", port(SHARED), ""))
-        .table(TABLE)
-        .pool_size(1)
-        .build()
-        .unwrap();
-    let mut sessions = || -> Vec<u64> {
-        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_reuse' ORDER BY ID").unwrap()
-    };
+    let s = as_user(&mut c, "le_reuse").pool_size(1).build().unwrap();
+    let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_reuse") };
     let name = format!("reuse-{}", random_tag());
     let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
     let first = sessions();
     s.inspect(&name, T).unwrap();
     assert!(first.len() == 1 && sessions() == first, "a healthy connection is reused: {first:?}");
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     let mut seen = first.clone();
     for (timeout, what) in [(Duration::from_millis(1600), "1205"), (Duration::from_millis(600), "no answer")] {
         let e = s.renew(&name, "a", lease.fence, LONG, b"", timeout).expect_err("renew of a locked row");
@@ -651,16 +643,8 @@ fn a_connection_that_failed_or_timed_out_is_never_reused() {
 fn idle_connections_past_their_timeout_are_closed() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_idle'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_idle'@'127.0.0.1'"));
-    let s = MySqlStore::builder(&url_via(SHARED, "le_idle", "127.0.0.1", port(SHARED), ""))
-        .table(TABLE)
-        .idle_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    let mut sessions = || -> Vec<u64> {
-        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_idle' ORDER BY ID").unwrap()
-    };
+    let s = as_user(&mut c, "le_idle").idle_timeout(Duration::from_millis(300)).build().unwrap();
+    let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_idle") };
     let name = format!("idle-{}", random_tag());
     s.acquire(&name, "a", LONG, b"", T).unwrap();
     let first = sessions();
@@ -1022,15 +1006,11 @@ fn a_tls_handshake_that_stalls_is_a_retryable_timeout() {
 fn completion_type_release_does_not_end_the_session_at_each_commit() {
     store();
     let mut c = admin(SHARED);
-    exec(&mut c, "CREATE USER IF NOT EXISTS 'le_release'@'127.0.0.1'");
-    exec(&mut c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{TABLE} TO 'le_release'@'127.0.0.1'"));
-    let url = url_via(SHARED, "le_release", "127.0.0.1", port(SHARED), "");
+    let url = own_user_url(&mut c, "le_release", TABLE);
     let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url).unwrap())
         .init(vec!["SET SESSION completion_type = 'RELEASE'".to_owned()]);
     let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
-    let mut sessions = || -> Vec<u64> {
-        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_release' ORDER BY ID").unwrap()
-    };
+    let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_release") };
     let name = format!("release-mode-{}", random_tag());
     let a = s.acquire(&name, "a", LONG, b"", T).expect("acquire under completion_type=RELEASE");
     assert!(a.held_by("a"), "{a:?}");
@@ -1058,9 +1038,7 @@ fn a_renewal_that_read_its_clock_before_a_release_cannot_extend_it() {
     let name = format!("renew-release-{}", random_tag());
     let ttl = Duration::from_secs(15);
     let lease = s.acquire(&name, "a", ttl, b"", T).unwrap();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(name.as_bytes())));
+    let mut locker = lock_row(&name);
     let renewed = std::thread::scope(|sc| {
         // A long timeout (the server's lock-wait bound is 3/4 of it), so the
         // renewal is still waiting whenever a loaded machine lets the
@@ -1201,9 +1179,7 @@ fn concurrent_batched_claims_never_deadlock() {
                     (format!("p{p}"), mine)
                 },
                 |(id, mine), _| {
-                    let items: Vec<leaderelection::BatchItem<'_>> =
-                        mine.iter().map(|n| leaderelection::BatchItem { name: n, fence: 0, payload: b"" }).collect();
-                    let out = s.acquire_many(&id, LONG, &items, T);
+                    let out = s.acquire_many(&id, LONG, &claims(&mine), T);
                     (id, mine.iter().map(|n| n.to_string()).zip(out).collect::<Vec<_>>())
                 },
             );
@@ -1477,9 +1453,7 @@ fn a_batched_claim_does_not_wait_for_a_row_locked_for_long() {
         .inspect_many(&refs, T)
         .iter()
         .all(|r| r.as_ref().is_ok_and(|l| l.expired()))));
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(names[2].as_bytes())));
+    let mut locker = lock_row(&names[2]);
     let items: Vec<leaderelection::BatchItem<'_>> =
         refs.iter().map(|n| leaderelection::BatchItem { name: n, fence: 0, payload: b"" }).collect();
     let start = Instant::now();
@@ -1516,9 +1490,7 @@ fn a_batch_locks_only_the_rows_it_names() {
     let other = format!("0000-only-{tag}");
     s.acquire(&other, "x", LONG, b"", T).unwrap();
     let names = [format!("only-{tag}/a"), format!("only-{tag}/b")];
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(other.as_bytes())));
+    let mut locker = lock_row(&other);
     let t = Duration::from_secs(3);
     for n in [1, 2] {
         let items: Vec<BatchItem<'_>> =
@@ -1685,12 +1657,8 @@ fn a_large_renewal_runs_in_two_halves_and_answers_every_item() {
 #[test]
 fn a_renew_or_release_batch_does_not_wait_for_a_writer() {
     let s = store();
-    let base = format!("writer-renew-{}", random_tag());
-    let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
-    let fences: Vec<u64> = names.iter().map(|n| s.acquire(n, "a", LONG, b"", T).unwrap().fence).collect();
-    let mut locker = admin(SHARED);
-    exec(&mut locker, "START TRANSACTION");
-    exec(&mut locker, &format!("SELECT * FROM {TABLE} WHERE name = {} FOR UPDATE", hex(names[2].as_bytes())));
+    let (names, _, fences) = four_held_by_a(&s, "writer-renew");
+    let mut locker = lock_row(&names[2]);
     let unlock = || exec(&mut locker, "ROLLBACK");
     batches_skip_a_row_another_writer_locked("", &s, &names, &fences, Duration::from_secs(4), unlock);
 }

@@ -13,9 +13,9 @@ use leaderelection::storetest::Operator;
 use leaderelection::{BatchItem, Lease, Store, StoreError};
 use pg_support::{client, direct_and_pgbouncer, dsn, dsn_via, host_port, BOUNCER, DIRECT};
 use support::{
-    a_late_renewal_extended_nothing, at_once, ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once,
-    locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy, Scratch,
-    STORE_TIMEOUT as T, STORE_TTL as LONG,
+    a_late_renewal_extended_nothing, at_once, claim, ensure_schema_on_an_old_row, ensure_schema_then_claim_at_once,
+    forward_calls, locked_row_calls_give_up_in_time, random_tag, swallowed_reads_give_up_in_time, wait_for, Proxy,
+    Scratch, STORE_TIMEOUT as T, STORE_TTL as LONG,
 };
 
 const TABLE: &str = "le_storetest";
@@ -24,15 +24,24 @@ fn store(var: &str) -> PostgresStore {
     pg_support::store_on(var, TABLE)
 }
 
-mod direct {
-    leaderelection::storetest_suite!(super::store(super::DIRECT));
-    mod operator {
-        leaderelection::storetest_suite!(operator: super::super::operated(super::super::DIRECT));
-    }
-    mod members {
-        leaderelection::storetest_suite!(members: super::super::store(super::super::DIRECT));
-    }
+/// Module `$path` runs the suite, the operator cases and the members cases
+/// on the path in the variable named by `$var` (direct, PgBouncer).
+macro_rules! suites_on {
+    ($path:ident, $var:ident) => {
+        mod $path {
+            leaderelection::storetest_suite!(super::store(super::$var));
+            mod operator {
+                leaderelection::storetest_suite!(operator: super::super::operated(super::super::$var));
+            }
+            mod members {
+                leaderelection::storetest_suite!(members: super::super::store(super::super::$var));
+            }
+        }
+    };
 }
+
+suites_on!(direct, DIRECT);
+suites_on!(pgbouncer, BOUNCER);
 
 /// What an application can leave on the sessions of its pool (here as the
 /// connection's `options`, as a role's or database's settings or a
@@ -131,16 +140,6 @@ fn a_search_path_that_shadows_now_cannot_expire_a_live_lease() {
 #[test]
 fn a_fleet_on_hostile_sessions_survives_crashes_with_one_leader() {
     support::elector::fleet_survives_leader_crashes("postgres, hostile sessions", hostile_store, 2);
-}
-
-mod pgbouncer {
-    leaderelection::storetest_suite!(super::store(super::BOUNCER));
-    mod operator {
-        leaderelection::storetest_suite!(operator: super::super::operated(super::super::BOUNCER));
-    }
-    mod members {
-        leaderelection::storetest_suite!(members: super::super::store(super::super::BOUNCER));
-    }
 }
 
 /// Plain SQL on the store's table through a client of its own (by the same
@@ -1247,44 +1246,7 @@ impl Store for OneItemBatches {
     fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
         only(self.0.inspect_many(&[n], t))
     }
-    fn claim_slot(
-        &self,
-        n: &str,
-        id: &str,
-        f: u64,
-        slot: &str,
-        retry: bool,
-        t: Duration,
-    ) -> Result<leaderelection::SlotClaim, StoreError> {
-        self.0.claim_slot(n, id, f, slot, retry, t)
-    }
-    fn finish_slot(&self, n: &str, f: u64, slot: &str, outcome: i32, t: Duration) -> Result<bool, StoreError> {
-        self.0.finish_slot(n, f, slot, outcome, t)
-    }
-    fn acquire_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        self.0.acquire_many(id, ttl, items, t)
-    }
-    fn renew_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        self.0.renew_many(id, ttl, items, t)
-    }
-    fn release_many(&self, id: &str, items: &[BatchItem<'_>], t: Duration) -> Vec<Result<(), StoreError>> {
-        self.0.release_many(id, items, t)
-    }
-    fn inspect_many(&self, names: &[&str], t: Duration) -> Vec<Result<Lease, StoreError>> {
-        self.0.inspect_many(names, t)
-    }
+    forward_calls!(0 => claim_slot, finish_slot, acquire_many, renew_many, release_many, inspect_many);
 }
 
 mod one_item_batches {
@@ -1377,14 +1339,9 @@ fn racing_claims_never_fail_on_the_fence_index() {
             N,
             |i| (&stores[i], format!("racer{i}")),
             |(s, id), i| {
-                let r: Vec<Result<Lease, StoreError>> = if i % 2 == 0 {
-                    vec![s.acquire(&names[0], &id, LONG, b"", T)]
-                } else {
-                    let items: Vec<BatchItem<'_>> =
-                        names.iter().map(|n| BatchItem { name: n, fence: 0, payload: b"" }).collect();
-                    s.acquire_many(&id, LONG, &items, T)
-                };
-                (r, id)
+                // Even racers claim the first name alone, odd ones all four.
+                let mine = if i % 2 == 0 { &names[..1] } else { &names[..] };
+                (claim(s, &id, mine, LONG, T), id)
             },
         );
         let mut winners = vec![0; names.len()];

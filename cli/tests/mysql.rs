@@ -4,104 +4,11 @@
 mod common;
 use common::*;
 
-#[test]
-fn a_slot_runs_once_across_staggered_runs() {
-    slot_runs_once(&Db::mysql());
-}
-
-#[test]
-fn a_slot_killed_mid_run_stays_run_unless_retried() {
-    slot_killed_mid_run(&Db::mysql());
-}
-
-#[test]
-fn a_failed_slot_is_retried_on_request_and_every_names_the_day() {
-    slot_failed_and_every(&Db::mysql());
-}
-
-#[test]
-fn two_runs_with_one_identity_never_overlap() {
-    one_identity(&Db::mysql());
-}
-
-#[test]
-fn two_tools_contend_and_children_never_overlap() {
-    contention(&Db::mysql());
-}
-
-#[test]
-fn sigkill_of_the_leading_tool_kills_its_child_and_hands_over_after_the_lease() {
-    sigkill_handover(&Db::mysql());
-}
-
-#[test]
-fn swallowed_database_stops_the_child_before_the_deadline_and_exits_79() {
-    swallowed(&Db::mysql(), false);
-}
-
-#[test]
-fn sigterm_is_forwarded_and_the_lease_released() {
-    sigterm_forwarded(&Db::mysql());
-}
-
-#[test]
-fn child_environment_and_status() {
-    env_and_status(&Db::mysql());
-}
-
-#[test]
-fn exit_codes_with_a_server() {
-    exit_codes(&Db::mysql());
-}
+every_server_case!(Db::mysql());
 
 #[test]
 fn bad_credentials_are_fatal_and_not_echoed() {
     let db = Db::mysql();
     let dsn = db.dsn.replacen("root@", &format!("le_cli_nobody:{PASSWORD}@"), 1);
     fatal_login(&db, &dsn);
-}
-
-#[test]
-fn the_sentinel_stays_quiet_while_the_tool_lives() {
-    sentinel_quiet(&Db::mysql());
-}
-
-#[test]
-fn loop_campaigns_again_after_losing_leadership() {
-    loop_after_loss(&Db::mysql());
-}
-
-#[test]
-fn loop_leaves_no_zombies() {
-    no_zombies_in_loop(&Db::mysql());
-}
-
-#[test]
-fn the_childs_lease_check_passes_in_the_term_and_fails_after_it() {
-    checked_writes(&Db::mysql());
-}
-
-#[test]
-fn status_of_a_row_held_for_nobody_after_a_failover_is_nobody_leads() {
-    held_row_status(&Db::mysql());
-}
-
-#[test]
-fn wait_0_tries_once_and_quiet_says_nothing_when_losing() {
-    try_once_and_quiet(&Db::mysql());
-}
-
-#[test]
-fn schema_apply_creates_the_table_a_missing_one_says_how() {
-    schema_apply(&Db::mysql());
-}
-
-#[test]
-fn a_forwarded_sigterm_the_child_ignores_is_followed_by_sigkill_after_grace() {
-    forwarded_signal_escalates(&Db::mysql());
-}
-
-#[test]
-fn the_child_gets_neither_the_dsn_nor_ignored_signals() {
-    child_env_and_signals(&Db::mysql());
 }

@@ -40,11 +40,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{BatchItem, Config, Group, GroupConfig, Heartbeat, Lease, Members, Store, StoreError};
+use leaderelection::{Config, Group, GroupConfig, Lease, Members, Store, StoreError};
 use parking_lot::Mutex;
 
+use crate::clock::mono_ns;
 use crate::common::{ms, pct, poll, proc_status, random_tag, violation, Db, OwnTable, Table, Verdict};
 use crate::cost::Kind;
+use crate::forward::forward_calls;
 
 /// Set in a worker's environment; its orders are in the other
 /// `LE_BENCH_GROUP_*` variables.
@@ -73,29 +75,6 @@ fn template(store: Arc<dyn Store>, group: &str, id: &str) -> Config {
 }
 const FAILOVER_TARGET: Duration = Duration::from_secs(7);
 
-// ---- the clock every process shares ------------------------------------
-
-#[repr(C)]
-struct Timespec {
-    sec: i64,
-    nsec: i64,
-}
-
-extern "C" {
-    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: what `Instant` reads on Linux, the same
-/// clock in every process of the machine.
-fn mono_ns() -> u64 {
-    let mut ts = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: clock_gettime(2) with CLOCK_MONOTONIC (1) writes one timespec
-    // (two 64-bit fields on x86-64 and arm64 Linux) into the struct given.
-    let rc = unsafe { clock_gettime(1, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
-    ts.sec as u64 * 1_000_000_000 + ts.nsec as u64
-}
-
 // ---- the worker --------------------------------------------------------
 
 /// Standard output, shared by the sampler and the group's call threads;
@@ -118,102 +97,61 @@ struct Recorded {
     out: Arc<Out>,
 }
 
+/// What a call answered, for its `call` line: how many items, and how
+/// many of them failed.
+trait Answer {
+    fn tally(&self) -> (usize, usize);
+}
+
+impl<T> Answer for Result<T, StoreError> {
+    fn tally(&self) -> (usize, usize) {
+        (1, usize::from(self.is_err()))
+    }
+}
+
+impl<T> Answer for Vec<Result<T, StoreError>> {
+    fn tally(&self) -> (usize, usize) {
+        (self.len(), self.iter().filter(|r| r.is_err()).count())
+    }
+}
+
+/// Renewals with the heartbeat: one call.
+impl Answer for (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+    fn tally(&self) -> (usize, usize) {
+        let (items, failed) = self.0.tally();
+        (items, failed + usize::from(self.1.is_err()))
+    }
+}
+
 impl Recorded {
-    fn record<T>(&self, op: &str, items: usize, f: impl FnOnce() -> (T, usize)) -> T {
+    /// Every call goes through here and leaves its `call` line: the op (a
+    /// single lease's with a `1`), the items answered, its start, how long
+    /// it took, and how many items failed.
+    fn recorded<T: Answer>(&self, call: &str, _timeout: Duration, f: impl FnOnce() -> T) -> T {
+        let op = match call {
+            "acquire" => "acquire1",
+            "renew" => "renew1",
+            "release" => "release1",
+            "inspect" => "inspect1",
+            "acquire_many" => "acquire",
+            "renew_many" | "renew_many_with_heartbeat" => "renew",
+            "release_many" => "release",
+            "inspect_many" => "look",
+            "leave_group" => "leave",
+            other => other, // heartbeat
+        };
         let (t, start) = (Instant::now(), mono_ns());
-        let (r, failed) = f();
+        let r = f();
         let micros = t.elapsed().as_micros();
+        let (items, failed) = r.tally();
         self.out.put(&format!("call {op} {items} {start} {micros} {failed}\n"));
         r
-    }
-
-    fn one<T>(&self, op: &str, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
-        self.record(op, 1, || {
-            let r = f();
-            let failed = usize::from(r.is_err());
-            (r, failed)
-        })
-    }
-
-    fn many<T>(
-        &self,
-        op: &str,
-        items: usize,
-        f: impl FnOnce() -> Vec<Result<T, StoreError>>,
-    ) -> Vec<Result<T, StoreError>> {
-        self.record(op, items, || {
-            let r = f();
-            let failed = r.iter().filter(|r| r.is_err()).count();
-            (r, failed)
-        })
     }
 }
 
 impl Store for Recorded {
-    fn acquire(&self, name: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.one("acquire1", || self.inner.acquire(name, id, ttl, p, t))
-    }
-    fn renew(&self, name: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.one("renew1", || self.inner.renew(name, id, f, ttl, p, t))
-    }
-    fn release(&self, name: &str, id: &str, fence: u64, t: Duration) -> Result<(), StoreError> {
-        self.one("release1", || self.inner.release(name, id, fence, t))
-    }
-    fn inspect(&self, name: &str, t: Duration) -> Result<Lease, StoreError> {
-        self.one("inspect1", || self.inner.inspect(name, t))
-    }
-    fn acquire_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        self.many("acquire", items.len(), || self.inner.acquire_many(id, ttl, items, t))
-    }
-    fn renew_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
-    ) -> Vec<Result<Lease, StoreError>> {
-        self.many("renew", items.len(), || self.inner.renew_many(id, ttl, items, t))
-    }
-    fn renew_many_with_heartbeat(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        beat: Heartbeat<'_>,
-        t: Duration,
-    ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-        // One call: the renewals with the heartbeat.
-        self.record("renew", items.len(), || {
-            let (r, m) = self.inner.renew_many_with_heartbeat(id, ttl, items, beat, t);
-            let failed = r.iter().filter(|r| r.is_err()).count() + usize::from(m.is_err());
-            ((r, m), failed)
-        })
-    }
-    fn release_many(&self, id: &str, items: &[BatchItem<'_>], t: Duration) -> Vec<Result<(), StoreError>> {
-        self.many("release", items.len(), || self.inner.release_many(id, items, t))
-    }
-    fn inspect_many(&self, names: &[&str], t: Duration) -> Vec<Result<Lease, StoreError>> {
-        self.many("look", names.len(), || self.inner.inspect_many(names, t))
-    }
-    fn heartbeat(
-        &self,
-        group: &str,
-        member: &str,
-        leading: u32,
-        ttl: Duration,
-        t: Duration,
-    ) -> Result<Members, StoreError> {
-        self.one("heartbeat", || self.inner.heartbeat(group, member, leading, ttl, t))
-    }
-    fn leave_group(&self, group: &str, member: &str, t: Duration) -> Result<(), StoreError> {
-        self.one("leave", || self.inner.leave_group(group, member, t))
-    }
+    forward_calls!(inner via Self::recorded => acquire, renew, release, inspect, acquire_many, renew_many,
+        renew_many_with_heartbeat, release_many, inspect_many, heartbeat, leave_group);
 }
 
 /// The worker's own threads (the sampler, which is the main thread, and

@@ -13,12 +13,17 @@
 //! speed target is a `MISSED` verdict, not a failure.
 
 mod check;
+#[allow(dead_code)]
+#[path = "../../tests/group_support/clock.rs"]
+mod clock;
 mod common;
 mod cost;
 mod failover;
 #[allow(dead_code)]
 #[path = "../../tests/support/faults.rs"]
 mod faults;
+#[path = "../../tests/forward/mod.rs"]
+mod forward;
 mod groups;
 mod micro;
 mod scale;

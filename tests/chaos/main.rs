@@ -21,6 +21,15 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+// For the paths' names (fleet_path::Path), shared with the multi-process
+// chaos suites.
+#[allow(dead_code)]
+#[path = "../fleet_path/mod.rs"]
+mod fleet_path;
+#[path = "../mysql_support/mod.rs"]
+mod mysql_support;
+#[path = "../pg_support/mod.rs"]
+mod pg_support;
 
 mod rig;
 mod scenarios;

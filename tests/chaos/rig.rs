@@ -4,7 +4,6 @@
 //! break a server), and a fleet of participants each behind a fault proxy of
 //! its own, all judged by one [`Oracle`].
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,34 +24,12 @@ pub const RENEW: Duration = TIMING.renew_interval;
 pub const OP: Duration = TIMING.operation_timeout;
 
 /// The bound the suite states for someone to lead again once a fault
-/// heals (or a leader is gone): a lease that may still run on the database
-/// (renewals that landed unanswered), a renewal interval, a retry period
-/// and two operation timeouts (a call in flight when the fault healed, and
-/// the claim), plus 1 s for reconnecting and for this loaded machine.
-pub const RECOVERY: Duration = Duration::from_millis(
-    (TIMING.lease_duration.as_millis()
-        + TIMING.renew_interval.as_millis()
-        + TIMING.retry_period.as_millis()
-        + 2 * TIMING.operation_timeout.as_millis()
-        + 1000) as u64,
-);
+/// heals (or a leader is gone); see [`crate::support::RECOVERY`].
+pub use crate::support::RECOVERY;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Path {
-    Pg,
-    Bouncer,
-    Maria,
-}
-
-impl fmt::Display for Path {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Path::Pg => "postgres",
-            Path::Bouncer => "pgbouncer",
-            Path::Maria => "mariadb",
-        })
-    }
-}
+/// The way the participants reach the election's database, as the
+/// multi-process chaos suites name it.
+pub use crate::fleet_path::Path;
 
 enum Servers {
     /// The machine's servers (`LE_PG_DSN`, `LE_PGBOUNCER_DSN`,

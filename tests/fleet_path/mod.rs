@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -122,6 +122,95 @@ pub fn end_all(mut alive: Vec<(&mut Child, &mut Option<ChildStdin>)>) {
         }
         let _ = child.kill();
         let _ = child.wait();
+    }
+}
+
+/// A fleet's `Drop`: when the test is failing, prints `kept` (what the
+/// fleet saw, and which tables it keeps for a look: see [`failing`]); ends
+/// the workers still alive ([`end_all`]), marking each `ended`; and
+/// otherwise drops the fleet's tables with `drop_tables`.
+pub fn end_fleet<'a>(
+    kept: Option<String>,
+    workers: impl Iterator<Item = (&'a mut Child, &'a mut Option<ChildStdin>, &'a mut bool)>,
+    drop_tables: impl FnOnce(),
+) {
+    let failing = kept.is_some();
+    if let Some(kept) = kept {
+        eprintln!("{kept}");
+    }
+    let mut alive = Vec::new();
+    for (child, stdin, ended) in workers {
+        if !*ended {
+            *ended = true;
+            alive.push((child, stdin));
+        }
+    }
+    end_all(alive);
+    if !failing {
+        drop_tables();
+    }
+}
+
+/// `what` (made only then) when the test is failing, for [`end_fleet`].
+pub fn failing(what: impl FnOnce() -> String) -> Option<String> {
+    thread::panicking().then(what)
+}
+
+/// Starts worker `w<i>`: this test binary again, running only the test
+/// `test` (the worker's entry), with `env` in its environment and its
+/// standard streams piped.
+pub fn spawn_worker(test: &str, env: Vec<(&'static str, String)>, i: usize) -> Child {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    Command::new(&exe)
+        .args([test, "--exact", "--nocapture", "--test-threads", "1"])
+        .envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting worker w{i} ({}): {e}", exe.display()))
+}
+
+/// What a fleet's workers reported (a book, a list of events), and a
+/// signal at each change, for the scenario to wait on.
+#[derive(Default)]
+pub struct Reported<T> {
+    data: Mutex<T>,
+    changed: Condvar,
+}
+
+impl<T> Reported<T> {
+    /// What was reported so far.
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.data.lock().unwrap()
+    }
+
+    /// Runs `f` on what was reported; wakes the waiters if it says it
+    /// changed something. Returns what it says.
+    pub fn update(&self, f: impl FnOnce(&mut T) -> bool) -> bool {
+        let changed = f(&mut self.lock());
+        if changed {
+            self.changed.notify_all();
+        }
+        changed
+    }
+
+    /// Waits up to `within` until `f` finds something in what was
+    /// reported, looking again at each change and at least every `slice`
+    /// (for conditions on time alone).
+    pub fn wait<R>(&self, within: Duration, slice: Duration, f: impl Fn(&T) -> Option<R>) -> Option<R> {
+        let deadline = Instant::now() + within;
+        let mut data = self.lock();
+        loop {
+            if let Some(r) = f(&data) {
+                return Some(r);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            data = self.changed.wait_timeout(data, (deadline - now).min(slice)).unwrap().0;
+        }
     }
 }
 

@@ -9,12 +9,12 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::process::{Child, ChildStdin};
+use std::sync::{Arc, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::fleet_path::{self, WorkerLog};
+use super::fleet_path::{self, Reported, WorkerLog};
 use super::oracle::{Term, TermEnd};
 use super::worker::{election_name, Mode, Spec};
 use super::{mono_ns, Path, Tables};
@@ -171,12 +171,6 @@ impl Book {
     }
 }
 
-#[derive(Default)]
-struct Reports {
-    book: Mutex<Book>,
-    changed: Condvar,
-}
-
 struct Worker {
     child: Child,
     stdin: Option<ChildStdin>,
@@ -197,7 +191,7 @@ pub struct Fleet {
     pub group: String,
     pub elections: usize,
     workers: Vec<Worker>,
-    reports: Arc<Reports>,
+    reports: Arc<Reported<Book>>,
     started: Instant,
 }
 
@@ -214,7 +208,7 @@ impl Fleet {
             tables,
             elections,
             workers: Vec::new(),
-            reports: Arc::new(Reports::default()),
+            reports: Arc::default(),
             started: Instant::now(),
         };
         for &m in modes {
@@ -236,23 +230,9 @@ impl Fleet {
             elections: self.elections,
             mode,
         };
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let mut child = Command::new(&exe)
-            .args(["group_worker", "--exact", "--nocapture", "--test-threads", "1"])
-            .envs(spec.env())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting worker w{i} ({}): {e}", exe.display()));
+        let mut child = fleet_path::spawn_worker("group_worker", spec.env(), i);
         let reports = Arc::clone(&self.reports);
-        let log = WorkerLog::read(&mut child, move |line| {
-            let taken = reports.book.lock().unwrap().take(i, line);
-            if taken {
-                reports.changed.notify_all();
-            }
-            taken
-        });
+        let log = WorkerLog::read(&mut child, move |line| reports.update(|book| book.take(i, line)));
         let stdin = child.stdin.take();
         self.workers.push(Worker { child, stdin, proxy, log, dead: false, stopped: false, cut: false });
         i
@@ -266,7 +246,7 @@ impl Fleet {
     }
 
     pub fn book(&self) -> MutexGuard<'_, Book> {
-        self.reports.book.lock().unwrap()
+        self.reports.lock()
     }
 
     pub fn proxy(&self, w: usize) -> &FaultProxy {
@@ -284,21 +264,9 @@ impl Fleet {
 
     /// Waits up to `within` until `f` finds something in the book.
     pub fn wait_book<T>(&self, within: Duration, f: impl Fn(&Book) -> Option<T>) -> Option<T> {
-        let deadline = Instant::now() + within;
-        let mut book = self.reports.book.lock().unwrap();
-        loop {
-            if let Some(t) = f(&book) {
-                return Some(t);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            // The book changes with every report; also wake now and then,
-            // for conditions on time alone.
-            let slice = (deadline - now).min(Duration::from_millis(50));
-            book = self.reports.changed.wait_timeout(book, slice).unwrap().0;
-        }
+        // The book changes with every report; also look every 50 ms, for
+        // conditions on time alone.
+        self.reports.wait(within, Duration::from_millis(50), f)
     }
 
     /// Whether the fleet has converged, as of reports after `since`: every
@@ -412,7 +380,7 @@ impl Fleet {
 
     /// The last terms and every worker's log, for a failure message.
     pub fn tail(&self) -> String {
-        let b = self.reports.book.lock().unwrap();
+        let b = self.reports.lock();
         let mut s = format!("{} terms reported, {} open; last ones:\n", b.terms.len(), b.open.len());
         for t in b.terms.iter().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
             s += &format!("  {t}\n");
@@ -433,17 +401,10 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        if thread::panicking() {
-            eprintln!("chaos-group {}: table {} (kept)\n{}", self.label, self.tables.table, self.tail());
-        }
-        fleet_path::end_all(
-            self.workers.iter_mut().filter(|w| !w.dead).map(|w| (&mut w.child, &mut w.stdin)).collect(),
-        );
-        for w in &mut self.workers {
-            w.dead = true;
-        }
-        if !thread::panicking() {
-            self.tables.drop_all();
-        }
+        let kept = fleet_path::failing(|| {
+            format!("chaos-group {}: table {} (kept)\n{}", self.label, self.tables.table, self.tail())
+        });
+        let workers = self.workers.iter_mut().map(|w| (&mut w.child, &mut w.stdin, &mut w.dead));
+        fleet_path::end_fleet(kept, workers, || self.tables.drop_all());
     }
 }

@@ -39,9 +39,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, TryRecvError};
 use leaderelection::mysql::MySqlStore;
 use leaderelection::postgres::PostgresStore;
-use leaderelection::{BatchItem, Config, Election, Group, GroupConfig, LeaderGuard, Lease, Members, Store, StoreError};
+use leaderelection::{BatchItem, Config, Election, Group, GroupConfig, LeaderGuard, Lease, Store, StoreError};
 
 use super::{clock_ns, mono_ns, Clock, Path, CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID, TICK, TIMING};
+use crate::support::forward_calls;
 
 /// Set in a worker's environment; the rest of its orders are in the other
 /// `LE_GROUP_*` variables.
@@ -249,6 +250,8 @@ impl Watched {
 }
 
 impl Store for Watched {
+    forward_calls!(inner => inspect, inspect_many, heartbeat, leave_group);
+
     fn acquire(
         &self,
         name: &str,
@@ -281,10 +284,6 @@ impl Store for Watched {
         self.inner.release(name, identity, fence, timeout)
     }
 
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        self.inner.inspect(name, timeout)
-    }
-
     fn acquire_many(
         &self,
         identity: &str,
@@ -313,25 +312,6 @@ impl Store for Watched {
         let pairs: Vec<(&str, u64)> = items.iter().map(|it| (it.name, it.fence)).collect();
         self.releasing(&pairs);
         self.inner.release_many(identity, items, timeout)
-    }
-
-    fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
-        self.inner.inspect_many(names, timeout)
-    }
-
-    fn heartbeat(
-        &self,
-        group: &str,
-        member: &str,
-        leading: u32,
-        ttl: Duration,
-        timeout: Duration,
-    ) -> Result<Members, StoreError> {
-        self.inner.heartbeat(group, member, leading, ttl, timeout)
-    }
-
-    fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
-        self.inner.leave_group(group, member, timeout)
     }
 }
 

@@ -6,12 +6,11 @@
 //! failed assertion) and prints each one's log when the test panicked.
 
 use std::io::Write;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread;
+use std::process::{Child, ChildStdin};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::fleet_path::{self, WorkerLog};
+use super::fleet_path::{self, Reported, WorkerLog};
 use super::oracle::{self, Report, Violation};
 use super::worker::Spec;
 use super::{Mode, Path, Tables, IDLE};
@@ -79,12 +78,6 @@ impl Ev {
     }
 }
 
-#[derive(Default)]
-struct Events {
-    list: Mutex<Vec<Ev>>,
-    changed: Condvar,
-}
-
 struct Worker {
     child: Child,
     stdin: Option<ChildStdin>,
@@ -100,7 +93,7 @@ pub struct Fleet {
     pub tables: Tables,
     proxies: Vec<FaultProxy>,
     workers: Vec<Worker>,
-    events: Arc<Events>,
+    events: Arc<Reported<Vec<Ev>>>,
     started: Instant,
 }
 
@@ -117,10 +110,9 @@ impl Fleet {
             tables,
             proxies: Vec::new(),
             workers: Vec::new(),
-            events: Arc::new(Events::default()),
+            events: Arc::default(),
             started: Instant::now(),
         };
-        let exe = std::env::current_exe().expect("the test binary's path");
         for i in 0..n {
             let proxy = FaultProxy::start(path.upstream());
             let spec = Spec {
@@ -134,22 +126,15 @@ impl Fleet {
                 mode,
                 idle: IDLE,
             };
-            let mut child = Command::new(&exe)
-                .args(["ledger_worker", "--exact", "--nocapture", "--test-threads", "1"])
-                .envs(spec.env())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap_or_else(|e| panic!("starting worker w{i} ({}): {e}", exe.display()));
+            let mut child = fleet_path::spawn_worker("ledger_worker", spec.env(), i);
             let events = f.events.clone();
             let log = WorkerLog::read(&mut child, move |line| {
                 let Some(mut ev) = Ev::parse(i, line) else { return false };
-                let mut l = events.list.lock().unwrap();
-                ev.idx = l.len();
-                l.push(ev);
-                events.changed.notify_all();
-                true
+                events.update(|l| {
+                    ev.idx = l.len();
+                    l.push(ev);
+                    true
+                })
             });
             let stdin = child.stdin.take();
             f.workers.push(Worker { child, stdin, log, killed: false });
@@ -169,12 +154,12 @@ impl Fleet {
 
     /// How many events have been reported so far (a mark to wait from).
     pub fn mark(&self) -> usize {
-        self.events.list.lock().unwrap().len()
+        self.events.lock().len()
     }
 
     /// Every event so far.
     pub fn events(&self) -> Vec<Ev> {
-        self.events.list.lock().unwrap().clone()
+        self.events.lock().clone()
     }
 
     /// Waits up to `within` for an event at or after `from` that `pred`
@@ -185,18 +170,7 @@ impl Fleet {
 
     /// Waits up to `within` until `f` finds something in the events.
     pub fn wait_events<T>(&self, within: Duration, f: impl Fn(&[Ev]) -> Option<T>) -> Option<T> {
-        let deadline = Instant::now() + within;
-        let mut l = self.events.list.lock().unwrap();
-        loop {
-            if let Some(t) = f(&l) {
-                return Some(t);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            l = self.events.changed.wait_timeout(l, deadline - now).unwrap().0;
-        }
+        self.events.wait(within, within, |l| f(l))
     }
 
     /// Waits for a steady leader after `from`: three commits in a row of
@@ -290,7 +264,7 @@ impl Fleet {
 
     /// The last events and every worker's log, for a failure message.
     pub fn tail(&self) -> String {
-        let l = self.events.list.lock().unwrap();
+        let l = self.events.lock();
         let mut s = String::from("last events:\n");
         for e in l.iter().rev().take(25).collect::<Vec<_>>().into_iter().rev() {
             s += &format!(
@@ -320,17 +294,10 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        if thread::panicking() {
-            eprintln!("chaos-ledger {}: tables {} (kept)\n{}", self.label, self.tables.ledger, self.tail());
-        }
-        fleet_path::end_all(
-            self.workers.iter_mut().filter(|w| !w.killed).map(|w| (&mut w.child, &mut w.stdin)).collect(),
-        );
-        for w in &mut self.workers {
-            w.killed = true;
-        }
-        if !thread::panicking() {
-            self.tables.drop_all();
-        }
+        let kept = fleet_path::failing(|| {
+            format!("chaos-ledger {}: tables {} (kept)\n{}", self.label, self.tables.ledger, self.tail())
+        });
+        let workers = self.workers.iter_mut().map(|w| (&mut w.child, &mut w.stdin, &mut w.killed));
+        fleet_path::end_fleet(kept, workers, || self.tables.drop_all());
     }
 }

@@ -16,7 +16,6 @@ use mysql::prelude::Queryable;
 
 use crate::mysql_support::{self, SHARED};
 use crate::pg_support::{self, DIRECT};
-use crate::support::TIMING;
 use oracle::Row;
 
 /// How long the server lets a worker's transaction sit idle before it ends
@@ -35,16 +34,8 @@ pub const IDLE: Duration = Duration::from_secs(6);
 pub const PACE: Duration = Duration::from_millis(40);
 
 /// The bound stated for someone to lead again once a leader is gone (or
-/// its transaction ended): a lease that may still run on the database, a
-/// renewal interval, a retry period, two operation timeouts (a claim in
-/// flight and the one that wins), and 1 s for this loaded two-core machine.
-pub const RECOVERY: Duration = Duration::from_millis(
-    (TIMING.lease_duration.as_millis()
-        + TIMING.renew_interval.as_millis()
-        + TIMING.retry_period.as_millis()
-        + 2 * TIMING.operation_timeout.as_millis()
-        + 1000) as u64,
-);
+/// its transaction ended); see [`crate::support::RECOVERY`].
+pub use crate::support::RECOVERY;
 
 /// Whether leaders run the lease check in their transactions, or only ask
 /// `guard.is_valid()` before each (the negative control).

@@ -28,6 +28,15 @@ pub fn url_via(var: &str, user: &str, host: &str, port: u16, params: &str) -> St
     format!("mysql://{user}@{host}:{port}/{db}{params}")
 }
 
+/// The URL of `user`, a user of its own on the shared server allowed only
+/// to read and write `table` (created if need be): a test tells its
+/// store's sessions apart in the process list by it.
+pub fn own_user_url(c: &mut mysql::Conn, user: &str, table: &str) -> String {
+    exec(c, &format!("CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1'"));
+    exec(c, &format!("GRANT SELECT, INSERT, UPDATE ON test.{table} TO '{user}'@'127.0.0.1'"));
+    url_via(SHARED, user, "127.0.0.1", port(SHARED), "")
+}
+
 pub fn port(var: &str) -> u16 {
     mysql::Opts::from_url(&url(var)).expect("test URL parses").get_tcp_port()
 }

@@ -30,6 +30,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
@@ -38,6 +39,7 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 
 use super::maria_server::MariaServer;
+use super::replicated::Nodes;
 use super::wait_for;
 
 /// How long replication may take to start, catch up or drain.
@@ -65,11 +67,16 @@ pub enum MariaMode {
 /// and a [`MovingProxy`] in front of the primary. Dropping it kills both
 /// servers, removes their directories and closes the proxy.
 pub struct MariaPair {
-    nodes: [MariaServer; 2],
+    nodes: Nodes<MariaServer, MariaMode>,
     proxy: MovingProxy,
-    primary: AtomicUsize,
-    mode: MariaMode,
-    setup: Duration,
+}
+
+impl Deref for MariaPair {
+    type Target = Nodes<MariaServer, MariaMode>;
+
+    fn deref(&self) -> &Nodes<MariaServer, MariaMode> {
+        &self.nodes
+    }
 }
 
 impl MariaPair {
@@ -118,8 +125,7 @@ impl MariaPair {
             (start(1), other.join().unwrap())
         });
         let proxy = MovingProxy::start(addr(&primary));
-        let pair =
-            MariaPair { nodes: [primary, replica], proxy, primary: AtomicUsize::new(0), mode, setup: Duration::ZERO };
+        let pair = MariaPair { nodes: Nodes::new(primary, replica, mode), proxy };
         pair.replica().query(&format!(
             "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, MASTER_USER = 'root', \
              MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1, \
@@ -144,40 +150,17 @@ impl MariaPair {
         if !pair.wait_caught_up(REPLICA_WAIT) {
             pair.fail("the replica did not catch up within 30 s");
         }
-        MariaPair { setup: began.elapsed(), ..pair }
-    }
-
-    pub fn mode(&self) -> MariaMode {
-        self.mode
-    }
-
-    /// How long [`MariaPair::start`] took.
-    pub fn setup_time(&self) -> Duration {
-        self.setup
-    }
-
-    /// Node `i` (0: the first primary, 1: its replica), whatever its role now.
-    pub fn node(&self, i: usize) -> &MariaServer {
-        &self.nodes[i]
-    }
-
-    /// The node that is (or, killed, last was) the primary.
-    pub fn primary(&self) -> &MariaServer {
-        &self.nodes[self.primary_index()]
+        MariaPair { nodes: pair.nodes.started(began), ..pair }
     }
 
     /// The other node: the replica (after a promotion, the old primary).
     pub fn replica(&self) -> &MariaServer {
-        &self.nodes[1 - self.primary_index()]
-    }
-
-    pub fn primary_index(&self) -> usize {
-        self.primary.load(Ordering::SeqCst)
+        self.other()
     }
 
     /// User `le` through the moving address: `mysql://le:le@127.0.0.1:{proxy}/test`.
     pub fn url(&self) -> String {
-        self.nodes[0].url_via(self.proxy.port())
+        self.node(0).url_via(self.proxy.port())
     }
 
     /// The address that follows the primary.
@@ -227,7 +210,7 @@ impl MariaPair {
         r.query("STOP SLAVE");
         r.query("RESET SLAVE ALL");
         r.set_read_only(false);
-        self.primary.store(1 - self.primary_index(), Ordering::SeqCst);
+        self.promoted();
         began.elapsed()
     }
 
@@ -285,19 +268,7 @@ impl MariaPair {
     }
 
     fn fail(&self, what: &str) -> ! {
-        let log = |s: &MariaServer| {
-            let text = s.error_log();
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(25)..].join("\n")
-        };
-        panic!(
-            "MariaPair (primary node {}): {what}\n--- node 0 (port {}) ---\n{}\n--- node 1 (port {}) ---\n{}",
-            self.primary_index(),
-            self.nodes[0].port(),
-            log(&self.nodes[0]),
-            self.nodes[1].port(),
-            log(&self.nodes[1])
-        )
+        self.nodes.fail("MariaPair", what, |n| (n.port(), n.error_log_tail()))
     }
 }
 

@@ -11,6 +11,8 @@
 
 pub mod elector;
 pub mod faults;
+#[path = "../forward/mod.rs"]
+mod forward;
 #[cfg(feature = "mysql")]
 pub mod galera;
 pub mod inherited;
@@ -26,14 +28,18 @@ pub mod pause;
 pub mod pg_replica;
 #[cfg(feature = "postgres")]
 pub mod pg_server;
+pub mod poll;
 pub mod proxy;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod replicated;
 pub mod terms;
+pub(crate) use forward::forward_calls;
 
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{BatchItem, Config, Elector, LeaderGuard, Lease, Store, StoreError, Timing};
+use leaderelection::{BatchItem, Config, Elector, ErrorKind, LeaderGuard, Lease, Store, StoreError, Timing};
 
 pub use proxy::Proxy;
 
@@ -46,6 +52,55 @@ pub const TIMING: Timing = Timing {
     operation_timeout: Duration::from_millis(500),
     safety_margin: Duration::from_millis(250),
 };
+
+/// A batch of `names`, each with its fence of `fences`, all with `payload`.
+pub fn items<'a>(names: &'a [String], fences: &[u64], payload: &'a [u8]) -> Vec<BatchItem<'a>> {
+    names.iter().zip(fences).map(|(name, &fence)| BatchItem { name, fence, payload }).collect()
+}
+
+/// A batch claiming `names`: fence 0, no payload.
+pub fn claims<N: AsRef<str>>(names: &[N]) -> Vec<BatchItem<'_>> {
+    names.iter().map(|name| BatchItem { name: name.as_ref(), fence: 0, payload: b"" }).collect()
+}
+
+/// Four fresh elections, `{prefix}-{tag}/0` to `/3`, each claimed by "a"
+/// on `s` for [`STORE_TTL`]: their names, leases and fences.
+pub fn four_held_by_a(s: &dyn Store, prefix: &str) -> (Vec<String>, Vec<Lease>, Vec<u64>) {
+    let base = format!("{prefix}-{}", random_tag());
+    let names: Vec<String> = (0..4).map(|i| format!("{base}/{i}")).collect();
+    let held: Vec<Lease> = names.iter().map(|n| s.acquire(n, "a", STORE_TTL, b"", STORE_TIMEOUT).unwrap()).collect();
+    let fences = held.iter().map(|l| l.fence).collect();
+    (names, held, fences)
+}
+
+/// `id` claims `names` on `s` for `ttl`: one call for one name, one batch
+/// for more; the answers in order.
+pub fn claim(
+    s: &dyn Store,
+    id: &str,
+    names: &[String],
+    ttl: Duration,
+    timeout: Duration,
+) -> Vec<Result<Lease, StoreError>> {
+    match names {
+        [name] => vec![s.acquire(name, id, ttl, b"", timeout)],
+        _ => s.acquire_many(id, ttl, &claims(names), timeout),
+    }
+}
+
+/// Someone leads again within this once a fault heals or a leader is gone
+/// (the chaos suites' bound, with [`TIMING`]): a lease that may still run
+/// on the database (renewals that landed unanswered), a renewal interval,
+/// a retry period and two operation timeouts (a call in flight when the
+/// fault healed, and the claim that wins), plus 1 s for reconnecting on
+/// this loaded two-core machine.
+pub const RECOVERY: Duration = Duration::from_millis(
+    (TIMING.lease_duration.as_millis()
+        + TIMING.renew_interval.as_millis()
+        + TIMING.retry_period.as_millis()
+        + 2 * TIMING.operation_timeout.as_millis()
+        + 1000) as u64,
+);
 
 /// An elector config with [`TIMING`].
 pub fn config(store: impl Store + 'static, name: &str, id: &str) -> Config {
@@ -233,11 +288,8 @@ pub fn batches_skip_a_row_another_writer_locked(
     timeout: Duration,
     unlock: impl FnOnce(),
 ) {
-    let items = |payload: &'static [u8]| -> Vec<BatchItem<'_>> {
-        names.iter().zip(fences).map(|(name, &fence)| BatchItem { name, fence, payload }).collect()
-    };
     let start = Instant::now();
-    let out = s.renew_many("a", STORE_TTL, &items(b"renewed"), timeout);
+    let out = s.renew_many("a", STORE_TTL, &items(names, fences, b"renewed"), timeout);
     let took = start.elapsed();
     eprintln!("{who}a renew batch with one row under a writer's lock answered in {took:?}");
     assert!(took < timeout / 2, "the renew batch waited {took:?} for the lock");
@@ -247,7 +299,7 @@ pub fn batches_skip_a_row_another_writer_locked(
         assert!(r.as_ref().is_ok_and(|l| l.held_by("a") && l.payload == b"renewed"), "{j}: {r:?}");
     }
     let start = Instant::now();
-    let out = s.release_many("a", &items(b""), timeout);
+    let out = s.release_many("a", &items(names, fences, b""), timeout);
     assert!(start.elapsed() < timeout / 2, "the release batch waited {:?} for the lock", start.elapsed());
     let e = out[2].as_ref().expect_err("a row under another writer's lock was released");
     assert!(e.is_retryable() && e.to_string().contains("locked"), "{e}");
@@ -284,17 +336,8 @@ pub fn random_tag() -> String {
 }
 
 /// Polls `f` every 20 ms until it returns true or `within` passes.
-pub fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+pub fn wait_for(within: Duration, f: impl FnMut() -> bool) -> bool {
+    poll::poll_until(within, Duration::from_millis(20), f)
 }
 
 /// Runs `f(prepare(i), i)` for each `i` in `0..n` on a thread of its own,
@@ -315,4 +358,29 @@ pub fn at_once<P, R: Send>(n: usize, prepare: impl Fn(usize) -> P + Sync, f: imp
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// The check of a call refused for want of room beside election table
+/// `table`: fatal, naming the table beside (`{table}_{beside}`) and saying
+/// `limit` (the server's bound on a name) and to use a shorter name.
+pub fn refused_beside<'a>(table: &'a str, limit: &'a str) -> impl Fn(&str, &str, StoreError) + 'a {
+    move |call, beside, e| {
+        assert_eq!(e.kind(), ErrorKind::Fatal, "{call}: {e}");
+        assert!(e.message().contains(&format!("{table}_{beside}")), "{call}: {e}");
+        assert!(e.message().contains(limit), "{call}: {e}");
+        assert!(e.message().contains("use a shorter election table name"), "{call}: {e}");
+    }
+}
+
+/// On `s`, whose election table `table` exists but leaves no room for the
+/// tables beside it: elections run, and the slot calls (`_slots`) and the
+/// group calls (`_members`) are refused as [`refused_beside`] checks.
+pub fn elections_run_but_not_the_calls_beside(s: &dyn Store, table: &str, limit: &str) {
+    let refused = refused_beside(table, limit);
+    let lease = s.acquire("e", "a", STORE_TIMEOUT, b"", STORE_TIMEOUT).expect("elections run on it");
+    assert!(lease.held_by("a"));
+    refused("claim_slot", "slots", s.claim_slot("e", "a", lease.fence, "s", false, STORE_TIMEOUT).unwrap_err());
+    refused("finish_slot", "slots", s.finish_slot("e", lease.fence, "s", 0, STORE_TIMEOUT).unwrap_err());
+    refused("heartbeat", "members", s.heartbeat("g", "m", 0, STORE_TIMEOUT, STORE_TIMEOUT).unwrap_err());
+    refused("leave_group", "members", s.leave_group("g", "m", STORE_TIMEOUT).unwrap_err());
 }

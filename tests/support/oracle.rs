@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::forward_calls;
 use leaderelection::{Config, DbTime, Elector, LeaderGuard, Lease, OpKind, Store, StoreError, Timing, WaitLeaderError};
 
 /// How long the watcher sleeps between two samples of a held guard. Linux
@@ -548,7 +549,14 @@ impl<S: Store> Skewed<S> {
         Skewed { inner, offset_micros }
     }
 
-    fn shift(&self, result: Result<Lease, StoreError>) -> Result<Lease, StoreError> {
+    /// The calls answering a lease go through here: its times are moved.
+    fn shifted(
+        &self,
+        _call: &str,
+        _timeout: Duration,
+        f: impl FnOnce() -> Result<Lease, StoreError>,
+    ) -> Result<Lease, StoreError> {
+        let result = f();
         let by = |t: DbTime| DbTime::from_unix_micros(t.as_unix_micros().saturating_add(self.offset_micros));
         result.map(|l| Lease {
             acquired_at: by(l.acquired_at),
@@ -561,33 +569,8 @@ impl<S: Store> Skewed<S> {
 }
 
 impl<S: Store> Store for Skewed<S> {
-    fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        self.shift(self.inner.acquire(name, identity, ttl, payload, timeout))
-    }
-    fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        self.shift(self.inner.renew(name, identity, fence, ttl, payload, timeout))
-    }
-    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        self.inner.release(name, identity, fence, timeout)
-    }
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        self.shift(self.inner.inspect(name, timeout))
-    }
+    forward_calls!(inner via Self::shifted => acquire, renew, inspect);
+    forward_calls!(inner => release);
 }
 
 /// How a [`Switch`] that is off fails a call.
@@ -628,9 +611,16 @@ impl<S: Store> Switch<S> {
         self.state.store(ON, Ordering::SeqCst);
     }
 
-    fn gate(&self, timeout: Duration) -> Result<(), StoreError> {
+    /// Every call goes through here: to the inner store while on, failing
+    /// as the cut says while off.
+    fn gate<T>(
+        &self,
+        _call: &str,
+        timeout: Duration,
+        f: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         match self.state.load(Ordering::SeqCst) {
-            ON => Ok(()),
+            ON => f(),
             FAIL => Err(StoreError::retryable("switch: connection refused")),
             _ => {
                 thread::sleep(timeout);
@@ -641,35 +631,5 @@ impl<S: Store> Switch<S> {
 }
 
 impl<S: Store> Store for Switch<S> {
-    fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        self.gate(timeout)?;
-        self.inner.acquire(name, identity, ttl, payload, timeout)
-    }
-    fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Lease, StoreError> {
-        self.gate(timeout)?;
-        self.inner.renew(name, identity, fence, ttl, payload, timeout)
-    }
-    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        self.gate(timeout)?;
-        self.inner.release(name, identity, fence, timeout)
-    }
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        self.gate(timeout)?;
-        self.inner.inspect(name, timeout)
-    }
+    forward_calls!(inner via Self::gate => acquire, renew, release, inspect);
 }

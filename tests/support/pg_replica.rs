@@ -32,15 +32,16 @@
 
 use std::fs;
 use std::net::SocketAddr;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::faults::{Fault, FaultProxy};
 use super::pg_server::PgServer;
+use super::replicated::Nodes;
 use super::wait_for;
 
 /// How long the standby may take to stream, to become synchronous, to catch
@@ -63,14 +64,18 @@ pub enum PgMode {
 /// as its standby (application name and slot `node1`). Dropping the pair
 /// stops both servers and removes their directories.
 pub struct PgPair {
-    nodes: [PgServer; 2],
+    nodes: Nodes<PgServer, PgMode>,
     /// The standby's replication connection goes through this proxy to the
     /// first primary.
     link: FaultProxy,
-    /// Index of the node that is (or last was) the primary.
-    primary: AtomicUsize,
-    mode: PgMode,
-    setup: Duration,
+}
+
+impl Deref for PgPair {
+    type Target = Nodes<PgServer, PgMode>;
+
+    fn deref(&self) -> &Nodes<PgServer, PgMode> {
+        &self.nodes
+    }
 }
 
 impl PgPair {
@@ -115,8 +120,7 @@ impl PgPair {
         fs::write(standby.dir().join("standby.signal"), "").unwrap();
         chown_postgres(standby.dir());
         standby.start_again();
-        let pair =
-            PgPair { nodes: [primary, standby], link, primary: AtomicUsize::new(0), mode, setup: Duration::ZERO };
+        let pair = PgPair { nodes: Nodes::new(primary, standby, mode), link };
         pair.wait_replication("state", "streaming");
         if mode == PgMode::Sync {
             let p = pair.primary();
@@ -127,37 +131,14 @@ impl PgPair {
         if !pair.wait_caught_up(REPLICA_WAIT) {
             pair.fail(&format!("the standby did not catch up within {REPLICA_WAIT:?}"));
         }
-        PgPair { setup: began.elapsed(), ..pair }
-    }
-
-    pub fn mode(&self) -> PgMode {
-        self.mode
-    }
-
-    /// How long [`PgPair::start`] took, both servers and the base backup
-    /// included.
-    pub fn setup_time(&self) -> Duration {
-        self.setup
-    }
-
-    /// Node `i` (0: the first primary, 1: its standby), whatever its role now.
-    pub fn node(&self, i: usize) -> &PgServer {
-        &self.nodes[i]
-    }
-
-    /// The node that is the primary (after [`PgPair::kill_primary`], the
-    /// dead one, until [`PgPair::promote_standby`]).
-    pub fn primary(&self) -> &PgServer {
-        &self.nodes[self.primary_index()]
+        PgPair { nodes: pair.nodes.started(began), ..pair }
     }
 
     /// The other node: the standby (after a promotion, the old primary).
+    /// The primary, after [`PgPair::kill_primary`], is the dead one until
+    /// [`PgPair::promote_standby`].
     pub fn standby(&self) -> &PgServer {
-        &self.nodes[1 - self.primary_index()]
-    }
-
-    pub fn primary_index(&self) -> usize {
-        self.primary.load(Ordering::SeqCst)
+        self.other()
     }
 
     /// Both nodes in one DSN, the way a client follows the primary:
@@ -165,8 +146,8 @@ impl PgPair {
     pub fn dsn(&self) -> String {
         format!(
             "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/test?target_session_attrs=read-write",
-            self.nodes[0].port(),
-            self.nodes[1].port()
+            self.node(0).port(),
+            self.node(1).port()
         )
     }
 
@@ -204,7 +185,7 @@ impl PgPair {
         }
         // A write that needs a transaction id: refused during recovery.
         s.sql("SELECT txid_current()");
-        self.primary.store(1 - self.primary_index(), Ordering::SeqCst);
+        self.promoted();
         began.elapsed()
     }
 
@@ -278,14 +259,7 @@ impl PgPair {
     }
 
     fn fail(&self, what: &str) -> ! {
-        panic!(
-            "PgPair (primary node {}): {what}\n--- node 0 (port {}) ---\n{}\n--- node 1 (port {}) ---\n{}",
-            self.primary_index(),
-            self.nodes[0].port(),
-            self.nodes[0].log_tail(),
-            self.nodes[1].port(),
-            self.nodes[1].log_tail()
-        )
+        self.nodes.fail("PgPair", what, |n| (n.port(), n.log_tail()))
     }
 }
 

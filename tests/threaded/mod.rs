@@ -9,6 +9,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "../forward/mod.rs"]
+mod forward;
+#[path = "../support/poll.rs"]
+mod poll;
+pub(crate) use forward::forward_calls;
 use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, Lease, MemStore, Status, Store, StoreError, Timing};
 
 /// The election of `elector.rs`, `status.rs` and `guard.rs`.
@@ -58,18 +63,10 @@ pub fn timing() -> Timing {
     }
 }
 
-/// Polls `cond` until it holds or `within` passes; returns whether it held.
-pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(ms(2));
-    }
+/// Polls `cond` every 2 ms until it holds or `within` passes; returns
+/// whether it held.
+pub fn eventually(within: Duration, cond: impl FnMut() -> bool) -> bool {
+    poll::poll_until(within, ms(2), cond)
 }
 
 /// The guard of `e`'s next term, within 5 s, or a panic naming `e`.
@@ -107,29 +104,19 @@ impl LeasesOnly {
         LeasesOnly(store, Arc::new(AtomicUsize::new(0)), delay)
     }
 
-    fn path(&self) {
+    /// Every call goes through here, taking the path's `delay`.
+    fn path<T>(&self, _call: &str, _timeout: Duration, f: impl FnOnce() -> T) -> T {
         if !self.2.is_zero() {
             thread::sleep(self.2); // the path's latency, not a wait for an outcome
         }
+        f()
     }
 }
 
 impl Store for LeasesOnly {
-    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.path();
-        self.0.acquire(n, id, ttl, p, t)
-    }
-    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.path();
-        self.0.renew(n, id, f, ttl, p, t)
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.path();
-        self.0.release(n, id, f, t)
-    }
+    forward_calls!(0 via Self::path => acquire, renew, release);
     fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
         self.1.fetch_add(1, Ordering::SeqCst);
-        self.path();
-        self.0.inspect(n, t)
+        self.path("inspect", t, || self.0.inspect(n, t))
     }
 }

@@ -2,6 +2,8 @@
 //! their own timestamps, and the scenarios run on each database.
 #![allow(dead_code)] // each suite uses a different part
 
+#[path = "../../../tests/support/poll.rs"]
+mod poll;
 #[path = "../../../tests/support/proxy.rs"]
 pub mod proxy;
 
@@ -11,6 +13,46 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The cases both suites run, each a test of its own on `$db` (named as
+/// below; the flows are the functions of this module): `mysql.rs` and
+/// `postgres.rs` invoke it, then add their server's own cases.
+#[allow(unused_macros)] // usage.rs runs none
+macro_rules! every_server_case {
+    ($db:expr) => {
+        every_server_case!(@each $db;
+            a_slot_runs_once_across_staggered_runs => slot_runs_once(),
+            a_slot_killed_mid_run_stays_run_unless_retried => slot_killed_mid_run(),
+            a_failed_slot_is_retried_on_request_and_every_names_the_day => slot_failed_and_every(),
+            two_runs_with_one_identity_never_overlap => one_identity(),
+            two_tools_contend_and_children_never_overlap => contention(),
+            sigkill_of_the_leading_tool_kills_its_child_and_hands_over_after_the_lease => sigkill_handover(),
+            swallowed_database_stops_the_child_before_the_deadline_and_exits_79 => swallowed(false),
+            sigterm_is_forwarded_and_the_lease_released => sigterm_forwarded(),
+            child_environment_and_status => env_and_status(),
+            exit_codes_with_a_server => exit_codes(),
+            the_sentinel_stays_quiet_while_the_tool_lives => sentinel_quiet(),
+            loop_campaigns_again_after_losing_leadership => loop_after_loss(),
+            loop_leaves_no_zombies => no_zombies_in_loop(),
+            the_childs_lease_check_passes_in_the_term_and_fails_after_it => checked_writes(),
+            status_of_a_row_held_for_nobody_after_a_failover_is_nobody_leads => held_row_status(),
+            wait_0_tries_once_and_quiet_says_nothing_when_losing => try_once_and_quiet(),
+            schema_apply_creates_the_table_a_missing_one_says_how => schema_apply(),
+            a_forwarded_sigterm_the_child_ignores_is_followed_by_sigkill_after_grace => forwarded_signal_escalates(),
+            the_child_gets_neither_the_dsn_nor_ignored_signals => child_env_and_signals(),
+        );
+    };
+    (@each $db:expr; $($test:ident => $flow:ident($($arg:expr),*)),+ $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                $flow(&$db $(, $arg)*);
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use every_server_case;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_leaderelection");
 /// The timings of every run: lease 2.5 s, margin 250 ms, renew 400 ms.
@@ -194,17 +236,8 @@ pub fn now_ns() -> u128 {
 }
 
 /// Polls `cond` every 5 ms until it holds; false after `timeout`.
-pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
+pub fn wait_for(timeout: Duration, cond: impl FnMut() -> bool) -> bool {
+    poll::poll_until(timeout, Duration::from_millis(5), cond)
 }
 
 /// One line a child wrote: `kind ns pid rest…`.
