@@ -1609,9 +1609,9 @@ fn batched_renewals_read_back_by_scan_and_by_name() {
     check(&ends, &held, &[2]);
 }
 
-/// A renewal of 1,000 items or more runs as two halves at once, each a
+/// A renewal of 2,000 items or more runs as two halves at once, each a
 /// transaction on a connection of its own, and still answers every item
-/// from its own row: 1,301 items of 1,300 terms, an election named twice
+/// from its own row: 2,601 items of 2,600 terms, an election named twice
 /// where the halves meet (both in the second half), and a lost term (a
 /// fence that is not the term's) in each half.
 #[test]
@@ -1620,16 +1620,16 @@ fn a_large_renewal_runs_in_two_halves_and_answers_every_item() {
     let t = Scratch::new("le_renew_halves");
     let s = t.store();
     s.ensure_schema().unwrap();
-    let names: Vec<String> = (0..1_300).map(|i| format!("h{i:05}")).collect();
+    let names: Vec<String> = (0..2_600).map(|i| format!("h{i:05}")).collect();
     let claims: Vec<BatchItem<'_>> = names.iter().map(|n| BatchItem { name: n, fence: 0, payload: b"p" }).collect();
     let held: Vec<Lease> =
         s.acquire_many("a", LONG, &claims, T).into_iter().map(|r| r.expect("acquire_many")).collect();
     let mut items: Vec<BatchItem<'_>> =
         names.iter().zip(&held).map(|(n, l)| BatchItem { name: n, fence: l.fence, payload: b"q" }).collect();
-    items.insert(650, items[649]);
+    items.insert(1_300, items[1_299]);
     items[10].fence += 1;
-    items[1_201].fence += 1;
-    let lost = [10, 1_201];
+    items[2_501].fence += 1;
+    let lost = [10, 2_501];
     let out = s.renew_many("a", LONG, &items, T);
     assert_eq!(out.len(), items.len());
     for (k, (it, r)) in items.iter().zip(&out).enumerate() {
@@ -1643,7 +1643,7 @@ fn a_large_renewal_runs_in_two_halves_and_answers_every_item() {
         assert_eq!((l.renewed_at, l.expires_at), (row.renewed_at, row.expires_at), "item {k}: not the row written");
     }
     // The lost terms' rows were left as they were.
-    for k in [10, 1_200] {
+    for k in [10, 2_500] {
         let row = s.inspect(&names[k], T).unwrap();
         assert_eq!((row.renewed_at, &row.payload[..]), (held[k].renewed_at, &b"p"[..]), "{}", names[k]);
     }
