@@ -130,13 +130,18 @@ fn joining_and_leaving_at_run_time() {
     let a = Group::start(config(&store, "a")).unwrap();
     let b = Group::start(config(&store, "b")).unwrap();
     let x = a.join("x").unwrap();
-    let fence = lead(&x).fence();
+    // Held until a leaves: dropping the last guard resigns, and b, joining
+    // meanwhile, could then lead before the assertion below (seen once on a
+    // loaded CI run).
+    let held = lead(&x);
+    let fence = held.fence();
     assert!(matches!(a.join("x"), Err(JoinError::Duplicate(n)) if n == "x"));
     let bx = b.join("x").unwrap();
     assert!(!bx.is_leader());
     // a leaves x: the lease is released and b takes it at its next look.
     let left = Instant::now();
     x.leave().unwrap();
+    drop(held);
     assert!(x.leave().is_ok(), "leaving again does nothing");
     assert_eq!(x.wait_leader_timeout(ms(10)).unwrap_err(), WaitLeaderError::Stopped);
     let next = lead(&bx);
