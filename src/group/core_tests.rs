@@ -1263,3 +1263,22 @@ fn preferences_differ_between_participants_and_are_stable() {
     assert!((30..=70).contains(&agree), "{agree} of 100 halves agree: preferences look correlated");
     assert_eq!(ElectionKey::of_term(TermId((7u64 << 32) + 3)), ElectionKey(7));
 }
+
+// A heartbeat belongs on a renewal batch only; one put on any other batch
+// (a bug of the group) gets a fatal answer rather than being lost, and the
+// batch's own items are answered as usual.
+#[test]
+fn a_heartbeat_on_a_batch_that_renews_nothing_is_answered_with_a_fatal_error() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    let entry =
+        BatchEntry { key: ElectionKey(1), call: CallId(1), name: "shard-1".into(), fence: 0, payload: [].into() };
+    let heartbeat = Some(BatchHeartbeat { id: BatchId(2), ttl: ms(5_000), leading: 0 });
+    for op in [BatchOp::Acquire, BatchOp::Inspect, BatchOp::Release] {
+        let batch = Batch { id: BatchId(1), op, ttl: ms(5_000), entries: vec![entry.clone()], heartbeat };
+        let (out, members) = batch.run(&store, "shards", "a#1", ms(1_000));
+        assert_eq!(out.len(), 1, "{op:?}");
+        let e = members.expect("the heartbeat is answered").expect_err("and fails");
+        assert!(e.is_fatal(), "{op:?}: {e}");
+        assert_eq!(e.message(), "a heartbeat went with a batch that renews nothing (a bug in the group)");
+    }
+}

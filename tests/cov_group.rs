@@ -1,0 +1,89 @@
+//! The threaded group on MemStore where its store calls hang or its
+//! callbacks panic: what its status says and that it runs on. Real time,
+//! so every wait is for a condition with a deadline, never a fixed nap.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leaderelection::{Config, Group, GroupConfig, LeaderGuard, MemStore, MAX_GROUP_CALL_THREADS};
+
+mod threaded;
+use threaded::{eventually, timing};
+
+const FIVE: Duration = Duration::from_secs(5);
+
+fn config(store: &MemStore, id: &str) -> GroupConfig {
+    GroupConfig::new(Config::new(store.clone(), "cov-shards").identity(id).timing(timing()))
+}
+
+/// A member whose store hangs: once every call worker is stuck, the calls
+/// due next (renewals with the heartbeat, heartbeats alone, looks) are not
+/// started; they fail at once, the status says why, and the terms end at
+/// their deadlines. When the store answers again the member counts itself
+/// in and leads again.
+#[test]
+fn a_hung_store_refuses_calls_once_every_worker_is_stuck_and_the_status_says_so() {
+    let store = MemStore::new();
+    let group = Group::start(config(&store, "a").fair_share(true)).unwrap();
+    let shards: Vec<_> = (0..3).map(|i| group.join(&format!("shard-{i}")).unwrap()).collect();
+    assert!(eventually(FIVE, || shards.iter().all(|e| e.is_leader())), "{:?}", group.status());
+    assert!(eventually(FIVE, || group.status().live_members == Some(1)), "{:?}", group.status());
+
+    store.pause();
+    let refused = || {
+        let st = group.status();
+        st.call_threads == MAX_GROUP_CALL_THREADS
+            && st.last_error.as_ref().is_some_and(|e| {
+                e.is_retryable()
+                    && e.message()
+                        == format!("{MAX_GROUP_CALL_THREADS} store calls are still hung; not starting another")
+            })
+    };
+    assert!(eventually(FIVE, refused), "{:?}", group.status());
+    assert!(eventually(FIVE, || shards.iter().all(|e| !e.is_leader())), "terms end at their deadlines");
+    assert!(!group.status().stopped, "the group runs on");
+
+    store.resume();
+    assert!(eventually(FIVE, || shards.iter().all(|e| e.is_leader())), "{:?}", group.status());
+    assert!(eventually(FIVE, || group.status().last_error.is_none()), "{:?}", group.status());
+    assert_eq!(group.status().live_members, Some(1));
+    group.shutdown().unwrap();
+}
+
+/// Group callbacks that panic are each caught: the callback thread goes on
+/// to the next event, so every election's start is still told, and the
+/// group runs and shuts down as usual.
+#[test]
+fn a_group_callback_that_panics_stops_none_of_the_others() {
+    let store = MemStore::new();
+    // Each term's guard is kept (dropping it would resign the term).
+    let started: Arc<Mutex<Vec<(String, LeaderGuard)>>> = Arc::default();
+    let seen = Arc::clone(&started);
+    let group = Group::start(
+        config(&store, "a")
+            .on_new_leader(|name, _, _| panic!("on_new_leader of {name} panicked (on purpose)"))
+            .on_stopped_leading(|name| panic!("on_stopped_leading of {name} panicked (on purpose)"))
+            .on_started_leading(move |name, guard| seen.lock().unwrap().push((name.to_owned(), guard))),
+    )
+    .unwrap();
+    let shards: Vec<_> = (0..3).map(|i| group.join(&format!("shard-{i}")).unwrap()).collect();
+    let count = || started.lock().unwrap().len();
+    assert!(eventually(FIVE, || count() == 3), "{count} starts told", count = count());
+    let mut names: Vec<String> = started.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["shard-0", "shard-1", "shard-2"]);
+    // A term ends (its stopped callback panics); the next starts and is told.
+    let first = {
+        let mut terms = started.lock().unwrap();
+        let i = terms.iter().position(|(n, _)| n == "shard-0").unwrap();
+        terms.remove(i).1
+    };
+    let fence = first.fence();
+    first.resign().unwrap();
+    assert!(eventually(FIVE, || count() == 3), "{count} starts told", count = count());
+    let next = started.lock().unwrap().iter().find(|(n, _)| n == "shard-0").map(|(_, g)| g.fence());
+    assert!(next.is_some_and(|f| f > fence), "{next:?} after {fence}");
+    assert!(shards.iter().all(|e| e.is_leader()));
+    assert!(!group.status().stopped);
+    group.shutdown().unwrap();
+}
