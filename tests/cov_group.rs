@@ -87,3 +87,25 @@ fn a_group_callback_that_panics_stops_none_of_the_others() {
     assert!(!group.status().stopped);
     group.shutdown().unwrap();
 }
+
+/// An election joined with a payload of its own publishes that one, not
+/// the group's: the store's row and another member's view show it.
+#[test]
+fn an_election_joined_with_its_own_payload_publishes_it() {
+    let store = MemStore::new();
+    let template =
+        Config::new(store.clone(), "cov-payloads").identity("a").timing(timing()).payload(b"group-wide".to_vec());
+    let a = Group::start(GroupConfig::new(template)).unwrap();
+    let own = a.join_with_payload("cov-own", b"10.0.0.7:8080".to_vec()).unwrap();
+    let plain = a.join("cov-plain").unwrap();
+    assert!(eventually(FIVE, || own.is_leader() && plain.is_leader()), "{:?}", a.status());
+    assert_eq!(store.peek("cov-own").unwrap().payload, b"10.0.0.7:8080");
+    assert_eq!(store.peek("cov-plain").unwrap().payload, b"group-wide");
+    let b = Group::start(config(&store, "b")).unwrap();
+    let seen = b.join("cov-own").unwrap();
+    let payload = || seen.status().leader.filter(|l| l.valid).map(|l| l.payload);
+    assert!(eventually(FIVE, || payload().is_some()), "{}", seen.status());
+    assert_eq!(payload().unwrap(), b"10.0.0.7:8080");
+    b.shutdown().unwrap();
+    a.shutdown().unwrap();
+}
