@@ -440,9 +440,12 @@ mod tests {
                 last_error: Some(error.clone()),
                 ..status("node-1")
             },
+            Status { is_leader: true, fence: Some(1796), leader: seen("node-1", true), ..status("node-1") },
             Status { leader: seen("", false), last_error: Some(error), ..status("node-2") },
             Status { leader: seen("node-1", true), held_back: true, last_call_rtt: None, ..status("node-2") },
         ];
+        // A leader whose term's start and deadline are not known says neither.
+        assert_eq!(lines[1].to_string(), format!("\"invoices\": node-1 leads (fence 1796); {COUNTS}"));
         for st in lines {
             let full = st.to_string();
             let mut failures = 0;

@@ -5,7 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leaderelection::{Config, Group, GroupConfig, LeaderGuard, MemStore, MAX_GROUP_CALL_THREADS};
+use leaderelection::{
+    Config, Group, GroupConfig, LeaderGuard, Lease, MemStore, Members, Store, StoreError, Timing,
+    MAX_GROUP_CALL_THREADS,
+};
 
 mod threaded;
 use threaded::{eventually, timing};
@@ -108,4 +111,72 @@ fn an_election_joined_with_its_own_payload_publishes_it() {
     assert_eq!(payload().unwrap(), b"10.0.0.7:8080");
     b.shutdown().unwrap();
     a.shutdown().unwrap();
+}
+
+/// A MemStore whose `leave_group` tells `entered`, then waits for `open`
+/// (at most 10 s).
+struct SlowLeave {
+    inner: MemStore,
+    entered: Mutex<std::sync::mpsc::Sender<()>>,
+    open: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Store for SlowLeave {
+    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.inner.acquire(n, id, ttl, p, t)
+    }
+    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
+        self.inner.renew(n, id, f, ttl, p, t)
+    }
+    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
+        self.inner.release(n, id, f, t)
+    }
+    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
+        self.inner.inspect(n, t)
+    }
+    fn heartbeat(&self, g: &str, m: &str, leading: u32, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
+        self.inner.heartbeat(g, m, leading, ttl, t)
+    }
+    fn leave_group(&self, g: &str, m: &str, t: Duration) -> Result<(), StoreError> {
+        let _ = self.entered.lock().unwrap().send(());
+        let _ = self.open.lock().unwrap().recv_timeout(Duration::from_secs(10));
+        self.inner.leave_group(g, m, t)
+    }
+}
+
+/// An election whose group is shutting down has been ended and released
+/// with the others: leaving it then answers at once, while the group
+/// still waits for its own leave, and the shutdown ends as usual.
+#[test]
+fn leaving_an_election_the_shutdown_already_ended_answers_at_once() {
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (open, open_rx) = std::sync::mpsc::channel();
+    let inner = MemStore::new();
+    let store = SlowLeave { inner: inner.clone(), entered: Mutex::new(entered_tx), open: Mutex::new(open_rx) };
+    let ms = Duration::from_millis;
+    // A long operation timeout: the group waits that long for its leave.
+    let t = Timing {
+        lease_duration: ms(7_000),
+        renew_interval: ms(1_000),
+        retry_period: ms(500),
+        operation_timeout: ms(2_000),
+        safety_margin: ms(500),
+    };
+    let group =
+        Group::start(GroupConfig::new(Config::new(store, "cov-leave").identity("a").timing(t)).fair_share(true))
+            .unwrap();
+    let x = group.join("cov-leave-x").unwrap();
+    assert!(eventually(Duration::from_secs(10), || x.is_leader()), "{:?}", group.status());
+    assert!(eventually(FIVE, || group.status().live_members == Some(1)), "{:?}", group.status());
+    std::thread::scope(|scope| {
+        let shutdown = scope.spawn(|| group.shutdown());
+        entered.recv_timeout(FIVE).expect("the group's leave reached the store");
+        assert!(eventually(FIVE, || x.status().stopped), "{}", x.status());
+        assert!(inner.peek("cov-leave-x").unwrap().expired(), "released with the others");
+        let asked = std::time::Instant::now();
+        assert!(x.leave().is_ok());
+        assert!(asked.elapsed() < ms(1_000), "the leave waited {:?}", asked.elapsed());
+        open.send(()).unwrap();
+        assert!(shutdown.join().unwrap().is_ok());
+    });
 }

@@ -804,6 +804,19 @@ mod tests {
         assert_eq!(beat, BatchId(9));
         assert_eq!(members.map_err(|e| e.to_string()), Err(NOT_SENT.to_owned()));
 
+        let release = Batch {
+            id: BatchId(11),
+            op: BatchOp::Release,
+            ttl: Duration::from_secs(5),
+            entries: vec![entry(1, "shard-1")],
+            heartbeat: None,
+        };
+        let reply = expired_job(job(GroupCall::Batch(release)));
+        assert_eq!((reply.id, reply.label, reply.items), (BatchId(11), "release", 1));
+        let Answer::Batch(out, None) = reply.answer else { panic!("not a release batch's answer") };
+        assert!(matches!(&out[..], [Outcome::Released(Err(_))]), "{out:?}");
+        assert!(lease_error(&out[0]).is_some_and(|e| e.is_retryable() && e.message() == NOT_SENT));
+
         let reply = expired_job(job(GroupCall::Heartbeat { id: BatchId(10), ttl: Duration::from_secs(5), leading: 0 }));
         assert_eq!((reply.id, reply.op, reply.label, reply.items), (BatchId(10), None, "heartbeat", 0));
         let Answer::Members(members) = reply.answer else { panic!("not a heartbeat's answer") };
