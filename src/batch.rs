@@ -186,7 +186,7 @@ mod tests {
 
     impl Store for Slow {
         fn acquire(&self, _: &str, _: &str, _: Duration, _: &[u8], _: Duration) -> Result<Lease, StoreError> {
-            Err(StoreError::fatal("unused"))
+            Err(StoreError::fatal("no claims here"))
         }
         fn renew(&self, _: &str, _: &str, _: u64, _: Duration, _: &[u8], _: Duration) -> Result<Lease, StoreError> {
             Err(StoreError::lease_lost())
@@ -206,7 +206,7 @@ mod tests {
         ) -> Vec<Result<Lease, StoreError>> {
             *self.started.lock() = Some(timeout);
             self.seen.notify_all();
-            items.iter().map(|_| Err(StoreError::lease_lost())).collect()
+            items.iter().map(|i| self.renew(i.name, "m", i.fence, Duration::ZERO, i.payload, timeout)).collect()
         }
         fn heartbeat(&self, _: &str, _: &str, _: u32, _: Duration, _: Duration) -> Result<Members, StoreError> {
             let mut started = self.started.lock();
@@ -233,6 +233,25 @@ mod tests {
         assert_eq!(renewed.len(), 1);
         assert_eq!(members.map(|m| m.live).map_err(|e| e.to_string()), Ok(1), "the heartbeat waited for the renewals");
         assert_eq!(*s.started.lock(), Some(timeout), "the renewals were given the whole timeout");
+    }
+
+    // A store written before batches existed still serves a group: each
+    // batched call is its single-lease call once per item, in order, every
+    // item keeping its own answer.
+    #[test]
+    fn a_store_without_batches_answers_each_item_with_its_single_call() {
+        let s = Slow { started: parking_lot::Mutex::new(None), seen: parking_lot::Condvar::new() };
+        let items = [BatchItem { name: "a", fence: 1, payload: b"" }, BatchItem { name: "b", fence: 2, payload: b"" }];
+        let timeout = Duration::from_secs(2);
+        let claims = s.acquire_many("m", Duration::from_secs(5), &items, timeout);
+        assert_eq!(claims.len(), 2);
+        assert!(claims.iter().all(|r| r.as_ref().is_err_and(|e| e.is_fatal() && e.message() == "no claims here")));
+        let released = s.release_many("m", &items, timeout);
+        assert_eq!(released.iter().map(Result::is_ok).collect::<Vec<_>>(), [true, true]);
+        let seen = s.inspect_many(&["a", "b"], timeout);
+        let texts: Vec<String> = seen.iter().map(|r| r.as_ref().unwrap_err().to_string()).collect();
+        assert_eq!(texts, [StoreError::no_lease("a").to_string(), StoreError::no_lease("b").to_string()]);
+        assert!(seen.iter().all(|r| r.as_ref().is_err_and(StoreError::is_no_lease)));
     }
 
     #[test]

@@ -540,6 +540,8 @@ fn run_call(job: &Job) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::Lease;
+    use crate::timing::Timing;
     use std::error::Error as _;
 
     #[test]
@@ -548,5 +550,115 @@ mod tests {
         let text = e.to_string();
         assert!(text.starts_with("cannot start elector: cannot generate an identity"), "{text}");
         assert!(e.source().is_some_and(|s| s.to_string().contains("system randomness failed")));
+    }
+
+    // What the caller of a call that could not start sees: a thread the
+    // system would not give is a retryable store error keeping the system's
+    // error as its source; workers shutting down is the elector stopping.
+    #[test]
+    fn a_call_that_cannot_start_fails_as_the_caller_can_act_on() {
+        let spawn = not_started(NotStarted::Spawn(std::io::Error::other("Resource temporarily unavailable")));
+        assert_eq!(
+            spawn.to_string(),
+            "inspect failed: cannot spawn a store-call thread: Resource temporarily unavailable"
+        );
+        let error = spawn.store_error().expect("a store error");
+        assert!(error.is_retryable(), "{error}");
+        assert!(error.source().is_some_and(|s| s.to_string() == "Resource temporarily unavailable"), "{error:?}");
+        assert!(matches!(not_started(NotStarted::Stopped), ElectionError::Stopped));
+        assert!(matches!(not_started(NotStarted::Hung(4)), ElectionError::TooManyHungCalls { hung: 4 }));
+    }
+
+    /// A store whose calls wait until the gate opens (at most 10 s), then
+    /// find no lease. It counts the calls that reached it.
+    #[derive(Clone, Default)]
+    struct Gate(Arc<(parking_lot::Mutex<(usize, bool)>, parking_lot::Condvar)>);
+
+    impl Gate {
+        fn pass(&self, name: &str) -> StoreError {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut state = self.0 .0.lock();
+            state.0 += 1;
+            self.0 .1.notify_all();
+            while !state.1 && Instant::now() < deadline {
+                self.0 .1.wait_for(&mut state, Duration::from_millis(100));
+            }
+            StoreError::no_lease(name)
+        }
+
+        /// Waits (at most 10 s) until `n` calls have reached the store.
+        fn reached(&self, n: usize) -> bool {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut state = self.0 .0.lock();
+            while state.0 < n && Instant::now() < deadline {
+                self.0 .1.wait_for(&mut state, Duration::from_millis(100));
+            }
+            state.0 >= n
+        }
+
+        fn open(&self) {
+            self.0 .0.lock().1 = true;
+            self.0 .1.notify_all();
+        }
+    }
+
+    impl Store for Gate {
+        fn acquire(&self, name: &str, _: &str, _: Duration, _: &[u8], _: Duration) -> Result<Lease, StoreError> {
+            Err(self.pass(name))
+        }
+        fn renew(&self, name: &str, _: &str, _: u64, _: Duration, _: &[u8], _: Duration) -> Result<Lease, StoreError> {
+            Err(self.pass(name))
+        }
+        fn release(&self, name: &str, _: &str, _: u64, _: Duration) -> Result<(), StoreError> {
+            Err(self.pass(name))
+        }
+        fn inspect(&self, name: &str, _: Duration) -> Result<Lease, StoreError> {
+            Err(self.pass(name))
+        }
+    }
+
+    fn error(outcome: &Outcome) -> Option<&StoreError> {
+        match outcome {
+            Outcome::Lease(r) => r.as_ref().err(),
+            Outcome::Released(r) => r.as_ref().err(),
+        }
+    }
+
+    // Every worker busy but none hung yet: the next call waits for one. If
+    // none comes free within the operation timeout the machine has given it
+    // up already, so it is not sent: its answer is the timeout.
+    #[test]
+    fn a_call_that_waited_out_the_operation_timeout_for_a_worker_is_not_sent() {
+        let gate = Gate::default();
+        let timeout = Duration::from_millis(50);
+        let timing = Timing { operation_timeout: timeout, ..Timing::default() };
+        let mut callers = Callers::new(&Config::new(gate.clone(), "jobs").timing(timing), "a#1".into());
+        let ttl = Duration::from_secs(15);
+        let ops = [Op::Acquire { ttl }, Op::Renew { fence: 7, ttl }, Op::Release { fence: 7 }, Op::Inspect];
+        assert_eq!(ops.len(), MAX_CALL_THREADS);
+        for (id, op) in (0..).zip(ops) {
+            assert!(callers.start(Call { id: CallId(id), op }).is_ok(), "call {id} refused");
+            assert!(gate.reached(id as usize + 1), "call {id} never reached the store");
+        }
+        let waits = Call { id: CallId(MAX_CALL_THREADS as u64), op: Op::Inspect };
+        assert!(callers.start(waits).is_ok(), "refused, though no worker is hung yet");
+        assert_eq!(callers.workers.alive(), MAX_CALL_THREADS);
+        let queued = Instant::now();
+        while queued.elapsed() <= timeout {
+            thread::sleep(timeout); // the queued call's age, not a wait for an outcome
+        }
+        gate.open();
+        let mut replies = Vec::new();
+        for _ in 0..=MAX_CALL_THREADS {
+            replies.push(callers.workers.replies.recv_timeout(Duration::from_secs(10)).expect("every call answered"));
+        }
+        let (sent, expired): (Vec<_>, Vec<_>) = replies.into_iter().partition(|r| r.took > Duration::ZERO);
+        assert_eq!(sent.len(), MAX_CALL_THREADS, "the store answered the calls the workers took");
+        assert!(sent.iter().all(|r| error(&r.outcome).is_some_and(StoreError::is_no_lease)));
+        let [expired] = expired.as_slice() else { panic!("{} calls not sent", expired.len()) };
+        assert_eq!((expired.id, expired.op), (CallId(MAX_CALL_THREADS as u64), OpKind::Inspect));
+        let e = error(&expired.outcome).expect("the call that waited failed");
+        assert!(e.is_retryable() && matches!(expired.outcome, Outcome::Lease(_)), "{e}");
+        assert_eq!(e.message(), "inspect gave no answer within 50ms");
     }
 }

@@ -563,6 +563,17 @@ impl WaitTimeoutResult {
 mod tests {
     use super::*;
 
+    // A group routes its guards' commands by the term they name; the
+    // driver's own shutdown names none.
+    #[test]
+    fn a_guards_command_names_its_term_and_a_shutdown_none() {
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        assert_eq!(Command::GuardsGone(TermId(3)).term(), Some(TermId(3)));
+        assert_eq!(Command::Expired(TermId(4)).term(), Some(TermId(4)));
+        assert_eq!(Command::Resign(TermId(5), 9, tx).term(), Some(TermId(5)));
+        assert_eq!(Command::Shutdown { release: true }.term(), None);
+    }
+
     #[test]
     fn once_seen_expired_a_late_extension_cannot_revive_the_term() {
         let (tx, rx) = crossbeam_channel::unbounded();

@@ -405,6 +405,84 @@ mod tests {
         assert_eq!(stopped.to_string(), format!("\"invoices\": node-2: stopped; {COUNTS}"));
     }
 
+    /// A writer that takes `left` writes and fails every one after.
+    struct FailsAfter {
+        left: usize,
+        out: String,
+    }
+
+    impl fmt::Write for FailsAfter {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            if self.left == 0 {
+                return Err(fmt::Error);
+            }
+            self.left -= 1;
+            self.out.push_str(s);
+            Ok(())
+        }
+    }
+
+    // A sink that fails (a closed log pipe, a full buffer) stops the line
+    // at that write and reports it: never a panic, never a line that goes
+    // on past the failure.
+    #[test]
+    fn a_failing_writer_stops_the_status_line_and_gets_the_error() {
+        use std::fmt::Write as _;
+        let now = Instant::now();
+        let Some(started) = now.checked_sub(Duration::from_secs(192)) else { return }; // a clock near its origin
+        let error = ElectionError::store(OpKind::Renew, StoreError::retryable("connection reset"));
+        let lines = [
+            Status {
+                is_leader: true,
+                fence: Some(1796),
+                term_started: Some(started),
+                valid_until: Some(now + Duration::from_secs(8)),
+                last_error: Some(error.clone()),
+                ..status("node-1")
+            },
+            Status { is_leader: true, fence: Some(1796), leader: seen("node-1", true), ..status("node-1") },
+            Status { leader: seen("", false), last_error: Some(error), ..status("node-2") },
+            Status { leader: seen("node-1", true), held_back: true, last_call_rtt: None, ..status("node-2") },
+        ];
+        // A leader whose term's start and deadline are not known says neither.
+        assert_eq!(lines[1].to_string(), format!("\"invoices\": node-1 leads (fence 1796); {COUNTS}"));
+        for st in lines {
+            let full = st.to_string();
+            let mut failures = 0;
+            for left in 0.. {
+                let mut w = FailsAfter { left, out: String::new() };
+                let result = write!(w, "{st}");
+                assert!(full.starts_with(&w.out), "{:?} is not the start of {full:?}", w.out);
+                if result.is_ok() {
+                    break;
+                }
+                failures += 1;
+                assert!(w.out.len() < full.len(), "failed after writing it all: {full:?}");
+            }
+            assert!(failures >= 5, "{failures} writes for {full:?}");
+        }
+    }
+
+    // Which failures the counters count: a renewal's (an error or no
+    // answer) as a failed renewal, any call given up at the timeout as
+    // abandoned, and nothing for a call that was never sent.
+    #[test]
+    fn failed_calls_count_as_failed_renewals_and_abandoned_calls_by_what_they_were() {
+        let counters = Counters::unexported();
+        let mut fig = Figures::default();
+        let after = Duration::from_millis(300);
+        counters.failed(&mut fig, &ElectionError::store(OpKind::Renew, StoreError::retryable("reset")));
+        assert_eq!((fig.renewals_failed, fig.calls_abandoned), (1, 0));
+        counters.failed(&mut fig, &ElectionError::Timeout { op: OpKind::Renew, after });
+        assert_eq!((fig.renewals_failed, fig.calls_abandoned), (2, 1));
+        counters.failed(&mut fig, &ElectionError::Timeout { op: OpKind::Inspect, after });
+        assert_eq!((fig.renewals_failed, fig.calls_abandoned), (2, 2));
+        counters.failed(&mut fig, &ElectionError::store(OpKind::Acquire, StoreError::fatal("denied")));
+        counters.failed(&mut fig, &ElectionError::TooManyHungCalls { hung: 4 });
+        counters.failed(&mut fig, &ElectionError::NotLeading);
+        assert_eq!((fig.renewals_failed, fig.calls_abandoned), (2, 2), "none of them a renewal or abandoned");
+    }
+
     #[test]
     fn status_durations_keep_two_or_three_figures() {
         let cases = [(192_400, "3m12s"), (8_149, "8.1s"), (999, "999ms"), (1, "1ms"), (0, "0s")];

@@ -64,4 +64,22 @@ mod tests {
         assert_eq!(first, Err(ElectionError::Stopped.to_string()), "the driver's own result");
         assert_eq!(again, first);
     }
+
+    #[test]
+    fn a_driver_stopping_itself_is_not_joined_and_ends_well() {
+        let (tx, rx) = mpsc::channel::<JoinHandle<Result<(), ElectionError>>>();
+        let (done_tx, done_rx) = mpsc::channel::<Result<(), ElectionError>>();
+        let driver = thread::spawn(move || {
+            // A callback on the driver's own thread shuts it down.
+            let mut threads = Threads { driver: Some(rx.recv().unwrap()), others: Vec::new(), result: None };
+            done_tx.send(threads.join(|| {})).unwrap();
+            Err(ElectionError::NotLeading)
+        });
+        tx.send(driver).unwrap();
+        let stopped = done_rx.recv().unwrap();
+        assert!(stopped.is_ok(), "stopped from its own thread, it ends when the call returns: {stopped:?}");
+        let mut later = Threads::default();
+        // Without a driver (none was started) there is nothing to stop.
+        assert_eq!(later.join(|| {}).map_err(|e| e.to_string()), Err(ElectionError::Stopped.to_string()));
+    }
 }

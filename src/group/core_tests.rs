@@ -1263,3 +1263,62 @@ fn preferences_differ_between_participants_and_are_stable() {
     assert!((30..=70).contains(&agree), "{agree} of 100 halves agree: preferences look correlated");
     assert_eq!(ElectionKey::of_term(TermId((7u64 << 32) + 3)), ElectionKey(7));
 }
+
+// A heartbeat belongs on a renewal batch only; one put on any other batch
+// (a bug of the group) gets a fatal answer rather than being lost, and the
+// batch's own items are answered as usual.
+#[test]
+fn a_heartbeat_on_a_batch_that_renews_nothing_is_answered_with_a_fatal_error() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    let entry =
+        BatchEntry { key: ElectionKey(1), call: CallId(1), name: "shard-1".into(), fence: 0, payload: [].into() };
+    let heartbeat = Some(BatchHeartbeat { id: BatchId(2), ttl: ms(5_000), leading: 0 });
+    for op in [BatchOp::Acquire, BatchOp::Inspect, BatchOp::Release] {
+        let batch = Batch { id: BatchId(1), op, ttl: ms(5_000), entries: vec![entry.clone()], heartbeat };
+        let (out, members) = batch.run(&store, "shards", "a#1", ms(1_000));
+        assert_eq!(out.len(), 1, "{op:?}");
+        let e = members.expect("the heartbeat is answered").expect_err("and fails");
+        assert!(e.is_fatal(), "{op:?}: {e}");
+        assert_eq!(e.message(), "a heartbeat went with a batch that renews nothing (a bug in the group)");
+    }
+}
+
+// A release batch answered with the wrong number of answers (a driver or
+// store bug) fails the release, fatally, naming the mismatch: the
+// shutdown's result says the lease was not released.
+#[test]
+fn a_release_batch_with_the_wrong_number_of_answers_fails_the_release() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    let mut g = GroupMachine::new(GroupMachineConfig::new("a", "g", timing(), 1));
+    let key = g.join(LocalTime::ZERO, "x".into(), Arc::from(&b""[..])).unwrap();
+    let mut now = LocalTime::ZERO;
+    for _ in 0..100 {
+        if g.leading() == 1 {
+            break;
+        }
+        now = now + ms(50);
+        store.advance(ms(50));
+        g.handle_timeout(now);
+        while let Some(call) = g.poll_call() {
+            let GroupCall::Batch(b) = call else { continue };
+            let (out, _) = b.run(&store, "g", "a", ms(1_000));
+            g.handle_batch_reply(now, b.id, out);
+        }
+    }
+    assert_eq!(g.leading(), 1, "x was never led");
+    while g.poll_event().is_some() {}
+    g.shutdown(now, true);
+    let Some(GroupCall::Batch(b)) = g.poll_call() else { panic!("no release batch") };
+    assert_eq!((b.op, b.entries.len()), (BatchOp::Release, 1));
+    g.handle_batch_reply(now, b.id, vec![]);
+    let mut released = None;
+    while let Some((k, out)) = g.poll_event() {
+        if let Output::Released { result, .. } = out {
+            released = Some((k, result));
+        }
+    }
+    let (k, result) = released.expect("the release's result");
+    assert_eq!(k, key);
+    let e = result.expect_err("a release without its answer");
+    assert!(e.is_fatal() && e.to_string().contains("0 answers to a batch of 1"), "{e}");
+}

@@ -743,3 +743,145 @@ fn callbacks(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::core::{BatchEntry, BatchHeartbeat};
+    use crate::lease::Lease;
+    use crate::machine::CallId;
+
+    fn entry(key: u32, name: &str) -> BatchEntry {
+        BatchEntry {
+            key: ElectionKey(key),
+            call: CallId(u64::from(key)),
+            name: name.into(),
+            fence: 7,
+            payload: [].into(),
+        }
+    }
+
+    fn job(call: GroupCall) -> Job {
+        Job {
+            call,
+            store: Arc::new(crate::MemStore::new()),
+            identity: "a#1".into(),
+            group: "shards".into(),
+            timeout: Duration::from_millis(300),
+        }
+    }
+
+    fn lease_error(o: &Outcome) -> Option<&StoreError> {
+        match o {
+            Outcome::Lease(r) => r.as_ref().err(),
+            Outcome::Released(r) => r.as_ref().err(),
+        }
+    }
+
+    const NOT_SENT: &str = "no store-call worker came free within 300ms (not sent)";
+
+    // A call that waited out the operation timeout for a worker is not
+    // sent: every election in it, and the heartbeat that went with it,
+    // fails retryably, saying so, as if the call had failed.
+    #[test]
+    fn a_call_that_found_no_worker_in_time_fails_every_part_of_it_unsent() {
+        let heartbeat = Some(BatchHeartbeat { id: BatchId(9), ttl: Duration::from_secs(5), leading: 2 });
+        let batch = Batch {
+            id: BatchId(8),
+            op: BatchOp::Renew,
+            ttl: Duration::from_secs(5),
+            entries: vec![entry(1, "shard-1"), entry(2, "shard-2")],
+            heartbeat,
+        };
+        let reply = expired_job(job(GroupCall::Batch(batch)));
+        assert_eq!(
+            (reply.id, reply.op, reply.label, reply.items, reply.took),
+            (BatchId(8), Some(BatchOp::Renew), "renew", 2, Duration::ZERO)
+        );
+        let Answer::Batch(out, Some((beat, members))) = reply.answer else { panic!("not a batch's answer") };
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|o| lease_error(o).is_some_and(|e| e.is_retryable() && e.message() == NOT_SENT)));
+        assert_eq!(beat, BatchId(9));
+        assert_eq!(members.map_err(|e| e.to_string()), Err(NOT_SENT.to_owned()));
+
+        let release = Batch {
+            id: BatchId(11),
+            op: BatchOp::Release,
+            ttl: Duration::from_secs(5),
+            entries: vec![entry(1, "shard-1")],
+            heartbeat: None,
+        };
+        let reply = expired_job(job(GroupCall::Batch(release)));
+        assert_eq!((reply.id, reply.label, reply.items), (BatchId(11), "release", 1));
+        let Answer::Batch(out, None) = reply.answer else { panic!("not a release batch's answer") };
+        assert!(matches!(&out[..], [Outcome::Released(Err(_))]), "{out:?}");
+        assert!(lease_error(&out[0]).is_some_and(|e| e.is_retryable() && e.message() == NOT_SENT));
+
+        let reply = expired_job(job(GroupCall::Heartbeat { id: BatchId(10), ttl: Duration::from_secs(5), leading: 0 }));
+        assert_eq!((reply.id, reply.op, reply.label, reply.items), (BatchId(10), None, "heartbeat", 0));
+        let Answer::Members(members) = reply.answer else { panic!("not a heartbeat's answer") };
+        assert!(members.is_err_and(|e| e.is_retryable() && e.message() == NOT_SENT));
+    }
+
+    // A batch failed as a whole only when every item failed alike: one
+    // that renewed some elections, or lost some leases, did not.
+    #[test]
+    fn a_batch_failed_as_a_whole_only_when_every_item_failed_alike() {
+        let reset = || Outcome::Lease(Err(StoreError::retryable("connection reset")));
+        let t = crate::DbTime::from_unix_micros(1);
+        let lease = Lease {
+            name: "shard-1".into(),
+            holder: "a#1".into(),
+            fence: 7,
+            acquired_at: t,
+            renewed_at: t,
+            expires_at: t,
+            now: t,
+            payload: Vec::new(),
+        };
+        let renewed = || Outcome::Lease(Ok(lease.clone()));
+        assert_eq!(whole_failure(&[reset(), reset()]).map(|e| e.to_string()), Some("connection reset".to_owned()));
+        assert!(whole_failure(&[reset(), renewed()]).is_none(), "one item renewed");
+        assert!(whole_failure(&[renewed(), reset()]).is_none(), "one item renewed");
+        let other = Outcome::Lease(Err(StoreError::retryable("deadlock")));
+        assert!(whole_failure(&[reset(), other]).is_none(), "two failures");
+        assert!(whole_failure(&[Outcome::Lease(Err(StoreError::lease_lost()))]).is_none(), "a lost lease is its own");
+        assert!(whole_failure(&[]).is_none());
+    }
+
+    // The group takes every call out of its elections' machines; one that
+    // reached an election's hand-off would be a bug of the group, and fails
+    // fatally instead of running.
+    #[test]
+    fn a_call_that_reaches_an_elections_hand_off_fails_fatally() {
+        let (dog_tx, _dog) = crossbeam_channel::unbounded();
+        let (term_tx, _terms) = crossbeam_channel::unbounded();
+        let common = Arc::new(Common {
+            origin: Instant::now(),
+            store: Arc::new(crate::MemStore::new()),
+            identity: "a#1".into(),
+            group: "shards".into(),
+            timeout: Duration::from_millis(300),
+            dog_tx,
+            events: None,
+            started_callback: false,
+            lease_duration: Duration::from_secs(15),
+            term_tx,
+        });
+        let shared = Arc::new(Shared {
+            origin: common.origin,
+            name: "shard-1".into(),
+            identity: "a#1".into(),
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            #[cfg(loom)]
+            mutant: None,
+        });
+        let mut reach = Reach { common, name: "shard-1".into(), shared };
+        let refused = reach.start_call(Call { id: CallId(1), op: crate::machine::Op::Inspect });
+        let Err(outcome) = refused else { panic!("the call ran") };
+        let e = lease_error(&outcome).expect("an error");
+        assert!(e.is_fatal(), "{e}");
+        assert_eq!(e.message(), "a group election's call reached its hand-off");
+    }
+}

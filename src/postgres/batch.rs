@@ -483,3 +483,25 @@ fn locked(op: &str, name: &str) -> StoreError {
         "postgres {op}: the row of election {name:?} is locked by another transaction; not written, not waited for"
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // An election named twice in a batch (under one fence) is sent once
+    // and both items get its answer; an item the statement left unanswered
+    // gets `missing`'s; a name no statement can carry fails on its own.
+    #[test]
+    fn a_repeated_item_gets_the_first_ones_answer_and_a_nul_name_fails_alone() {
+        let item = |name, fence| BatchItem { name, fence, payload: b"" };
+        let items = [item("a", 1), item("b", 1), item("a", 1), item("a", 2), item("c\0", 1)];
+        let mut answers: Answers<u32> = Answers::new(&items, true);
+        assert_eq!(answers.pending(), [0, 1, 3], "the repeat and the NUL name are not sent");
+        answers.set(0, Ok(10));
+        let out = answers.finish(|j| Err(StoreError::retryable(format!("item {j} not answered"))));
+        let texts: Vec<String> =
+            out.iter().map(|r| r.as_ref().map_or_else(|e| e.to_string(), |v| v.to_string())).collect();
+        assert_eq!(texts[..4], ["10", "item 1 not answered", "10", "item 3 not answered"]);
+        assert!(out[4].as_ref().is_err_and(|e| e.is_fatal() && e.message().contains("NUL")), "{:?}", out[4]);
+    }
+}

@@ -1074,6 +1074,20 @@ pub(crate) fn first_text(msgs: &[SimpleQueryMessage]) -> Option<&str> {
 mod tests {
     use super::*;
 
+    // A name that holds the block's dollar quote cannot end the block
+    // early: the quote grows until no value holds it.
+    #[test]
+    fn the_lease_checks_dollar_quote_is_one_no_value_holds() {
+        let plain = lease_check_literal("\"le\"", "public", "le_name_fence", "jobs", "a#1", 7).unwrap();
+        assert!(plain.starts_with("DO $leaderelection$ BEGIN") && plain.ends_with("END $leaderelection$;"), "{plain}");
+        let name = "x$leaderelection$y$leaderelection_$";
+        let sql = lease_check_literal("\"le\"", "public", "le_name_fence", name, "a#1", 7).unwrap();
+        assert!(sql.starts_with("DO $leaderelection__$ BEGIN"), "{sql}");
+        assert!(sql.ends_with("END $leaderelection__$;"), "{sql}");
+        assert_eq!(sql.matches("$leaderelection__$").count(), 2, "{sql}");
+        assert!(sql.contains("name = E'x$leaderelection$y$leaderelection_$'"), "{sql}");
+    }
+
     #[test]
     fn sqlstates_are_classified() {
         for fatal in ["42P01", "42501", "28P01", "28000", "3D000", "42703", "3F000"] {
