@@ -8,10 +8,10 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
-use leaderelection::{Config, ElectionError, Elector, ErrorKind, Lease, MemStore, SlotClaim, Store, StoreError};
+use leaderelection::{Config, ElectionError, Elector, ErrorKind, MemStore, SlotClaim, Store, StoreError};
 
 mod threaded;
-use threaded::{lead, term_ends, timing};
+use threaded::{forward_calls, lead, term_ends, timing};
 
 const FIVE: Duration = Duration::from_secs(5);
 
@@ -24,18 +24,7 @@ struct SlowClaims {
 }
 
 impl Store for SlowClaims {
-    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.inner.acquire(n, id, ttl, p, t)
-    }
-    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.inner.renew(n, id, f, ttl, p, t)
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.inner.release(n, id, f, t)
-    }
-    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-        self.inner.inspect(n, t)
-    }
+    forward_calls!(inner => acquire, renew, release, inspect);
     fn claim_slot(
         &self,
         name: &str,

@@ -10,7 +10,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use leaderelection::storetest;
-use leaderelection::{BatchItem, Heartbeat, Lease, MemStore, Members, SlotClaim, Store, StoreError};
+use leaderelection::{BatchItem, Heartbeat, Lease, MemStore, Members, Store, StoreError};
+
+mod forward;
+use forward::forward_calls;
 
 /// A MemStore whose `nth` call of `op` fails (retryably, "broken <op>"),
 /// or panics when `op` is "panic". "heartbeat_part" fails only the
@@ -33,6 +36,17 @@ impl Broken {
         let n = calls.entry(op).or_insert(0);
         *n += 1;
         op == self.op && *n == self.nth
+    }
+
+    /// `forward_calls!`'s hook: the call, unless it is the one to break.
+    fn checked<T>(
+        &self,
+        op: &'static str,
+        _: Duration,
+        call: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.check(op)?;
+        call()
     }
 
     fn check(&self, op: &'static str) -> Result<(), StoreError> {
@@ -59,37 +73,8 @@ impl Broken {
 }
 
 impl Store for Broken {
-    fn acquire(&self, n: &str, id: &str, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.check("acquire")?;
-        self.inner.acquire(n, id, ttl, p, t)
-    }
-    fn renew(&self, n: &str, id: &str, f: u64, ttl: Duration, p: &[u8], t: Duration) -> Result<Lease, StoreError> {
-        self.check("renew")?;
-        self.inner.renew(n, id, f, ttl, p, t)
-    }
-    fn release(&self, n: &str, id: &str, f: u64, t: Duration) -> Result<(), StoreError> {
-        self.check("release")?;
-        self.inner.release(n, id, f, t)
-    }
-    fn inspect(&self, n: &str, t: Duration) -> Result<Lease, StoreError> {
-        self.check("inspect")?;
-        self.inner.inspect(n, t)
-    }
-    fn claim_slot(
-        &self,
-        n: &str,
-        id: &str,
-        f: u64,
-        slot: &str,
-        retry: bool,
-        t: Duration,
-    ) -> Result<SlotClaim, StoreError> {
-        self.check("claim_slot")?;
-        self.inner.claim_slot(n, id, f, slot, retry, t)
-    }
-    fn finish_slot(&self, n: &str, f: u64, slot: &str, outcome: i32, t: Duration) -> Result<bool, StoreError> {
-        self.inner.finish_slot(n, f, slot, outcome, t)
-    }
+    forward_calls!(inner via Self::checked => acquire, renew, release, inspect, claim_slot, heartbeat, leave_group);
+    forward_calls!(inner => finish_slot);
     fn acquire_many(
         &self,
         id: &str,
@@ -127,14 +112,6 @@ impl Store for Broken {
     }
     fn inspect_many(&self, names: &[&str], t: Duration) -> Vec<Result<Lease, StoreError>> {
         self.each("inspect_many", names.len(), || self.inner.inspect_many(names, t))
-    }
-    fn heartbeat(&self, g: &str, m: &str, leading: u32, ttl: Duration, t: Duration) -> Result<Members, StoreError> {
-        self.check("heartbeat")?;
-        self.inner.heartbeat(g, m, leading, ttl, t)
-    }
-    fn leave_group(&self, g: &str, m: &str, t: Duration) -> Result<(), StoreError> {
-        self.check("leave_group")?;
-        self.inner.leave_group(g, m, t)
     }
 }
 
