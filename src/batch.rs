@@ -116,9 +116,7 @@ pub fn all_failed<T>(len: usize, e: &StoreError) -> Vec<Result<T, StoreError>> {
 /// the items that find no time left fail (retryable) without a call. The
 /// default of every batched [`Store`](crate::Store) method.
 pub(crate) fn one_by_one<I, T>(
-    items: &[I],
-    timeout: Duration,
-    mut one: impl FnMut(&I, Duration) -> Result<T, StoreError>,
+    items: &[I], timeout: Duration, mut one: impl FnMut(&I, Duration) -> Result<T, StoreError>,
 ) -> Vec<Result<T, StoreError>> {
     let start = Instant::now();
     items
@@ -198,11 +196,7 @@ mod tests {
             Err(StoreError::no_lease(name))
         }
         fn renew_many(
-            &self,
-            _: &str,
-            _: Duration,
-            items: &[BatchItem<'_>],
-            timeout: Duration,
+            &self, _: &str, _: Duration, items: &[BatchItem<'_>], timeout: Duration,
         ) -> Vec<Result<Lease, StoreError>> {
             *self.started.lock() = Some(timeout);
             self.seen.notify_all();

@@ -383,9 +383,7 @@ fn watchdog(shared: Arc<Shared>, terms: Receiver<Arc<TermShared>>) {
 
 /// Runs the callbacks in the order events happened.
 fn callbacks(
-    events: Receiver<Event>,
-    started: Option<Arc<StartedFn>>,
-    stopped: Option<Arc<StoppedFn>>,
+    events: Receiver<Event>, started: Option<Arc<StartedFn>>, stopped: Option<Arc<StoppedFn>>,
     new_leader: Option<Arc<NewLeaderFn>>,
 ) {
     let mut leading: Option<JoinHandle<()>> = None;

@@ -100,11 +100,7 @@ pub(crate) struct TermStore {
 
 impl TermShared {
     pub(crate) fn new(
-        id: TermId,
-        fence: u64,
-        origin: Instant,
-        deadline: Duration,
-        link: Option<Link<Command>>,
+        id: TermId, fence: u64, origin: Instant, deadline: Duration, link: Option<Link<Command>>,
     ) -> TermShared {
         let (lost_tx, lost_rx) = crossbeam_channel::bounded(0);
         TermShared {
@@ -674,10 +670,7 @@ mod loom_tests {
     }
 
     fn check_with(
-        driver: Driver,
-        term: &TermShared,
-        extension: Option<EndReason>,
-        commands: &Receiver<Command>,
+        driver: Driver, term: &TermShared, extension: Option<EndReason>, commands: &Receiver<Command>,
         answer_first: bool,
     ) {
         let won = term.end_reason().expect("every model ends the term");

@@ -65,8 +65,7 @@ macro_rules! one_election_calls {
         /// [`WaitLeaderError::Timeout`](crate::WaitLeaderError::Timeout) or
         /// [`WaitLeaderError::Stopped`](crate::WaitLeaderError::Stopped).
         pub fn wait_leader_timeout(
-            &self,
-            timeout: ::std::time::Duration,
+            &self, timeout: ::std::time::Duration,
         ) -> Result<$crate::LeaderGuard, $crate::WaitLeaderError> {
             self.shared.wait_leader(::std::time::Instant::now().checked_add(timeout))
         }
@@ -78,8 +77,7 @@ macro_rules! one_election_calls {
         /// [`WaitLeaderError::Timeout`](crate::WaitLeaderError::Timeout) or
         /// [`WaitLeaderError::Stopped`](crate::WaitLeaderError::Stopped).
         pub fn wait_leader_deadline(
-            &self,
-            deadline: ::std::time::Instant,
+            &self, deadline: ::std::time::Instant,
         ) -> Result<$crate::LeaderGuard, $crate::WaitLeaderError> {
             self.shared.wait_leader(Some(deadline))
         }
@@ -295,11 +293,7 @@ pub(crate) struct Handoff<O> {
 
 impl<O: Outside> Handoff<O> {
     pub(crate) fn new(
-        outside: O,
-        shared: Arc<Shared>,
-        counters: Counters,
-        cmd_tx: Sender<Command>,
-        started_callback: bool,
+        outside: O, shared: Arc<Shared>, counters: Counters, cmd_tx: Sender<Command>, started_callback: bool,
         lease_duration: Duration,
     ) -> Handoff<O> {
         Handoff {
@@ -580,11 +574,7 @@ impl<O: Outside> Handoff<O> {
     }
 
     fn resign(
-        &mut self,
-        machine: &mut Machine,
-        now: LocalTime,
-        id: TermId,
-        fence: u64,
+        &mut self, machine: &mut Machine, now: LocalTime, id: TermId, fence: u64,
         reply: Sender<Result<(), ElectionError>>,
     ) {
         machine.resign(now, id);

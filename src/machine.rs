@@ -137,12 +137,7 @@ impl Op {
     /// `name`, publishing `payload`, and wraps the answer for
     /// [`Machine::handle_reply`]. Blocks for the store call.
     pub fn run<S: Store + ?Sized>(
-        self,
-        store: &S,
-        name: &str,
-        identity: &str,
-        payload: &[u8],
-        timeout: Duration,
+        self, store: &S, name: &str, identity: &str, payload: &[u8], timeout: Duration,
     ) -> Outcome {
         match self {
             Op::Inspect => Outcome::Lease(store.inspect(name, timeout)),
@@ -857,12 +852,7 @@ impl Machine {
     }
 
     fn on_renew(
-        &mut self,
-        now: LocalTime,
-        sent_at: LocalTime,
-        fence: u64,
-        ttl: Duration,
-        r: Result<Lease, StoreError>,
+        &mut self, now: LocalTime, sent_at: LocalTime, fence: u64, ttl: Duration, r: Result<Lease, StoreError>,
     ) {
         let live = self.term.filter(|t| t.fence == fence);
         match r {

@@ -305,9 +305,7 @@ impl MemStore {
     /// [`MemStore::call`] for a batch of `len` items: a failure of the
     /// whole call (the failure switch) fails every item.
     fn batch<T>(
-        &self,
-        len: usize,
-        f: impl FnOnce(&mut State, DbTime) -> Vec<Result<T, StoreError>>,
+        &self, len: usize, f: impl FnOnce(&mut State, DbTime) -> Vec<Result<T, StoreError>>,
     ) -> Vec<Result<T, StoreError>> {
         let out = self.call(|st, now| {
             st.stats.batches += 1;
@@ -406,13 +404,7 @@ impl State {
 
     /// [`Store::renew`] of one row at `now`.
     fn renew(
-        &mut self,
-        now: DbTime,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
+        &mut self, now: DbTime, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8],
     ) -> Result<Lease, StoreError> {
         self.stats.renews += 1;
         let history = self.history;
@@ -466,24 +458,13 @@ impl State {
 
 impl Store for MemStore {
     fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        _timeout: Duration,
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], _timeout: Duration,
     ) -> Result<Lease, StoreError> {
         self.call(|st, now| Ok(st.acquire(now, name, identity, ttl, payload)))
     }
 
     fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        _timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], _timeout: Duration,
     ) -> Result<Lease, StoreError> {
         self.call(|st, now| st.renew(now, name, identity, fence, ttl, payload))
     }
@@ -503,11 +484,7 @@ impl Store for MemStore {
     // (as one statement reads `now()` once), each row decided on its own.
 
     fn acquire_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        _timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], _timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.batch(items.len(), |st, now| {
             items.iter().map(|i| Ok(st.acquire(now, i.name, identity, ttl, i.payload))).collect()
@@ -515,11 +492,7 @@ impl Store for MemStore {
     }
 
     fn renew_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        _timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], _timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.batch(items.len(), |st, now| {
             items.iter().map(|i| st.renew(now, i.name, identity, i.fence, ttl, i.payload)).collect()
@@ -543,12 +516,7 @@ impl Store for MemStore {
     }
 
     fn heartbeat(
-        &self,
-        group: &str,
-        member: &str,
-        leading: u32,
-        ttl: Duration,
-        _timeout: Duration,
+        &self, group: &str, member: &str, leading: u32, ttl: Duration, _timeout: Duration,
     ) -> Result<Members, StoreError> {
         self.call(|st, now| {
             st.stats.heartbeats += 1;
@@ -584,13 +552,7 @@ impl Store for MemStore {
     }
 
     fn claim_slot(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        slot: &str,
-        retry_failed: bool,
-        _timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, slot: &str, retry_failed: bool, _timeout: Duration,
     ) -> Result<SlotClaim, StoreError> {
         crate::slot::check(slot)?;
         self.call(|st, now| {
@@ -616,12 +578,7 @@ impl Store for MemStore {
     }
 
     fn finish_slot(
-        &self,
-        name: &str,
-        fence: u64,
-        slot: &str,
-        outcome: i32,
-        _timeout: Duration,
+        &self, name: &str, fence: u64, slot: &str, outcome: i32, _timeout: Duration,
     ) -> Result<bool, StoreError> {
         self.call(|st, _now| match st.slots.get_mut(&(name.to_owned(), slot.to_owned())) {
             Some(row) if row.0 == fence => {

@@ -176,12 +176,7 @@ impl GroupMetrics {
 
     /// The group's state after a round of the driver.
     pub(crate) fn state(
-        &self,
-        elections: usize,
-        leading: usize,
-        members: Option<u32>,
-        share: Option<usize>,
-        shed: u64,
+        &self, elections: usize, leading: usize, members: Option<u32>, share: Option<usize>, shed: u64,
     ) {
         self.elections.set(elections as f64);
         self.leading.set(leading as f64);

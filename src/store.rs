@@ -68,12 +68,7 @@ pub trait Store: Send + Sync {
     /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`]; the outcome is then
     /// unknown (the claim may have landed).
     fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError>;
 
     /// Extends the lease that `identity` holds under `fence` to the later of
@@ -95,13 +90,7 @@ pub trait Store: Send + Sync {
     /// longer leads. [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`] when the
     /// outcome is unknown.
     fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError>;
 
     /// Ends the term `identity` holds under `fence` by setting its expiry to
@@ -148,13 +137,7 @@ pub trait Store: Send + Sync {
     /// [`ErrorKind::Fatal`] when the outcome is unknown (the claim may have
     /// landed).
     fn claim_slot(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        slot: &str,
-        retry_failed: bool,
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, slot: &str, retry_failed: bool, timeout: Duration,
     ) -> Result<SlotClaim, StoreError> {
         let _ = (name, identity, fence, slot, retry_failed, timeout);
         Err(StoreError::fatal("this store keeps no slots (it does not implement Store::claim_slot)"))
@@ -173,12 +156,7 @@ pub trait Store: Send + Sync {
     /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`]; the outcome may
     /// then be recorded or not.
     fn finish_slot(
-        &self,
-        name: &str,
-        fence: u64,
-        slot: &str,
-        outcome: i32,
-        timeout: Duration,
+        &self, name: &str, fence: u64, slot: &str, outcome: i32, timeout: Duration,
     ) -> Result<bool, StoreError> {
         let _ = (name, fence, slot, outcome, timeout);
         Err(StoreError::fatal("this store keeps no slots (it does not implement Store::finish_slot)"))
@@ -203,11 +181,7 @@ pub trait Store: Send + Sync {
     /// (its statement, its connection, its timeout), every item carries
     /// the error, and every claim's outcome is unknown.
     fn acquire_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         one_by_one(items, timeout, |i, t| self.acquire(i.name, identity, ttl, i.payload, t))
     }
@@ -226,11 +200,7 @@ pub trait Store: Send + Sync {
     /// every item carries the error: a batch that timed out counts against
     /// every lease in it.
     fn renew_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         one_by_one(items, timeout, |i, t| self.renew(i.name, identity, i.fence, ttl, i.payload, t))
     }
@@ -251,12 +221,7 @@ pub trait Store: Send + Sync {
     ///
     /// Per item and for the heartbeat, as the separate calls.
     fn renew_many_with_heartbeat(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        beat: Heartbeat<'_>,
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, timeout: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
         renew_with_heartbeat(self, identity, ttl, items, beat, timeout)
     }
@@ -314,12 +279,7 @@ pub trait Store: Send + Sync {
     ///
     /// [`ErrorKind::Retryable`] or [`ErrorKind::Fatal`].
     fn heartbeat(
-        &self,
-        group: &str,
-        member: &str,
-        leading: u32,
-        ttl: Duration,
-        timeout: Duration,
+        &self, group: &str, member: &str, leading: u32, ttl: Duration, timeout: Duration,
     ) -> Result<Members, StoreError> {
         let _ = (group, member, leading, ttl, timeout);
         Err(StoreError::fatal("this store keeps no group members (it does not implement Store::heartbeat)"))
@@ -350,12 +310,7 @@ pub trait Store: Send + Sync {
 /// the renewals that keep the terms alive. A store that sends the two
 /// together falls back on it when the two cannot go together.
 pub(crate) fn renew_with_heartbeat<S: Store + ?Sized>(
-    store: &S,
-    identity: &str,
-    ttl: Duration,
-    items: &[BatchItem<'_>],
-    beat: Heartbeat<'_>,
-    timeout: Duration,
+    store: &S, identity: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, timeout: Duration,
 ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
     // Without a thread (spawning failed), the renewals first, then the
     // heartbeat in what is left.

@@ -50,10 +50,7 @@ pub(crate) struct Workers<J, R> {
 
 impl<J: Send + 'static, R: Send + 'static> Workers<J, R> {
     pub(crate) fn new(
-        name: &'static str,
-        max: usize,
-        hung_after: Duration,
-        run: impl Fn(J) -> R + Send + Sync + 'static,
+        name: &'static str, max: usize, hung_after: Duration, run: impl Fn(J) -> R + Send + Sync + 'static,
         expired: impl Fn(J) -> R + Send + Sync + 'static,
     ) -> Workers<J, R> {
         let (job_tx, job_rx) = crossbeam_channel::unbounded();

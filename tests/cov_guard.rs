@@ -26,13 +26,7 @@ struct SlowClaims {
 impl Store for SlowClaims {
     forward_calls!(inner => acquire, renew, release, inspect);
     fn claim_slot(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        slot: &str,
-        retry_failed: bool,
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, slot: &str, retry_failed: bool, timeout: Duration,
     ) -> Result<SlotClaim, StoreError> {
         let claim = self.inner.claim_slot(name, identity, fence, slot, retry_failed, timeout);
         self.claimed.lock().unwrap().send(()).unwrap();

@@ -40,10 +40,7 @@ impl Broken {
 
     /// `forward_calls!`'s hook: the call, unless it is the one to break.
     fn checked<T>(
-        &self,
-        op: &'static str,
-        _: Duration,
-        call: impl FnOnce() -> Result<T, StoreError>,
+        &self, op: &'static str, _: Duration, call: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.check(op)?;
         call()
@@ -60,10 +57,7 @@ impl Broken {
     }
 
     fn each<T>(
-        &self,
-        op: &'static str,
-        len: usize,
-        call: impl FnOnce() -> Vec<Result<T, StoreError>>,
+        &self, op: &'static str, len: usize, call: impl FnOnce() -> Vec<Result<T, StoreError>>,
     ) -> Vec<Result<T, StoreError>> {
         match self.check(op) {
             Ok(()) => call(),
@@ -76,30 +70,17 @@ impl Store for Broken {
     forward_calls!(inner via Self::checked => acquire, renew, release, inspect, claim_slot, heartbeat, leave_group);
     forward_calls!(inner => finish_slot);
     fn acquire_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
+        &self, id: &str, ttl: Duration, items: &[BatchItem<'_>], t: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.each("acquire_many", items.len(), || self.inner.acquire_many(id, ttl, items, t))
     }
     fn renew_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
+        &self, id: &str, ttl: Duration, items: &[BatchItem<'_>], t: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.each("renew_many", items.len(), || self.inner.renew_many(id, ttl, items, t))
     }
     fn renew_many_with_heartbeat(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        beat: Heartbeat<'_>,
-        t: Duration,
+        &self, id: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, t: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
         if let Err(e) = self.check("renew_many_with_heartbeat") {
             return (items.iter().map(|_| Err(e.clone())).collect(), Err(e));

@@ -390,34 +390,19 @@ impl OneHolderPerName {
 
 impl leaderelection::Store for OneHolderPerName {
     fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
         let _ = self.me.set(identity.to_owned());
         self.inner.acquire(name, leaderelection::base_identity(identity), ttl, payload, timeout).map(|l| self.back(l))
     }
     fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
         let l = self.inner.renew(name, leaderelection::base_identity(identity), fence, ttl, payload, timeout)?;
         Ok(self.back(l))
     }
     fn release(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, timeout: Duration,
     ) -> Result<(), leaderelection::StoreError> {
         self.inner.release(name, leaderelection::base_identity(identity), fence, timeout)
     }
@@ -501,13 +486,7 @@ impl leaderelection::Store for SlowRenewals {
     forward_calls!(inner => acquire, inspect);
 
     fn renew(
-        &self,
-        name: &str,
-        id: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, id: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
         self.renewing.fetch_add(1, Ordering::SeqCst);
         let _ = self.entered.try_send(());

@@ -124,11 +124,7 @@ struct Short {
 impl Store for Short {
     forward_calls!(inner => acquire, renew, release, inspect);
     fn acquire_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
+        &self, id: &str, ttl: Duration, items: &[BatchItem<'_>], t: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         let mut out = self.inner.acquire_many(id, ttl, items, t);
         if self.short_claims.load(Ordering::SeqCst) {

@@ -128,12 +128,7 @@ fn a_follower_logs_the_new_leader_once_and_a_shutdown_ends_the_term_at_info() {
 /// term ends early with a warning naming `last` as its last failure. The
 /// elector, the term's guard, the identity as logged and the fence.
 fn renewals_fail_and_the_term_expires(
-    store: &MemStore,
-    name: &str,
-    id: &str,
-    fault: impl FnOnce(&MemStore),
-    cause: &str,
-    last: &str,
+    store: &MemStore, name: &str, id: &str, fault: impl FnOnce(&MemStore), cause: &str, last: &str,
 ) -> (Elector, LeaderGuard, String, u64) {
     let e = start(store, name, id, ms(200));
     let guard = lead(&e);

@@ -81,13 +81,7 @@ impl Store for OldFenceRule {
         self.inner.inspect(n, t).map(|l| self.outer(l))
     }
     fn claim_slot(
-        &self,
-        n: &str,
-        id: &str,
-        f: u64,
-        slot: &str,
-        retry: bool,
-        t: Duration,
+        &self, n: &str, id: &str, f: u64, slot: &str, retry: bool, t: Duration,
     ) -> Result<SlotClaim, StoreError> {
         match self.inner.claim_slot(n, id, self.inner_fence(n, f), slot, retry, t)? {
             SlotClaim::Taken { fence, outcome } => {
@@ -169,13 +163,7 @@ impl Store for Broken {
         }
     }
     fn claim_slot(
-        &self,
-        n: &str,
-        id: &str,
-        f: u64,
-        slot: &str,
-        retry: bool,
-        t: Duration,
+        &self, n: &str, id: &str, f: u64, slot: &str, retry: bool, t: Duration,
     ) -> Result<SlotClaim, StoreError> {
         match self.claim_slot {
             Some(c) => c(&self.inner, n, id, f, slot, retry, t),
@@ -382,11 +370,7 @@ impl BrokenBatch {
 impl Store for BrokenBatch {
     forward_calls!(inner => acquire, renew, release, inspect);
     fn acquire_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
+        &self, id: &str, ttl: Duration, items: &[BatchItem<'_>], t: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         let out = if self.bug == BatchBug::ClaimsEverything {
             items
@@ -404,11 +388,7 @@ impl Store for BrokenBatch {
         self.order(out)
     }
     fn renew_many(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        t: Duration,
+        &self, id: &str, ttl: Duration, items: &[BatchItem<'_>], t: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         let out = if self.bug == BatchBug::RenewsByNameOnly {
             items
@@ -445,12 +425,7 @@ impl Store for BrokenBatch {
         self.order(self.inner.inspect_many(names, t))
     }
     fn renew_many_with_heartbeat(
-        &self,
-        id: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        beat: Heartbeat<'_>,
-        t: Duration,
+        &self, id: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, t: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
         if self.bug != BatchBug::BeatsWithoutWriting {
             // As the trait's default does.

@@ -223,10 +223,7 @@ fn one(c: &mut impl postgres::GenericClient, sql: &str) -> Option<String> {
 /// which then commits. Returns what `meanwhile` returned and the renewal's
 /// answer.
 fn renew_behind_a_row_lock<R>(
-    var: &str,
-    s: &impl Store,
-    name: &str,
-    (fence, ttl, payload): (u64, Duration, &[u8]),
+    var: &str, s: &impl Store, name: &str, (fence, ttl, payload): (u64, Duration, &[u8]),
     meanwhile: impl FnOnce(&mut postgres::Transaction<'_>) -> R,
 ) -> (R, Result<Lease, StoreError>) {
     let mut locker = client(var);

@@ -110,10 +110,7 @@ pub fn apply_command(db: &Db) -> String {
 
 /// Reads the election once; a missing row is fine (nobody led yet).
 pub fn inspect(
-    store: &dyn Store,
-    db: &Db,
-    name: &str,
-    timeout: Duration,
+    store: &dyn Store, db: &Db, name: &str, timeout: Duration,
 ) -> Result<Option<leaderelection::Lease>, Fail> {
     match store.inspect(name, timeout) {
         Ok(lease) => Ok(Some(lease)),

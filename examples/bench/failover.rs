@@ -172,12 +172,8 @@ fn trial(store: Arc<dyn Store>, name: &str, handovers_per_trial: usize) -> Resul
 
 /// Runs `rounds` rounds of `parallel` trials on one path and adds its rows.
 pub fn run(
-    label: &str,
-    make_store: &(dyn Fn() -> Result<Arc<dyn Store>, String> + Sync),
-    parallel: usize,
-    rounds: usize,
-    handovers: usize,
-    table: &mut Table,
+    label: &str, make_store: &(dyn Fn() -> Result<Arc<dyn Store>, String> + Sync), parallel: usize, rounds: usize,
+    handovers: usize, table: &mut Table,
 ) -> Result<(), String> {
     let tag = crate::common::random_tag();
     let mut trials = Vec::new();

@@ -670,12 +670,7 @@ fn rate(samples: &[(u64, f64)], w0: u64, w1: u64) -> Option<f64> {
 
 /// Row 8 on one path.
 pub fn run(
-    label: &str,
-    kind: Kind,
-    url: &str,
-    count: ServerCount,
-    quick: bool,
-    table: &mut Table,
+    label: &str, kind: Kind, url: &str, count: ServerCount, quick: bool, table: &mut Table,
 ) -> Result<(), String> {
     judge_convicts()?;
     // Dropped after the table (declared first).
@@ -953,13 +948,8 @@ fn choose_window(windows: &[Window]) -> usize {
 }
 
 fn measure(
-    label: &str,
-    kind: Kind,
-    quick: bool,
-    server: &(ServerCount, String, String),
-    heard: &Fleet,
-    workers: &mut [Worker],
-    table: &mut Table,
+    label: &str, kind: Kind, quick: bool, server: &(ServerCount, String, String), heard: &Fleet,
+    workers: &mut [Worker], table: &mut Table,
 ) -> Result<(), String> {
     let t0 = Instant::now();
     let all: Vec<usize> = (0..PROCESSES).collect();

@@ -586,9 +586,7 @@ impl Model {
 }
 
 fn same<T: PartialEq + std::fmt::Debug>(
-    what: &str,
-    got: &Result<T, StoreError>,
-    want: &Result<T, StoreError>,
+    what: &str, got: &Result<T, StoreError>, want: &Result<T, StoreError>,
 ) -> Result<(), String> {
     let ok = match (got, want) {
         (Ok(a), Ok(b)) => a == b,

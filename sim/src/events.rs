@@ -28,9 +28,7 @@ pub(crate) fn dur(t: u64) -> Duration {
 /// runs that took the same steps hash the same) and, when `trace` is given,
 /// adds the event's line to it.
 pub(crate) fn note(
-    hash: &mut u64,
-    trace: Option<&mut Vec<String>>,
-    (t, code, a, b): (u64, u64, u64, u64),
+    hash: &mut u64, trace: Option<&mut Vec<String>>, (t, code, a, b): (u64, u64, u64, u64),
     text: impl FnOnce() -> String,
 ) {
     for x in [t, code, a, b] {

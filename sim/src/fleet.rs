@@ -471,12 +471,7 @@ impl<'a, C, X> Net<'a, C, X> {
     /// Opens fault `i`'s window on `host` (`usize::MAX`: the database) for
     /// `length`.
     pub(crate) fn open(
-        &mut self,
-        t: u64,
-        (i, fault): (usize, impl fmt::Debug),
-        host: usize,
-        length: Duration,
-        window: Window,
+        &mut self, t: u64, (i, fault): (usize, impl fmt::Debug), host: usize, length: Duration, window: Window,
     ) {
         if window == Window::PauseDb {
             self.paused += 1;

@@ -717,12 +717,7 @@ impl World<'_> {
     /// claims, the record's fence, and every valid guard of the elections
     /// it wrote still backed by its record.
     fn batch_applied<'n>(
-        &mut self,
-        t: u64,
-        node: usize,
-        op: BatchOp,
-        names: impl Iterator<Item = &'n str>,
-        out: &[Outcome],
+        &mut self, t: u64, node: usize, op: BatchOp, names: impl Iterator<Item = &'n str>, out: &[Outcome],
     ) {
         let elections: Vec<usize> = names.filter_map(election_index).collect();
         for (&e, o) in elections.iter().zip(out) {
@@ -954,14 +949,7 @@ impl World<'_> {
 
     #[allow(clippy::too_many_arguments)]
     fn leave_some(
-        &mut self,
-        t: u64,
-        i: usize,
-        host: usize,
-        first: usize,
-        count: usize,
-        release: bool,
-        after: Duration,
+        &mut self, t: u64, i: usize, host: usize, first: usize, count: usize, release: bool, after: Duration,
     ) {
         let Some(node) = self.running(host) else { return };
         let now = self.net.local(host, t);
@@ -1102,14 +1090,7 @@ impl World<'_> {
 
     #[allow(clippy::too_many_arguments)]
     fn term_started(
-        &mut self,
-        t: u64,
-        node: usize,
-        key: ElectionKey,
-        e: usize,
-        term: TermId,
-        fence: u64,
-        deadline: LocalTime,
+        &mut self, t: u64, node: usize, key: ElectionKey, e: usize, term: TermId, fence: u64, deadline: LocalTime,
     ) {
         let ident = self.nodes[node].identity.clone();
         if self.nodes[node].guards.contains_key(&e) {

@@ -299,11 +299,7 @@ pub fn describe_failure(seed: Option<u64>, schedule: &Schedule) -> String {
 
 /// A failed run of either world, described for a person.
 pub(crate) fn describe(
-    violation: Option<String>,
-    seed: Option<u64>,
-    bytes: &[u8],
-    schedule: &dyn std::fmt::Display,
-    trace: &[String],
+    violation: Option<String>, seed: Option<u64>, bytes: &[u8], schedule: &dyn std::fmt::Display, trace: &[String],
     replay: &str,
 ) -> String {
     let mut s = String::new();
@@ -496,11 +492,7 @@ pub fn explore(first: u64, count: u64, variant: Variant, threads: usize) -> Expl
 /// threads`, …), each filling a `part` of its own, then folds the parts
 /// together with `merge`, in the threads' order.
 pub(crate) fn over_seeds<E: Default + Send>(
-    first: u64,
-    count: u64,
-    threads: usize,
-    one: impl Fn(u64, &mut E) + Sync,
-    merge: impl Fn(&mut E, E),
+    first: u64, count: u64, threads: usize, one: impl Fn(u64, &mut E) + Sync, merge: impl Fn(&mut E, E),
 ) -> E {
     let threads = threads.max(1) as u64;
     let one = &one;

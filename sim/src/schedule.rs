@@ -206,12 +206,7 @@ impl HostBytes {
     /// safety margin but inside the timeout; first started at `start_at`;
     /// no guard hold and no phase.
     pub(crate) fn host(
-        &self,
-        timing: &Timing,
-        rate_ppm: u64,
-        link: Duration,
-        slow_replies: bool,
-        start_at: Duration,
+        &self, timing: &Timing, rate_ppm: u64, link: Duration, slow_replies: bool, start_at: Duration,
     ) -> Host {
         let op = timing.operation_timeout;
         let req_hi = scale(link, u64::from(self.req), 255);

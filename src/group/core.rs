@@ -254,11 +254,7 @@ impl Batch {
     /// the store call. A store that answers a different number of items
     /// than it was given fails the whole batch (fatal).
     pub fn run<S: Store + ?Sized>(
-        &self,
-        store: &S,
-        group: &str,
-        identity: &str,
-        timeout: Duration,
+        &self, store: &S, group: &str, identity: &str, timeout: Duration,
     ) -> (Vec<Outcome>, Option<Result<Members, StoreError>>) {
         let items: Vec<crate::BatchItem<'_>> = self
             .entries
@@ -803,10 +799,7 @@ impl GroupMachine {
     /// guards, its watchdog or the program), then takes its outputs. `None`
     /// when the election has left.
     pub fn with_machine<R>(
-        &mut self,
-        now: LocalTime,
-        key: ElectionKey,
-        f: impl FnOnce(&mut Machine) -> R,
+        &mut self, now: LocalTime, key: ElectionKey, f: impl FnOnce(&mut Machine) -> R,
     ) -> Option<R> {
         self.now = self.now.max(now);
         let r = self.touch(key, f);

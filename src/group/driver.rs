@@ -699,9 +699,7 @@ fn watchdog(terms: Receiver<(Arc<Shared>, Arc<TermShared>)>) {
 
 /// Runs the group's callbacks in the order events happened.
 fn callbacks(
-    events: Receiver<(Arc<str>, Event)>,
-    started: Option<Arc<GroupStartedFn>>,
-    stopped: Option<Arc<GroupStoppedFn>>,
+    events: Receiver<(Arc<str>, Event)>, started: Option<Arc<GroupStartedFn>>, stopped: Option<Arc<GroupStoppedFn>>,
     new_leader: Option<Arc<GroupNewLeaderFn>>,
 ) {
     for (name, ev) in events {

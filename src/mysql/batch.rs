@@ -630,10 +630,7 @@ const SCAN_PER_ITEM: usize = 6;
 /// are the chunks, in order; each `UPDATE` answered a row `'c', count` and
 /// each scan ended with a row `'e'`.
 fn scanned_rows<'a>(
-    rows: Vec<Vec<Value>>,
-    items: &'a [Item],
-    spans: &[Range<usize>],
-    again: &mut Vec<&'a [u8]>,
+    rows: Vec<Vec<Value>>, items: &'a [Item], spans: &[Range<usize>], again: &mut Vec<&'a [u8]>,
 ) -> Vec<Vec<Value>> {
     let counts: Vec<Option<i64>> = tagged(&rows, "c").map(|r| r.first().and_then(sql::int_value)).collect();
     let (mut kept, mut chunk, mut found) = (Vec::new(), 0, Vec::new());
@@ -973,11 +970,7 @@ fn acquire_now(c: &Claim, items: &[Item], conn: &mut Conn, env: &Env) -> Result<
 /// items to write and those answers.
 #[allow(clippy::type_complexity)]
 fn begin_without_held(
-    op: &str,
-    items: &[Item],
-    table: &str,
-    conn: &mut Conn,
-    env: &Env,
+    op: &str, items: &[Item], table: &str, conn: &mut Conn, env: &Env,
 ) -> Result<(Vec<Item>, Vec<(usize, StoreError)>), Failed> {
     let mut script = Script::new(env.budget);
     script.push(&pin(env));
@@ -1057,11 +1050,7 @@ const HELD_RETRIES_FOR: Duration = Duration::from_millis(500);
 /// bound comes back after.
 #[allow(clippy::type_complexity)]
 fn lock_rows<'a>(
-    rows: &[&'a [u8]],
-    flags: &str,
-    table: &str,
-    conn: &mut Conn,
-    env: &Env,
+    rows: &[&'a [u8]], flags: &str, table: &str, conn: &mut Conn, env: &Env,
 ) -> Result<(Vec<Vec<Value>>, HashSet<&'a [u8]>), Failed> {
     let run = |conn: &mut Conn, q: &str| query(conn, q).map_err(|e| Failed::sending(e, q));
     let mut locked = Vec::new();
@@ -1151,10 +1140,7 @@ pub(crate) fn claim_existing(table: &str, i: &str, t: u128, rows: &[(&[u8], &[u8
 /// extended by this call, and must be what it wrote; any other row is the
 /// race lost, reported as it stands.
 pub(crate) fn claimed(
-    rb: Result<Option<sql::ReadBack>, StoreError>,
-    identity: &str,
-    ttl: Duration,
-    payload: &[u8],
+    rb: Result<Option<sql::ReadBack>, StoreError>, identity: &str, ttl: Duration, payload: &[u8],
 ) -> Result<Lease, StoreError> {
     let Some(rb) = rb? else {
         return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));

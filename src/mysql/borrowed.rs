@@ -53,10 +53,7 @@ impl Borrowed {
     /// Warns once per store (`warned`) when the pool's own connections
     /// have no read timeout.
     pub(crate) fn take(
-        pool: &mysql::Pool,
-        deadline: Instant,
-        timeout: Duration,
-        warned: &AtomicBool,
+        pool: &mysql::Pool, deadline: Instant, timeout: Duration, warned: &AtomicBool,
     ) -> Result<Option<Borrowed>, mysql::Error> {
         // In short steps: the pool does not wake its waiters when it closes
         // a broken connection, so one long wait could sleep through a slot

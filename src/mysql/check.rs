@@ -176,9 +176,7 @@ impl MySqlStore {
     /// then a plain read of the lease row: still this term's, not expired
     /// on this node's clock.
     fn check_lease_multi_primary(
-        &self,
-        conn: &mut impl Queryable,
-        params: (&[u8], &[u8], u64),
+        &self, conn: &mut impl Queryable, params: (&[u8], &[u8], u64),
     ) -> Result<(), StoreError> {
         let terms = self.terms()?;
         let changed = conn

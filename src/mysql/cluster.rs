@@ -131,11 +131,7 @@ fn check_read_with(table: &str, name: &str, identity: &str, fence: &str, what: &
 /// held`, or error 1242 when the write changed no row or the lease row is
 /// another term's or expired.
 pub(crate) fn check_literal(
-    terms: &str,
-    table: &str,
-    name: &str,
-    identity: &str,
-    fence: u64,
+    terms: &str, table: &str, name: &str, identity: &str, fence: u64,
 ) -> Result<String, StoreError> {
     let (n, i) = (text("election name", name, MAX_NAME_LEN)?, text("identity", identity, MAX_IDENTITY_LEN)?);
     let f = fence.to_string();

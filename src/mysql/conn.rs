@@ -219,11 +219,7 @@ impl Pool {
     /// read the limit again and, when it is lower than the budget the job
     /// was given, run the job again with the new one instead of failing.
     pub(crate) fn run_job<T: Send + 'static>(
-        &self,
-        op: &'static str,
-        deadline: Instant,
-        splits: bool,
-        job: Job<T>,
+        &self, op: &'static str, deadline: Instant, splits: bool, job: Job<T>,
     ) -> Result<T, StoreError> {
         self.start_job(op, deadline, splits, job)?.wait()
     }
@@ -237,11 +233,7 @@ impl Pool {
     /// returns at once; [`Started::wait`] takes its answer. So a caller can
     /// run two jobs at once, on two connections.
     pub(crate) fn start_job<T: Send + 'static>(
-        &self,
-        op: &'static str,
-        deadline: Instant,
-        splits: bool,
-        job: Job<T>,
+        &self, op: &'static str, deadline: Instant, splits: bool, job: Job<T>,
     ) -> Result<Started<T>, StoreError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
@@ -355,14 +347,8 @@ impl Inner {
     /// caller that gives up can have the server end it.
     #[allow(clippy::too_many_arguments)]
     fn call<T>(
-        self: &Arc<Self>,
-        op: &'static str,
-        job: &Job<T>,
-        splits: bool,
-        deadline: Instant,
-        lasts: Duration,
-        session: &AtomicU32,
-        state: &AtomicU8,
+        self: &Arc<Self>, op: &'static str, job: &Job<T>, splits: bool, deadline: Instant, lasts: Duration,
+        session: &AtomicU32, state: &AtomicU8,
     ) -> Result<(T, Lent), StoreError> {
         let mut last = None;
         // Connections found dead or killed are retried at most `max` times
@@ -503,11 +489,7 @@ impl Inner {
     /// Opening happens outside the lock, so a slow connect holds up nobody
     /// else.
     fn checkout_own(
-        &self,
-        op: &str,
-        opts: &Opts,
-        deadline: Instant,
-        session: &AtomicU32,
+        &self, op: &str, opts: &Opts, deadline: Instant, session: &AtomicU32,
     ) -> Result<(Conn, bool), StoreError> {
         let mut stale = Vec::new();
         let mut st = self.state.lock();

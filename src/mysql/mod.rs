@@ -792,13 +792,8 @@ impl MySqlStore {
     /// renewed, each checked as [`sql::check_written`] checks one; the
     /// others lost; all failed with the job.
     fn renewed(
-        &self,
-        out: &mut Answers<Lease>,
-        owned: &[batch::Item],
-        done: Result<batch::Done, StoreError>,
-        identity: &str,
-        ttl: Duration,
-        checked: bool,
+        &self, out: &mut Answers<Lease>, owned: &[batch::Item], done: Result<batch::Done, StoreError>, identity: &str,
+        ttl: Duration, checked: bool,
     ) {
         let done = match done {
             Ok(done) => done,
@@ -855,11 +850,7 @@ impl MySqlStore {
 /// API, and no store call sends it like this.
 #[doc(hidden)]
 pub fn __claim_unpinned(
-    table: &str,
-    name: &str,
-    identity: &str,
-    ttl: Duration,
-    payload: &[u8],
+    table: &str, name: &str, identity: &str, ttl: Duration, payload: &[u8],
 ) -> Result<String, StoreError> {
     let quoted = quote_mysql("table", table).map_err(invalid_table)?;
     Ok(format!(
@@ -897,11 +888,7 @@ fn terms_table(table: &str) -> Option<String> {
 /// each assignment order; not part of the API.
 #[doc(hidden)]
 pub fn __batch_claim_unpinned(
-    table: &str,
-    name: &str,
-    identity: &str,
-    ttl: Duration,
-    payload: &[u8],
+    table: &str, name: &str, identity: &str, ttl: Duration, payload: &[u8],
 ) -> Result<String, StoreError> {
     let quoted = quote_mysql("table", table).map_err(invalid_table)?;
     let i = batch::identity(identity)?;
@@ -921,12 +908,7 @@ fn deadline_after(timeout: Duration) -> Instant {
 
 impl Store for MySqlStore {
     fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let deadline = deadline_after(timeout);
         let terms = self.terms_if_multi_primary("acquire", deadline)?;
@@ -957,13 +939,7 @@ impl Store for MySqlStore {
     }
 
     fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let check = self.checks_commits();
         let body = sql::renew(&self.quoted, name, identity, fence, ttl, payload, check)?;
@@ -992,11 +968,7 @@ impl Store for MySqlStore {
     }
 
     fn acquire_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         let mut out = Answers::new(items.len());
         let Some(owned) = self.batch_items(&mut out, identity, items) else { return out.done() };
@@ -1043,11 +1015,7 @@ impl Store for MySqlStore {
     }
 
     fn renew_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.renew_batch(identity, ttl, items, timeout, None).0
     }
@@ -1062,12 +1030,7 @@ impl Store for MySqlStore {
     /// heartbeat that cannot be written costs the renewals a round trip,
     /// never their terms; with no time left, both fail.
     fn renew_many_with_heartbeat(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        beat: Heartbeat<'_>,
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, timeout: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
         let start = Instant::now();
         let statements = self
@@ -1141,12 +1104,7 @@ impl Store for MySqlStore {
     }
 
     fn heartbeat(
-        &self,
-        group: &str,
-        member: &str,
-        leading: u32,
-        ttl: Duration,
-        timeout: Duration,
+        &self, group: &str, member: &str, leading: u32, ttl: Duration, timeout: Duration,
     ) -> Result<Members, StoreError> {
         let members = self.members()?;
         let body = format!("{} {} {}", sql::BEGIN, sql::heartbeat(&members, group, member, leading, ttl)?, sql::COMMIT);
@@ -1162,13 +1120,7 @@ impl Store for MySqlStore {
     }
 
     fn claim_slot(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        slot: &str,
-        retry_failed: bool,
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, slot: &str, retry_failed: bool, timeout: Duration,
     ) -> Result<SlotClaim, StoreError> {
         crate::slot::check(slot)?;
         let check = self.checks_commits();
@@ -1205,12 +1157,7 @@ impl Store for MySqlStore {
     }
 
     fn finish_slot(
-        &self,
-        name: &str,
-        fence: u64,
-        slot: &str,
-        outcome: i32,
-        timeout: Duration,
+        &self, name: &str, fence: u64, slot: &str, outcome: i32, timeout: Duration,
     ) -> Result<bool, StoreError> {
         crate::slot::check(slot)?;
         let body = sql::finish_slot(&self.slots()?, name, fence, slot, outcome)?;
@@ -1272,10 +1219,7 @@ impl MySqlStore {
     /// (every item, when the identity is too long). `None` when no item is
     /// left to send (an empty batch makes no round trip).
     fn batch_items<T>(
-        &self,
-        out: &mut Answers<T>,
-        identity: &str,
-        items: &[BatchItem<'_>],
+        &self, out: &mut Answers<T>, identity: &str, items: &[BatchItem<'_>],
     ) -> Option<Vec<batch::Item>> {
         if let Err(e) = batch::identity(identity) {
             for k in 0..items.len() {
@@ -1305,12 +1249,7 @@ impl MySqlStore {
     /// no batch was sent).
     #[allow(clippy::type_complexity)]
     fn renew_batch(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
-        heartbeat: Option<String>,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration, heartbeat: Option<String>,
     ) -> (Vec<Result<Lease, StoreError>>, Option<Result<Vec<Vec<mysql::Value>>, StoreError>>) {
         let mut out = Answers::new(items.len());
         let Some(owned) = self.batch_items(&mut out, identity, items) else { return (out.done(), None) };
@@ -1346,11 +1285,7 @@ impl MySqlStore {
     /// [`sql::heartbeat`]); with stale members among them, those deleted
     /// first (best effort, before `deadline`).
     fn members_answer(
-        &self,
-        rows: &[Vec<mysql::Value>],
-        members: &str,
-        group: &str,
-        deadline: Instant,
+        &self, rows: &[Vec<mysql::Value>], members: &str, group: &str, deadline: Instant,
     ) -> Result<Members, StoreError> {
         let bad = || StoreError::fatal("mysql heartbeat: cannot read the members' count");
         let row = sql::tagged(rows, "members").next().ok_or_else(bad)?;

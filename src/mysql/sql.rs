@@ -257,11 +257,7 @@ pub(crate) const FORGET_MEMBERS_AFTER: Duration = Duration::from_secs(3600);
 /// `leads` (this one's as just written), by a plain read (no lock on
 /// the other members' rows).
 pub(crate) fn heartbeat(
-    members: &str,
-    group: &str,
-    member: &str,
-    leading: u32,
-    ttl: Duration,
+    members: &str, group: &str, member: &str, leading: u32, ttl: Duration,
 ) -> Result<String, StoreError> {
     let (g, m, t) =
         (text("group name", group, MAX_NAME_LEN)?, text("member", member, MAX_IDENTITY_LEN)?, ttl_micros(ttl));
@@ -328,14 +324,7 @@ pub(crate) fn leave_group(members: &str, group: &str, member: &str) -> Result<St
 /// The primary key serialises concurrent claims of one slot.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn claim_slot(
-    table: &str,
-    slots: &str,
-    name: &str,
-    identity: &str,
-    fence: u64,
-    slot: &str,
-    retry_failed: bool,
-    check: bool,
+    table: &str, slots: &str, name: &str, identity: &str, fence: u64, slot: &str, retry_failed: bool, check: bool,
 ) -> Result<String, StoreError> {
     let (n, i, sl) = (
         text("election name", name, MAX_NAME_LEN)?,
@@ -517,10 +506,7 @@ pub(crate) fn text(what: &'static str, s: &str, max: usize) -> Result<String, St
 /// identity as checked literals, the payload in hex, the lease in
 /// microseconds.
 fn term_values(
-    name: &str,
-    identity: &str,
-    payload: &[u8],
-    ttl: Duration,
+    name: &str, identity: &str, payload: &[u8], ttl: Duration,
 ) -> Result<(String, String, String, u128), StoreError> {
     Ok((
         text("election name", name, MAX_NAME_LEN)?,
@@ -604,15 +590,8 @@ pub(crate) fn exactly(col: &str, lit: &str) -> String {
 /// row is read again after the `COMMIT` ([`committed`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire(
-    table: &str,
-    name: &str,
-    identity: &str,
-    ttl: Duration,
-    payload: &[u8],
-    failover_rule: bool,
-    terms: Option<&str>,
-    skew: Duration,
-    check: bool,
+    table: &str, name: &str, identity: &str, ttl: Duration, payload: &[u8], failover_rule: bool, terms: Option<&str>,
+    skew: Duration, check: bool,
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = term_values(name, identity, payload, ttl)?;
     let ours = exactly("name", &n);
@@ -685,13 +664,7 @@ pub(crate) fn claim_assignments(ours: &str, not_inherited: &str, identity: &str,
 /// have claimed it, see [`acquire`]), and the row becomes this server's.
 /// With `check`, the row is read again after the `COMMIT` ([`committed`]).
 pub(crate) fn renew(
-    table: &str,
-    name: &str,
-    identity: &str,
-    fence: u64,
-    ttl: Duration,
-    payload: &[u8],
-    check: bool,
+    table: &str, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], check: bool,
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = term_values(name, identity, payload, ttl)?;
     let this_term = format!("name = {n} AND {} AND fence = {fence}", exactly("name", &n));
@@ -886,12 +859,7 @@ pub(crate) fn lease_row(op: &str, values: &[Value]) -> Result<ReadBack, StoreErr
 /// was read; less than the TTL asked for; a write that a read after the
 /// `COMMIT` did not see committed ([`committed`]).
 pub(crate) fn check_written(
-    op: &str,
-    rb: ReadBack,
-    identity: &str,
-    ttl: Duration,
-    payload: &[u8],
-    fence: Option<u64>,
+    op: &str, rb: ReadBack, identity: &str, ttl: Duration, payload: &[u8], fence: Option<u64>,
 ) -> Result<Lease, StoreError> {
     let wrong = |what: &str| {
         StoreError::retryable(format!("mysql {op}: the row read back is not the one written ({what}); outcome unknown"))

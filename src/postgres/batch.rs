@@ -92,11 +92,7 @@ impl PostgresStore {
     /// error, so it cannot hold the other items' answers back until the
     /// timeout.
     pub(super) fn claim_batch(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         const OP: &str = "acquire_many";
         let deadline = deadline_after(timeout);
@@ -157,11 +153,7 @@ impl PostgresStore {
     /// and one whose row another transaction held locked runs again as in
     /// [`PostgresStore::settle_locked`].
     pub(super) fn renew_batch(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         const OP: &str = "renew_many";
         self.settle_locked(
@@ -196,12 +188,7 @@ impl PostgresStore {
     /// or with a heartbeat no statement can carry, the separate calls
     /// answer at once.
     pub(super) fn renew_batch_with_heartbeat(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        beat: Heartbeat<'_>,
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, timeout: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
         const OP: &str = "renew_many";
         let start = Instant::now();
@@ -238,10 +225,7 @@ impl PostgresStore {
     /// or was not held, `Ok` either way, except one whose row another
     /// transaction held locked ([`PostgresStore::settle_locked`]).
     pub(super) fn release_batch(
-        &self,
-        identity: &str,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<(), StoreError>> {
         const OP: &str = "release_many";
         self.settle_locked(
@@ -269,13 +253,8 @@ impl PostgresStore {
     /// and its answer (or the whole query's failure) goes back in it.
     #[allow(clippy::too_many_arguments)] // the statement's two halves, built and read
     fn settle_locked<T: Clone>(
-        &self,
-        op: &'static str,
-        mut answers: Answers<T>,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
-        mut beat: Option<&mut WithBeat>,
-        build: impl Fn(&[BatchItem<'_>]) -> Result<String, StoreError>,
+        &self, op: &'static str, mut answers: Answers<T>, items: &[BatchItem<'_>], timeout: Duration,
+        mut beat: Option<&mut WithBeat>, build: impl Fn(&[BatchItem<'_>]) -> Result<String, StoreError>,
         answer: impl Fn(&BatchItem<'_>, &tokio_postgres::SimpleQueryRow) -> Option<Result<T, StoreError>>,
     ) -> Answers<T> {
         let deadline = deadline_after(timeout);
@@ -368,12 +347,7 @@ impl PostgresStore {
     /// waiting.
     #[allow(clippy::too_many_arguments)] // the statement's two halves, built and read
     fn one_statement<T: Clone>(
-        &self,
-        op: &'static str,
-        pin: sql::Pin,
-        mut answers: Answers<T>,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, op: &'static str, pin: sql::Pin, mut answers: Answers<T>, items: &[BatchItem<'_>], timeout: Duration,
         build: impl FnOnce(&[BatchItem<'_>]) -> Result<String, StoreError>,
         answer: impl Fn(&BatchItem<'_>, &tokio_postgres::SimpleQueryRow) -> Result<T, StoreError>,
     ) -> Answers<T> {
@@ -395,12 +369,7 @@ impl PostgresStore {
 
     /// [`Store::heartbeat`](crate::Store::heartbeat): see [`sql::heartbeat`].
     pub(super) fn beat(
-        &self,
-        group: &str,
-        member: &str,
-        leading: u32,
-        ttl: Duration,
-        timeout: Duration,
+        &self, group: &str, member: &str, leading: u32, ttl: Duration, timeout: Duration,
     ) -> Result<Members, StoreError> {
         const OP: &str = "heartbeat";
         let members = self.members()?;

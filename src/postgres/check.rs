@@ -93,9 +93,7 @@ impl PostgresStore {
     /// or the guard is a test term's; the server's error, classified, when
     /// the statement fails (then the transaction is aborted anyway).
     pub fn check_lease(
-        &self,
-        client: &mut impl postgres::GenericClient,
-        guard: &LeaderGuard,
+        &self, client: &mut impl postgres::GenericClient, guard: &LeaderGuard,
     ) -> Result<(), StoreError> {
         let check = guard.lease_check_for("postgres")?;
         if !self.fence_index_seen.load(Ordering::Acquire) {

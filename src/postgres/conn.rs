@@ -57,9 +57,7 @@ impl PgManager {
     /// A fatal [`StoreError`] when the DSN cannot be parsed or the CA file
     /// cannot be read. It never repeats the DSN.
     pub fn from_dsn(
-        dsn: &str,
-        connect_timeout: Option<Duration>,
-        ca_file: Option<&Path>,
+        dsn: &str, connect_timeout: Option<Duration>, ca_file: Option<&Path>,
     ) -> Result<PgManager, StoreError> {
         let (dsn, dsn_ca) = preprocess_dsn(dsn);
         let config = Config::from_str(&dsn).map_err(|e| {
@@ -79,9 +77,7 @@ impl PgManager {
     /// A fatal [`StoreError`] when the CA file cannot be read or TLS cannot
     /// be set up.
     pub fn new(
-        mut config: Config,
-        connect_timeout: Option<Duration>,
-        ca_file: Option<&Path>,
+        mut config: Config, connect_timeout: Option<Duration>, ca_file: Option<&Path>,
     ) -> Result<PgManager, StoreError> {
         let wants_tls = config.get_ssl_mode() == SslMode::Require || ca_file.is_some();
         let tls = if wants_tls {

@@ -413,10 +413,7 @@ impl PostgresStore {
     }
 
     fn from_parts(
-        pool: r2d2::Pool<PgManager>,
-        schema: &str,
-        table: &str,
-        ddl_timeout: Duration,
+        pool: r2d2::Pool<PgManager>, schema: &str, table: &str, ddl_timeout: Duration,
     ) -> Result<PostgresStore, StoreError> {
         let qualified =
             qualified(schema, table).map_err(|e| StoreError::fatal("invalid election table").with_source(e))?;
@@ -626,11 +623,7 @@ impl PostgresStore {
     /// settings `pin` says (see [`sql::pinned`]: the bounds on lock waits and
     /// the statement, and what a session may have been left with).
     fn run(
-        &self,
-        op: &'static str,
-        body: &str,
-        deadline: Instant,
-        mut pin: sql::Pin,
+        &self, op: &'static str, body: &str, deadline: Instant, mut pin: sql::Pin,
     ) -> Result<Vec<SimpleQueryMessage>, StoreError> {
         // Pooled connections can be dead (the server restarted or terminated
         // them): each fails fast. Every operation is idempotent for its
@@ -800,11 +793,7 @@ impl PostgresStore {
     }
 
     fn lease_query(
-        &self,
-        op: &'static str,
-        body: &str,
-        timeout: Duration,
-        pin: sql::Pin,
+        &self, op: &'static str, body: &str, timeout: Duration, pin: sql::Pin,
     ) -> Result<Option<Lease>, StoreError> {
         let deadline = deadline_after(timeout);
         let rows = self.run(op, body, deadline, pin)?;
@@ -898,12 +887,7 @@ fn fence_index(_schema: &str, table: &str) -> Option<(String, String)> {
 
 impl Store for PostgresStore {
     fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let body = sql::acquire(&self.qualified, name, identity, ttl, payload, self.failover_rule)?;
         let deadline = deadline_after(timeout);
@@ -935,13 +919,7 @@ impl Store for PostgresStore {
     }
 
     fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let body = sql::renew(&self.qualified, name, identity, fence, ttl, payload)?;
         self.lease_query("renew", &body, timeout, sql::Pin::Write)?.ok_or_else(StoreError::lease_lost)
@@ -958,13 +936,7 @@ impl Store for PostgresStore {
     }
 
     fn claim_slot(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        slot: &str,
-        retry_failed: bool,
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, slot: &str, retry_failed: bool, timeout: Duration,
     ) -> Result<SlotClaim, StoreError> {
         crate::slot::check(slot)?;
         let slots = self.slots()?;
@@ -993,12 +965,7 @@ impl Store for PostgresStore {
     }
 
     fn finish_slot(
-        &self,
-        name: &str,
-        fence: u64,
-        slot: &str,
-        outcome: i32,
-        timeout: Duration,
+        &self, name: &str, fence: u64, slot: &str, outcome: i32, timeout: Duration,
     ) -> Result<bool, StoreError> {
         crate::slot::check(slot)?;
         let body = sql::finish_slot(&self.slots()?, name, fence, slot, outcome)?;
@@ -1010,32 +977,19 @@ impl Store for PostgresStore {
     // batch.rs and the statements in sql.rs. An empty batch sends nothing.
 
     fn acquire_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.claim_batch(identity, ttl, items, timeout)
     }
 
     fn renew_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.renew_batch(identity, ttl, items, timeout)
     }
 
     fn renew_many_with_heartbeat(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        beat: Heartbeat<'_>,
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, timeout: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
         self.renew_batch_with_heartbeat(identity, ttl, items, beat, timeout)
     }
@@ -1049,12 +1003,7 @@ impl Store for PostgresStore {
     }
 
     fn heartbeat(
-        &self,
-        group: &str,
-        member: &str,
-        leading: u32,
-        ttl: Duration,
-        timeout: Duration,
+        &self, group: &str, member: &str, leading: u32, ttl: Duration, timeout: Duration,
     ) -> Result<Members, StoreError> {
         self.beat(group, member, leading, ttl, timeout)
     }

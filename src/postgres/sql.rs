@@ -135,12 +135,7 @@ pub(crate) fn lease_check(table: &str) -> String {
 /// (`LE002`). Every value is a literal, and the block's dollar quote is one
 /// no value contains, so nothing in a name can end it early.
 pub(crate) fn lease_check_literal(
-    table: &str,
-    schema: &str,
-    index_name: &str,
-    name: &str,
-    identity: &str,
-    fence: u64,
+    table: &str, schema: &str, index_name: &str, name: &str, identity: &str, fence: u64,
 ) -> Result<String, StoreError> {
     let (n, i) = (literal("election name", name)?, literal("identity", identity)?);
     let index = has_fence_index(schema, index_name)?;
@@ -194,13 +189,7 @@ pub(crate) fn create_slots(slots: &str) -> String {
 /// committed meanwhile is seen), the slot's row as it stands: its fence and
 /// outcome. The primary key serialises concurrent claims of one slot.
 pub(crate) fn claim_slot(
-    table: &str,
-    slots: &str,
-    name: &str,
-    identity: &str,
-    fence: u64,
-    slot: &str,
-    retry_failed: bool,
+    table: &str, slots: &str, name: &str, identity: &str, fence: u64, slot: &str, retry_failed: bool,
 ) -> Result<String, StoreError> {
     let (n, i, sl) = (literal("election name", name)?, literal("identity", identity)?, literal("slot", slot)?);
     Ok(format!(
@@ -407,12 +396,7 @@ pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
 /// tests' negative control only) every row counts as this server's, as in
 /// a store that knows nothing of server histories.
 pub(crate) fn acquire(
-    table: &str,
-    name: &str,
-    identity: &str,
-    ttl: Duration,
-    payload: &[u8],
-    failover_rule: bool,
+    table: &str, name: &str, identity: &str, ttl: Duration, payload: &[u8], failover_rule: bool,
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
     let claim = Claim {
@@ -532,12 +516,7 @@ impl Claim<'_> {
 /// (its renewals since the replica's copy may be lost; nobody else can
 /// have claimed it, see [`acquire`]), and the row becomes this server's.
 pub(crate) fn renew(
-    table: &str,
-    name: &str,
-    identity: &str,
-    fence: u64,
-    ttl: Duration,
-    payload: &[u8],
+    table: &str, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8],
 ) -> Result<String, StoreError> {
     let (n, i, p, t) = (literal("election name", name)?, literal("identity", identity)?, bytes(payload), interval(ttl));
     Ok(format!(
@@ -683,11 +662,7 @@ fn history_once() -> String {
 ///    ends. A write that would change nothing is not made
 ///    ([`Claim::changes_nothing`]: the rows step 1 inserted).
 pub(crate) fn acquire_many(
-    table: &str,
-    identity: &str,
-    ttl: Duration,
-    items: &[BatchItem<'_>],
-    failover_rule: bool,
+    table: &str, identity: &str, ttl: Duration, items: &[BatchItem<'_>], failover_rule: bool,
 ) -> Result<String, StoreError> {
     let (i, t) = (literal("identity", identity)?, interval(ttl));
     let v = unnest(items, false, true)?;
@@ -741,10 +716,7 @@ pub(crate) fn acquire_many(
 /// against 11–12 ms answering nothing (`pgbench`, one renewal of 3,334 rows
 /// of 10,000). `now()` is converted once, as an init plan.
 pub(crate) fn renew_many(
-    table: &str,
-    identity: &str,
-    ttl: Duration,
-    items: &[BatchItem<'_>],
+    table: &str, identity: &str, ttl: Duration, items: &[BatchItem<'_>],
 ) -> Result<String, StoreError> {
     let (i, t, h) = (literal("identity", identity)?, interval(ttl), history_once());
     let v = unnest(items, true, true)?;
@@ -778,10 +750,7 @@ const RENEWED: &str = concat!(
 /// renewed for `item`: held by `identity`, the item's fence and payload,
 /// renewed at the statement's `now()`.
 pub(crate) fn renewed_at(
-    op: &str,
-    row: &SimpleQueryRow,
-    identity: &str,
-    item: &BatchItem<'_>,
+    op: &str, row: &SimpleQueryRow, identity: &str, item: &BatchItem<'_>,
 ) -> Result<Lease, StoreError> {
     let micros = |i: usize| {
         micros_at(row, i)
@@ -862,11 +831,7 @@ const FORGET_MEMBERS: &str = "interval '1 hour'";
 /// its upsert returned. Rows of the group that expired over an hour ago
 /// are deleted on the way, skipping any another heartbeat is deleting.
 pub(crate) fn heartbeat(
-    members: &str,
-    group: &str,
-    member: &str,
-    leading: u32,
-    ttl: Duration,
+    members: &str, group: &str, member: &str, leading: u32, ttl: Duration,
 ) -> Result<String, StoreError> {
     let (g, m, t) = (literal("group", group)?, literal("member", member)?, interval(ttl));
     Ok(format!(
@@ -943,9 +908,7 @@ fn micros_at(row: &SimpleQueryRow, i: usize) -> Result<DbTime, &'static str> {
 /// The answer rows of a batch among `msgs`: each row's item, from its
 /// first column `k` (1-based, at most `len`), with the row.
 pub(crate) fn batch_rows<'a>(
-    op: &str,
-    msgs: &'a [SimpleQueryMessage],
-    len: usize,
+    op: &str, msgs: &'a [SimpleQueryMessage], len: usize,
 ) -> Result<Vec<(usize, &'a SimpleQueryRow)>, StoreError> {
     msgs.iter()
         .filter_map(|m| match m {

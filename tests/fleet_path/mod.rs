@@ -130,8 +130,7 @@ pub fn end_all(mut alive: Vec<(&mut Child, &mut Option<ChildStdin>)>) {
 /// the workers still alive ([`end_all`]), marking each `ended`; and
 /// otherwise drops the fleet's tables with `drop_tables`.
 pub fn end_fleet<'a>(
-    kept: Option<String>,
-    workers: impl Iterator<Item = (&'a mut Child, &'a mut Option<ChildStdin>, &'a mut bool)>,
+    kept: Option<String>, workers: impl Iterator<Item = (&'a mut Child, &'a mut Option<ChildStdin>, &'a mut bool)>,
     drop_tables: impl FnOnce(),
 ) {
     let failing = kept.is_some();

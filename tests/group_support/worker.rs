@@ -253,12 +253,7 @@ impl Store for Watched {
     forward_calls!(inner => inspect, inspect_many, heartbeat, leave_group);
 
     fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         self.sent(election_index(name).into_iter());
         let r = self.inner.acquire(name, identity, ttl, payload, timeout);
@@ -267,13 +262,7 @@ impl Store for Watched {
     }
 
     fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         self.sent(election_index(name).into_iter());
         self.inner.renew(name, identity, fence, ttl, payload, timeout)
@@ -285,11 +274,7 @@ impl Store for Watched {
     }
 
     fn acquire_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.sent(items.iter().filter_map(|it| election_index(it.name)));
         let r = self.inner.acquire_many(identity, ttl, items, timeout);
@@ -298,11 +283,7 @@ impl Store for Watched {
     }
 
     fn renew_many(
-        &self,
-        identity: &str,
-        ttl: Duration,
-        items: &[BatchItem<'_>],
-        timeout: Duration,
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         self.sent(items.iter().filter_map(|it| election_index(it.name)));
         self.inner.renew_many(identity, ttl, items, timeout)

@@ -114,10 +114,7 @@ pub fn clean_shutdown_hands_over<S: Store + 'static>(label: &str, make: impl Fn(
 /// `table` leads and renews on a store from `make(table)`, and really is that
 /// limited: `create(other table)` fails fatally.
 pub fn limited_login_works<S: Store + 'static>(
-    who: &str,
-    table: &str,
-    make: impl Fn(&str) -> S,
-    create: impl FnOnce(&str) -> Result<(), StoreError>,
+    who: &str, table: &str, make: impl Fn(&str) -> S, create: impl FnOnce(&str) -> Result<(), StoreError>,
 ) {
     let name = format!("limited-{}", random_tag());
     let e = Elector::start(config(make(table), &name, "limited")).unwrap();
@@ -136,11 +133,7 @@ pub fn limited_login_works<S: Store + 'static>(
 /// holds every one of `mentions`, and nobody leads. Once a person creates it
 /// (`create`), the fleet elects one; `drop_table` then removes it.
 pub fn missing_table_is_fatal<S: Store + 'static>(
-    label: &str,
-    make: impl Fn(&str) -> S,
-    mentions: &[&str],
-    create: impl FnOnce(&str),
-    drop_table: impl FnOnce(&str),
+    label: &str, make: impl Fn(&str) -> S, mentions: &[&str], create: impl FnOnce(&str), drop_table: impl FnOnce(&str),
 ) {
     let table = format!("le_missing_{}", random_tag());
     let name = format!("missing-{}", random_tag());
@@ -172,10 +165,7 @@ pub fn missing_table_is_fatal<S: Store + 'static>(
 /// steps down by its deadline, and leads again once the lock is gone, on a new
 /// term. Returns the elector and its new guard for the caller to end.
 pub fn locked_row<S: Store + 'static, L>(
-    label: &str,
-    make: impl FnOnce() -> S,
-    lock: impl FnOnce(&str) -> L,
-    unlock: impl FnOnce(L),
+    label: &str, make: impl FnOnce() -> S, lock: impl FnOnce(&str) -> L, unlock: impl FnOnce(L),
 ) -> (Elector, LeaderGuard) {
     let name = format!("lockrow-{}", random_tag());
     let e = Elector::start(config(make(), &name, "solo")).unwrap();
@@ -205,9 +195,7 @@ pub fn locked_row<S: Store + 'static, L>(
 /// down by its deadline, and once the path heals it leads again on fresh
 /// connections.
 pub fn swallowing_path<S: Store + 'static>(
-    label: &str,
-    make: impl FnOnce(u16) -> S,
-    target: impl ToSocketAddrs + Clone + Send + 'static,
+    label: &str, make: impl FnOnce(u16) -> S, target: impl ToSocketAddrs + Clone + Send + 'static,
 ) {
     let proxy = Proxy::start(target);
     let s = make(proxy.port);
@@ -253,9 +241,7 @@ pub fn swallowing_path<S: Store + 'static>(
 /// that fails to increase and no validity past a lease. Returns the
 /// oracle's report for the caller to print.
 pub fn fleet_survives_leader_crashes<S: Store + 'static>(
-    label: &str,
-    make: impl Fn() -> S,
-    crashes: usize,
+    label: &str, make: impl Fn() -> S, crashes: usize,
 ) -> super::oracle::Report {
     use super::oracle::{Oracle, Participant};
     let name = format!("crashes-{}", random_tag());

@@ -558,12 +558,7 @@ impl Pipe {
     /// Writes to `dst` what `flow` lets go now (`replies`: this is the
     /// server→client pipe); returns when more becomes due, if at a known time.
     fn deliver(
-        &mut self,
-        dst: &mut TcpStream,
-        flow: Flow,
-        replies: bool,
-        now: Instant,
-        sent: &AtomicU64,
+        &mut self, dst: &mut TcpStream, flow: Flow, replies: bool, now: Instant, sent: &AtomicU64,
         discarded: &AtomicU64,
     ) -> io::Result<Option<Instant>> {
         loop {

@@ -14,10 +14,7 @@ const TTL: Duration = Duration::from_secs(30);
 
 /// Runs the rule's cases on `s`, with election names from `name(case)`.
 pub fn rows_inherited_across_a_failover_are_never_claimed_as_they_stand<S: Store>(
-    s: &S,
-    name: impl Fn(&str) -> String,
-    mark: impl Fn(&str),
-    expire: impl Fn(&str),
+    s: &S, name: impl Fn(&str) -> String, mark: impl Fn(&str), expire: impl Fn(&str),
 ) {
     // Unexpired and inherited: a follower's claim changes nothing; the
     // holder renews it, and it is this server's again (a later expiry then

@@ -76,11 +76,7 @@ pub fn four_held_by_a(s: &dyn Store, prefix: &str) -> (Vec<String>, Vec<Lease>, 
 /// `id` claims `names` on `s` for `ttl`: one call for one name, one batch
 /// for more; the answers in order.
 pub fn claim(
-    s: &dyn Store,
-    id: &str,
-    names: &[String],
-    ttl: Duration,
-    timeout: Duration,
+    s: &dyn Store, id: &str, names: &[String], ttl: Duration, timeout: Duration,
 ) -> Vec<Result<Lease, StoreError>> {
     match names {
         [name] => vec![s.acquire(name, id, ttl, b"", timeout)],
@@ -125,12 +121,7 @@ pub fn leader<S: Store + Clone + 'static>(store: &S, name: &str, id: &str) -> (E
 /// the transaction. `who` names the setting in messages. Returns `a`'s
 /// last round trip meanwhile and `b`.
 pub fn successor_waits_for_a_checked_transaction<S: Store + Clone + 'static>(
-    a: Elector,
-    store: &S,
-    name: &str,
-    checked: bool,
-    who: &str,
-    commit: impl FnOnce(),
+    a: Elector, store: &S, name: &str, checked: bool, who: &str, commit: impl FnOnce(),
 ) -> (Duration, Elector) {
     let before = a.status().renewals_ok;
     assert!(
@@ -168,9 +159,7 @@ pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
 /// `ensure_schema`) and then claim `e{i}` for `a`: every one must succeed
 /// and hold its claim (`round` names the attempt in the message).
 pub fn ensure_schema_then_claim_at_once<S>(
-    round: usize,
-    make: impl Fn(usize) -> S + Sync,
-    ensure: impl Fn(&S) -> Result<(), StoreError> + Sync,
+    round: usize, make: impl Fn(usize) -> S + Sync, ensure: impl Fn(&S) -> Result<(), StoreError> + Sync,
 ) where
     S: Store + Send,
 {
@@ -188,11 +177,7 @@ pub fn ensure_schema_then_claim_at_once<S>(
 /// retryably, within `timeout + slack`; the errors, by call, for the
 /// caller's own checks.
 pub fn locked_row_calls_give_up_in_time(
-    s: &dyn Store,
-    name: &str,
-    fence: u64,
-    timeout: Duration,
-    slack: Duration,
+    s: &dyn Store, name: &str, fence: u64, timeout: Duration, slack: Duration,
 ) -> Vec<(&'static str, StoreError)> {
     let mut errors = Vec::new();
     for op in ["renew", "acquire", "release"] {
@@ -241,10 +226,7 @@ impl Scratch {
 /// column and counts no term (`terms_columns`, `terms` read the table);
 /// the first claim holds the row above fence 5 and counts one term.
 pub fn ensure_schema_on_an_old_row<S: Store>(
-    s: &S,
-    ensure: impl Fn(&S) -> Result<(), StoreError>,
-    terms_columns: impl Fn() -> i64,
-    terms: impl Fn(&str) -> i64,
+    s: &S, ensure: impl Fn(&S) -> Result<(), StoreError>, terms_columns: impl Fn() -> i64, terms: impl Fn(&str) -> i64,
 ) {
     for _ in 0..2 {
         ensure(s).expect("ensure_schema on an old table");
@@ -260,11 +242,7 @@ pub fn ensure_schema_on_an_old_row<S: Store>(
 /// the renewal (`renewed`) found its lease lost, the row is expired with
 /// no payload, and `b` claims at once under a higher fence.
 pub fn a_late_renewal_extended_nothing(
-    who: &str,
-    s: &dyn Store,
-    lease: &Lease,
-    ttl: Duration,
-    renewed: &Result<Lease, StoreError>,
+    who: &str, s: &dyn Store, lease: &Lease, ttl: Duration, renewed: &Result<Lease, StoreError>,
 ) {
     let after = s.inspect(&lease.name, STORE_TIMEOUT).unwrap();
     eprintln!("renewal behind a release{who}: {renewed:?}; the row after: {after:?}");
@@ -281,12 +259,7 @@ pub fn a_late_renewal_extended_nothing(
 /// after `unlock` the locked term is as it was, and `names[0]` and
 /// `names[3]` are released. `who` starts the printed line.
 pub fn batches_skip_a_row_another_writer_locked(
-    who: &str,
-    s: &dyn Store,
-    names: &[String],
-    fences: &[u64],
-    timeout: Duration,
-    unlock: impl FnOnce(),
+    who: &str, s: &dyn Store, names: &[String], fences: &[u64], timeout: Duration, unlock: impl FnOnce(),
 ) {
     let start = Instant::now();
     let out = s.renew_many("a", STORE_TTL, &items(names, fences, b"renewed"), timeout);
@@ -316,9 +289,7 @@ pub fn batches_skip_a_row_another_writer_locked(
 /// `ensure_schema`) runs twice: heartbeats through `s` by `ids` work again
 /// and count what each member leads.
 pub fn heartbeats_count_leads_once_the_schema_is_ensured<S: Store>(
-    s: &S,
-    ensure: impl Fn(&S) -> Result<(), StoreError>,
-    ids: [&str; 2],
+    s: &S, ensure: impl Fn(&S) -> Result<(), StoreError>, ids: [&str; 2],
 ) {
     ensure(s).unwrap();
     ensure(s).unwrap();

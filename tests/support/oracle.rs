@@ -345,11 +345,7 @@ pub struct Participant {
 impl Participant {
     /// An honest participant; see [`Participant::start_with`].
     pub fn start(
-        oracle: &Arc<Oracle>,
-        id: &str,
-        store: impl Store + 'static,
-        name: &str,
-        timing: Timing,
+        oracle: &Arc<Oracle>, id: &str, store: impl Store + 'static, name: &str, timing: Timing,
     ) -> Participant {
         Participant::start_with(oracle, id, store, name, timing, Behaviour::Honest)
     }
@@ -363,12 +359,7 @@ impl Participant {
     ///
     /// When the elector refuses to start (an invalid timing, say).
     pub fn start_with(
-        oracle: &Arc<Oracle>,
-        id: &str,
-        store: impl Store + 'static,
-        name: &str,
-        timing: Timing,
-        behaviour: Behaviour,
+        oracle: &Arc<Oracle>, id: &str, store: impl Store + 'static, name: &str, timing: Timing, behaviour: Behaviour,
     ) -> Participant {
         let recorded = Recorded::new(store, Arc::clone(oracle), id);
         let config = Config::new(recorded, name).identity(id).timing(timing);
@@ -487,10 +478,7 @@ impl<S: Store> Recorded<S> {
 
     /// Runs `f` on the inner store and reports it before its answer goes back.
     fn call<T>(
-        &self,
-        op: OpKind,
-        f: impl FnOnce(&S) -> Result<T, StoreError>,
-        confirms: impl FnOnce(&T) -> bool,
+        &self, op: OpKind, f: impl FnOnce(&S) -> Result<T, StoreError>, confirms: impl FnOnce(&T) -> bool,
     ) -> Result<T, StoreError> {
         let sent = Instant::now();
         let result = f(&self.inner);
@@ -504,24 +492,13 @@ impl<S: Store> Recorded<S> {
 
 impl<S: Store> Store for Recorded<S> {
     fn acquire(
-        &self,
-        name: &str,
-        identity: &str,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         // The elector's identity (its instance tag included) is what it holds under.
         self.call(OpKind::Acquire, |s| s.acquire(name, identity, ttl, payload, timeout), |l| l.held_by(identity))
     }
     fn renew(
-        &self,
-        name: &str,
-        identity: &str,
-        fence: u64,
-        ttl: Duration,
-        payload: &[u8],
-        timeout: Duration,
+        &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         self.call(OpKind::Renew, |s| s.renew(name, identity, fence, ttl, payload, timeout), |l| l.held_by(identity))
     }
@@ -551,10 +528,7 @@ impl<S: Store> Skewed<S> {
 
     /// The calls answering a lease go through here: its times are moved.
     fn shifted(
-        &self,
-        _call: &str,
-        _timeout: Duration,
-        f: impl FnOnce() -> Result<Lease, StoreError>,
+        &self, _call: &str, _timeout: Duration, f: impl FnOnce() -> Result<Lease, StoreError>,
     ) -> Result<Lease, StoreError> {
         let result = f();
         let by = |t: DbTime| DbTime::from_unix_micros(t.as_unix_micros().saturating_add(self.offset_micros));
@@ -614,10 +588,7 @@ impl<S: Store> Switch<S> {
     /// Every call goes through here: to the inner store while on, failing
     /// as the cut says while off.
     fn gate<T>(
-        &self,
-        _call: &str,
-        timeout: Duration,
-        f: impl FnOnce() -> Result<T, StoreError>,
+        &self, _call: &str, timeout: Duration, f: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         match self.state.load(Ordering::SeqCst) {
             ON => f(),

@@ -31,9 +31,7 @@ pub fn threads() -> usize {
 /// Calls `f` on the frozen server: it must fail (retryably) no sooner than
 /// the operation timeout and within `within`.
 pub fn fails_in_time<T: std::fmt::Debug>(
-    what: &str,
-    within: Duration,
-    f: impl FnOnce() -> Result<T, StoreError>,
+    what: &str, within: Duration, f: impl FnOnce() -> Result<T, StoreError>,
 ) -> Duration {
     let start = Instant::now();
     let r = f();

@@ -42,9 +42,7 @@ pub fn threads() -> usize {
 /// `{prefix}_BYTES`, else drawn from the seed in `{prefix}_SEED`, else
 /// from seed 42, with its seed.
 pub fn replay_choice<V, S>(
-    prefix: &str,
-    variant: impl Fn(&str) -> Option<V>,
-    from_bytes: impl Fn(&[u8], V) -> S,
+    prefix: &str, variant: impl Fn(&str) -> Option<V>, from_bytes: impl Fn(&[u8], V) -> S,
     from_seed: impl Fn(u64, V) -> S,
 ) -> (Option<u64>, S) {
     let v = std::env::var(format!("{prefix}_VARIANT")).unwrap_or_else(|_| "normal".to_owned());
