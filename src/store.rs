@@ -335,108 +335,72 @@ pub(crate) fn renew_with_heartbeat<S: Store + ?Sized>(
 /// [`AnyStore`](crate::AnyStore), which picks its store at run time.
 macro_rules! forward_store {
     ([$($generics:tt)*] $ty:ty, $via:ident) => {
-        impl<$($generics)*> $crate::store::Store for $ty {
-            fn acquire(
-                &self,
-                name: &str,
-                identity: &str,
-                ttl: ::std::time::Duration,
-                payload: &[u8],
-                timeout: ::std::time::Duration,
-            ) -> Result<$crate::Lease, $crate::StoreError> {
-                $via!(self, s => s.acquire(name, identity, ttl, payload, timeout))
+        // In a block of its own so the names below are in scope wherever
+        // the macro is used.
+        const _: () = {
+            use ::std::time::Duration;
+            use $crate::{BatchItem, Heartbeat, Lease, Members, SlotClaim, Store, StoreError};
+            impl<$($generics)*> Store for $ty {
+                fn acquire(
+                    &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
+                ) -> Result<Lease, StoreError> {
+                    $via!(self, s => s.acquire(name, identity, ttl, payload, timeout))
+                }
+                fn renew(
+                    &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
+                ) -> Result<Lease, StoreError> {
+                    $via!(self, s => s.renew(name, identity, fence, ttl, payload, timeout))
+                }
+                fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+                    $via!(self, s => s.release(name, identity, fence, timeout))
+                }
+                fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+                    $via!(self, s => s.inspect(name, timeout))
+                }
+                fn claim_slot(
+                    &self, name: &str, identity: &str, fence: u64, slot: &str, retry_failed: bool, timeout: Duration,
+                ) -> Result<SlotClaim, StoreError> {
+                    $via!(self, s => s.claim_slot(name, identity, fence, slot, retry_failed, timeout))
+                }
+                fn finish_slot(
+                    &self, name: &str, fence: u64, slot: &str, outcome: i32, timeout: Duration,
+                ) -> Result<bool, StoreError> {
+                    $via!(self, s => s.finish_slot(name, fence, slot, outcome, timeout))
+                }
+                fn acquire_many(
+                    &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
+                ) -> Vec<Result<Lease, StoreError>> {
+                    $via!(self, s => s.acquire_many(identity, ttl, items, timeout))
+                }
+                fn renew_many(
+                    &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
+                ) -> Vec<Result<Lease, StoreError>> {
+                    $via!(self, s => s.renew_many(identity, ttl, items, timeout))
+                }
+                fn renew_many_with_heartbeat(
+                    &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>,
+                    timeout: Duration,
+                ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
+                    $via!(self, s => s.renew_many_with_heartbeat(identity, ttl, items, beat, timeout))
+                }
+                fn release_many(
+                    &self, identity: &str, items: &[BatchItem<'_>], timeout: Duration,
+                ) -> Vec<Result<(), StoreError>> {
+                    $via!(self, s => s.release_many(identity, items, timeout))
+                }
+                fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
+                    $via!(self, s => s.inspect_many(names, timeout))
+                }
+                fn heartbeat(
+                    &self, group: &str, member: &str, leading: u32, ttl: Duration, timeout: Duration,
+                ) -> Result<Members, StoreError> {
+                    $via!(self, s => s.heartbeat(group, member, leading, ttl, timeout))
+                }
+                fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
+                    $via!(self, s => s.leave_group(group, member, timeout))
+                }
             }
-            fn renew(
-                &self,
-                name: &str,
-                identity: &str,
-                fence: u64,
-                ttl: ::std::time::Duration,
-                payload: &[u8],
-                timeout: ::std::time::Duration,
-            ) -> Result<$crate::Lease, $crate::StoreError> {
-                $via!(self, s => s.renew(name, identity, fence, ttl, payload, timeout))
-            }
-            fn release(&self, name: &str, identity: &str, fence: u64, timeout: ::std::time::Duration) -> Result<(), $crate::StoreError> {
-                $via!(self, s => s.release(name, identity, fence, timeout))
-            }
-            fn inspect(&self, name: &str, timeout: ::std::time::Duration) -> Result<$crate::Lease, $crate::StoreError> {
-                $via!(self, s => s.inspect(name, timeout))
-            }
-            fn claim_slot(
-                &self,
-                name: &str,
-                identity: &str,
-                fence: u64,
-                slot: &str,
-                retry_failed: bool,
-                timeout: ::std::time::Duration,
-            ) -> Result<$crate::SlotClaim, $crate::StoreError> {
-                $via!(self, s => s.claim_slot(name, identity, fence, slot, retry_failed, timeout))
-            }
-            fn finish_slot(
-                &self,
-                name: &str,
-                fence: u64,
-                slot: &str,
-                outcome: i32,
-                timeout: ::std::time::Duration,
-            ) -> Result<bool, $crate::StoreError> {
-                $via!(self, s => s.finish_slot(name, fence, slot, outcome, timeout))
-            }
-            fn acquire_many(
-                &self,
-                identity: &str,
-                ttl: ::std::time::Duration,
-                items: &[$crate::BatchItem<'_>],
-                timeout: ::std::time::Duration,
-            ) -> Vec<Result<$crate::Lease, $crate::StoreError>> {
-                $via!(self, s => s.acquire_many(identity, ttl, items, timeout))
-            }
-            fn renew_many(
-                &self,
-                identity: &str,
-                ttl: ::std::time::Duration,
-                items: &[$crate::BatchItem<'_>],
-                timeout: ::std::time::Duration,
-            ) -> Vec<Result<$crate::Lease, $crate::StoreError>> {
-                $via!(self, s => s.renew_many(identity, ttl, items, timeout))
-            }
-            fn renew_many_with_heartbeat(
-                &self,
-                identity: &str,
-                ttl: ::std::time::Duration,
-                items: &[$crate::BatchItem<'_>],
-                beat: $crate::Heartbeat<'_>,
-                timeout: ::std::time::Duration,
-            ) -> (Vec<Result<$crate::Lease, $crate::StoreError>>, Result<$crate::Members, $crate::StoreError>) {
-                $via!(self, s => s.renew_many_with_heartbeat(identity, ttl, items, beat, timeout))
-            }
-            fn release_many(
-                &self,
-                identity: &str,
-                items: &[$crate::BatchItem<'_>],
-                timeout: ::std::time::Duration,
-            ) -> Vec<Result<(), $crate::StoreError>> {
-                $via!(self, s => s.release_many(identity, items, timeout))
-            }
-            fn inspect_many(&self, names: &[&str], timeout: ::std::time::Duration) -> Vec<Result<$crate::Lease, $crate::StoreError>> {
-                $via!(self, s => s.inspect_many(names, timeout))
-            }
-            fn heartbeat(
-                &self,
-                group: &str,
-                member: &str,
-                leading: u32,
-                ttl: ::std::time::Duration,
-                timeout: ::std::time::Duration,
-            ) -> Result<$crate::Members, $crate::StoreError> {
-                $via!(self, s => s.heartbeat(group, member, leading, ttl, timeout))
-            }
-            fn leave_group(&self, group: &str, member: &str, timeout: ::std::time::Duration) -> Result<(), $crate::StoreError> {
-                $via!(self, s => s.leave_group(group, member, timeout))
-            }
-        }
+        };
     };
 }
 #[cfg(any(feature = "postgres", feature = "mysql"))]
