@@ -912,6 +912,7 @@ impl Store for MySqlStore {
     ) -> Result<Lease, StoreError> {
         let deadline = deadline_after(timeout);
         let terms = self.terms_if_multi_primary("acquire", deadline)?;
+        let check = self.checks_commits();
         let body = sql::acquire(
             &self.quoted,
             name,
@@ -921,7 +922,7 @@ impl Store for MySqlStore {
             self.failover_rule,
             terms.as_deref(),
             self.max_clock_skew,
-            self.checks_commits(),
+            check,
         )?;
         let rows = self
             .run("acquire", &body, deadline)
@@ -929,7 +930,7 @@ impl Store for MySqlStore {
         let Some(mut rb) = sql::read_back("acquire", name, rows)? else {
             return Err(StoreError::retryable("mysql acquire: no row after the write; outcome unknown"));
         };
-        rb.committed |= !self.checks_commits();
+        rb.committed |= !check;
         // After the write, the row names this identity exactly when this
         // statement claimed or extended it (a holder's acquire always writes).
         if rb.lease.holder == identity {
