@@ -155,17 +155,27 @@ impl PostgresStore {
     pub(super) fn renew_batch(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
+        self.settle_renewals(identity, ttl, Answers::new(items, true), items, timeout, None)
+            .finish(|_| Err(StoreError::lease_lost()))
+    }
+
+    /// The renewals of [`Self::renew_batch`], with the heartbeat's
+    /// statement when `with` carries one; an item left without an answer
+    /// lost its lease.
+    fn settle_renewals(
+        &self, identity: &str, ttl: Duration, answers: Answers<Lease>, items: &[BatchItem<'_>], timeout: Duration,
+        with: Option<&mut WithBeat>,
+    ) -> Answers<Lease> {
         const OP: &str = "renew_many";
         self.settle_locked(
             OP,
-            Answers::new(items, true),
+            answers,
             items,
             timeout,
-            None,
+            with,
             |batch| sql::renew_many(&self.qualified, identity, ttl, batch),
             |item, row| row.get(1).map(|_| sql::renewed_at(OP, row, identity, item)),
         )
-        .finish(|_| Err(StoreError::lease_lost()))
     }
 
     /// [`Store::renew_many_with_heartbeat`](crate::Store::renew_many_with_heartbeat):
@@ -190,7 +200,6 @@ impl PostgresStore {
     pub(super) fn renew_batch_with_heartbeat(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, timeout: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-        const OP: &str = "renew_many";
         let start = Instant::now();
         let answers = Answers::new(items, true);
         let statement = self.members().and_then(|m| sql::heartbeat(&m, beat.group, identity, beat.leading, beat.ttl));
@@ -199,15 +208,7 @@ impl PostgresStore {
             _ => return crate::store::renew_with_heartbeat(self, identity, ttl, items, beat, timeout),
         };
         let mut with = WithBeat { statement, answer: None };
-        let answers = self.settle_locked(
-            OP,
-            answers,
-            items,
-            timeout,
-            Some(&mut with),
-            |batch| sql::renew_many(&self.qualified, identity, ttl, batch),
-            |item, row| row.get(1).map(|_| sql::renewed_at(OP, row, identity, item)),
-        );
+        let answers = self.settle_renewals(identity, ttl, answers, items, timeout, Some(&mut with));
         let failed = match with.answer {
             Some(Ok(members)) => return (answers.finish(|_| Err(StoreError::lease_lost())), members),
             Some(Err(e)) => e,
