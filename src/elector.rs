@@ -174,7 +174,8 @@ impl Elector {
             config.on_started_leading.is_some(),
             config.timing.lease_duration,
         );
-        let driver = Driver { machine, handoff };
+        let releases = config.store.releases().unwrap_or_else(crossbeam_channel::never);
+        let driver = Driver { machine, handoff, name: config.name.clone(), releases };
         threads.driver = Some(spawn("leaderelection-renewal", move || driver.run(cmd_rx))?);
         Ok(Elector { shared, cmd_tx, threads: Mutex::new(threads) })
     }
@@ -282,6 +283,11 @@ fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) 
 struct Driver {
     machine: Machine,
     handoff: Handoff<Threaded>,
+    /// The election's name, to pick its own out of `releases`.
+    name: String,
+    /// The store's feed of released elections ([`Store::releases`]), or
+    /// a channel that never delivers.
+    releases: Receiver<String>,
 }
 
 /// What the hand-off reaches outside itself: the clock, the store-call
@@ -348,6 +354,15 @@ impl Driver {
                         Err(_) => self.machine.shutdown(now),
                     }
                 }
+                recv(self.releases) -> released => match released {
+                    Ok(name) if name == self.name => {
+                        let now = self.now();
+                        self.machine.handle_wake(now);
+                    }
+                    Ok(_) => {}
+                    // The feed ended: learn of releases by polling alone.
+                    Err(_) => self.releases = crossbeam_channel::never(),
+                },
                 recv(timeout) -> _ => {
                     let now = self.now();
                     self.machine.handle_timeout(now);

@@ -270,6 +270,12 @@ pub struct MachineConfig {
     /// deadline at the reply instead of the request, which is unsafe.
     #[doc(hidden)]
     pub unsafe_anchor_at_reply: bool,
+    /// **Broken on purpose; for negative controls only.** A wake
+    /// ([`Machine::handle_wake`]) starts a term at once under the next
+    /// fence, as if the claim had been granted, instead of sending the
+    /// conditional claim: every woken follower then leads.
+    #[doc(hidden)]
+    pub unsafe_lead_on_wake: bool,
 }
 
 impl MachineConfig {
@@ -283,6 +289,7 @@ impl MachineConfig {
             poll_jitter: true,
             term_ids_from: 0,
             unsafe_anchor_at_reply: false,
+            unsafe_lead_on_wake: false,
         }
     }
 }
@@ -447,6 +454,10 @@ pub struct Machine {
     looking_lazily: bool,
     /// No acquire before this instant (after a resignation).
     campaign_not_before: LocalTime,
+    /// A wake ([`Machine::handle_wake`]) came while a look was in flight:
+    /// that look may have read the row before the release, so its answer
+    /// claims at once even if it shows the lease held.
+    woken: bool,
     next_call_id: u64,
     next_term_id: u64,
     observed: Option<Observed>,
@@ -479,6 +490,7 @@ impl Machine {
             eager_look_at: None,
             looking_lazily: false,
             campaign_not_before: LocalTime::ZERO,
+            woken: false,
             next_call_id: 0,
             next_term_id: first_term,
             observed: None,
@@ -747,6 +759,51 @@ impl Machine {
         self.step(now);
     }
 
+    /// Takes a hint that the lease may just have been released: the store
+    /// saw a release of this election ([`Store::releases`]). A follower
+    /// that may campaign claims now instead of at its next poll, with the
+    /// same conditional claim as ever, so the hint costs no safety: a hint
+    /// that is late, repeated or wrong costs at most one claim that finds
+    /// the lease held, and a lost one costs what the poll costs.
+    ///
+    /// Only a follower that has looked at the row since it started acts on
+    /// it (a machine looks before its first claim; see
+    /// [`Machine::on_inspect`]); a leader, a machine held back, withheld
+    /// from claiming or waiting out a resignation, and one stopping ignore
+    /// it. If a look is in flight, its answer claims at once. A claim in
+    /// flight takes no second one, so one release costs each follower at
+    /// most one claim.
+    pub fn handle_wake(&mut self, now: LocalTime) {
+        let follower = self.mode == Mode::Running && self.term.is_none() && self.observed.is_some();
+        if follower && self.pending_release.is_none() && self.may_campaign(now) {
+            match self.inflight.map(|c| c.op) {
+                Some(Op::Inspect) => self.woken = true,
+                Some(_) => {}
+                None if self.cfg.unsafe_lead_on_wake => self.lead_unasked(now),
+                None => {
+                    self.claim_at = Some(now);
+                    self.next_call_at = Some(now);
+                }
+            }
+        }
+        self.step(now);
+    }
+
+    /// The negative control of [`Machine::handle_wake`]: a term under the
+    /// next fence, as if a claim had been granted at `now`.
+    fn lead_unasked(&mut self, now: LocalTime) {
+        let fence = self.observed.as_ref().map_or(0, |o| o.fence).max(self.highest_fence) + 1;
+        let t = &self.cfg.timing;
+        let deadline = now + t.lease_duration.saturating_sub(t.safety_margin);
+        self.next_term_id += 1;
+        let term = Term { id: TermId(self.next_term_id), fence, deadline };
+        self.highest_fence = fence;
+        self.claimed = true;
+        self.term = Some(term);
+        self.next_call_at = Some(now + t.renew_interval);
+        self.outputs.push_back(Output::TermStarted { term: term.id, fence, deadline });
+    }
+
     /// Tells the machine whether guards of an ended term are still alive. While
     /// they are, it observes the lease but does not campaign, so two terms of
     /// this process never overlap in user code.
@@ -788,7 +845,10 @@ impl Machine {
                     self.next_call_at = Some(now);
                     return;
                 }
-                let claimable = lease.expired() || mine;
+                // A wake that came while this look travelled: the look may
+                // have read the row before the release.
+                let woken = std::mem::take(&mut self.woken) && !lease.holder.is_empty();
+                let claimable = lease.expired() || mine || woken;
                 if claimable && self.may_campaign(now) {
                     self.next_call_at = Some(now);
                     self.claim_at = Some(now);
@@ -798,6 +858,7 @@ impl Machine {
             }
             Err(e) if e.is_no_lease() => {
                 self.succeeded();
+                self.woken = false;
                 self.observed_expiry = None;
                 if self.mode != Mode::Running {
                     return;
@@ -918,6 +979,7 @@ impl Machine {
     }
 
     fn fail(&mut self, now: LocalTime, op: Op, e: ElectionError) {
+        self.woken = false;
         let fatal = e.is_fatal();
         self.outputs.push_back(Output::Failed(e.clone()));
         self.last_error = Some(e.clone());

@@ -1632,3 +1632,148 @@ fn after_a_crash_a_follower_claims_at_the_expiry_directly_if_it_saw_the_stall_an
     }
     assert!(direct > 100 && inspected_first > 100, "direct {direct}, inspect first {inspected_first}");
 }
+
+// ---- wakes: a follower told of a release claims at once ----
+
+/// `a` leads; `b` has looked at the row and waits for its next poll, seconds
+/// away. Both clocks stand at the same instant.
+fn leader_and_waiting_follower(store: &MemStore, b_cfg: impl FnOnce(&mut MachineConfig)) -> (Rig, Rig) {
+    let mut a = Rig::with("a", store.clone(), timing(), 1);
+    a.run_for(ms(100));
+    let mut cfg = MachineConfig::new("b", timing(), 2);
+    b_cfg(&mut cfg);
+    let mut b = Rig::with("b", store.clone(), timing(), 2);
+    b.m = Machine::new(cfg);
+    b.now = a.now;
+    b.run_for(ms(200));
+    a.now = b.now;
+    assert!(a.m.is_leader(a.now));
+    assert_eq!(b.calls(), [Op::Inspect], "b has looked once");
+    assert!(b.pending.is_empty());
+    assert!(b.m.poll_timeout().unwrap() >= b.now + ms(400), "b's next poll is not imminent");
+    (a, b)
+}
+
+/// `a` resigns and its release lands; `b`'s clock follows.
+fn resign_and_release(a: &mut Rig, b: &mut Rig) -> Term {
+    let term = a.m.term().unwrap();
+    a.m.resign(a.now, term.id);
+    a.collect();
+    assert_eq!(a.answer().op, Op::Release { fence: term.fence });
+    b.now = a.now;
+    term
+}
+
+fn claim() -> Op {
+    Op::Acquire { ttl: timing().lease_duration }
+}
+
+#[test]
+fn a_woken_follower_claims_at_once_after_a_release() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    let (mut a, mut b) = leader_and_waiting_follower(&store, |_| {});
+    let old = resign_and_release(&mut a, &mut b);
+    assert!(store.peek(NAME).unwrap().expired());
+    let poll_at = b.m.poll_timeout().unwrap();
+    assert!(poll_at > b.now, "without the wake, b waits for its poll");
+    b.m.handle_wake(b.now);
+    b.collect();
+    let sent = b.now;
+    assert_eq!(b.pending.iter().map(|c| c.op).collect::<Vec<_>>(), [claim()], "one claim, no look first");
+    b.answer();
+    let started = b.started();
+    assert_eq!(started.len(), 1, "{:?}", b.log);
+    assert!(started[0].0 > old.fence);
+    assert_eq!(started[0].1, sent + (timing().lease_duration - timing().safety_margin), "anchored at the claim's send");
+}
+
+#[test]
+fn a_wake_while_the_leader_lives_costs_one_claim_that_finds_it_held() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    let (a, mut b) = leader_and_waiting_follower(&store, |_| {});
+    let writes = store.stats().writes;
+    b.m.handle_wake(b.now);
+    b.collect();
+    // More hints while the claim travels take no second claim.
+    b.m.handle_wake(b.now);
+    b.m.handle_wake(b.now);
+    b.collect();
+    assert_eq!(b.pending.iter().map(|c| c.op).collect::<Vec<_>>(), [claim()]);
+    b.answer();
+    assert!(b.started().is_empty(), "b led while a's lease was live");
+    assert!(a.m.is_leader(b.now));
+    assert_eq!(store.stats().writes, writes, "the claim changed the row");
+    assert!(b.pending.is_empty());
+    assert!(b.m.poll_timeout().unwrap() > b.now + ms(400), "b went back to polling");
+    assert_eq!(b.calls(), [Op::Inspect, claim()]);
+}
+
+#[test]
+fn a_wake_during_a_look_claims_when_the_look_answers() {
+    for woken in [true, false] {
+        let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+        let (mut a, mut b) = leader_and_waiting_follower(&store, |_| {});
+        // b's next poll goes, and reads the row while a still holds it.
+        let at = b.m.poll_timeout().unwrap();
+        let d = at.saturating_since(b.now);
+        b.sleep(d);
+        b.tick();
+        let look = b.pending[0];
+        assert_eq!(look.op, Op::Inspect);
+        let stale = b.execute(look.op);
+        a.now = b.now;
+        resign_and_release(&mut a, &mut b);
+        if woken {
+            b.m.handle_wake(b.now);
+            b.collect();
+            assert_eq!(b.pending.len(), 1, "no second call beside the look");
+        }
+        b.reply(look, stale);
+        let next: Vec<Op> = b.pending.iter().map(|c| c.op).collect();
+        if woken {
+            assert_eq!(next, [claim()], "the look's answer is older than the wake");
+            b.answer();
+            assert_eq!(b.started().len(), 1);
+        } else {
+            assert!(next.is_empty(), "without a wake a live lease waits for the poll: {next:?}");
+        }
+    }
+}
+
+#[test]
+fn a_wake_is_ignored_by_a_leader_a_held_back_follower_and_one_that_has_not_looked() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    let (mut a, mut b) = leader_and_waiting_follower(&store, |_| {});
+    let calls = a.calls().len();
+    a.m.handle_wake(a.now);
+    a.collect();
+    assert_eq!(a.calls().len(), calls, "the leader sent a call");
+    b.m.set_hold_back(b.now, true);
+    b.collect();
+    b.m.handle_wake(b.now);
+    b.collect();
+    assert!(!b.calls().contains(&claim()), "a held-back follower claimed");
+    // A machine that has not looked yet takes its first look, not a claim.
+    let mut c = Rig::with("c", store.clone(), timing(), 3);
+    c.now = a.now;
+    c.m.handle_wake(c.now);
+    c.collect();
+    assert_eq!(c.calls(), [Op::Inspect]);
+    // A participant that resigned waits out its back-off, hint or not.
+    resign_and_release(&mut a, &mut b);
+    let calls = a.calls().len();
+    a.m.handle_wake(a.now);
+    a.collect();
+    assert_eq!(a.calls().len(), calls, "claimed within its back-off: {:?}", a.pending);
+}
+
+/// The negative control: a follower that leads on a wake without the
+/// conditional claim leads beside a live leader at the first stray hint.
+#[test]
+fn leading_on_a_wake_without_the_claim_is_caught_beside_a_live_leader() {
+    let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+    let (a, mut b) = leader_and_waiting_follower(&store, |c| c.unsafe_lead_on_wake = true);
+    b.m.handle_wake(b.now);
+    b.collect();
+    assert!(a.m.is_leader(b.now) && b.m.is_leader(b.now), "two leaders at one instant");
+}

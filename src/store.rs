@@ -15,7 +15,9 @@ use crate::slot::SlotClaim;
 /// instant it returns, including [`Lease::now`], from the database server.
 /// Implementations hold no session state (no advisory locks, no
 /// `LISTEN`/`NOTIFY`, no temporary tables, no `SET`, no named prepared
-/// statements), so they keep working behind a transaction-mode pooler.
+/// statements), so they keep working behind a transaction-mode pooler. The
+/// one exception is optional and outside the calls: [`Store::releases`],
+/// a feed of releases that a store may keep on a connection of its own.
 ///
 /// # Blocking
 ///
@@ -285,6 +287,27 @@ pub trait Store: Send + Sync {
         Err(StoreError::fatal("this store keeps no group members (it does not implement Store::heartbeat)"))
     }
 
+    /// A feed of the names of elections whose lease was just released in
+    /// this store's table, so that a waiting follower claims at once
+    /// instead of at its next poll ([`Machine::handle_wake`](crate::machine::Machine::handle_wake)).
+    /// Each call subscribes anew; dropping the receiver unsubscribes.
+    ///
+    /// The feed is a hint and nothing rests on it: a name may come late,
+    /// twice, or never (a connection lost, a full channel), and the claim it
+    /// prompts is the usual conditional [`Store::acquire`]. Followers keep
+    /// polling, so a lost hint costs what the poll costs. A store must send
+    /// names only for releases, never for renewals, so that a live leader
+    /// wakes nobody.
+    ///
+    /// The default, `None`, is a store that cannot tell; followers then
+    /// learn of a release at their next poll. [`MemStore`](crate::MemStore)
+    /// feeds its own releases; [`PostgresStore`](crate::PostgresStore)
+    /// listens on a connection of its own (see its documentation for
+    /// poolers).
+    fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
+        None
+    }
+
     /// Removes `member` from `group`, so the others count it out at once
     /// rather than when its heartbeat expires, for good: a heartbeat of
     /// `member` that reaches the store after the leave (sent before it,
@@ -398,6 +421,9 @@ macro_rules! forward_store {
                 }
                 fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
                     $via!(self, s => s.leave_group(group, member, timeout))
+                }
+                fn releases(&self) -> Option<::crossbeam_channel::Receiver<String>> {
+                    $via!(self, s => s.releases())
                 }
             }
         };

@@ -808,6 +808,18 @@ impl GroupMachine {
         r
     }
 
+    /// Wakes the machines of `keys`: elections the store saw released
+    /// ([`Machine::handle_wake`]). Those that may claim send their claims
+    /// together, in one batch, within the share as ever.
+    pub fn handle_wakes(&mut self, now: LocalTime, keys: &[ElectionKey]) {
+        self.now = self.now.max(now);
+        let now = self.now;
+        for &key in keys {
+            self.touch(key, |m| m.handle_wake(now));
+        }
+        self.flush();
+    }
+
     /// Fires what is due: every machine whose next call is due before the
     /// next grid instant (see the module docs), the heartbeat, the fair
     /// share's shedding, and the end of a shutdown.

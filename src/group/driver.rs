@@ -166,6 +166,7 @@ pub(crate) fn start(config: GroupConfig) -> Result<(Arc<GroupShared>, Threads), 
         shared: Arc::clone(&shared),
         release_result: Ok(()),
         not_started: std::collections::VecDeque::new(),
+        releases: template.store.releases().unwrap_or_else(crossbeam_channel::never),
         #[cfg(feature = "metrics")]
         metrics: crate::metrics::GroupMetrics::new(&template.name),
     };
@@ -309,6 +310,10 @@ fn job_now() -> crate::DbTime {
     crate::DbTime::from_unix_micros(0)
 }
 
+/// The most released names a group takes from the store's feed at once
+/// (their claims go in one batch).
+const RELEASES_AT_ONCE: usize = 4096;
+
 struct Driver {
     core: GroupMachine,
     elections: HashMap<ElectionKey, Handoff<Reach>>,
@@ -325,6 +330,9 @@ struct Driver {
     /// Calls no worker could take, to be failed as answers are: one at a
     /// time, after the events before them have been carried out.
     not_started: std::collections::VecDeque<(GroupCall, StoreError)>,
+    /// The store's feed of released elections ([`Store::releases`]), or
+    /// a channel that never delivers.
+    releases: Receiver<String>,
     #[cfg(feature = "metrics")]
     metrics: crate::metrics::GroupMetrics,
 }
@@ -366,6 +374,11 @@ impl Driver {
                         self.core.shutdown(now, true);
                     }
                 },
+                recv(self.releases) -> released => match released {
+                    Ok(name) => self.released(name),
+                    // The feed ended: learn of releases by polling alone.
+                    Err(_) => self.releases = crossbeam_channel::never(),
+                },
                 recv(timeout) -> _ => {
                     let now = self.now();
                     self.core.handle_timeout(now);
@@ -373,6 +386,18 @@ impl Driver {
             }
         }
         self.finish()
+    }
+
+    /// Wakes the elections the store saw released: `first` and every name
+    /// already waiting behind it, so their claims go in one batch.
+    fn released(&mut self, first: String) {
+        let waiting: Vec<String> = self.releases.try_iter().take(RELEASES_AT_ONCE).collect();
+        let keys: Vec<ElectionKey> =
+            std::iter::once(first).chain(waiting).filter_map(|n| self.names.get(n.as_str()).copied()).collect();
+        if !keys.is_empty() {
+            let now = self.now();
+            self.core.handle_wakes(now, &keys);
+        }
     }
 
     /// Carries out what the core produced: each election's outputs through
