@@ -388,11 +388,16 @@ impl OwnTable {
 
 impl Drop for OwnTable {
     fn drop(&mut self) {
-        let r = Db::connect(&self.url)
-            .and_then(|mut db| db.exec(&format!("DROP TABLE IF EXISTS {0}, {0}_slots, {0}_members", self.name)));
-        if let Err(e) = r {
-            eprintln!("bench: could not drop table {}: {e}", self.name);
-        }
+        let sql = format!("DROP TABLE IF EXISTS {0}, {0}_slots, {0}_members", self.name);
+        drop_quietly(&self.url, &sql, &format!("table {}", self.name));
+    }
+}
+
+/// Runs `sql`, a `DROP` of `what`, on `url` from a `Drop` impl: a failure
+/// is printed, not raised (the run's result is already decided).
+pub fn drop_quietly(url: &str, sql: &str, what: &str) {
+    if let Err(e) = Db::connect(url).and_then(|mut db| db.exec(sql)) {
+        eprintln!("bench: could not drop {what}: {e}");
     }
 }
 

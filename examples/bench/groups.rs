@@ -44,7 +44,7 @@ use leaderelection::{Config, Group, GroupConfig, Lease, Members, Store, StoreErr
 use parking_lot::Mutex;
 
 use crate::clock::mono_ns;
-use crate::common::{ms, pct, poll, proc_status, random_tag, violation, Db, OwnTable, Table, Verdict};
+use crate::common::{drop_quietly, ms, pct, poll, proc_status, random_tag, violation, Db, OwnTable, Table, Verdict};
 use crate::cost::Kind;
 use crate::forward::forward_calls;
 
@@ -564,11 +564,8 @@ impl OwnDatabase {
 
 impl Drop for OwnDatabase {
     fn drop(&mut self) {
-        let r = Db::connect(&self.admin)
-            .and_then(|mut db| db.exec(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name)));
-        if let Err(e) = r {
-            eprintln!("bench: could not drop database {}: {e}", self.name);
-        }
+        let sql = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name);
+        drop_quietly(&self.admin, &sql, &format!("database {}", self.name));
     }
 }
 

@@ -77,6 +77,9 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
     let t = Instant::now();
     let step = |what: &str| eprintln!("bench: [{:6.1} s] {what}", t.elapsed().as_secs_f64());
     let (pg, bouncer, my) = (env("LE_PG_DSN")?, env("LE_PGBOUNCER_DSN")?, env("LE_MYSQL_URL")?);
+    // The rows that measure every path to a database run on these three.
+    let every_path =
+        [("PostgreSQL", Kind::Postgres, &pg), ("PgBouncer", Kind::Postgres, &bouncer), ("MariaDB", Kind::MariaDb, &my)];
     if want(1) {
         step("row 1: is_valid / is_leader / Instant::now");
         micro::run(a.quick, table)?;
@@ -85,11 +88,7 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
         // 10 elections at once; per path 4 rounds (40 crashes, 120 hand-overs),
         // 2 rounds and 1 hand-over per trial when quick.
         let (rounds, handovers) = if a.quick { (2, 1) } else { (4, 3) };
-        for (label, kind, url) in [
-            ("PostgreSQL", Kind::Postgres, &pg),
-            ("PgBouncer", Kind::Postgres, &bouncer),
-            ("MariaDB", Kind::MariaDb, &my),
-        ] {
+        for (label, kind, url) in every_path {
             step(&format!("rows 2-3: takeover, failover, hand-over on {label}"));
             let own = common::OwnTable::new(url, "takeover");
             let make = || kind.store(url, &own.name);
@@ -116,11 +115,7 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
         }
     }
     if want(7) {
-        for (label, kind, url) in [
-            ("PostgreSQL", Kind::Postgres, &pg),
-            ("PgBouncer", Kind::Postgres, &bouncer),
-            ("MariaDB", Kind::MariaDb, &my),
-        ] {
+        for (label, kind, url) in every_path {
             step(&format!("row 7: lease-checked transactions on {label}"));
             let own = common::OwnTable::new(url, "check");
             let checker = match kind {

@@ -1690,41 +1690,14 @@ impl GroupExploration {
     }
 
     fn merge(&mut self, o: GroupExploration) {
-        self.schedules += o.schedules;
-        self.fair_schedules += o.fair_schedules;
-        self.events += o.events;
-        self.elections_driven += o.elections_driven;
-        self.terms += o.terms;
-        self.handovers += o.handovers;
-        self.batches += o.batches;
-        self.batch_entries += o.batch_entries;
-        self.max_batch_entries = self.max_batch_entries.max(o.max_batch_entries);
-        self.max_renew_entries = self.max_renew_entries.max(o.max_renew_entries);
-        self.beats_with_renewals += o.beats_with_renewals;
-        self.lost += o.lost;
-        self.queued_calls += o.queued_calls;
-        self.refused_calls += o.refused_calls;
-        self.late_replies += o.late_replies;
-        self.kills += o.kills;
-        self.permanent_kills += o.permanent_kills;
-        self.shutdowns += o.shutdowns;
-        self.late_joins += o.late_joins;
-        self.leaves += o.leaves;
-        self.rejoins += o.rejoins;
-        self.landed_late += o.landed_late;
-        self.resigns += o.resigns;
-        self.shed += o.shed;
-        self.replayed += o.replayed;
-        self.replays_taken += o.replays_taken;
-        self.schedules_shedding += o.schedules_shedding;
-        if crate::ratio(o.worst_recovery) > crate::ratio(self.worst_recovery) {
-            self.worst_recovery = o.worst_recovery;
-        }
-        if crate::ratio(o.worst_fairness) > crate::ratio(self.worst_fairness) {
-            self.worst_fairness = o.worst_fairness;
-        }
-        self.total_virtual += o.total_virtual;
-        self.failures.extend(o.failures);
+        merge_totals!(self, o: GroupExploration {
+            sum: schedules, fair_schedules, events, elections_driven, terms, handovers, batches, batch_entries,
+                beats_with_renewals, lost, queued_calls, refused_calls, late_replies, kills, permanent_kills,
+                shutdowns, late_joins, leaves, landed_late, rejoins, resigns, shed, replayed, replays_taken,
+                schedules_shedding, total_virtual;
+            max: max_batch_entries, max_renew_entries;
+            worst: worst_recovery, worst_fairness,
+        });
     }
 
     /// One line for the test log.

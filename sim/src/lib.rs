@@ -253,6 +253,24 @@
 //! assert!(report.terms >= schedule.elections as u64);
 //! ```
 
+/// The body of an exploration's `merge`: `$o`, a `$ty`, taken apart whole
+/// (a field added to the struct and not named here fails to compile); its
+/// fields under `sum` added to `$self`'s, the larger kept of those under
+/// `max`, of those under `worst` (a duration and its bound) the one that
+/// used more of its bound, and its failures appended. Its `elapsed` is
+/// left: zero in one run's totals, the exploration times the whole.
+macro_rules! merge_totals {
+    ($self:ident, $o:ident: $ty:ident { sum: $($s:ident),+; max: $($m:ident),+; worst: $($w:ident),+ $(,)? }) => {
+        let $ty { $($s,)+ $($m,)+ $($w,)+ failures, elapsed: _ } = $o;
+        $($self.$s += $s;)+
+        $($self.$m = $self.$m.max($m);)+
+        $(if crate::ratio($w) > crate::ratio($self.$w) {
+            $self.$w = $w;
+        })+
+        $self.failures.extend(failures);
+    };
+}
+
 pub mod checks;
 mod events;
 mod fleet;
@@ -402,29 +420,13 @@ impl Exploration {
     }
 
     fn merge(&mut self, o: Exploration) {
-        self.schedules += o.schedules;
-        self.events += o.events;
-        self.terms += o.terms;
-        self.lost += o.lost;
-        self.late_replies += o.late_replies;
-        self.max_hosts = self.max_hosts.max(o.max_hosts);
-        self.max_processes = self.max_processes.max(o.max_processes);
-        self.longest_virtual = self.longest_virtual.max(o.longest_virtual);
-        self.total_virtual += o.total_virtual;
-        if ratio(o.worst_recovery) > ratio(self.worst_recovery) {
-            self.worst_recovery = o.worst_recovery;
-        }
-        self.deletes += o.deletes;
-        self.restores += o.restores;
-        self.clears += o.clears;
-        self.operator_faults_under_leader += o.operator_faults_under_leader;
-        self.operator_faults_deferred += o.operator_faults_deferred;
-        self.operator_schedules += o.operator_schedules;
-        self.failovers += o.failovers;
-        self.failovers_lost_writes += o.failovers_lost_writes;
-        self.operator_overlaps += o.operator_overlaps;
-        self.longest_operator_overlap = self.longest_operator_overlap.max(o.longest_operator_overlap);
-        self.failures.extend(o.failures);
+        merge_totals!(self, o: Exploration {
+            sum: schedules, events, terms, lost, late_replies, total_virtual, deletes, restores, clears,
+                operator_faults_under_leader, operator_faults_deferred, operator_schedules, failovers,
+                failovers_lost_writes, operator_overlaps;
+            max: max_hosts, max_processes, longest_virtual, longest_operator_overlap;
+            worst: worst_recovery,
+        });
     }
 
     /// One line for the test log.

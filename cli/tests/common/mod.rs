@@ -403,6 +403,25 @@ pub fn disjoint_spans(file: &Path) -> Vec<(u128, u128, String)> {
     spans
 }
 
+/// A span's fence: its start's `rest` is `identity fence`.
+fn span_fence(span: &(u128, u128, String)) -> u64 {
+    span.2.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Stops two looping tools with SIGTERM, then checks what the scenario
+/// waited for (`ok`; else fails with `what`, the log and both tools'
+/// stderr) and their exits: the leader's child traps TERM and exits 0; the
+/// tool waiting to lead exits 128 + SIGTERM.
+fn stop_both(a: &mut Tool, b: &mut Tool, file: &Path, ok: bool, what: &str) {
+    a.signal(libc::SIGTERM);
+    b.signal(libc::SIGTERM);
+    let (ca, cb) = (a.code(Duration::from_secs(5)), b.code(Duration::from_secs(5)));
+    assert!(ok, "{what}: {:?}\n{}\n{}", events(file), a.stderr(), b.stderr());
+    for code in [ca, cb] {
+        assert!(code == 0 || code == 143, "exit {code}: {}\n{}", a.stderr(), b.stderr());
+    }
+}
+
 /// Two looping tools, each child working ~1 s: no two children's
 /// [start, end] overlap, and both got to run.
 pub fn contention(db: &Db) {
@@ -418,18 +437,10 @@ pub fn contention(db: &Db) {
         let who = |id: &str| ev.iter().any(|e| e.kind == "start" && e.rest.starts_with(id));
         ends >= 5 && who("a#") && who("b#")
     });
-    a.signal(libc::SIGTERM);
-    b.signal(libc::SIGTERM);
-    let (ca, cb) = (a.code(Duration::from_secs(5)), b.code(Duration::from_secs(5)));
-    assert!(done, "not 5 rounds with both tools within 30 s: {:?}\n{}\n{}", events(&file), a.stderr(), b.stderr());
-    // The leader's child traps TERM and exits 0; the tool waiting to lead
-    // exits 128 + SIGTERM.
-    for code in [ca, cb] {
-        assert!(code == 0 || code == 143, "exit {code}: {}\n{}", a.stderr(), b.stderr());
-    }
+    stop_both(&mut a, &mut b, &file, done, "not 5 rounds with both tools within 30 s");
     let spans = disjoint_spans(&file);
     let gaps: Vec<f64> = spans.windows(2).map(|w| secs(w[1].0 - w[0].1)).collect();
-    let fences: Vec<u64> = spans.iter().map(|s| s.2.split(' ').nth(1).unwrap().parse().unwrap()).collect();
+    let fences: Vec<u64> = spans.iter().map(span_fence).collect();
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences increase: {fences:?}");
     println!("cli {} contention: {} children, none overlapping, gaps between them {gaps:.3?} s", db.label, spans.len());
 }
@@ -457,7 +468,7 @@ pub fn one_identity(db: &Db) {
     let ids: Vec<&str> = spans.iter().map(|s| s.2.split(' ').next().unwrap()).collect();
     assert_ne!(ids[0], ids[1], "two runs shared one identity: {spans:?}");
     assert!(ids.iter().all(|id| leaderelection::base_identity(id) == "web"), "{ids:?}");
-    let fences: Vec<u64> = spans.iter().map(|s| s.2.split(' ').nth(1).unwrap().parse().unwrap()).collect();
+    let fences: Vec<u64> = spans.iter().map(span_fence).collect();
     assert!(fences[0] < fences[1], "{fences:?}");
     println!(
         "cli {} one identity: {ids:?} ran one after the other, {:.3} s apart",
@@ -817,16 +828,9 @@ pub fn loop_after_loss(db: &Db) {
     assert!(a.child.try_wait().unwrap().is_none(), "a exited instead of campaigning again: {}", a.stderr());
     let a_starts = || events(&file).into_iter().filter(|e| e.kind == "start" && e.rest.starts_with("a#")).count();
     let again = wait_for(Duration::from_secs(25), || a_starts() >= 2);
-    a.signal(libc::SIGTERM);
-    b.signal(libc::SIGTERM);
-    let (ca, cb) = (a.code(Duration::from_secs(5)), b.code(Duration::from_secs(5)));
-    assert!(again, "a never led again: {:?}\n{}\n{}", events(&file), a.stderr(), b.stderr());
-    for code in [ca, cb] {
-        assert!(code == 0 || code == 143, "exit {code}: {}\n{}", a.stderr(), b.stderr());
-    }
+    stop_both(&mut a, &mut b, &file, again, "a never led again");
     let spans = disjoint_spans(&file);
-    let fence = |s: &(u128, u128, String)| -> u64 { s.2.split(' ').nth(1).unwrap().parse().unwrap() };
-    let a_fences: Vec<u64> = spans.iter().filter(|s| s.2.starts_with("a#")).map(fence).collect();
+    let a_fences: Vec<u64> = spans.iter().filter(|s| s.2.starts_with("a#")).map(span_fence).collect();
     assert!(a_fences[1] > a_fences[0], "a's second term has a higher fence: {a_fences:?}");
     let b_runs = spans.iter().filter(|s| s.2.starts_with("b#")).count();
     assert!(b_runs >= 1, "b ran while a was cut off: {spans:?}");
