@@ -38,6 +38,7 @@ type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + S
 ///
 /// Its `Debug` shows host, port, database, user and TLS mode, never the
 /// password.
+#[derive(Clone)]
 pub struct PgManager {
     config: Config,
     tls: Option<native_tls::TlsConnector>,
@@ -115,6 +116,16 @@ impl PgManager {
     /// Whether connections use TLS.
     pub fn uses_tls(&self) -> bool {
         self.tls.is_some()
+    }
+
+    /// The parsed connection settings.
+    pub(super) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The TLS connector, when the connections use TLS.
+    pub(super) fn tls(&self) -> Option<&native_tls::TlsConnector> {
+        self.tls.as_ref()
     }
 
     pub(crate) fn connect_log(&self) -> Arc<ConnectLog> {

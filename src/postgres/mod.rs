@@ -158,6 +158,7 @@
 mod batch;
 mod check;
 mod conn;
+mod listen;
 mod sql;
 mod tls;
 
@@ -243,6 +244,13 @@ pub struct PostgresStore {
     /// Rows are stamped with the timeline alone, as before issue 34; on
     /// only in the negative controls of the cutover and restore tests.
     timeline_only_history: bool,
+    /// The channel releases notify (`listen::channel` of the table).
+    channel: String,
+    /// The feed of releases ([`Store::releases`]); `None` when turned off.
+    feed: Option<Arc<listen::Feed>>,
+    /// What the feed connects with: the manager this store built its pool
+    /// with (`None` for a pool built elsewhere, which has no feed).
+    feed_manager: Option<Arc<PgManager>>,
 }
 
 /// Settings for a [`PostgresStore`], from [`PostgresStore::builder`].
@@ -254,6 +262,7 @@ pub struct PostgresBuilder {
     connect_timeout: Option<Duration>,
     ca_file: Option<PathBuf>,
     ddl_timeout: Duration,
+    release_feed: bool,
 }
 
 impl fmt::Debug for PostgresBuilder {
@@ -310,6 +319,13 @@ impl PostgresBuilder {
         self
     }
 
+    /// Whether the store keeps a feed of releases
+    /// ([`PostgresStore::release_feed`]); on by default.
+    pub fn release_feed(mut self, on: bool) -> PostgresBuilder {
+        self.release_feed = on;
+        self
+    }
+
     /// Builds the store. Opens no connection.
     ///
     /// # Errors
@@ -319,6 +335,7 @@ impl PostgresBuilder {
     /// DSN, so it cannot leak a password.
     pub fn build(self) -> Result<PostgresStore, StoreError> {
         let manager = PgManager::from_dsn(&self.dsn, self.connect_timeout, self.ca_file.as_deref())?;
+        let feed_manager = Arc::new(manager.clone());
         let timeout = manager.connect_timeout();
         let log = manager.connect_log();
         let server = format!("{manager:?}");
@@ -347,7 +364,8 @@ impl PostgresBuilder {
         // call stops waiting, so the call can say why.
         store.connect_wait = timeout + CONNECT_SLACK;
         store.server = Some(server);
-        Ok(store)
+        store.feed_manager = Some(feed_manager);
+        Ok(store.release_feed(self.release_feed))
     }
 }
 
@@ -379,6 +397,7 @@ impl PostgresStore {
             connect_timeout: None,
             ca_file: None,
             ddl_timeout: DEFAULT_DDL_TIMEOUT,
+            release_feed: true,
         }
     }
 
@@ -422,7 +441,6 @@ impl PostgresStore {
             pool,
             schema: schema.to_owned(),
             table: table.to_owned(),
-            qualified,
             ddl_timeout,
             connect_log: None,
             server: None,
@@ -430,6 +448,10 @@ impl PostgresStore {
             failover_rule: true,
             overrides_read_only: false,
             timeline_only_history: false,
+            channel: listen::channel(&qualified),
+            feed: None,
+            feed_manager: None,
+            qualified,
         })
     }
 
@@ -497,6 +519,33 @@ impl PostgresStore {
     #[doc(hidden)]
     pub fn __timeline_only_history(mut self) -> PostgresStore {
         self.timeline_only_history = true;
+        self
+    }
+
+    /// Turns the feed of releases ([`Store::releases`]) on or off; it is
+    /// on for a new store. With it, a follower waiting for a lease learns
+    /// of its release within a round trip and claims then, instead of at
+    /// its next poll.
+    ///
+    /// Every release notifies, with `pg_notify` in its own statement, a
+    /// channel named after the table (`leaderelection_` and a hash); that
+    /// works through any pooler. The feed itself is one connection of its
+    /// own per store, opened at the first subscription (an `Elector` or a
+    /// `Group` starting) on a thread of its own, which `LISTEN`s there;
+    /// one store shared by all of a process's elections is one connection.
+    /// It reconnects after a failure, and followers keep polling meanwhile.
+    /// A store over a pool built elsewhere ([`PostgresStore::from_pool`])
+    /// has no manager of its own to connect with, and no feed.
+    ///
+    /// **Poolers.** `LISTEN` needs a session of its own, which a pooler in
+    /// transaction mode (PgBouncer's `pool_mode = transaction`) does not
+    /// give. The feed proves each new connection first: it sends itself a
+    /// notification through the store's pool and must receive it. Behind
+    /// such a pooler it does not, and after three tries the feed ends
+    /// (logged at `info`) and followers poll, as without it. Turn it off to
+    /// skip those tries, or point a store at the database directly.
+    pub fn release_feed(mut self, on: bool) -> PostgresStore {
+        self.feed = (on && self.feed_manager.is_some()).then(|| Arc::new(listen::Feed::new(&self.qualified)));
         self
     }
 
@@ -926,7 +975,7 @@ impl Store for PostgresStore {
     }
 
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        let body = sql::release(&self.qualified, name, identity, fence)?;
+        let body = sql::release(&self.qualified, &self.channel, name, identity, fence)?;
         self.run("release", &body, deadline_after(timeout), sql::Pin::Write).map(|_| ())
     }
 
@@ -1006,6 +1055,10 @@ impl Store for PostgresStore {
         &self, group: &str, member: &str, leading: u32, ttl: Duration, timeout: Duration,
     ) -> Result<Members, StoreError> {
         self.beat(group, member, leading, ttl, timeout)
+    }
+
+    fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
+        self.feed.as_ref()?.subscribe(self.feed_manager.as_ref()?, &self.pool)
     }
 
     fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {

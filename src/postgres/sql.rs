@@ -534,12 +534,17 @@ pub(crate) fn renew(
 /// across a failover is left alone: the writes the replica lacks may hold
 /// a newer term's claim, and ending the lease would let a claim in at
 /// once (see [`acquire`]).
-pub(crate) fn release(table: &str, name: &str, identity: &str, fence: u64) -> Result<String, StoreError> {
+/// Releases the term; a row it released also notifies `channel` with the
+/// election's name (see `listen`), sent by the server once the release
+/// commits, and never by a release that changed nothing.
+pub(crate) fn release(
+    table: &str, channel: &str, name: &str, identity: &str, fence: u64,
+) -> Result<String, StoreError> {
     let (n, i) = (literal("election name", name)?, literal("identity", identity)?);
     Ok(format!(
         "UPDATE {table} SET expires_at = now(), renewed_at = GREATEST(renewed_at, now()) \
          WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now() \
-         AND (history IS NULL OR history = {HISTORY})"
+         AND (history IS NULL OR history = {HISTORY}) RETURNING pg_notify('{channel}', name)"
     ))
 }
 
@@ -775,7 +780,12 @@ pub(crate) fn renewed_at(
 /// with the single release's guard and writes. Answer rows `k`: the items
 /// whose row was locked by another transaction (retryable, not released).
 /// Releasing what one does not hold is not an error.
-pub(crate) fn release_many(table: &str, identity: &str, items: &[BatchItem<'_>]) -> Result<String, StoreError> {
+/// [`release`] of every item, each released row notifying `channel` as
+/// there (a data-modifying `WITH` runs to the end, `RETURNING` included,
+/// though nothing reads it).
+pub(crate) fn release_many(
+    table: &str, channel: &str, identity: &str, items: &[BatchItem<'_>],
+) -> Result<String, StoreError> {
     let (i, h) = (literal("identity", identity)?, history_once());
     let v = unnest(items, true, false)?;
     Ok(format!(
@@ -784,7 +794,7 @@ pub(crate) fn release_many(table: &str, identity: &str, items: &[BatchItem<'_>])
          ), up AS (\
            UPDATE {table} AS t SET expires_at = now(), renewed_at = GREATEST(t.renewed_at, now()) \
            FROM l WHERE l.name = t.name AND l.f = t.fence AND t.holder = {i} AND t.expires_at > now() \
-           AND (t.history IS NULL OR t.history = {h})\
+           AND (t.history IS NULL OR t.history = {h}) RETURNING pg_notify('{channel}', t.name)\
          ) \
          SELECT v.k::text FROM v WHERE NOT EXISTS (SELECT 1 FROM l WHERE l.k = v.k) \
          AND EXISTS (SELECT 1 FROM {table} x WHERE x.name = v.n)"
