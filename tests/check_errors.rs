@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use leaderelection::postgres::PostgresStore;
 use leaderelection::testing::{follower_guard, TestTerm};
-use leaderelection::{Config, Elector, ErrorKind, LeaseCheck, MySqlStore, Timing};
+use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, LeaseCheck, MySqlStore, StoreError, Timing};
 use mysql::prelude::Queryable;
 use mysql::TxOpts;
 use mysql_support::{admin, url, SHARED};
@@ -36,6 +36,18 @@ fn my() -> MySqlStore {
     s
 }
 
+/// `check` (a store's `check_lease` in a transaction of the test's) refuses
+/// the guard of `term`, live, and an ended test term's guard, each with a
+/// fatal error; the first names the store (`prefix`) and why.
+fn refuses_test_terms(prefix: &str, term: &TestTerm, mut check: impl FnMut(&LeaderGuard) -> Result<(), StoreError>) {
+    let e = check(&term.guard()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Fatal, "{e}");
+    assert!(e.message().starts_with(prefix), "{e}");
+    assert!(e.message().contains("a test term has no store"), "{e}");
+    let e = check(&follower_guard()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Fatal, "an ended test term's guard: {e}");
+}
+
 /// A guard from `leaderelection::testing`, live or ended, has no election
 /// behind it: the check is a fatal error naming the store, not a lost
 /// lease (the code under test would take that for losing leadership), and
@@ -46,24 +58,14 @@ fn a_test_terms_guard_is_refused_without_a_statement() {
     let (s, m) = (pg(), my());
     let mut c = client(DIRECT);
     let mut tx = c.transaction().unwrap();
-    let e = s.check_lease(&mut tx, &term.guard()).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Fatal, "{e}");
-    assert!(e.message().starts_with("postgres check_lease: "), "{e}");
-    assert!(e.message().contains("a test term has no store"), "{e}");
-    let e = s.check_lease(&mut tx, &follower_guard()).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Fatal, "an ended test term's guard: {e}");
+    refuses_test_terms("postgres check_lease: ", &term, |g| s.check_lease(&mut tx, g));
     // Nothing reached the server: the transaction is still usable.
     tx.batch_execute("SELECT 1").expect("the transaction is not aborted");
     drop(tx);
 
     let mut a = admin(SHARED);
     let mut tx = a.start_transaction(TxOpts::default()).unwrap();
-    let e = m.check_lease(&mut tx, &term.guard()).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Fatal, "{e}");
-    assert!(e.message().starts_with("mysql check_lease: "), "{e}");
-    assert!(e.message().contains("a test term has no store"), "{e}");
-    let e = m.check_lease(&mut tx, &follower_guard()).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Fatal, "an ended test term's guard: {e}");
+    refuses_test_terms("mysql check_lease: ", &term, |g| m.check_lease(&mut tx, g));
 }
 
 /// A check in a PostgreSQL transaction that an earlier statement of the

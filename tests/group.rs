@@ -27,6 +27,15 @@ fn join_all(g: &Group, names: &[String]) -> Vec<Election> {
     names.iter().map(|n| g.join(n).expect("join")).collect()
 }
 
+/// A fresh store with participant "a" alone on it, joined to `n`
+/// elections: the store, the group and its handles.
+fn alone(n: usize) -> (MemStore, Group, Vec<Election>) {
+    let store = MemStore::new();
+    let group = Group::start(config(&store, "a")).unwrap();
+    let shards = join_all(&group, &names(n));
+    (store, group, shards)
+}
+
 fn lead(e: &Election) -> LeaderGuard {
     e.wait_leader_timeout(Duration::from_secs(5)).unwrap_or_else(|err| panic!("{} never led: {err}", e.name()))
 }
@@ -45,10 +54,7 @@ fn never_two(fleets: &[&[Election]], d: Duration) {
 
 #[test]
 fn one_participant_leads_every_election_with_the_electors_api() {
-    let store = MemStore::new();
-    let group = Group::start(config(&store, "a")).unwrap();
-    let all = names(40);
-    let shards = join_all(&group, &all);
+    let (store, group, shards) = alone(40);
     for e in &shards {
         let guard = lead(e);
         assert!(guard.is_valid() && e.is_leader());
@@ -68,8 +74,8 @@ fn one_participant_leads_every_election_with_the_electors_api() {
     assert!(st.identity.starts_with("a#"));
     assert!(st.call_threads <= leaderelection::MAX_GROUP_CALL_THREADS);
     group.shutdown().unwrap();
-    for n in &all {
-        assert!(store.peek(n).unwrap().expired(), "{n} was not released at shutdown");
+    for e in &shards {
+        assert!(store.peek(e.name()).unwrap().expired(), "{} was not released at shutdown", e.name());
     }
     assert!(shards.iter().all(|e| !e.is_leader()));
     assert_eq!(shards[0].wait_leader_timeout(ms(10)).unwrap_err(), WaitLeaderError::Stopped);
@@ -80,9 +86,7 @@ fn one_participant_leads_every_election_with_the_electors_api() {
 // elections: the store sees about one renewal batch per interval.
 #[test]
 fn a_hundred_terms_are_renewed_by_about_one_call_per_interval() {
-    let store = MemStore::new();
-    let group = Group::start(config(&store, "a")).unwrap();
-    let shards = join_all(&group, &names(100));
+    let (store, _group, shards) = alone(100);
     assert!(eventually(Duration::from_secs(5), || shards.iter().all(|e| e.is_leader())));
     let before = store.stats();
     let watch = ms(3_000);
@@ -160,9 +164,7 @@ fn joining_and_leaving_at_run_time() {
 
 #[test]
 fn a_hung_store_ends_every_term_at_its_deadline_and_leading_resumes_after() {
-    let store = MemStore::new();
-    let group = Group::start(config(&store, "a")).unwrap();
-    let shards = join_all(&group, &names(20));
+    let (store, group, shards) = alone(20);
     let guards: Vec<LeaderGuard> = shards.iter().map(lead).collect();
     store.pause();
     let paused = Instant::now();
@@ -222,9 +224,7 @@ fn callbacks_name_the_election_and_a_kept_guard_keeps_the_term() {
 
 #[test]
 fn shutdown_without_release_leaves_the_leases_to_run_out() {
-    let store = MemStore::new();
-    let group = Group::start(config(&store, "a")).unwrap();
-    let shards = join_all(&group, &names(10));
+    let (store, group, shards) = alone(10);
     assert!(eventually(Duration::from_secs(5), || shards.iter().all(|e| e.is_leader())));
     group.shutdown_without_release();
     assert!(shards.iter().all(|e| !e.is_leader()), "every guard turned invalid first");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use leaderelection::{Config, Elector, ErrorKind, LeaderGuard, MemStore, Timing};
 
 mod threaded;
-use threaded::{lead, ms, timing, until};
+use threaded::{lead, ms, term_ends, timing, until};
 
 struct Capture(Mutex<Vec<String>>);
 
@@ -61,17 +61,25 @@ fn wait_line(name: &str, what: &str, cond: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// An elector of `name` for `id` on `store`, the logger installed first
+/// (a line logged before it would be lost).
 fn start(store: &MemStore, name: &str, id: &str, retry_period: Duration) -> Elector {
+    capture();
     let config = Config::new(store.clone(), name).identity(id).payload(&b"secret-address"[..]);
     Elector::start(config.timing(Timing { retry_period, ..timing() })).unwrap()
 }
 
+/// [`start`], then the guard of the elector's first term.
+fn leading(store: &MemStore, name: &str, id: &str, retry_period: Duration) -> (Elector, LeaderGuard) {
+    let e = start(store, name, id, retry_period);
+    let guard = lead(&e);
+    (e, guard)
+}
+
 #[test]
 fn a_term_logs_one_line_at_its_start_and_one_at_its_end_and_nothing_while_it_renews() {
-    capture();
     // A 10 s retry period: after resigning, no second term for 20 s.
-    let e = start(&MemStore::new(), "invoices", "web-1", Duration::from_secs(10));
-    let guard = lead(&e);
+    let (e, guard) = leading(&MemStore::new(), "invoices", "web-1", Duration::from_secs(10));
     let f = guard.fence();
     // The identity as logged: the name given and the elector's instance tag.
     let id = format!("{:?}", e.identity());
@@ -90,10 +98,8 @@ fn a_term_logs_one_line_at_its_start_and_one_at_its_end_and_nothing_while_it_ren
 
 #[test]
 fn a_follower_logs_the_new_leader_once_and_a_shutdown_ends_the_term_at_info() {
-    capture();
     let store = MemStore::new();
-    let a = start(&store, "ledger", "a", ms(100));
-    let guard = lead(&a);
+    let (a, guard) = leading(&store, "ledger", "a", ms(100));
     let fa = guard.fence();
     let b = start(&store, "ledger", "b", ms(100));
     until(&b, "b follows a", |s| {
@@ -130,11 +136,10 @@ fn a_follower_logs_the_new_leader_once_and_a_shutdown_ends_the_term_at_info() {
 fn renewals_fail_and_the_term_expires(
     store: &MemStore, name: &str, id: &str, fault: impl FnOnce(&MemStore), cause: &str, last: &str,
 ) -> (Elector, LeaderGuard, String, u64) {
-    let e = start(store, name, id, ms(200));
-    let guard = lead(&e);
+    let (e, guard) = leading(store, name, id, ms(200));
     let f = guard.fence();
     fault(store);
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out(), "the term did not end");
+    term_ends(&guard);
     let id = format!("{:?}", e.identity());
     let failed = format!("WARN leaderelection: \"{name}\": {id} renewal failed (fence {f}, ");
     wait_line(name, "for the failed renewal", |l| l.starts_with(&failed) && l.ends_with(&format!("left): {cause}")));
@@ -148,7 +153,6 @@ fn renewals_fail_and_the_term_expires(
 
 #[test]
 fn failing_renewals_warn_with_their_cause_and_the_early_end_says_why() {
-    capture();
     let store = MemStore::new();
     let (e, guard, id, f) = renewals_fail_and_the_term_expires(
         &store,
@@ -165,7 +169,6 @@ fn failing_renewals_warn_with_their_cause_and_the_early_end_says_why() {
 
 #[test]
 fn a_hung_store_ends_the_term_as_expired_with_the_timeout_as_cause() {
-    capture();
     let store = MemStore::new();
     // Renewals hang: only the deadline ends the term.
     let (e, guard, ..) = renewals_fail_and_the_term_expires(
@@ -183,13 +186,11 @@ fn a_hung_store_ends_the_term_as_expired_with_the_timeout_as_cause() {
 
 #[test]
 fn a_lost_lease_and_a_fatal_error_end_their_terms_with_a_warning_that_says_why() {
-    capture();
     let store = MemStore::new();
-    let e = start(&store, "billing", "web-4", ms(200));
-    let first = lead(&e);
+    let (e, first) = leading(&store, "billing", "web-4", ms(200));
     let f = first.fence();
     assert!(store.delete_row("billing"));
-    assert!(!first.wait_lost_timeout(Duration::from_secs(5)).timed_out());
+    term_ends(&first);
     drop(first);
     let id = format!("{:?}", e.identity());
     let w = |s: &str| format!("WARN leaderelection: \"billing\": {id} {s}");
@@ -201,7 +202,7 @@ fn a_lost_lease_and_a_fatal_error_end_their_terms_with_a_warning_that_says_why()
     let second = lead(&e); // campaigns again at once
     let g = second.fence();
     store.set_failing(Some(ErrorKind::Fatal));
-    assert!(!second.wait_lost_timeout(Duration::from_secs(5)).timed_out());
+    term_ends(&second);
     let fatal = w(&format!("term with fence {g} ended: fatal: renew failed: memstore: failing on purpose (fatal)"));
     wait_line("billing", "for the fatal end", |l| l == fatal);
     drop(second);

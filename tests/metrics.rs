@@ -11,7 +11,7 @@ use leaderelection::{Config, Elector, ErrorKind, MemStore, Status};
 use metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit};
 
 mod threaded;
-use threaded::{lead, timing, until};
+use threaded::{lead, term_ends, timing, until};
 
 /// Every value a series was given, in order: the increments of a counter,
 /// the settings of a gauge, the samples of a histogram.
@@ -187,6 +187,16 @@ fn the_leader_gauge_goes_to_one_and_back_and_every_series_has_its_name_labels_an
     assert_eq!(errors, [0, 0, 0]);
 }
 
+/// `e` leads a term, `fault` breaks the store, and the term ends: waits
+/// until `e`'s status counts the end as `how` says (`counted`).
+fn a_term_ends(e: &Elector, fault: impl FnOnce(), how: &str, counted: impl Fn(&Status) -> bool) {
+    let guard = lead(e);
+    fault();
+    term_ends(&guard);
+    drop(guard);
+    until(e, how, counted);
+}
+
 #[test]
 fn failures_are_counted_by_kind_and_each_early_end_by_its_reason() {
     let rec = Recorder::default();
@@ -195,36 +205,20 @@ fn failures_are_counted_by_kind_and_each_early_end_by_its_reason() {
     let errors = |k: &str| rec.sum(&format!("leaderelection_store_errors_total{{election=\"faulty\",kind=\"{k}\"}}"));
 
     // Retryable failures until the deadline: expired.
-    let guard = lead(&e);
-    store.set_failing(Some(ErrorKind::Retryable));
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
-    drop(guard);
-    until(&e, "expired", |s| s.terms_ended.expired == 1);
+    a_term_ends(&e, || store.set_failing(Some(ErrorKind::Retryable)), "expired", |s| s.terms_ended.expired == 1);
     assert!(errors("retryable") >= 2);
     store.set_failing(None);
 
     // The row disappears: lost.
-    let guard = lead(&e);
-    assert!(store.delete_row("faulty"));
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
-    drop(guard);
-    until(&e, "lost", |s| s.terms_ended.lost == 1);
+    a_term_ends(&e, || assert!(store.delete_row("faulty")), "lost", |s| s.terms_ended.lost == 1);
     assert_eq!(errors("lease_lost"), 1);
 
     // The store hangs: abandoned calls, expired.
-    let guard = lead(&e);
-    store.pause();
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
-    drop(guard);
-    until(&e, "expired again", |s| s.terms_ended.expired == 2 && s.calls_abandoned >= 2);
+    a_term_ends(&e, || store.pause(), "expired again", |s| s.terms_ended.expired == 2 && s.calls_abandoned >= 2);
     store.resume();
 
     // A fatal error: fatal.
-    let guard = lead(&e);
-    store.set_failing(Some(ErrorKind::Fatal));
-    assert!(!guard.wait_lost_timeout(Duration::from_secs(5)).timed_out());
-    drop(guard);
-    until(&e, "fatal", |s| s.terms_ended.fatal == 1);
+    a_term_ends(&e, || store.set_failing(Some(ErrorKind::Fatal)), "fatal", |s| s.terms_ended.fatal == 1);
     assert!(errors("fatal") >= 1);
     e.shutdown_without_release();
 

@@ -11,7 +11,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
-use leaderelection::{Config, Elector, Store};
+use leaderelection::{Config, Elector, Lease, Store};
 use mysql::prelude::Queryable;
 use mysql_support::{admin, exec, url, SHARED};
 use support::{random_tag, wait_for, TIMING};
@@ -236,6 +236,22 @@ impl Leaky {
     fn store(&self) -> MySqlStore {
         on(&self.pool)
     }
+
+    /// "a" holds a fresh election `prefix-…` through a clean pool; with
+    /// `statements` left on this pool's connection, "b"'s claim through it
+    /// must still lose (`what` says what a win would be). The holder's
+    /// store, a's lease and the lease b's claim saw, for the case's own
+    /// checks.
+    fn claim_loses_to_a_live_lease(&self, prefix: &str, statements: &[&str], what: &str) -> (MySqlStore, Lease, Lease) {
+        let (b, holder) = (self.store(), on(&app_pool("le_leak_holder", "leak-holder-pw", 2)));
+        let name = format!("{prefix}-{}", random_tag());
+        let a = holder.acquire(&name, "a", LONG, b"", T).unwrap();
+        assert!(a.held_by("a"));
+        self.leave(statements);
+        let seen = b.acquire(&name, "b", LONG, b"", T).unwrap();
+        assert!(seen.held_by("a") && seen.fence == a.fence, "{what}: {seen:?}");
+        (holder, a, seen)
+    }
 }
 
 /// A session clock the application moved a day ahead
@@ -246,15 +262,13 @@ impl Leaky {
 #[test]
 fn a_session_clock_left_a_day_ahead_does_not_expire_a_live_lease() {
     let leaky = Leaky::new("le_leak_clock");
-    let (b, holder) = (leaky.store(), on(&app_pool("le_leak_holder", "leak-holder-pw", 2)));
-    let name = format!("leak-clock-{}", random_tag());
-    let a = holder.acquire(&name, "a", LONG, b"", T).unwrap();
-    assert!(a.held_by("a"));
-    leaky.leave(&["SET SESSION timestamp = UNIX_TIMESTAMP() + 86400"]);
-    let seen = b.acquire(&name, "b", LONG, b"", T).unwrap();
-    assert!(seen.held_by("a") && seen.fence == a.fence, "a live lease was claimed on a leaked clock: {seen:?}");
+    let (holder, a, seen) = leaky.claim_loses_to_a_live_lease(
+        "leak-clock",
+        &["SET SESSION timestamp = UNIX_TIMESTAMP() + 86400"],
+        "a live lease was claimed on a leaked clock",
+    );
     assert!(seen.ttl() > LONG - Duration::from_secs(5), "{seen:?}");
-    assert!(holder.renew(&name, "a", a.fence, LONG, b"", T).unwrap().held_by("a"));
+    assert!(holder.renew(&a.name, "a", a.fence, LONG, b"", T).unwrap().held_by("a"));
 }
 
 /// A `sql_mode` the application left on the connection
@@ -287,13 +301,9 @@ fn a_leaked_simultaneous_assignment_mode_cannot_share_a_fence() {
 #[test]
 fn a_temporary_table_left_on_the_session_does_not_shadow_the_election() {
     let leaky = Leaky::new("le_leak_temp");
-    let (b, holder) = (leaky.store(), on(&app_pool("le_leak_holder", "leak-holder-pw", 2)));
-    let name = format!("leak-temp-{}", random_tag());
-    let a = holder.acquire(&name, "a", LONG, b"", T).unwrap();
     let ddl = MySqlStore::schema(TABLE).unwrap().replace("CREATE TABLE", "CREATE TEMPORARY TABLE");
-    leaky.leave(&[ddl.trim_end().trim_end_matches(';')]);
-    let seen = b.acquire(&name, "b", LONG, b"", T).unwrap();
-    assert!(seen.held_by("a") && seen.fence == a.fence, "the claim went to a shadowing table: {seen:?}");
+    let statements = [ddl.trim_end().trim_end_matches(';')];
+    leaky.claim_loses_to_a_live_lease("leak-temp", &statements, "the claim went to a shadowing table");
 }
 
 /// Work the application left uncommitted on the connection (autocommit

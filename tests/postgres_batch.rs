@@ -35,6 +35,16 @@ fn all_ok<T>(what: &str, out: Vec<Result<T, StoreError>>) -> Vec<T> {
     out.into_iter().enumerate().map(|(j, r)| r.unwrap_or_else(|e| panic!("{what}: item {j} failed: {e}"))).collect()
 }
 
+/// Runs `call` and logs how long it took to answer, as `what`: its answer
+/// and that time.
+fn timed<R>(what: &str, call: impl FnOnce() -> R) -> (R, Duration) {
+    let start = Instant::now();
+    let out = call();
+    let took = start.elapsed();
+    eprintln!("{what} answered in {took:?}");
+    (out, took)
+}
+
 /// Polls until the database says every one of `names` has expired.
 fn wait_all_expired(s: &PostgresStore, names: &[String]) {
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -53,6 +63,12 @@ fn check(s: &PostgresStore, tx: &mut postgres::Transaction<'_>, lease: &Lease, i
         .query_typed(&s.lease_check_sql(), &[(&lease.name, Type::TEXT), (&identity, Type::TEXT), (&fence, Type::INT8)])
         .expect("the lease check");
     assert_eq!(rows.len(), 1, "the check of the live term found no row");
+}
+
+/// Locks election `name`'s row in `tx` as another writer would (an
+/// operator's `SELECT … FOR UPDATE`), until `tx` ends.
+fn lock_row(tx: &mut postgres::Transaction<'_>, name: &str) {
+    tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = '{name}' FOR UPDATE")).unwrap();
 }
 
 /// A claim batch over expired elections, one of which a program holds a
@@ -76,10 +92,8 @@ fn a_claim_batch_skips_a_checked_row(var: &str) {
     wait_all_expired(&s, &names);
 
     let timeout = Duration::from_secs(5);
-    let start = Instant::now();
-    let out = s.acquire_many("b", LONG, &claims(&names), timeout);
-    let took = start.elapsed();
-    eprintln!("{var}: a claim batch with one checked row answered in {took:?}");
+    let what = format!("{var}: a claim batch with one checked row");
+    let (out, took) = timed(&what, || s.acquire_many("b", LONG, &claims(&names), timeout));
     assert!(took < timeout / 2, "the claim batch waited {took:?} behind the check");
     assert_eq!(out.len(), names.len());
     for (j, r) in out.iter().enumerate() {
@@ -122,11 +136,9 @@ fn a_claim_batch_does_not_wait_for_a_writer(var: &str) {
     wait_all_expired(&s, &names);
     let mut c = client(var);
     let mut tx = c.transaction().unwrap();
-    tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = '{}' FOR UPDATE", names[0])).unwrap();
-    let start = Instant::now();
-    let out = s.acquire_many("b", LONG, &claims(&names), Duration::from_secs(5));
-    let took = start.elapsed();
-    eprintln!("{var}: a claim batch with one row under a writer's lock answered in {took:?}");
+    lock_row(&mut tx, &names[0]);
+    let what = format!("{var}: a claim batch with one row under a writer's lock");
+    let (out, took) = timed(&what, || s.acquire_many("b", LONG, &claims(&names), Duration::from_secs(5)));
     assert!(took < Duration::from_millis(1500), "the claim batch took {took:?}");
     let e = out[0].as_ref().expect_err("a row under another writer's lock was claimed");
     assert!(e.is_retryable() && e.to_string().contains("stayed locked"), "{e}");
@@ -151,10 +163,8 @@ fn a_renew_batch_goes_through_a_check(var: &str) {
     let mut tx = c.transaction().unwrap();
     check(&s, &mut tx, &held[1], "a");
     let timeout = Duration::from_secs(5);
-    let start = Instant::now();
-    let out = s.renew_many("a", LONG, &items(&names, &fences, b"renewed"), timeout);
-    let took = start.elapsed();
-    eprintln!("{var}: a renew batch with one checked term answered in {took:?}");
+    let what = format!("{var}: a renew batch with one checked term");
+    let (out, took) = timed(&what, || s.renew_many("a", LONG, &items(&names, &fences, b"renewed"), timeout));
     assert!(took < timeout / 2, "the renew batch waited {took:?} behind the check");
     let renewed = all_ok("renew_many under a check", out);
     for (l, f) in renewed.iter().zip(&fences) {
@@ -177,7 +187,7 @@ fn a_renew_or_release_batch_does_not_wait_for_a_writer(var: &str) {
     let (names, _, fences) = four_held_by_a(&s, "writer-renew");
     let mut c = client(var);
     let mut tx = c.transaction().unwrap();
-    tx.batch_execute(&format!("SELECT 1 FROM {TABLE} WHERE name = '{}' FOR UPDATE", names[2])).unwrap();
+    lock_row(&mut tx, &names[2]);
     let unlock = || tx.rollback().unwrap();
     batches_skip_a_row_another_writer_locked(&format!("{var}: "), &s, &names, &fences, Duration::from_secs(3), unlock);
     all_ok("release_many after the lock", s.release_many("a", &items(&names[2..3], &fences[2..3], b""), T));

@@ -15,7 +15,7 @@ use std::sync::Once;
 use std::time::Duration;
 
 use leaderelection::postgres::PostgresStore;
-use pg_support::{client, dsn, dsn_via, host_port, BOUNCER, DIRECT};
+use pg_support::{client, direct_and_pgbouncer, dsn, dsn_via, host_port, BOUNCER, DIRECT};
 use support::elector as scenario;
 
 const TABLE: &str = "le_elector";
@@ -35,35 +35,19 @@ fn fleet_elects_exactly_one(var: &str) {
     assert_eq!(f[leader].status().fence, f[leader].fence());
 }
 
-#[test]
-fn fleet_of_three_elects_exactly_one_direct() {
-    fleet_elects_exactly_one(DIRECT);
+direct_and_pgbouncer!(fleet_elects_exactly_one: fleet_of_three_elects_exactly_one_direct, fleet_of_three_elects_exactly_one_pgbouncer);
+
+fn crashed_leader_is_replaced(var: &str) {
+    scenario::crashed_leader_is_replaced(var, || store(var));
 }
 
-#[test]
-fn fleet_of_three_elects_exactly_one_pgbouncer() {
-    fleet_elects_exactly_one(BOUNCER);
+direct_and_pgbouncer!(crashed_leader_is_replaced: crashed_leader_is_replaced_after_the_lease_direct, crashed_leader_is_replaced_after_the_lease_pgbouncer);
+
+fn clean_shutdown_hands_over(var: &str) {
+    scenario::clean_shutdown_hands_over(var, || store(var));
 }
 
-#[test]
-fn crashed_leader_is_replaced_after_the_lease_direct() {
-    scenario::crashed_leader_is_replaced(DIRECT, || store(DIRECT));
-}
-
-#[test]
-fn crashed_leader_is_replaced_after_the_lease_pgbouncer() {
-    scenario::crashed_leader_is_replaced(BOUNCER, || store(BOUNCER));
-}
-
-#[test]
-fn clean_shutdown_hands_over_within_a_retry_period_direct() {
-    scenario::clean_shutdown_hands_over(DIRECT, || store(DIRECT));
-}
-
-#[test]
-fn clean_shutdown_hands_over_within_a_retry_period_pgbouncer() {
-    scenario::clean_shutdown_hands_over(BOUNCER, || store(BOUNCER));
-}
+direct_and_pgbouncer!(clean_shutdown_hands_over: clean_shutdown_hands_over_within_a_retry_period_direct, clean_shutdown_hands_over_within_a_retry_period_pgbouncer);
 
 static LIMITED_ROLE: Once = Once::new();
 
@@ -85,15 +69,7 @@ fn limited_role_works(var: &str) {
     scenario::limited_login_works("role", TABLE, |t| store_on(&d, t), |t| store_on(&d, t).ensure_schema());
 }
 
-#[test]
-fn role_with_select_insert_update_only_works_direct() {
-    limited_role_works(DIRECT);
-}
-
-#[test]
-fn role_with_select_insert_update_only_works_pgbouncer() {
-    limited_role_works(BOUNCER);
-}
+direct_and_pgbouncer!(limited_role_works: role_with_select_insert_update_only_works_direct, role_with_select_insert_update_only_works_pgbouncer);
 
 /// A missing table is fatal (SQLSTATE 42P01); the table is created and
 /// dropped again on the direct path.
@@ -107,15 +83,7 @@ fn missing_table_is_fatal(var: &str) {
     );
 }
 
-#[test]
-fn missing_table_is_fatal_and_reported_direct() {
-    missing_table_is_fatal(DIRECT);
-}
-
-#[test]
-fn missing_table_is_fatal_and_reported_pgbouncer() {
-    missing_table_is_fatal(BOUNCER);
-}
+direct_and_pgbouncer!(missing_table_is_fatal: missing_table_is_fatal_and_reported_direct, missing_table_is_fatal_and_reported_pgbouncer);
 
 /// The row is locked by `SELECT ... FOR UPDATE` in another session's open
 /// transaction; the elector is shut down with its guard still held.
@@ -135,15 +103,7 @@ fn locked_row(var: &str) {
     e.shutdown().unwrap();
 }
 
-#[test]
-fn locked_election_row_times_out_and_recovers_direct() {
-    locked_row(DIRECT);
-}
-
-#[test]
-fn locked_election_row_times_out_and_recovers_pgbouncer() {
-    locked_row(BOUNCER);
-}
+direct_and_pgbouncer!(locked_row: locked_election_row_times_out_and_recovers_direct, locked_election_row_times_out_and_recovers_pgbouncer);
 
 fn swallowing_path(var: &str) {
     store(var);
@@ -154,15 +114,7 @@ fn swallowing_path(var: &str) {
     scenario::swallowing_path(var, make, host_port(var));
 }
 
-#[test]
-fn swallowing_path_steps_down_and_recovers_direct() {
-    swallowing_path(DIRECT);
-}
-
-#[test]
-fn swallowing_path_steps_down_and_recovers_pgbouncer() {
-    swallowing_path(BOUNCER);
-}
+direct_and_pgbouncer!(swallowing_path: swallowing_path_steps_down_and_recovers_direct, swallowing_path_steps_down_and_recovers_pgbouncer);
 
 /// A store picked from the DSN by `leaderelection::connect`, boxed as a
 /// `Box<dyn Store>`, elects as the concrete store does.

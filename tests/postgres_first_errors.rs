@@ -49,6 +49,25 @@ fn first_error(case: &str, store: &PostgresStore) -> (StoreError, Duration) {
     (err, took)
 }
 
+/// [`first_error`] on `store` comes back within [`AT_ONCE`], of `fatal`
+/// kind and naming `needle` ([`check`]); the error, for the case's own
+/// checks.
+fn first_error_at_once(case: &str, store: &PostgresStore, fatal: bool, needle: &str) -> StoreError {
+    let (err, took) = first_error(case, store);
+    check(case, &err, fatal, needle);
+    assert!(took < AT_ONCE, "{case} took {took:?}");
+    err
+}
+
+/// A fatal first error naming `needle`, at once, whichever way a store for
+/// `d` is first used: its first call, a call bounded by the elector's
+/// operation timeout, and an elector's status.
+fn fatal_at_once_everywhere(case: &str, d: &str, needle: &str) {
+    first_error_at_once(case, &store_for(d), true, needle);
+    bounded_call(case, &store_for(d), true, needle);
+    elector_reports_fatal(case, store_for(d), needle);
+}
+
 /// Checks an error's kind, that its text names `needle`, and that it holds
 /// no password.
 fn check(case: &str, err: &StoreError, fatal: bool, needle: &str) {
@@ -101,10 +120,8 @@ fn store_for(d: &str) -> PostgresStore {
 fn missing_database_is_fatal_at_once() {
     let d = missing_database(DIRECT);
     let store = store_for(&d);
-    let (err, took) = first_error("missing database", &store);
-    check("missing database", &err, true, "3D000");
+    let err = first_error_at_once("missing database", &store, true, "3D000");
     assert!(err.to_string().contains("does not exist"), "{err}");
-    assert!(took < AT_ONCE, "missing database took {took:?}");
     // The same store asked again (r2d2 retries in the background): the
     // refusal it already knows comes back at once, not after a wait.
     let (again, took) = timed(|| store.inspect("first-errors", Duration::from_secs(5)));
@@ -119,13 +136,8 @@ fn missing_role_is_fatal_at_once_and_the_password_never_shows() {
     let (host, port) = host_port(DIRECT);
     let user = format!("le_nobody_{}:hunter2", random_tag());
     let d = dsn_via(DIRECT, &host, port, Some(&user), "");
-    let store = store_for(&d);
-    assert!(!format!("{store:?}").contains("hunter2"));
-    let (err, took) = first_error("missing role", &store);
-    check("missing role", &err, true, "28000");
-    assert!(took < AT_ONCE, "missing role took {took:?}");
-    bounded_call("missing role", &store_for(&d), true, "28000");
-    elector_reports_fatal("missing role", store_for(&d), "28000");
+    assert!(!format!("{:?}", store_for(&d)).contains("hunter2"));
+    fatal_at_once_everywhere("missing role", &d, "28000");
 }
 
 /// PgBouncer refuses a missing database or an unknown user itself, with
@@ -136,17 +148,14 @@ fn missing_role_is_fatal_at_once_and_the_password_never_shows() {
 #[test]
 fn first_errors_through_pgbouncer_come_back_at_once() {
     let (host, port) = host_port(BOUNCER);
-    let d = missing_database(BOUNCER);
-    let (err, took) = first_error("missing database via PgBouncer", &store_for(&d));
-    check("missing database via PgBouncer", &err, false, "SQLSTATE 08P01");
-    assert!(err.to_string().contains("does not exist"), "{err}");
-    assert!(took < AT_ONCE, "missing database via PgBouncer took {took:?}");
-
-    let d = dsn_via(BOUNCER, &host, port, Some(&format!("le_nobody_{}", random_tag())), "");
-    let (err, took) = first_error("unknown user via PgBouncer", &store_for(&d));
-    check("unknown user via PgBouncer", &err, false, "SQLSTATE 08P01");
-    assert!(err.to_string().contains("authentication failed"), "{err}");
-    assert!(took < AT_ONCE, "unknown user via PgBouncer took {took:?}");
+    let unknown_user = dsn_via(BOUNCER, &host, port, Some(&format!("le_nobody_{}", random_tag())), "");
+    for (case, d, says) in [
+        ("missing database via PgBouncer", missing_database(BOUNCER), "does not exist"),
+        ("unknown user via PgBouncer", unknown_user, "authentication failed"),
+    ] {
+        let err = first_error_at_once(case, &store_for(&d), false, "SQLSTATE 08P01");
+        assert!(err.to_string().contains(says), "{case}: {err}");
+    }
 }
 
 // ---- nobody answers ----
@@ -196,11 +205,7 @@ fn server_without_tls_is_fatal_at_once() {
     // PgBouncer here has no TLS: it answers the SSL request with 'N'.
     let (host, port) = host_port(BOUNCER);
     let d = dsn_via(BOUNCER, &host, port, None, "?sslmode=require");
-    let (err, took) = first_error("server without TLS", &store_for(&d));
-    check("server without TLS", &err, true, "does not support TLS");
-    assert!(took < AT_ONCE, "server without TLS took {took:?}");
-    bounded_call("server without TLS", &store_for(&d), true, "does not support TLS");
-    elector_reports_fatal("server without TLS", store_for(&d), "does not support TLS");
+    fatal_at_once_everywhere("server without TLS", &d, "does not support TLS");
 }
 
 #[test]
@@ -230,10 +235,8 @@ fn certificate_that_does_not_verify_is_fatal_at_once() {
         ("unrelated CA file", dsn_via(DIRECT, CERT_NAME, fake.port, None, &ca(&stranger))),
     ];
     for (case, d) in &cases {
-        let (err, took) = first_error(case, &store_for(d));
-        check(case, &err, true, "TLS handshake rejected");
+        let err = first_error_at_once(case, &store_for(d), true, "TLS handshake rejected");
         assert!(err.to_string().contains("certificate verify failed"), "{case}: {err}");
-        assert!(took < AT_ONCE, "{case} took {took:?}");
         bounded_call(case, &store_for(d), true, "certificate verify failed");
     }
     elector_reports_fatal("host name mismatch", store_for(&cases[0].1), "certificate verify failed");
@@ -244,19 +247,24 @@ fn certificate_that_does_not_verify_is_fatal_at_once() {
     store_for(&good).ensure_schema().expect("TLS to the server by its certificate's name");
 }
 
-#[test]
-fn tls_handshake_cut_by_the_network_is_retryable() {
+/// A [`TlsCutter`] in front of the server, passing everything, and a DSN
+/// through it that verifies the server's certificate. Control: through the
+/// proxy, TLS works.
+fn tls_through_a_cutter() -> (TlsCutter, String) {
     let server_cert = server_certificate();
     let proxy = TlsCutter::start(host_port(DIRECT));
     let params = format!("?sslmode=require&sslrootcert={}", server_cert.display());
     let d = dsn_via(DIRECT, CERT_NAME, proxy.port, None, &params);
-    // Control: through the proxy, TLS works.
     store_for(&d).ensure_schema().expect("TLS through the proxy");
+    (proxy, d)
+}
+
+#[test]
+fn tls_handshake_cut_by_the_network_is_retryable() {
+    let (proxy, d) = tls_through_a_cutter();
     for (case, mode) in [("cut after the server's S", CUT_AFTER_S), ("cut inside the handshake", CUT_MID_HANDSHAKE)] {
         proxy.set(mode);
-        let (err, took) = first_error(case, &store_for(&d));
-        check(case, &err, false, "TLS handshake cut off");
-        assert!(took < AT_ONCE, "{case} took {took:?}");
+        first_error_at_once(case, &store_for(&d), false, "TLS handshake cut off");
         bounded_call(case, &store_for(&d), false, "TLS handshake cut off");
     }
     proxy.set(PASS);
@@ -268,11 +276,7 @@ fn tls_handshake_cut_by_the_network_is_retryable() {
 /// ending its term at once.
 #[test]
 fn leader_rides_out_tls_handshake_resets() {
-    let server_cert = server_certificate();
-    let proxy = TlsCutter::start(host_port(DIRECT));
-    let params = format!("?sslmode=require&sslrootcert={}", server_cert.display());
-    let d = dsn_via(DIRECT, CERT_NAME, proxy.port, None, &params);
-    store_for(&d).ensure_schema().expect("TLS through the proxy");
+    let (proxy, d) = tls_through_a_cutter();
     let name = format!("tls-cut-{}", random_tag());
     let elector = Elector::start(config(store_for(&d), &name, "node-a")).expect("start");
     let guard = elector.wait_leader_timeout(Duration::from_secs(10)).expect("leads over TLS");
@@ -338,10 +342,8 @@ fn bad_password_is_fatal_at_once() {
         then: Some(("28P01", "password authentication failed for user \"app\"")),
     });
     let d = format!("postgres://app:hunter2@127.0.0.1:{}/app", fake.port);
-    let (err, took) = first_error("bad password", &store_for(&d));
-    check("bad password", &err, true, "28P01");
+    let err = first_error_at_once("bad password", &store_for(&d), true, "28P01");
     assert!(err.to_string().contains("password authentication failed"), "{err}");
-    assert!(took < AT_ONCE, "bad password took {took:?}");
     elector_reports_fatal("bad password", store_for(&d), "28P01");
 }
 
@@ -349,18 +351,14 @@ fn bad_password_is_fatal_at_once() {
 fn missing_password_is_fatal_at_once() {
     let fake = FakeServer::start(Login::AskPassword { then: None });
     let d = format!("postgres://app@127.0.0.1:{}/app", fake.port);
-    let (err, took) = first_error("missing password", &store_for(&d));
-    check("missing password", &err, true, "password missing");
-    assert!(took < AT_ONCE, "missing password took {took:?}");
+    first_error_at_once("missing password", &store_for(&d), true, "password missing");
 }
 
 #[test]
 fn server_starting_up_is_retryable() {
     let fake = FakeServer::start(Login::Refuse("57P03", "the database system is starting up"));
     let d = format!("postgres://app@127.0.0.1:{}/app", fake.port);
-    let (err, took) = first_error("starting up", &store_for(&d));
-    check("starting up", &err, false, "57P03");
-    assert!(took < AT_ONCE, "starting up took {took:?}");
+    first_error_at_once("starting up", &store_for(&d), false, "57P03");
 }
 
 /// A pool built outside the store keeps only the text of its last error;
@@ -402,9 +400,7 @@ fn pool_built_elsewhere_reports_a_refused_port_as_retryable() {
 fn server_hanging_up_during_login_is_retryable_at_once() {
     let fake = FakeServer::start(Login::HangUp);
     let d = format!("postgres://app:hunter2@127.0.0.1:{}/app", fake.port);
-    let (err, took) = first_error("hang-up during login", &store_for(&d));
-    check("hang-up during login", &err, false, "closed the connection during login");
-    assert!(took < AT_ONCE, "hang-up took {took:?}");
+    first_error_at_once("hang-up during login", &store_for(&d), false, "closed the connection during login");
 }
 
 /// `sslmode=require` over a Unix socket has no host name to verify a
@@ -419,9 +415,7 @@ fn tls_over_a_unix_socket_is_fatal_at_once() {
         "no PostgreSQL socket in {dir} for port {port}: run `source scripts/db.sh`"
     );
     let d = format!("host={dir} port={port} user=root dbname=test sslmode=require");
-    let (err, took) = first_error("unix socket with sslmode=require", &store_for(&d));
-    check("unix socket with sslmode=require", &err, true, "TLS needs a host name");
-    assert!(took < AT_ONCE, "took {took:?}");
+    first_error_at_once("unix socket with sslmode=require", &store_for(&d), true, "TLS needs a host name");
 }
 
 // ---- helpers ----

@@ -4,7 +4,7 @@
 //! (`storetest`); the command-line tool's `--slot` has its own suites.
 
 use leaderelection::testing::TestTerm;
-use leaderelection::{Config, ElectionError, Elector, MemStore, SlotClaim};
+use leaderelection::{Config, ElectionError, Elector, LeaderGuard, MemStore, SlotClaim};
 
 mod threaded;
 use threaded::{lead, timing, LeasesOnly};
@@ -13,16 +13,22 @@ fn start(store: &MemStore, id: &str) -> Elector {
     Elector::start(Config::new(store.clone(), "nightly").identity(id).timing(timing())).expect("valid config")
 }
 
+/// Two hosts on a fresh store: `a`, the guard of its first term, and `b`,
+/// started after it and waiting.
+fn a_leads_b_waits() -> (Elector, LeaderGuard, Elector) {
+    let store = MemStore::new();
+    let a = start(&store, "a");
+    let first = lead(&a);
+    (a, first, start(&store, "b"))
+}
+
 /// Cron fires on two hosts; the first leads, runs the day's slot and hands
 /// over; the second, which waited, leads next and finds the slot taken,
 /// with the first run's fence and outcome. A slot of the next day is its
 /// own.
 #[test]
 fn a_slot_runs_once_whoever_leads_after() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let first = lead(&a);
-    let b = start(&store, "b");
+    let (_a, first, b) = a_leads_b_waits();
     assert_eq!(first.claim_slot("2026-12-01").unwrap(), SlotClaim::Claimed);
     assert!(first.finish_slot("2026-12-01", 0).unwrap());
     let fence = first.fence();
@@ -39,10 +45,7 @@ fn a_slot_runs_once_whoever_leads_after() {
 /// most once; the next term may take it over only when it asks to retry.
 #[test]
 fn a_killed_run_is_retried_only_on_request() {
-    let store = MemStore::new();
-    let a = start(&store, "a");
-    let first = lead(&a);
-    let b = start(&store, "b");
+    let (a, first, b) = a_leads_b_waits();
     assert!(first.claim_slot("hourly 13:00").unwrap().is_claimed());
     let fence = first.fence();
     drop(first);

@@ -365,6 +365,21 @@ impl BrokenBatch {
         }
         v
     }
+    /// For the bugs that answer each item by a rule of their own: the row
+    /// `wrong` makes up for each item is written over the real one and
+    /// returned.
+    fn overwrite_each(
+        &self, items: &[BatchItem<'_>], wrong: impl Fn(&BatchItem<'_>) -> Result<Lease, StoreError>,
+    ) -> Vec<Result<Lease, StoreError>> {
+        items
+            .iter()
+            .map(|i| {
+                let l = wrong(i)?;
+                self.inner.restore_row(&l);
+                Ok(l)
+            })
+            .collect()
+    }
 }
 
 impl Store for BrokenBatch {
@@ -373,15 +388,10 @@ impl Store for BrokenBatch {
         &self, id: &str, ttl: Duration, items: &[BatchItem<'_>], t: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         let out = if self.bug == BatchBug::ClaimsEverything {
-            items
-                .iter()
-                .map(|i| {
-                    let l = self.inner.acquire(i.name, id, ttl, i.payload, t)?;
-                    let mine = Lease { holder: id.to_owned(), payload: i.payload.to_vec(), ..l };
-                    self.inner.restore_row(&mine);
-                    Ok(mine)
-                })
-                .collect()
+            self.overwrite_each(items, |i| {
+                let l = self.inner.acquire(i.name, id, ttl, i.payload, t)?;
+                Ok(Lease { holder: id.to_owned(), payload: i.payload.to_vec(), ..l })
+            })
         } else {
             self.inner.acquire_many(id, ttl, items, t)
         };
@@ -391,21 +401,16 @@ impl Store for BrokenBatch {
         &self, id: &str, ttl: Duration, items: &[BatchItem<'_>], t: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         let out = if self.bug == BatchBug::RenewsByNameOnly {
-            items
-                .iter()
-                .map(|i| {
-                    let l = self.inner.inspect(i.name, t).map_err(|_| StoreError::lease_lost())?;
-                    let renewed = Lease {
-                        holder: id.to_owned(),
-                        fence: i.fence,
-                        expires_at: l.now.saturating_add(ttl),
-                        payload: i.payload.to_vec(),
-                        ..l
-                    };
-                    self.inner.restore_row(&renewed);
-                    Ok(renewed)
+            self.overwrite_each(items, |i| {
+                let l = self.inner.inspect(i.name, t).map_err(|_| StoreError::lease_lost())?;
+                Ok(Lease {
+                    holder: id.to_owned(),
+                    fence: i.fence,
+                    expires_at: l.now.saturating_add(ttl),
+                    payload: i.payload.to_vec(),
+                    ..l
                 })
-                .collect()
+            })
         } else {
             self.inner.renew_many(id, ttl, items, t)
         };

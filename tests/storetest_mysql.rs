@@ -111,10 +111,40 @@ fn hex(b: &[u8]) -> String {
     format!("X'{}'", b.iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
+/// `url`'s options, every session starting with `statement` (as a pool's
+/// `init` may have it).
+fn init_opts(url: &str, statement: &str) -> mysql::OptsBuilder {
+    mysql::OptsBuilder::from_opts(mysql::Opts::from_url(url).unwrap()).init(vec![statement.to_owned()])
+}
+
+/// A store of [`TABLE`] on one pooled session, made with `opts`.
+fn one_session(opts: mysql::OptsBuilder) -> MySqlStore {
+    MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap()
+}
+
+/// A store of [`TABLE`] at `url` as it is (its schema not ensured).
+fn store_at(url: &str) -> MySqlStore {
+    MySqlStore::builder(url).table(TABLE).build().unwrap()
+}
+
 /// A store of [`TABLE`] to build, as `user` of the test's own (see
 /// [`own_user_url`]).
 fn as_user(c: &mut mysql::Conn, user: &str) -> MySqlBuilder {
     MySqlStore::builder(&own_user_url(c, user, TABLE)).table(TABLE)
+}
+
+/// [`TABLE`]'s schema ensured, an admin session, a store built by `opts`
+/// from [`as_user`]`(user)`, and a fresh election `prefix-…` that "a" holds
+/// on it: the session, the store and the lease (its `name` is the
+/// election's).
+fn held_as_user(
+    user: &str, prefix: &str, opts: impl FnOnce(MySqlBuilder) -> MySqlBuilder,
+) -> (mysql::Conn, MySqlStore, Lease) {
+    store();
+    let mut c = admin(SHARED);
+    let s = opts(as_user(&mut c, user)).build().unwrap();
+    let lease = s.acquire(&format!("{prefix}-{}", random_tag()), "a", LONG, b"", T).unwrap();
+    (c, s, lease)
 }
 
 /// A session of its own holding election `name`'s row (`SELECT … FOR
@@ -158,8 +188,7 @@ fn fences_follow_the_server_clock() {
 fn the_session_time_zone_changes_nothing() {
     store();
     let in_zone = |tz: &str| {
-        let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
-            .init(vec![format!("SET time_zone = '{tz}'")]);
+        let opts = init_opts(&url(SHARED), &format!("SET time_zone = '{tz}'"));
         MySqlStore::builder_from_opts(opts.into()).table(TABLE).build().unwrap()
     };
     let (east, west) = (in_zone("+13:00"), in_zone("-11:00"));
@@ -272,11 +301,8 @@ fn tcp_urls_use_tcp() {
 /// lock that goes sooner than that may still let a statement land.
 #[test]
 fn locked_row_gives_up_in_time() {
-    store();
-    let mut c = admin(SHARED);
-    let s = as_user(&mut c, "le_locked").build().unwrap();
-    let name = format!("locked-{}", random_tag());
-    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let (mut c, s, lease) = held_as_user("le_locked", "locked", |b| b);
+    let name = lease.name.clone();
     let mut locker = lock_row(&name);
     for timeout in [Duration::from_millis(1600), Duration::from_millis(600)] {
         let errors = locked_row_calls_give_up_in_time(&s, &name, lease.fence, timeout, Duration::from_millis(250));
@@ -317,11 +343,9 @@ fn locked_row_gives_up_in_time() {
 /// a call given up on, so the release does not land once the lock goes.
 #[test]
 fn a_read_that_timed_out_does_not_land_later() {
-    store();
-    let mut c = admin(SHARED);
-    let s = as_user(&mut c, "le_readtimeout").socket_timeout(Duration::from_millis(300)).build().unwrap();
-    let name = format!("read-timeout-{}", random_tag());
-    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let (mut c, s, lease) =
+        held_as_user("le_readtimeout", "read-timeout", |b| b.socket_timeout(Duration::from_millis(300)));
+    let name = lease.name.clone();
     let mut locker = lock_row(&name);
     let start = Instant::now();
     let e = s.release(&name, "a", lease.fence, Duration::from_secs(3)).expect_err("a release of a locked row");
@@ -446,11 +470,8 @@ fn swallowing_path() {
 /// a fresh connection.
 #[test]
 fn killed_sessions_are_replaced() {
-    store();
-    let mut c = admin(SHARED);
-    let s = as_user(&mut c, "le_kill").build().unwrap();
-    let name = format!("kill-{}", random_tag());
-    let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let (mut c, s, l) = held_as_user("le_kill", "kill", |b| b);
+    let name = l.name.clone();
     for round in 0..3 {
         let ids: Vec<u64> = c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'le_kill'").unwrap();
         assert!(!ids.is_empty(), "round {round}: no session of the store to kill");
@@ -478,35 +499,26 @@ fn tls_verifies_and_encrypts() {
     exec(&mut c, "CREATE USER IF NOT EXISTS 'le_tls'@'127.0.0.1' REQUIRE SSL");
     exec(&mut c, "GRANT ALL ON test.* TO 'le_tls'@'127.0.0.1'");
     // Certificate for "localhost", reached as 127.0.0.1: refused, not downgraded.
-    let s = MySqlStore::builder(&format!("mysql://le_tls@127.0.0.1:{p}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"))
-        .table(TABLE)
-        .build()
-        .unwrap();
+    let s = store_at(&format!("mysql://le_tls@127.0.0.1:{p}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"));
     let e = s.inspect("e", Duration::from_secs(2)).unwrap_err();
     assert!(e.is_fatal(), "{e}");
     assert!(e.to_string().contains("TLS"), "{e}");
     // Right name and CA: it works, as a user the server only lets in over TLS.
     for mode in ["REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"] {
-        let s = MySqlStore::builder(&format!("mysql://le_tls@localhost:{p}/test?ssl-mode={mode}&ssl-ca={ca}"))
-            .table(TABLE)
-            .build()
-            .unwrap();
+        let s = store_at(&format!("mysql://le_tls@localhost:{p}/test?ssl-mode={mode}&ssl-ca={ca}"));
         s.ensure_schema().unwrap_or_else(|e| panic!("{mode}: {e}"));
         let name = format!("tls-{}", random_tag());
         assert!(s.acquire(&name, "a", LONG, b"", T).unwrap().held_by("a"), "{mode}");
     }
     // And that user cannot get in without TLS (the control).
-    let plain = MySqlStore::builder(&format!("mysql://le_tls@127.0.0.1:{p}/test")).table(TABLE).build().unwrap();
+    let plain = store_at(&format!("mysql://le_tls@127.0.0.1:{p}/test"));
     assert!(plain.inspect("e", Duration::from_secs(2)).unwrap_err().is_fatal());
 }
 
 #[test]
 fn tls_required_never_falls_back_to_plaintext() {
     let p = port(SHARED);
-    let s = MySqlStore::builder(&format!("mysql://root@127.0.0.1:{p}/test?ssl-mode=REQUIRED"))
-        .table(TABLE)
-        .build()
-        .unwrap();
+    let s = store_at(&format!("mysql://root@127.0.0.1:{p}/test?ssl-mode=REQUIRED"));
     let e = s.inspect("e", Duration::from_secs(2)).unwrap_err();
     assert!(e.is_fatal(), "{e}");
     assert!(e.to_string().contains("does not support"), "{e}");
@@ -518,9 +530,7 @@ fn tls_required_never_falls_back_to_plaintext() {
 #[test]
 fn sessions_with_autocommit_off_still_commit_every_call() {
     store();
-    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
-        .init(vec!["SET autocommit = 0".to_owned()]);
-    let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
+    let s = one_session(init_opts(&url(SHARED), "SET autocommit = 0"));
     let other = store();
     let name = format!("autocommit-{}", random_tag());
     let a = s.acquire(&name, "a", LONG, b"", T).unwrap();
@@ -541,12 +551,11 @@ fn sessions_with_autocommit_off_still_commit_every_call() {
 #[test]
 fn sessions_left_read_only_by_the_application_still_write() {
     store();
-    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
-        .init(vec!["SET SESSION TRANSACTION READ ONLY".to_owned()]);
+    let opts = init_opts(&url(SHARED), "SET SESSION TRANSACTION READ ONLY");
     let mut raw = mysql::Conn::new(opts.clone()).unwrap();
     let e = raw.query_drop(format!("UPDATE {TABLE} SET holder = holder WHERE name = 'none'"));
     assert!(matches!(&e, Err(mysql::Error::MySqlError(m)) if m.code == 1792), "the session is not read-only: {e:?}");
-    let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
+    let s = one_session(opts);
     let name = format!("session-read-only-{}", random_tag());
     let a = s.acquire(&name, "a", LONG, b"", T).expect("acquire on a read-only session");
     assert!(s.renew(&name, "a", a.fence, LONG, b"", T).unwrap().held_by("a"));
@@ -564,9 +573,7 @@ fn sessions_left_read_only_by_the_application_still_write() {
 #[test]
 fn rows_are_stamped_with_the_servers_own_id_not_a_sessions() {
     store();
-    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(SHARED)).unwrap())
-        .init(vec!["SET SESSION server_id = 4242".to_owned()]);
-    let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
+    let s = one_session(init_opts(&url(SHARED), "SET SESSION server_id = 4242"));
     let name = format!("stamp-{}", random_tag());
     s.acquire(&name, "a", LONG, b"", T).expect("acquire");
     let mut c = admin(SHARED);
@@ -607,12 +614,9 @@ fn a_call_given_up_on_while_connecting_never_runs() {
 /// call runs on a new session. A healthy connection is reused (the control).
 #[test]
 fn a_connection_that_failed_or_timed_out_is_never_reused() {
-    store();
-    let mut c = admin(SHARED);
-    let s = as_user(&mut c, "le_reuse").pool_size(1).build().unwrap();
+    let (mut c, s, lease) = held_as_user("le_reuse", "reuse", |b| b.pool_size(1));
     let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_reuse") };
-    let name = format!("reuse-{}", random_tag());
-    let lease = s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let name = lease.name.clone();
     let first = sessions();
     s.inspect(&name, T).unwrap();
     assert!(first.len() == 1 && sessions() == first, "a healthy connection is reused: {first:?}");
@@ -641,12 +645,9 @@ fn a_connection_that_failed_or_timed_out_is_never_reused() {
 /// when next found, and the call runs on a new one; a younger one is reused.
 #[test]
 fn idle_connections_past_their_timeout_are_closed() {
-    store();
-    let mut c = admin(SHARED);
-    let s = as_user(&mut c, "le_idle").idle_timeout(Duration::from_millis(300)).build().unwrap();
+    let (mut c, s, lease) = held_as_user("le_idle", "idle", |b| b.idle_timeout(Duration::from_millis(300)));
     let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_idle") };
-    let name = format!("idle-{}", random_tag());
-    s.acquire(&name, "a", LONG, b"", T).unwrap();
+    let name = lease.name;
     let first = sessions();
     s.inspect(&name, T).unwrap();
     assert!(first.len() == 1 && sessions() == first, "a young idle connection is reused: {first:?}");
@@ -748,11 +749,7 @@ fn tls_proxy(then: AtClientHello) -> u16 {
 fn tls_handshake_cut_short_is_retryable() {
     let ca = tls_ca();
     let proxy_port = tls_proxy(AtClientHello::Cut);
-    let s =
-        MySqlStore::builder(&format!("mysql://root@localhost:{proxy_port}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"))
-            .table(TABLE)
-            .build()
-            .unwrap();
+    let s = store_at(&format!("mysql://root@localhost:{proxy_port}/test?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"));
     let e = s.inspect("e", Duration::from_secs(3)).unwrap_err();
     eprintln!("TLS handshake cut short: {e}");
     assert!(e.is_retryable(), "{e}");
@@ -1007,9 +1004,7 @@ fn completion_type_release_does_not_end_the_session_at_each_commit() {
     store();
     let mut c = admin(SHARED);
     let url = own_user_url(&mut c, "le_release", TABLE);
-    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url).unwrap())
-        .init(vec!["SET SESSION completion_type = 'RELEASE'".to_owned()]);
-    let s = MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap();
+    let s = one_session(init_opts(&url, "SET SESSION completion_type = 'RELEASE'"));
     let mut sessions = || -> Vec<u64> { sessions_of(&mut c, "le_release") };
     let name = format!("release-mode-{}", random_tag());
     let a = s.acquire(&name, "a", LONG, b"", T).expect("acquire under completion_type=RELEASE");

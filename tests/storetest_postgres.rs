@@ -709,6 +709,15 @@ fn app_dsn(var: &str, app: &str) -> String {
     dsn_via(var, &host, port, None, &format!("?application_name={app}"))
 }
 
+/// A store of [`TABLE`] (its schema ensured) whose sessions carry a fresh
+/// application name `le_{prefix}_…` ([`app_dsn`]): the name and the store.
+fn named_store(prefix: &str) -> (String, PostgresStore) {
+    store(DIRECT);
+    let app = format!("le_{prefix}_{}", random_tag());
+    let s = PostgresStore::builder(&app_dsn(DIRECT, &app)).table("public", TABLE).build().unwrap();
+    (app, s)
+}
+
 /// The number of server sessions named `app`, with `cond` on
 /// `pg_stat_activity` (`true` for all).
 fn sessions(app: &str, cond: &str) -> usize {
@@ -804,9 +813,7 @@ fn manager_check_on_a_silent_path_gives_up_at_the_connect_timeout() {
 #[test]
 fn inside_a_tokio_runtime_calls_refuse_and_drops_do_not_panic() {
     use r2d2::ManageConnection;
-    store(DIRECT);
-    let app = format!("le_rt_{}", random_tag());
-    let s = PostgresStore::builder(&app_dsn(DIRECT, &app)).table("public", TABLE).build().unwrap();
+    let (app, s) = named_store("rt");
     let name = format!("rt-{}", random_tag());
     s.acquire(&name, "a", LONG, b"", T).expect("from a plain thread it works");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -885,9 +892,7 @@ fn ddl_timeout_bounds_ensure_schema_behind_an_uncommitted_creation() {
 /// own timeout, on the same term.
 #[test]
 fn a_session_terminated_during_a_call_is_replaced_within_the_call() {
-    store(DIRECT);
-    let app = format!("le_midcall_{}", random_tag());
-    let s = PostgresStore::builder(&app_dsn(DIRECT, &app)).table("public", TABLE).build().unwrap();
+    let (app, s) = named_store("midcall");
     let name = format!("midcall-{}", random_tag());
     let l = s.acquire(&name, "a", LONG, b"", T).unwrap();
     let mut locker = client(DIRECT);
