@@ -62,8 +62,7 @@ fn leader_cut_off(path: Path, label: &str, fault: Fault, reset: bool) {
     if reset {
         f.proxy(l).reset_all();
     }
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over from cut-off p{l} {} after the cut", ms(took)));
+    let (n, took) = f.taken_over(l, "the cut");
     assert!(took >= LEASE - MARGIN - RENEW, "taken over before the lease could run out: {took:?}");
     assert!(!f.elector_leads(l), "the cut-off leader still says it leads");
     f.proxy(l).set(Fault::Pass);
@@ -83,8 +82,7 @@ pub fn a_leader_ignoring_its_deadline_is_caught(path: Path) {
     f.add(Behaviour::Honest, 0);
     f.proxy(cheat).set(Fault::Refuse);
     f.proxy(cheat).reset_all();
-    let (n, took) = f.leader_other_than(Some(cheat), RECOVERY);
-    f.say(&format!("p{n} took over {} after the cut", ms(took)));
+    f.taken_over(cheat, "the cut");
     sleep(Duration::from_millis(300));
     let v = f.oracle.check().expect_err("the oracle let a participant that ignores its deadline pass");
     f.say(&format!("caught: {}", v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("; ")));
@@ -115,13 +113,15 @@ pub fn database_restarts(path: Path) {
     rig.start_again();
     f.say(&format!("server down and up again in {}", ms(t.elapsed())));
     f.recovers("the restart");
-    let terms = f.terms();
-    let r = f.finish();
-    f_say_kept(&r, terms);
+    finish_saying_kept(f);
 }
 
-fn f_say_kept(r: &crate::support::oracle::Report, terms_after_fault: usize) {
-    eprintln!("  the first leader {} its term through the fault", if terms_after_fault == 1 { "kept" } else { "lost" });
+/// Finishes the run and says whether the first leader kept its term
+/// through the fault.
+fn finish_saying_kept(f: Fleet<'_>) {
+    let terms = f.terms();
+    let r = f.finish();
+    eprintln!("  the first leader {} its term through the fault", if terms == 1 { "kept" } else { "lost" });
     assert!(r.terms >= 1);
 }
 
@@ -139,8 +139,7 @@ pub fn database_killed(path: Path) {
     // sure a new term starts after recovery, then let the oracle check.
     let l = f.leader(FIRST);
     f.stop(l);
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over {} after p{l} shut down", ms(took)));
+    f.taken_over(l, "its shutdown");
     let r = f.finish();
     assert!(r.terms >= 2, "{r}");
 }
@@ -153,9 +152,7 @@ pub fn pooler_restarts() {
     rig.bouncer().restart();
     f.say(&format!("PgBouncer restarted in {}", ms(t.elapsed())));
     f.recovers("the pooler's restart");
-    let terms = f.terms();
-    let r = f.finish();
-    f_say_kept(&r, terms);
+    finish_saying_kept(f);
 }
 
 pub fn pooler_paused() {
@@ -175,8 +172,7 @@ pub fn leader_crashes(path: Path) {
     let mut f = Fleet::start(&rig, "leader_crashes", 3);
     let l = f.leader(FIRST);
     f.crash(l);
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over {} after the crash (lease {})", ms(took), ms(LEASE)));
+    let (_, took) = f.taken_over(l, &format!("the crash (lease {})", ms(LEASE)));
     assert!(took >= LEASE - MARGIN - RENEW, "a crash released the lease? {took:?}");
     f.finish();
 }
@@ -186,8 +182,7 @@ pub fn graceful_hand_over_is_fast(path: Path) {
     let mut f = Fleet::start(&rig, "graceful_hand_over", 3);
     let l = f.leader(FIRST);
     f.stop(l);
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over {} after the shutdown (retry period {})", ms(took), ms(RETRY)));
+    let (_, took) = f.taken_over(l, &format!("the shutdown (retry period {})", ms(RETRY)));
     assert!(took <= RETRY + OP + Duration::from_millis(300), "hand-over took {took:?}");
     f.finish();
 }
@@ -227,9 +222,7 @@ pub fn connections_reset_mid_query(path: Path) {
     f.leader(FIRST);
     for_a_while(&f, &f.alive(), Fault::ResetOnUse, Duration::from_millis(1200));
     f.recovers("the resets stopped");
-    let terms = f.terms();
-    let r = f.finish();
-    f_say_kept(&r, terms);
+    finish_saying_kept(f);
 }
 
 pub fn bandwidth_collapse(path: Path) {
@@ -278,12 +271,10 @@ pub fn database_clock_days_away(path: Path) {
     }
     let l = f.leader(FIRST);
     f.crash(l);
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over {} after the crash", ms(took)));
+    let (n, took) = f.taken_over(l, "the crash");
     assert!(took >= LEASE - MARGIN - RENEW, "{took:?}");
     f.stop(n);
-    let (m, took) = f.leader_other_than(Some(n), RECOVERY);
-    f.say(&format!("p{m} took over {} after the hand-over", ms(took)));
+    let (_, took) = f.taken_over(n, "the hand-over");
     assert!(took <= RETRY + OP + Duration::from_millis(300), "{took:?}");
     f.finish();
 }
@@ -320,9 +311,7 @@ pub fn backends_terminated(path: Path) {
     assert!(ended >= 3, "only {ended} sessions were there to end");
     f.say(&format!("{ended} sessions ended in 5 rounds"));
     f.recovers("the last round");
-    let terms = f.terms();
-    let r = f.finish();
-    f_say_kept(&r, terms);
+    finish_saying_kept(f);
 }
 
 pub fn database_goes_read_only(path: Path) {
