@@ -35,13 +35,18 @@ fn nobody_led_at_the_end(f: &Fleet<'_>, what: &str) {
     assert!(f.nobody_leads(), "{}: {:?} leads at the end of {what}", f.name, f.oracle.leader_now());
 }
 
-pub fn steady_state(path: Path) {
-    let rig = Rig::shared(path);
-    let f = Fleet::start(&rig, "steady_state", 3);
+/// `n` participants on `rig` with no fault: the first leader leads for
+/// `d`, one term in all.
+fn one_steady_term(rig: &Rig, label: &str, n: usize, d: Duration) {
+    let f = Fleet::start(rig, label, n);
     let l = f.leader(FIRST);
-    keeps_leading(&f, l, 3 * LEASE);
+    keeps_leading(&f, l, d);
     let r = f.finish();
-    assert_eq!(r.terms, 1, "a steady fleet changed leaders: {r}");
+    assert_eq!(r.terms, 1, "{label}: a steady fleet changed leaders: {r}");
+}
+
+pub fn steady_state(path: Path) {
+    one_steady_term(&Rig::shared(path), "steady_state", 3, 3 * LEASE);
 }
 
 /// The leader's path refuses connections and loses the ones it had.
@@ -504,12 +509,7 @@ pub fn rolling_restart_of_the_whole_fleet(path: Path) {
 
 /// Eight participants through a PgBouncer with two server connections.
 pub fn more_participants_than_pooler_connections() {
-    let rig = Rig::owned_with_pool(Path::Bouncer, 2);
-    let f = Fleet::start(&rig, "pooler_oversubscribed", 8);
-    let l = f.leader(FIRST);
-    keeps_leading(&f, l, 2 * LEASE);
-    let r = f.finish();
-    assert_eq!(r.terms, 1, "{r}");
+    one_steady_term(&Rig::owned_with_pool(Path::Bouncer, 2), "pooler_oversubscribed", 8, 2 * LEASE);
 }
 
 /// Two elections in one table; the row of one is locked for longer than a
