@@ -172,24 +172,28 @@ pub fn pooler_paused() {
     f.finish();
 }
 
-pub fn leader_crashes(path: Path) {
+/// The first leader goes (`go`: crashed or stopped) and another takes over
+/// (said as after `what`); the run passes the oracle. How long the takeover
+/// took.
+fn leader_goes(path: Path, label: &str, go: impl FnOnce(&mut Fleet<'_>, usize), what: &str) -> Duration {
     let rig = Rig::shared(path);
-    let mut f = Fleet::start(&rig, "leader_crashes", 3);
+    let mut f = Fleet::start(&rig, label, 3);
     let l = f.leader(FIRST);
-    f.crash(l);
-    let (_, took) = f.taken_over(l, &format!("the crash (lease {})", ms(LEASE)));
-    assert!(took >= LEASE - MARGIN - RENEW, "a crash released the lease? {took:?}");
+    go(&mut f, l);
+    let (_, took) = f.taken_over(l, what);
     f.finish();
+    took
+}
+
+pub fn leader_crashes(path: Path) {
+    let took = leader_goes(path, "leader_crashes", |f, l| f.crash(l), &format!("the crash (lease {})", ms(LEASE)));
+    assert!(took >= LEASE - MARGIN - RENEW, "a crash released the lease? {took:?}");
 }
 
 pub fn graceful_hand_over_is_fast(path: Path) {
-    let rig = Rig::shared(path);
-    let mut f = Fleet::start(&rig, "graceful_hand_over", 3);
-    let l = f.leader(FIRST);
-    f.stop(l);
-    let (_, took) = f.taken_over(l, &format!("the shutdown (retry period {})", ms(RETRY)));
+    let what = format!("the shutdown (retry period {})", ms(RETRY));
+    let took = leader_goes(path, "graceful_hand_over", |f, l| f.stop(l), &what);
     assert!(took <= RETRY + OP + Duration::from_millis(300), "hand-over took {took:?}");
-    f.finish();
 }
 
 pub fn high_latency_is_survivable(path: Path) {
