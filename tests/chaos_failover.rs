@@ -221,56 +221,42 @@ fn maria(mode: MariaMode) -> Pair {
     Pair::Maria(MariaPair::start(mode))
 }
 
-#[test]
-fn postgres_primary_killed_standby_promoted() {
-    scenario(&pg(PgMode::Async), Kind::Kill, true).0.expect("no violation");
+/// The failover rule's negative control: the same lost renewals with a
+/// store that claims inherited rows as they stand must show two leaders.
+fn control_is_caught(pair: &Pair) {
+    let (verdict, _) = scenario(pair, Kind::LostRenewals, false);
+    let v = verdict.expect_err("the control that claims inherited rows showed no second leader");
+    assert!(v.iter().any(|v| matches!(v, Violation::Overlap { .. })), "{v:?}");
 }
 
-#[test]
-fn postgres_switchover() {
-    scenario(&pg(PgMode::Async), Kind::Switchover, true).0.expect("no violation");
+/// One test per row: the scenario `kind` on a new `pair`, which the oracle
+/// must pass (the scenario's messages name the pair and the kind).
+macro_rules! failovers {
+    ($($test:ident: $pair:expr, $kind:expr;)*) => {$(
+        #[test]
+        fn $test() {
+            scenario(&$pair, $kind, true).0.expect("no violation");
+        }
+    )*};
 }
 
-#[test]
-fn postgres_lost_renewals_keep_one_leader() {
-    scenario(&pg(PgMode::Async), Kind::LostRenewals, true).0.expect("no violation");
+failovers! {
+    postgres_primary_killed_standby_promoted: pg(PgMode::Async), Kind::Kill;
+    postgres_switchover: pg(PgMode::Async), Kind::Switchover;
+    postgres_lost_renewals_keep_one_leader: pg(PgMode::Async), Kind::LostRenewals;
+    mariadb_primary_killed_replica_promoted: maria(MariaMode::Async), Kind::Kill;
+    mariadb_switchover: maria(MariaMode::Async), Kind::Switchover;
+    mariadb_lost_renewals_keep_one_leader: maria(MariaMode::Async), Kind::LostRenewals;
+    postgres_synchronous_primary_killed_standby_promoted: pg(PgMode::Sync), Kind::Kill;
+    mariadb_semisync_primary_killed_replica_promoted: maria(MariaMode::SemiSync), Kind::Kill;
 }
 
 #[test]
 fn postgres_lost_renewals_control_claims_inherited_rows_and_is_caught() {
-    let (verdict, _) = scenario(&pg(PgMode::Async), Kind::LostRenewals, false);
-    let v = verdict.expect_err("the control that claims inherited rows showed no second leader");
-    assert!(v.iter().any(|v| matches!(v, Violation::Overlap { .. })), "{v:?}");
-}
-
-#[test]
-fn mariadb_primary_killed_replica_promoted() {
-    scenario(&maria(MariaMode::Async), Kind::Kill, true).0.expect("no violation");
-}
-
-#[test]
-fn mariadb_switchover() {
-    scenario(&maria(MariaMode::Async), Kind::Switchover, true).0.expect("no violation");
-}
-
-#[test]
-fn mariadb_lost_renewals_keep_one_leader() {
-    scenario(&maria(MariaMode::Async), Kind::LostRenewals, true).0.expect("no violation");
+    control_is_caught(&pg(PgMode::Async));
 }
 
 #[test]
 fn mariadb_lost_renewals_control_claims_inherited_rows_and_is_caught() {
-    let (verdict, _) = scenario(&maria(MariaMode::Async), Kind::LostRenewals, false);
-    let v = verdict.expect_err("the control that claims inherited rows showed no second leader");
-    assert!(v.iter().any(|v| matches!(v, Violation::Overlap { .. })), "{v:?}");
-}
-
-#[test]
-fn postgres_synchronous_primary_killed_standby_promoted() {
-    scenario(&pg(PgMode::Sync), Kind::Kill, true).0.expect("no violation");
-}
-
-#[test]
-fn mariadb_semisync_primary_killed_replica_promoted() {
-    scenario(&maria(MariaMode::SemiSync), Kind::Kill, true).0.expect("no violation");
+    control_is_caught(&maria(MariaMode::Async));
 }

@@ -116,6 +116,24 @@ fn connect(p: &FaultProxy) -> TcpStream {
     s
 }
 
+/// A connection through `p` that has round-tripped `first`: the path works
+/// before the test sets a fault.
+fn connected(p: &FaultProxy, first: &[u8]) -> TcpStream {
+    let mut s = connect(p);
+    round_trip(&mut s, first);
+    s
+}
+
+/// The start of most tests: this test's turn ([`serial`]), a server running
+/// `script` and a proxy in front of it. Bound in this order
+/// (`let (_s, server, proxy) = …`), they drop proxy first and the turn last.
+fn proxied(script: impl Fn(TcpStream) + Send + Sync + 'static) -> (MutexGuard<'static, ()>, Server, FaultProxy) {
+    let turn = serial();
+    let server = Server::start(script);
+    let proxy = FaultProxy::start(server.addr);
+    (turn, server, proxy)
+}
+
 /// Exactly `n` bytes within `within`, or a panic saying what came.
 fn read_n(s: &mut TcpStream, n: usize, within: Duration) -> Vec<u8> {
     let deadline = Instant::now() + within;
@@ -182,9 +200,7 @@ fn random_bytes(n: usize) -> Vec<u8> {
 
 #[test]
 fn pass_round_trips_large_random_payloads_byte_exact() {
-    let _s = serial();
-    let server = Server::start(echo);
-    let proxy = FaultProxy::start(server.addr);
+    let (_s, _server, proxy) = proxied(echo);
     const LEN: usize = 4 << 20;
     // Two connections at once, each writing while it reads.
     let clients: Vec<_> = (0..2)
@@ -218,10 +234,8 @@ fn pass_round_trips_large_random_payloads_byte_exact() {
 
 #[test]
 fn latency_delays_each_direction_within_base_and_jitter() {
-    let _s = serial();
     let log = Log::default();
-    let server = Server::start(logged_echo(Arc::clone(&log)));
-    let proxy = FaultProxy::start(server.addr);
+    let (_s, _server, proxy) = proxied(logged_echo(Arc::clone(&log)));
     let (base, jitter) = (Duration::from_millis(100), Duration::from_millis(50));
     proxy.set(Fault::Latency { base, jitter });
     assert_eq!(proxy.fault(), Fault::Latency { base, jitter });
@@ -261,9 +275,7 @@ fn latency_delays_each_direction_within_base_and_jitter() {
 
 #[test]
 fn latency_keeps_order_under_jitter() {
-    let _s = serial();
-    let server = Server::start(echo);
-    let proxy = FaultProxy::start(server.addr);
+    let (_s, _server, proxy) = proxied(echo);
     proxy.set(Fault::Latency { base: Duration::ZERO, jitter: Duration::from_millis(40) });
     let mut c = connect(&proxy);
     // 200 small writes 1 ms apart: chunks with jitter far above their spacing.
@@ -332,10 +344,8 @@ fn bandwidth_limits_each_direction() {
 
 #[test]
 fn blackhole_holds_bytes_in_order_and_defers_new_connections() {
-    let _s = serial();
     let log = Log::default();
-    let server = Server::start(greet_then_echo(Arc::clone(&log)));
-    let proxy = FaultProxy::start(server.addr);
+    let (_s, server, proxy) = proxied(greet_then_echo(Arc::clone(&log)));
     let mut a = connect(&proxy);
     assert_eq!(read_n(&mut a, GREETING.len(), Duration::from_secs(2)), GREETING);
     round_trip(&mut a, b"one ");
@@ -368,12 +378,9 @@ fn blackhole_holds_bytes_in_order_and_defers_new_connections() {
 
 #[test]
 fn blackhole_during_latency_holds_what_is_not_yet_delivered() {
-    let _s = serial();
     let log = Log::default();
-    let server = Server::start(logged_echo(Arc::clone(&log)));
-    let proxy = FaultProxy::start(server.addr);
-    let mut c = connect(&proxy);
-    round_trip(&mut c, b"warm");
+    let (_s, _server, proxy) = proxied(logged_echo(Arc::clone(&log)));
+    let mut c = connected(&proxy, b"warm");
     proxy.set(Fault::Latency { base: Duration::from_millis(300), jitter: Duration::ZERO });
     c.write_all(b"late").unwrap();
     proxy.set(Fault::Blackhole);
@@ -437,12 +444,9 @@ fn blackhole_bounds_what_it_holds_then_delivers_it_all_in_order() {
 
 #[test]
 fn drop_replies_runs_requests_but_returns_nothing() {
-    let _s = serial();
     let log = Log::default();
-    let server = Server::start(logged_echo(Arc::clone(&log)));
-    let proxy = FaultProxy::start(server.addr);
-    let mut c = connect(&proxy);
-    round_trip(&mut c, b"hi ");
+    let (_s, _server, proxy) = proxied(logged_echo(Arc::clone(&log)));
+    let mut c = connected(&proxy, b"hi ");
     proxy.set(Fault::DropReplies);
     c.write_all(b"ping").unwrap();
     assert!(wait_for(Duration::from_secs(2), || heard(&log) == b"hi ping"), "the request did not reach the server");
@@ -455,9 +459,7 @@ fn drop_replies_runs_requests_but_returns_nothing() {
 
 #[test]
 fn reset_on_use_resets_on_the_next_byte_from_either_side() {
-    let _s = serial();
-    let server = Server::start(greet_then_echo(Log::default()));
-    let proxy = FaultProxy::start(server.addr);
+    let (_s, _server, proxy) = proxied(greet_then_echo(Log::default()));
     let (mut a, mut idle) = (connect(&proxy), connect(&proxy));
     for c in [&mut a, &mut idle] {
         assert_eq!(read_n(c, GREETING.len(), Duration::from_secs(2)), GREETING);
@@ -478,11 +480,8 @@ fn reset_on_use_resets_on_the_next_byte_from_either_side() {
 
 #[test]
 fn refuse_refuses_new_connections_only_then_accepts_on_the_same_port() {
-    let _s = serial();
-    let server = Server::start(echo);
-    let proxy = FaultProxy::start(server.addr);
-    let mut a = connect(&proxy);
-    round_trip(&mut a, b"before");
+    let (_s, server, proxy) = proxied(echo);
+    let mut a = connected(&proxy, b"before");
     proxy.set(Fault::Refuse);
     let e = TcpStream::connect(proxy.addr()).expect_err("connected while refusing");
     assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
@@ -496,12 +495,9 @@ fn refuse_refuses_new_connections_only_then_accepts_on_the_same_port() {
 
 #[test]
 fn flap_lets_bytes_through_only_in_up_windows() {
-    let _s = serial();
     let log = Log::default();
-    let server = Server::start(logged_echo(Arc::clone(&log)));
-    let proxy = FaultProxy::start(server.addr);
-    let mut c = connect(&proxy);
-    round_trip(&mut c, &[200]);
+    let (_s, _server, proxy) = proxied(logged_echo(Arc::clone(&log)));
+    let mut c = connected(&proxy, &[200]);
     log.lock().unwrap().clear();
     let (up, down) = (Duration::from_millis(200), Duration::from_millis(200));
     let t0 = Instant::now();
@@ -536,9 +532,7 @@ fn flap_lets_bytes_through_only_in_up_windows() {
 
 #[test]
 fn reset_all_resets_open_connections_and_keeps_the_fault() {
-    let _s = serial();
-    let server = Server::start(echo);
-    let proxy = FaultProxy::start(server.addr);
+    let (_s, _server, proxy) = proxied(echo);
     let (mut a, mut b) = (connect(&proxy), connect(&proxy));
     round_trip(&mut a, b"a");
     round_trip(&mut b, b"b");
@@ -555,9 +549,7 @@ fn reset_all_resets_open_connections_and_keeps_the_fault() {
 
 #[test]
 fn drop_closes_every_connection_and_the_port() {
-    let _s = serial();
-    let server = Server::start(echo);
-    let proxy = FaultProxy::start(server.addr);
+    let (_s, server, proxy) = proxied(echo);
     let addr = proxy.addr();
     let mut conns = [connect(&proxy), connect(&proxy)];
     for c in &mut conns {

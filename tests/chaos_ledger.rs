@@ -403,34 +403,24 @@ fn cross_check(f: &Fleet, rows: &[Row], seen: &[Seen]) {
     ));
 }
 
-#[test]
-fn checked_writes_never_commit_after_a_successor_postgres() {
-    scenario(Path::Pg, Mode::Checked);
+/// One test per row: the scenario on `path` in `mode` (its messages name
+/// both).
+macro_rules! scenarios {
+    ($($test:ident: $path:expr, $mode:expr;)*) => {$(
+        #[test]
+        fn $test() {
+            scenario($path, $mode);
+        }
+    )*};
 }
 
-#[test]
-fn checked_writes_never_commit_after_a_successor_pgbouncer() {
-    scenario(Path::Bouncer, Mode::Checked);
-}
-
-#[test]
-fn checked_writes_never_commit_after_a_successor_mariadb() {
-    scenario(Path::Maria, Mode::Checked);
-}
-
-#[test]
-fn without_the_check_paused_writes_commit_after_a_successor_postgres() {
-    scenario(Path::Pg, Mode::Unchecked);
-}
-
-#[test]
-fn without_the_check_paused_writes_commit_after_a_successor_pgbouncer() {
-    scenario(Path::Bouncer, Mode::Unchecked);
-}
-
-#[test]
-fn without_the_check_paused_writes_commit_after_a_successor_mariadb() {
-    scenario(Path::Maria, Mode::Unchecked);
+scenarios! {
+    checked_writes_never_commit_after_a_successor_postgres: Path::Pg, Mode::Checked;
+    checked_writes_never_commit_after_a_successor_pgbouncer: Path::Bouncer, Mode::Checked;
+    checked_writes_never_commit_after_a_successor_mariadb: Path::Maria, Mode::Checked;
+    without_the_check_paused_writes_commit_after_a_successor_postgres: Path::Pg, Mode::Unchecked;
+    without_the_check_paused_writes_commit_after_a_successor_pgbouncer: Path::Bouncer, Mode::Unchecked;
+    without_the_check_paused_writes_commit_after_a_successor_mariadb: Path::Maria, Mode::Unchecked;
 }
 
 /// The oracle on hand-made ledgers: commit order with rising fences

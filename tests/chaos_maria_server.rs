@@ -67,6 +67,27 @@ fn started(s: &MariaServer) {
     eprintln!("mariadbd on port {} (pid {}) started in {:?}", s.port(), s.pid(), s.started_in());
 }
 
+/// A server of the test's own (said started) and a store on it.
+fn server_and_store() -> (MariaServer, MySqlStore) {
+    let s = MariaServer::start();
+    started(&s);
+    let store = store(&s);
+    (s, store)
+}
+
+/// Starts `s` again after `what` (a stop or a crash), saying how long it took.
+fn start_again_after(s: &MariaServer, what: &str) {
+    let t = Instant::now();
+    s.start_again();
+    eprintln!("start_again after {what}: {:?}", t.elapsed());
+}
+
+/// Once the store works again, the election is still `x`'s, with `fence`.
+fn still_held(store: &MySqlStore, fence: u64, what: &str) {
+    let lease = works_soon(what, || store.inspect("e", LONG));
+    assert!(lease.held_by("x") && lease.fence == fence, "{lease:?}");
+}
+
 #[test]
 fn two_servers_run_at_once_and_drop_leaves_nothing() {
     let (a, b) = std::thread::scope(|s| {
@@ -95,9 +116,7 @@ fn two_servers_run_at_once_and_drop_leaves_nothing() {
 
 #[test]
 fn a_frozen_server_fails_calls_in_time_and_works_after_the_thaw() {
-    let s = MariaServer::start();
-    started(&s);
-    let store = store(&s);
+    let (s, store) = server_and_store();
     acquire(&store, "x", LONG).unwrap();
     s.freeze();
     let err = fails_in_time("acquire, frozen", || acquire(&store, "x", SHORT));
@@ -108,9 +127,7 @@ fn a_frozen_server_fails_calls_in_time_and_works_after_the_thaw() {
 
 #[test]
 fn stop_then_start_again_keeps_port_and_data() {
-    let s = MariaServer::start();
-    started(&s);
-    let store = store(&s);
+    let (s, store) = server_and_store();
     let fence = acquire(&store, "x", LONG).unwrap().fence;
     let (port, pid) = (s.port(), s.pid());
     s.stop();
@@ -118,36 +135,26 @@ fn stop_then_start_again_keeps_port_and_data() {
     assert!(s.error_log().contains("Shutdown complete"), "not a clean shutdown");
     let err = fails_in_time("inspect, stopped", || store.inspect("e", SHORT));
     assert!(err.is_retryable(), "{err:?}");
-    let t = Instant::now();
-    s.start_again();
-    eprintln!("start_again after stop: {:?}", t.elapsed());
+    start_again_after(&s, "stop");
     assert_eq!(s.port(), port);
-    let lease = works_soon("inspect after start_again", || store.inspect("e", LONG));
-    assert!(lease.held_by("x") && lease.fence == fence, "{lease:?}");
+    still_held(&store, fence, "inspect after start_again");
 }
 
 #[test]
 fn a_committed_row_survives_a_crash() {
-    let s = MariaServer::start();
-    started(&s);
-    let store = store(&s);
+    let (s, store) = server_and_store();
     let fence = acquire(&store, "x", LONG).unwrap().fence;
     s.crash();
     let log_before = s.error_log().len();
-    let t = Instant::now();
-    s.start_again();
-    eprintln!("start_again after crash: {:?}", t.elapsed());
+    start_again_after(&s, "crash");
     let log = s.error_log();
     assert!(log[log_before..].contains("crash recovery"), "no crash recovery in the log:\n{}", &log[log_before..]);
-    let lease = works_soon("inspect after the crash", || store.inspect("e", LONG));
-    assert!(lease.held_by("x") && lease.fence == fence, "{lease:?}");
+    still_held(&store, fence, "inspect after the crash");
 }
 
 #[test]
 fn killed_sessions_cost_the_store_one_retryable_failure_at_most() {
-    let s = MariaServer::start();
-    started(&s);
-    let store = store(&s);
+    let (s, store) = server_and_store();
     acquire(&store, "x", LONG).unwrap();
     let killed = s.kill_sessions("le");
     eprintln!("killed {killed} sessions of le");
@@ -159,9 +166,7 @@ fn killed_sessions_cost_the_store_one_retryable_failure_at_most() {
 
 #[test]
 fn table_and_row_locks_block_acquire_until_released() {
-    let s = MariaServer::start();
-    started(&s);
-    let store = store(&s);
+    let (s, store) = server_and_store();
     acquire(&store, "x", LONG).unwrap();
     let held = s.lock_table(TABLE);
     let err = fails_in_time("acquire, table locked", || acquire(&store, "x", SHORT));
@@ -180,9 +185,7 @@ fn table_and_row_locks_block_acquire_until_released() {
 
 #[test]
 fn read_only_fails_writes_of_le_but_not_reads() {
-    let s = MariaServer::start();
-    started(&s);
-    let store = store(&s);
+    let (s, store) = server_and_store();
     let fence = acquire(&store, "x", LONG).unwrap().fence;
     s.set_read_only(true);
     assert_eq!(s.query("SELECT @@GLOBAL.read_only"), ["1"]);

@@ -49,6 +49,19 @@ fn term(o: &Oracle, who: &str, fence: u64, from: u64, to: u64) {
     o.record_interval(who, fence, at(o, from), at(o, to));
 }
 
+/// An oracle that has recorded a confirmed renewal for each `(who, ms)` of
+/// `sends`, then a term for each `(who, fence, from, to)` of `terms`.
+fn recorded(sends: &[(&str, u64)], terms: &[(&str, u64, u64, u64)]) -> Arc<Oracle> {
+    let o = Oracle::new(LEASE);
+    for &(who, ms) in sends {
+        sent(&o, who, ms, true);
+    }
+    for &(who, fence, from, to) in terms {
+        term(&o, who, fence, from, to);
+    }
+    o
+}
+
 #[test]
 fn a_clean_sequence_passes_with_its_figures() {
     let o = Oracle::new(LEASE);
@@ -86,14 +99,10 @@ fn an_empty_run_has_no_leader() {
 
 #[test]
 fn overlaps_are_caught_between_participants_and_within_one() {
-    let o = Oracle::new(LEASE);
-    for (who, ms) in [("a", 0), ("b", 390), ("a", 990)] {
-        sent(&o, who, ms, true);
-    }
-    term(&o, "a", 1, 0, 500);
-    term(&o, "b", 2, 400, 800);
-    term(&o, "a", 3, 1000, 1200);
-    term(&o, "a", 4, 1150, 1300);
+    let o = recorded(
+        &[("a", 0), ("b", 390), ("a", 990)],
+        &[("a", 1, 0, 500), ("b", 2, 400, 800), ("a", 3, 1000, 1200), ("a", 4, 1150, 1300)],
+    );
     let v = o.check().expect_err("two overlaps went unnoticed");
     let want = [
         Violation::Overlap { first: ("a".into(), 1), second: ("b".into(), 2), from_ms: 400.0, to_ms: 500.0 },
@@ -105,13 +114,7 @@ fn overlaps_are_caught_between_participants_and_within_one() {
 
 #[test]
 fn a_fence_that_does_not_increase_is_caught() {
-    let o = Oracle::new(LEASE);
-    for (who, ms) in [("a", 0), ("b", 190), ("c", 390)] {
-        sent(&o, who, ms, true);
-    }
-    term(&o, "a", 5, 0, 100);
-    term(&o, "b", 5, 200, 300);
-    term(&o, "c", 4, 400, 500);
+    let o = recorded(&[("a", 0), ("b", 190), ("c", 390)], &[("a", 5, 0, 100), ("b", 5, 200, 300), ("c", 4, 400, 500)]);
     let v = o.check().expect_err("repeated and falling fences went unnoticed");
     assert_eq!(v.len(), 2, "{v:?}");
     assert!(matches!(&v[0], Violation::FenceNotIncreasing { later, .. } if later == &("b".to_string(), 5)), "{v:?}");
@@ -140,9 +143,7 @@ fn validity_past_the_lease_after_the_last_confirmed_send_is_caught() {
     assert_eq!(v, want);
     assert!(v[0].to_string().contains("700.0 ms after its last confirmed send at 0.0 ms"), "{}", v[0]);
     // Exactly the lease is still in bounds.
-    let o = Oracle::new(LEASE);
-    sent(&o, "a", 0, true);
-    term(&o, "a", 1, 5, 600);
+    let o = recorded(&[("a", 0)], &[("a", 1, 5, 600)]);
     assert_eq!(o.check().expect("end = send + lease is allowed").max_valid_after_send, LEASE);
 }
 

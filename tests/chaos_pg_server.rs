@@ -70,6 +70,21 @@ fn recovers<T>(what: &str, mut f: impl FnMut() -> Result<T, StoreError>) {
     assert!(ok, "{what}: still failing after {RECOVERS_WITHIN:?}: {last:?}");
 }
 
+/// Starts `pg` again after `what` (a stop or a crash), saying how long it took.
+fn start_again_after(pg: &PgServer, what: &str) {
+    let t = Instant::now();
+    pg.start_again();
+    eprintln!("PgServer::start_again after {what}: {:?}", t.elapsed());
+}
+
+/// Once the store works again (within [`RECOVERS_WITHIN`]), `name` is still
+/// a's, with `fence`.
+fn still_held(s: &PostgresStore, name: &str, fence: u64, what: &str) {
+    recovers(what, || s.inspect(name, OP));
+    let after = s.inspect(name, OP).unwrap();
+    assert_eq!((after.holder.as_str(), after.fence), ("a", fence), "{what}");
+}
+
 fn refused(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_err()
 }
@@ -146,13 +161,9 @@ fn stop_and_start_again_keep_port_and_data() {
     assert!(refused(pg.port()), "stopped, yet the port answers");
     assert!(gone(pid));
     fails_in_time("inspect on a stopped server", || s.inspect(&name, OP));
-    let t = Instant::now();
-    pg.start_again();
-    eprintln!("PgServer::start_again after stop: {:?}", t.elapsed());
+    start_again_after(&pg, "stop");
     assert_ne!(pg.pid(), pid);
-    recovers("inspect after start_again", || s.inspect(&name, OP));
-    let after = s.inspect(&name, OP).unwrap();
-    assert_eq!((after.holder.as_str(), after.fence), ("a", before.fence));
+    still_held(&s, &name, before.fence, "inspect after start_again");
 }
 
 #[test]
@@ -166,17 +177,13 @@ fn crash_keeps_committed_rows_and_recovery_runs() {
     pg.crash();
     assert!(gone(pid) && kids.iter().all(|&k| gone(k)), "processes left after crash()");
     assert!(refused(pg.port()));
-    let t = Instant::now();
-    pg.start_again();
-    eprintln!("PgServer::start_again after crash (with recovery): {:?}", t.elapsed());
+    start_again_after(&pg, "crash (with recovery)");
     assert!(
         pg.log_tail().contains("automatic recovery in progress"),
         "no crash recovery in the log:\n{}",
         pg.log_tail()
     );
-    recovers("inspect after the crash", || s.inspect(&name, OP));
-    let after = s.inspect(&name, OP).unwrap();
-    assert_eq!((after.holder.as_str(), after.fence), ("a", before.fence));
+    still_held(&s, &name, before.fence, "inspect after the crash");
 }
 
 #[test]

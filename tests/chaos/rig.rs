@@ -197,68 +197,53 @@ impl Rig {
         }
     }
 
-    pub fn freeze(&self) {
+    /// `pg` on the scenario's own PostgreSQL server, or `maria` on its
+    /// MariaDB, whichever the path has.
+    fn on_server<T>(&self, pg: impl FnOnce(&PgServer) -> T, maria: impl FnOnce(&MariaServer) -> T) -> T {
         match self.path {
-            Path::Maria => self.maria().freeze(),
-            _ => self.pg().freeze(),
+            Path::Maria => maria(self.maria()),
+            _ => pg(self.pg()),
         }
+    }
+
+    pub fn freeze(&self) {
+        self.on_server(PgServer::freeze, MariaServer::freeze)
     }
 
     pub fn thaw(&self) {
-        match self.path {
-            Path::Maria => self.maria().thaw(),
-            _ => self.pg().thaw(),
-        }
+        self.on_server(PgServer::thaw, MariaServer::thaw)
     }
 
     pub fn stop(&self) {
-        match self.path {
-            Path::Maria => self.maria().stop(),
-            _ => self.pg().stop(),
-        }
+        self.on_server(PgServer::stop, MariaServer::stop)
     }
 
     pub fn start_again(&self) {
-        match self.path {
-            Path::Maria => self.maria().start_again(),
-            _ => self.pg().start_again(),
-        }
+        self.on_server(PgServer::start_again, MariaServer::start_again)
     }
 
     pub fn crash(&self) {
-        match self.path {
-            Path::Maria => self.maria().crash(),
-            _ => self.pg().crash(),
-        }
+        self.on_server(PgServer::crash, MariaServer::crash)
     }
 
     /// Ends every client session on the server; how many.
     pub fn end_sessions(&self) -> usize {
-        match self.path {
-            Path::Maria => self.maria().kill_sessions("le"),
-            _ => self.pg().terminate_backends(),
-        }
+        self.on_server(PgServer::terminate_backends, |m| m.kill_sessions("le"))
     }
 
     pub fn lock_table(&self) -> Held {
-        match self.path {
-            Path::Maria => Held::Maria(self.maria().lock_table(&self.table)),
-            _ => Held::Pg(Box::new(self.pg().lock_table(&self.table))),
-        }
+        self.on_server(|pg| Held::Pg(Box::new(pg.lock_table(&self.table))), |m| Held::Maria(m.lock_table(&self.table)))
     }
 
     pub fn lock_row(&self, name: &str) -> Held {
-        match self.path {
-            Path::Maria => Held::Maria(self.maria().lock_row(&self.table, name)),
-            _ => Held::Pg(Box::new(self.pg().lock_row(&self.table, name))),
-        }
+        self.on_server(
+            |pg| Held::Pg(Box::new(pg.lock_row(&self.table, name))),
+            |m| Held::Maria(m.lock_row(&self.table, name)),
+        )
     }
 
     pub fn set_read_only(&self, on: bool) {
-        match self.path {
-            Path::Maria => self.maria().set_read_only(on),
-            _ => self.pg().set_read_only(on),
-        }
+        self.on_server(|pg| pg.set_read_only(on), |m| m.set_read_only(on))
     }
 
     /// An operator's read-only fence on the running server, or its end:
@@ -267,10 +252,7 @@ impl Rig {
     /// too, takes it at its next statement), MariaDB's `read_only`.
     /// Returns once a fresh session sees it.
     pub fn fence_read_only(&self, on: bool) {
-        match self.path {
-            Path::Maria => self.maria().set_read_only(on),
-            _ => self.pg().set_default_read_only(on),
-        }
+        self.on_server(|pg| pg.set_default_read_only(on), |m| m.set_read_only(on))
     }
 }
 
@@ -378,6 +360,14 @@ impl<'r> Fleet<'r> {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Someone other than `old` leads within [`RECOVERY`]; says who took
+    /// over how long after `what`, and returns who and how long.
+    pub fn taken_over(&self, old: usize, what: &str) -> (usize, Duration) {
+        let (n, took) = self.leader_other_than(Some(old), RECOVERY);
+        self.say(&format!("p{n} took over from p{old} {} after {what}", ms(took)));
+        (n, took)
     }
 
     /// Someone leads within [`RECOVERY`]; returns how long it took.

@@ -35,13 +35,18 @@ fn nobody_led_at_the_end(f: &Fleet<'_>, what: &str) {
     assert!(f.nobody_leads(), "{}: {:?} leads at the end of {what}", f.name, f.oracle.leader_now());
 }
 
-pub fn steady_state(path: Path) {
-    let rig = Rig::shared(path);
-    let f = Fleet::start(&rig, "steady_state", 3);
+/// `n` participants on `rig` with no fault: the first leader leads for
+/// `d`, one term in all.
+fn one_steady_term(rig: &Rig, label: &str, n: usize, d: Duration) {
+    let f = Fleet::start(rig, label, n);
     let l = f.leader(FIRST);
-    keeps_leading(&f, l, 3 * LEASE);
+    keeps_leading(&f, l, d);
     let r = f.finish();
-    assert_eq!(r.terms, 1, "a steady fleet changed leaders: {r}");
+    assert_eq!(r.terms, 1, "{label}: a steady fleet changed leaders: {r}");
+}
+
+pub fn steady_state(path: Path) {
+    one_steady_term(&Rig::shared(path), "steady_state", 3, 3 * LEASE);
 }
 
 /// The leader's path refuses connections and loses the ones it had.
@@ -62,8 +67,7 @@ fn leader_cut_off(path: Path, label: &str, fault: Fault, reset: bool) {
     if reset {
         f.proxy(l).reset_all();
     }
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over from cut-off p{l} {} after the cut", ms(took)));
+    let (n, took) = f.taken_over(l, "the cut");
     assert!(took >= LEASE - MARGIN - RENEW, "taken over before the lease could run out: {took:?}");
     assert!(!f.elector_leads(l), "the cut-off leader still says it leads");
     f.proxy(l).set(Fault::Pass);
@@ -83,8 +87,7 @@ pub fn a_leader_ignoring_its_deadline_is_caught(path: Path) {
     f.add(Behaviour::Honest, 0);
     f.proxy(cheat).set(Fault::Refuse);
     f.proxy(cheat).reset_all();
-    let (n, took) = f.leader_other_than(Some(cheat), RECOVERY);
-    f.say(&format!("p{n} took over {} after the cut", ms(took)));
+    f.taken_over(cheat, "the cut");
     sleep(Duration::from_millis(300));
     let v = f.oracle.check().expect_err("the oracle let a participant that ignores its deadline pass");
     f.say(&format!("caught: {}", v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("; ")));
@@ -115,13 +118,15 @@ pub fn database_restarts(path: Path) {
     rig.start_again();
     f.say(&format!("server down and up again in {}", ms(t.elapsed())));
     f.recovers("the restart");
-    let terms = f.terms();
-    let r = f.finish();
-    f_say_kept(&r, terms);
+    finish_saying_kept(f);
 }
 
-fn f_say_kept(r: &crate::support::oracle::Report, terms_after_fault: usize) {
-    eprintln!("  the first leader {} its term through the fault", if terms_after_fault == 1 { "kept" } else { "lost" });
+/// Finishes the run and says whether the first leader kept its term
+/// through the fault.
+fn finish_saying_kept(f: Fleet<'_>) {
+    let terms = f.terms();
+    let r = f.finish();
+    eprintln!("  the first leader {} its term through the fault", if terms == 1 { "kept" } else { "lost" });
     assert!(r.terms >= 1);
 }
 
@@ -139,8 +144,7 @@ pub fn database_killed(path: Path) {
     // sure a new term starts after recovery, then let the oracle check.
     let l = f.leader(FIRST);
     f.stop(l);
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over {} after p{l} shut down", ms(took)));
+    f.taken_over(l, "its shutdown");
     let r = f.finish();
     assert!(r.terms >= 2, "{r}");
 }
@@ -153,9 +157,7 @@ pub fn pooler_restarts() {
     rig.bouncer().restart();
     f.say(&format!("PgBouncer restarted in {}", ms(t.elapsed())));
     f.recovers("the pooler's restart");
-    let terms = f.terms();
-    let r = f.finish();
-    f_say_kept(&r, terms);
+    finish_saying_kept(f);
 }
 
 pub fn pooler_paused() {
@@ -170,26 +172,28 @@ pub fn pooler_paused() {
     f.finish();
 }
 
-pub fn leader_crashes(path: Path) {
+/// The first leader goes (`go`: crashed or stopped) and another takes over
+/// (said as after `what`); the run passes the oracle. How long the takeover
+/// took.
+fn leader_goes(path: Path, label: &str, go: impl FnOnce(&mut Fleet<'_>, usize), what: &str) -> Duration {
     let rig = Rig::shared(path);
-    let mut f = Fleet::start(&rig, "leader_crashes", 3);
+    let mut f = Fleet::start(&rig, label, 3);
     let l = f.leader(FIRST);
-    f.crash(l);
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over {} after the crash (lease {})", ms(took), ms(LEASE)));
-    assert!(took >= LEASE - MARGIN - RENEW, "a crash released the lease? {took:?}");
+    go(&mut f, l);
+    let (_, took) = f.taken_over(l, what);
     f.finish();
+    took
+}
+
+pub fn leader_crashes(path: Path) {
+    let took = leader_goes(path, "leader_crashes", |f, l| f.crash(l), &format!("the crash (lease {})", ms(LEASE)));
+    assert!(took >= LEASE - MARGIN - RENEW, "a crash released the lease? {took:?}");
 }
 
 pub fn graceful_hand_over_is_fast(path: Path) {
-    let rig = Rig::shared(path);
-    let mut f = Fleet::start(&rig, "graceful_hand_over", 3);
-    let l = f.leader(FIRST);
-    f.stop(l);
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over {} after the shutdown (retry period {})", ms(took), ms(RETRY)));
+    let what = format!("the shutdown (retry period {})", ms(RETRY));
+    let took = leader_goes(path, "graceful_hand_over", |f, l| f.stop(l), &what);
     assert!(took <= RETRY + OP + Duration::from_millis(300), "hand-over took {took:?}");
-    f.finish();
 }
 
 pub fn high_latency_is_survivable(path: Path) {
@@ -227,9 +231,7 @@ pub fn connections_reset_mid_query(path: Path) {
     f.leader(FIRST);
     for_a_while(&f, &f.alive(), Fault::ResetOnUse, Duration::from_millis(1200));
     f.recovers("the resets stopped");
-    let terms = f.terms();
-    let r = f.finish();
-    f_say_kept(&r, terms);
+    finish_saying_kept(f);
 }
 
 pub fn bandwidth_collapse(path: Path) {
@@ -278,12 +280,10 @@ pub fn database_clock_days_away(path: Path) {
     }
     let l = f.leader(FIRST);
     f.crash(l);
-    let (n, took) = f.leader_other_than(Some(l), RECOVERY);
-    f.say(&format!("p{n} took over {} after the crash", ms(took)));
+    let (n, took) = f.taken_over(l, "the crash");
     assert!(took >= LEASE - MARGIN - RENEW, "{took:?}");
     f.stop(n);
-    let (m, took) = f.leader_other_than(Some(n), RECOVERY);
-    f.say(&format!("p{m} took over {} after the hand-over", ms(took)));
+    let (_, took) = f.taken_over(n, "the hand-over");
     assert!(took <= RETRY + OP + Duration::from_millis(300), "{took:?}");
     f.finish();
 }
@@ -320,9 +320,7 @@ pub fn backends_terminated(path: Path) {
     assert!(ended >= 3, "only {ended} sessions were there to end");
     f.say(&format!("{ended} sessions ended in 5 rounds"));
     f.recovers("the last round");
-    let terms = f.terms();
-    let r = f.finish();
-    f_say_kept(&r, terms);
+    finish_saying_kept(f);
 }
 
 pub fn database_goes_read_only(path: Path) {
@@ -515,12 +513,7 @@ pub fn rolling_restart_of_the_whole_fleet(path: Path) {
 
 /// Eight participants through a PgBouncer with two server connections.
 pub fn more_participants_than_pooler_connections() {
-    let rig = Rig::owned_with_pool(Path::Bouncer, 2);
-    let f = Fleet::start(&rig, "pooler_oversubscribed", 8);
-    let l = f.leader(FIRST);
-    keeps_leading(&f, l, 2 * LEASE);
-    let r = f.finish();
-    assert_eq!(r.terms, 1, "{r}");
+    one_steady_term(&Rig::owned_with_pool(Path::Bouncer, 2), "pooler_oversubscribed", 8, 2 * LEASE);
 }
 
 /// Two elections in one table; the row of one is locked for longer than a

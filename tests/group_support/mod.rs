@@ -13,8 +13,6 @@ pub use clock::{clock_ns, mono_ns, Clock, CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD
 
 use std::time::Duration;
 
-use leaderelection::mysql::MySqlStore;
-use leaderelection::postgres::PostgresStore;
 use leaderelection::Timing;
 use mysql::prelude::Queryable;
 
@@ -88,18 +86,10 @@ impl Tables {
         let t = Tables { path, table: format!("grp_{tag}"), tag };
         match path {
             Path::Maria => {
-                let store = MySqlStore::builder(&mysql_support::url(SHARED))
-                    .table(t.table.clone())
-                    .build()
-                    .unwrap_or_else(|e| panic!("store: {e}"));
-                store.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+                mysql_support::store_on(SHARED, &t.table);
             }
             _ => {
-                let store = PostgresStore::builder(&pg_support::dsn(DIRECT))
-                    .table("public", t.table.clone())
-                    .build()
-                    .unwrap_or_else(|e| panic!("store: {e}"));
-                store.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+                pg_support::store_on(DIRECT, &t.table);
             }
         }
         t

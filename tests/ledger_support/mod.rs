@@ -10,8 +10,6 @@ pub mod worker;
 
 use std::time::Duration;
 
-use leaderelection::mysql::MySqlStore;
-use leaderelection::postgres::PostgresStore;
 use mysql::prelude::Queryable;
 
 use crate::mysql_support::{self, SHARED};
@@ -143,11 +141,7 @@ impl Tables {
                 );
                 execute(path, &format!("CREATE TABLE `{k}` (n BIGINT NOT NULL) ENGINE = InnoDB"));
                 execute(path, &format!("INSERT INTO `{k}` VALUES (0)"));
-                let store = MySqlStore::builder(&mysql_support::url(SHARED))
-                    .table(t.election.clone())
-                    .build()
-                    .unwrap_or_else(|e| panic!("election store: {e}"));
-                store.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+                mysql_support::store_on(SHARED, &t.election);
             }
             _ => {
                 execute(
@@ -160,11 +154,7 @@ impl Tables {
                          INSERT INTO public.\"{k}\" VALUES (0);"
                     ),
                 );
-                let store = PostgresStore::builder(&pg_support::dsn(DIRECT))
-                    .table("public", t.election.clone())
-                    .build()
-                    .unwrap_or_else(|e| panic!("election store: {e}"));
-                store.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema: {e}"));
+                pg_support::store_on(DIRECT, &t.election);
             }
         }
         t

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use leaderelection::mysql::MySqlStore;
 use leaderelection::postgres::PostgresStore;
-use leaderelection::{Elector, ErrorKind, LeaderGuard};
+use leaderelection::{Elector, ErrorKind, LeaderGuard, Store};
 use mysql::prelude::Queryable;
 use postgres::types::Type;
 
@@ -133,7 +133,8 @@ pub struct Failure {
 
 /// One path's way of writing a ledger row.
 trait Writer {
-    fn start_elector(&self, name: &str, id: &str) -> Elector;
+    /// A clone of the writer's store, for the worker's elector.
+    fn store(&self) -> Box<dyn Store>;
     /// Opens a transaction, runs the check (`checked`), inserts the row;
     /// the row's id.
     fn begin(&mut self, guard: &LeaderGuard, seq: u64, checked: bool) -> Result<i64, Failure>;
@@ -173,7 +174,8 @@ fn run(spec: Spec) -> ! {
         Path::Pg | Path::Bouncer => Box::new(PgWriter::new(&spec)),
         Path::Maria => Box::new(MariaWriter::new(&spec)),
     };
-    let elector = w.start_elector(&spec.name, &spec.id);
+    let elector =
+        Elector::start(config(w.store(), &spec.name, &spec.id)).unwrap_or_else(|e| panic!("worker elector: {e}"));
     lead_and_write(&mut *w, &elector, spec.mode, &orders, &go_rx)
 }
 
@@ -292,8 +294,8 @@ impl PgWriter {
 }
 
 impl Writer for PgWriter {
-    fn start_elector(&self, name: &str, id: &str) -> Elector {
-        Elector::start(config(self.store.clone(), name, id)).unwrap_or_else(|e| panic!("worker elector: {e}"))
+    fn store(&self) -> Box<dyn Store> {
+        Box::new(self.store.clone())
     }
 
     fn begin(&mut self, guard: &LeaderGuard, seq: u64, checked: bool) -> Result<i64, Failure> {
@@ -406,8 +408,8 @@ impl MariaWriter {
 }
 
 impl Writer for MariaWriter {
-    fn start_elector(&self, name: &str, id: &str) -> Elector {
-        Elector::start(config(self.store.clone(), name, id)).unwrap_or_else(|e| panic!("worker elector: {e}"))
+    fn store(&self) -> Box<dyn Store> {
+        Box::new(self.store.clone())
     }
 
     fn begin(&mut self, guard: &LeaderGuard, seq: u64, checked: bool) -> Result<i64, Failure> {

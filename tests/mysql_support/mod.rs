@@ -37,6 +37,13 @@ pub fn own_user_url(c: &mut mysql::Conn, user: &str, table: &str) -> String {
     url_via(SHARED, user, "127.0.0.1", port(SHARED), "")
 }
 
+/// A store on `table` through `var`'s URL, with its schema ensured.
+pub fn store_on(var: &str, table: &str) -> leaderelection::mysql::MySqlStore {
+    let s = leaderelection::mysql::MySqlStore::builder(&url(var)).table(table).build().expect("store");
+    s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
+    s
+}
+
 pub fn port(var: &str) -> u16 {
     mysql::Opts::from_url(&url(var)).expect("test URL parses").get_tcp_port()
 }

@@ -75,20 +75,30 @@ pub fn fleet_elects_exactly_one<S: Store + 'static>(make: impl Fn() -> S) -> (Ve
     (f, leader)
 }
 
+/// The leader of a fleet of two shuts down, releasing its lease or not
+/// (`release`), and the other leads within `within`, under a new term (a
+/// higher fence); returns how long after the shutdown it led. `what` names
+/// the election and the messages.
+fn leader_shuts_down<S: Store + 'static>(
+    make: impl Fn() -> S, what: &str, release: bool, within: Duration,
+) -> Duration {
+    let name = format!("{what}-{}", random_tag());
+    let f = fleet(&make, &name, 2, release);
+    let leader = one_leader(&f, Duration::from_secs(10));
+    let fence = f[leader].fence().unwrap();
+    let start = Instant::now();
+    f[leader].shutdown().unwrap_or_else(|e| panic!("{what}: shutdown (release: {release}): {e:?}"));
+    let guard = f[1 - leader].wait_leader_timeout(within).unwrap_or_else(|e| panic!("{what}: no successor: {e:?}"));
+    let took = start.elapsed();
+    assert!(guard.fence() > fence, "{what}: a takeover is a new term: {fence} -> {}", guard.fence());
+    took
+}
+
 /// A leader whose threads stop without releasing (a crash) is replaced once
 /// its lease runs out on the database, not before.
 pub fn crashed_leader_is_replaced<S: Store + 'static>(label: &str, make: impl Fn() -> S) {
-    let name = format!("crash-{}", random_tag());
-    let f = fleet(&make, &name, 2, false);
-    let leader = one_leader(&f, Duration::from_secs(10));
-    let fence = f[leader].fence().unwrap();
-    let crashed = Instant::now();
-    f[leader].shutdown().expect("shutdown without release");
-    let other = &f[1 - leader];
-    let guard = other.wait_leader_timeout(LEASE + Duration::from_secs(3)).expect("no successor after the lease");
-    let took = crashed.elapsed();
+    let took = leader_shuts_down(make, "crash", false, LEASE + Duration::from_secs(3));
     eprintln!("{label}: crashed leader replaced after {took:?} (lease {LEASE:?})");
-    assert!(guard.fence() > fence, "a takeover is a new term: {fence} -> {}", guard.fence());
     // It had to wait for the lease: it was renewed at most RENEW ago.
     assert!(took >= LEASE - RENEW - Duration::from_millis(300), "took over too early: {took:?}");
     assert!(took <= LEASE + RETRY + Duration::from_secs(1), "took over too late: {took:?}");
@@ -97,16 +107,8 @@ pub fn crashed_leader_is_replaced<S: Store + 'static>(label: &str, make: impl Fn
 /// A clean shutdown releases the lease: a follower takes over within about
 /// one retry period.
 pub fn clean_shutdown_hands_over<S: Store + 'static>(label: &str, make: impl Fn() -> S) {
-    let name = format!("handover-{}", random_tag());
-    let f = fleet(&make, &name, 2, true);
-    let leader = one_leader(&f, Duration::from_secs(10));
-    let fence = f[leader].fence().unwrap();
-    let start = Instant::now();
-    f[leader].shutdown().expect("shutdown releases");
-    let guard = f[1 - leader].wait_leader_timeout(Duration::from_secs(3)).expect("no successor");
-    let took = start.elapsed();
+    let took = leader_shuts_down(make, "handover", true, Duration::from_secs(3));
     eprintln!("{label}: clean shutdown handed over after {took:?} (retry period {RETRY:?})");
-    assert!(guard.fence() > fence, "{fence} -> {}", guard.fence());
     assert!(took < RETRY + RETRY / 5 + Duration::from_millis(600), "handover took {took:?}");
 }
 

@@ -16,12 +16,17 @@ const TTL: Duration = Duration::from_secs(30);
 pub fn rows_inherited_across_a_failover_are_never_claimed_as_they_stand<S: Store>(
     s: &S, name: impl Fn(&str) -> String, mark: impl Fn(&str), expire: impl Fn(&str),
 ) {
+    // Election `case`, held by a, its row then stamped as inherited.
+    let inherited = |case: &str| {
+        let n = name(case);
+        let a = s.acquire(&n, "a", TTL, b"", T).unwrap();
+        mark(&n);
+        (n, a)
+    };
     // Unexpired and inherited: a follower's claim changes nothing; the
     // holder renews it, and it is this server's again (a later expiry then
     // behaves as ever: a claim takes it).
-    let n = name("live");
-    let a = s.acquire(&n, "a", TTL, b"", T).unwrap();
-    mark(&n);
+    let (n, a) = inherited("live");
     let seen = s.acquire(&n, "b", TTL, b"", T).unwrap();
     assert!(seen.held_by("a") && seen.fence == a.fence, "an unexpired inherited row was taken: {seen:?}");
     assert!(s.renew(&n, "a", a.fence, TTL, b"", T).unwrap().held_by("a"), "the holder could not renew");
@@ -31,9 +36,7 @@ pub fn rows_inherited_across_a_failover_are_never_claimed_as_they_stand<S: Store
 
     // Expired and inherited: the holder's renewals may be lost, so its
     // holder renews it all the same.
-    let n = name("renew");
-    let a = s.acquire(&n, "a", TTL, b"", T).unwrap();
-    mark(&n);
+    let (n, a) = inherited("renew");
     expire(&n);
     let r = s.renew(&n, "a", a.fence, TTL, b"", T).expect("the holder renews its expired inherited row");
     assert!(r.held_by("a") && r.fence == a.fence && !r.expired(), "{r:?}");
@@ -41,9 +44,7 @@ pub fn rows_inherited_across_a_failover_are_never_claimed_as_they_stand<S: Store
     // Expired and inherited, and someone asks for it first: held for
     // nobody for a whole lease, same fence; nobody renews, releases or
     // claims it meanwhile.
-    let n = name("held");
-    let a = s.acquire(&n, "a", TTL, b"", T).unwrap();
-    mark(&n);
+    let (n, a) = inherited("held");
     expire(&n);
     let held = s.acquire(&n, "b", TTL, b"", T).unwrap();
     assert!(held.holder.is_empty() && held.fence == a.fence, "an expired inherited row was claimed: {held:?}");
@@ -59,9 +60,7 @@ pub fn rows_inherited_across_a_failover_are_never_claimed_as_they_stand<S: Store
 
     // Its release changes nothing: the writes the replica lacks may hold
     // a newer term's claim.
-    let n = name("release");
-    let a = s.acquire(&n, "a", TTL, b"", T).unwrap();
-    mark(&n);
+    let (n, a) = inherited("release");
     s.release(&n, "a", a.fence, T).unwrap();
     let after = s.inspect(&n, T).unwrap();
     assert!(after.held_by("a") && !after.expired(), "the release of an inherited row applied: {after:?}");
