@@ -52,7 +52,7 @@ source scripts/db.sh
 cargo test --features postgres,storetest --lib postgres
 cargo test --features postgres,storetest --test postgres_api   # no server needed
 cargo test --features postgres,storetest --doc -- postgres storetest
-cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause --test postgres_first_errors --test postgres_check --test postgres_batch --test store_forwarding --test postgres_limits --test cov_storetest --test cov_postgres
+cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause --test postgres_first_errors --test postgres_check --test postgres_batch --test store_forwarding --test postgres_limits --test cov_storetest --test cov_postgres --test release_feed
 
 echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)"
 # Installs/starts MariaDB on 127.0.0.1:3306 and a private mariadbd (port 3316,

@@ -164,9 +164,17 @@ enum Ended {
 /// The thread: connect, prove, listen; again after a failure, with a
 /// growing pause; until the store is gone or the probes keep failing.
 fn run(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>) {
+    // However the thread ends (a panic too), its subscribers learn of it.
+    struct EndOnExit<'a>(&'a Shared);
+    impl Drop for EndOnExit<'_> {
+        fn drop(&mut self) {
+            self.0.end();
+        }
+    }
+    let _end = EndOnExit(shared);
     let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
         log::warn!("leaderelection: cannot start the release listener's runtime; followers poll");
-        return shared.end();
+        return;
     };
     let (mut backoff, mut deaf) = (FIRST_BACKOFF, 0);
     while !shared.ended.load(Ordering::SeqCst) {
@@ -196,7 +204,6 @@ fn run(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>) {
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
-    shared.end();
 }
 
 /// One listening connection, from connect to its end.
@@ -206,7 +213,7 @@ fn session(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>, r
     let config = manager.config();
     match manager.tls() {
         None => {
-            let opened = rt.block_on(tokio::time::timeout_at(deadline, config.connect(NoTls)));
+            let opened = rt.block_on(async { tokio::time::timeout_at(deadline, config.connect(NoTls)).await });
             match opened {
                 Ok(Ok((client, conn))) => listen(shared, manager.connect_timeout(), pool, rt, &client, conn),
                 Ok(Err(e)) => Ended::Failed(classify_connect(&e, None)),
@@ -215,7 +222,7 @@ fn session(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>, r
         }
         Some(tls) => {
             let tls = MakeTls::new(tls.clone(), Arc::clone(&trace));
-            let opened = rt.block_on(tokio::time::timeout_at(deadline, config.connect(tls)));
+            let opened = rt.block_on(async { tokio::time::timeout_at(deadline, config.connect(tls)).await });
             match opened {
                 Ok(Ok((client, conn))) => listen(shared, manager.connect_timeout(), pool, rt, &client, conn),
                 Ok(Err(e)) => Ended::Failed(classify_connect(&e, Some(&trace))),

@@ -51,6 +51,12 @@ macro_rules! forward_calls {
     (@sig $f:tt $h:tt; inspect_many) => { forward_calls!(@fn $f $h; inspect_many(names: &[&str], timeout: ::std::time::Duration) timeout -> Vec<Result<::leaderelection::Lease, ::leaderelection::StoreError>>); };
     (@sig $f:tt $h:tt; heartbeat) => { forward_calls!(@fn $f $h; heartbeat(group: &str, member: &str, leading: u32, ttl: ::std::time::Duration, timeout: ::std::time::Duration) timeout -> Result<::leaderelection::Members, ::leaderelection::StoreError>); };
     (@sig $f:tt $h:tt; leave_group) => { forward_calls!(@fn $f $h; leave_group(group: &str, member: &str, timeout: ::std::time::Duration) timeout -> Result<(), ::leaderelection::StoreError>); };
+    // No timeout and nothing to hook: the feed is handed on as it is.
+    (@sig $f:tt $h:tt; releases) => {
+        fn releases(&self) -> Option<::crossbeam_channel::Receiver<String>> {
+            self.$f.releases()
+        }
+    };
     (@each $f:tt $h:tt; $($call:ident),+) => { $(forward_calls!(@sig $f $h; $call);)+ };
     ($f:tt $(via $hook:path)? => $($call:ident),+ $(,)?) => { forward_calls!(@each $f [$($hook)?]; $($call),+); };
 }
