@@ -162,7 +162,9 @@ fn run_one(name: &str, case: impl FnOnce()) {
 /// with `$make` giving a `(store, operator)` pair; the operator may drop the
 /// table, so give each case a table of its own. `storetest_suite!(members:
 /// $make)` does it for [`MEMBER_CASES`], for a store that keeps group
-/// members.
+/// members; `storetest_suite!(with members: $make)` runs both suites, the
+/// member cases in a module `members` (`$make` is then written in the
+/// caller's module).
 #[macro_export]
 macro_rules! storetest_suite {
     (operator: $make:expr) => {
@@ -180,6 +182,16 @@ macro_rules! storetest_suite {
             heartbeats_sum_what_live_members_lead,
             renewals_go_with_a_heartbeat,
         );
+    };
+    (with members: $make:expr) => {
+        /// The store of every case here and in `members`.
+        fn storetest_store() -> impl $crate::Store {
+            $make
+        }
+        $crate::storetest_suite!(storetest_store());
+        mod members {
+            $crate::storetest_suite!(members: super::storetest_store());
+        }
     };
     ($make:expr) => {
         $crate::storetest_suite!(@cases $make;

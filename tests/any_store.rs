@@ -36,17 +36,11 @@ fn my() -> AnyStore {
 }
 
 mod on_postgres {
-    leaderelection::storetest_suite!(super::pg());
-    mod members {
-        leaderelection::storetest_suite!(members: super::super::pg());
-    }
+    leaderelection::storetest_suite!(with members: super::pg());
 }
 
 mod on_mysql {
-    leaderelection::storetest_suite!(super::my());
-    mod members {
-        leaderelection::storetest_suite!(members: super::super::my());
-    }
+    leaderelection::storetest_suite!(with members: super::my());
 }
 
 /// `postgres://`, `postgresql://` and libpq's `key=value` form

@@ -20,17 +20,11 @@ mod boxed {
         Box::new(MemStore::new())
     }
 
-    leaderelection::storetest_suite!(super::boxed::make());
-    mod members {
-        leaderelection::storetest_suite!(members: super::make());
-    }
+    leaderelection::storetest_suite!(with members: make());
 }
 
 mod arced {
-    leaderelection::storetest_suite!(std::sync::Arc::new(leaderelection::MemStore::new()));
-    mod members {
-        leaderelection::storetest_suite!(members: std::sync::Arc::new(leaderelection::MemStore::new()));
-    }
+    leaderelection::storetest_suite!(with members: std::sync::Arc::new(leaderelection::MemStore::new()));
 }
 
 /// The four calls every store must have, and nothing else.

@@ -10,12 +10,7 @@ use leaderelection::{BatchItem, DbTime, Heartbeat, Lease, MemStore, Members, Slo
 mod threaded;
 use threaded::forward_calls;
 
-leaderelection::storetest_suite!(MemStore::new());
-
-mod members {
-    use leaderelection::MemStore;
-    leaderelection::storetest_suite!(members: MemStore::new());
-}
+leaderelection::storetest_suite!(with members: MemStore::new());
 
 mod operator {
     use leaderelection::MemStore;

@@ -28,11 +28,7 @@ fn store() -> MySqlStore {
     s
 }
 
-leaderelection::storetest_suite!(store());
-
-mod members {
-    leaderelection::storetest_suite!(members: super::store());
-}
+leaderelection::storetest_suite!(with members: store());
 
 mod operator {
     leaderelection::storetest_suite!(operator: super::operated());

@@ -29,12 +29,9 @@ fn store(var: &str) -> PostgresStore {
 macro_rules! suites_on {
     ($path:ident, $var:ident) => {
         mod $path {
-            leaderelection::storetest_suite!(super::store(super::$var));
+            leaderelection::storetest_suite!(with members: super::store(super::$var));
             mod operator {
                 leaderelection::storetest_suite!(operator: super::super::operated(super::super::$var));
-            }
-            mod members {
-                leaderelection::storetest_suite!(members: super::super::store(super::super::$var));
             }
         }
     };
@@ -93,10 +90,7 @@ fn hostile_store() -> PostgresStore {
 }
 
 mod hostile {
-    leaderelection::storetest_suite!(super::hostile_store());
-    mod members {
-        leaderelection::storetest_suite!(members: super::super::hostile_store());
-    }
+    leaderelection::storetest_suite!(with members: super::hostile_store());
 }
 
 /// The settings really are on such sessions (else the suite above proves
