@@ -91,6 +91,23 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// A lease of election `name` just granted (or renewed) to `holder`
+    /// under `fence` at database instant `now`, for `ttl`: what a store
+    /// answers a claim with. For tests and simulations of code that reads
+    /// leases; a store builds its own from its row.
+    pub fn granted(name: &str, holder: &str, fence: u64, now: DbTime, ttl: Duration, payload: &[u8]) -> Lease {
+        Lease {
+            name: name.to_owned(),
+            holder: holder.to_owned(),
+            fence,
+            acquired_at: now,
+            renewed_at: now,
+            expires_at: now.saturating_add(ttl),
+            now,
+            payload: payload.to_vec(),
+        }
+    }
+
     /// How much longer the lease is valid on the database clock, as seen by
     /// the statement that read it; zero once it has expired.
     ///

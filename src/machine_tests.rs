@@ -172,17 +172,7 @@ impl Rig {
 }
 
 fn lease_for(holder: &str, fence: u64, ttl: Duration) -> Lease {
-    let now = DbTime::from_unix_micros(DB_START);
-    Lease {
-        name: NAME.into(),
-        holder: holder.into(),
-        fence,
-        acquired_at: now,
-        renewed_at: now,
-        expires_at: now.saturating_add(ttl),
-        now,
-        payload: vec![],
-    }
+    Lease::granted(NAME, holder, fence, DbTime::from_unix_micros(DB_START), ttl, b"")
 }
 
 /// Drives a fresh machine to the point where its acquire is in flight, and

@@ -33,17 +33,7 @@ fn lease(holder: &str, payload: &[u8]) -> Lease {
 }
 
 fn lease_for(holder: &str, fence: u64, ttl: Duration, payload: &[u8]) -> Lease {
-    let now = DbTime::from_unix_micros(3 * 86_400_000_000);
-    Lease {
-        name: "jobs".into(),
-        holder: holder.into(),
-        fence,
-        acquired_at: now,
-        renewed_at: now,
-        expires_at: now.saturating_add(ttl),
-        now,
-        payload: payload.to_vec(),
-    }
+    Lease::granted("jobs", holder, fence, DbTime::from_unix_micros(3 * 86_400_000_000), ttl, payload)
 }
 
 fn secs(s: f64) -> LocalTime {

@@ -107,7 +107,7 @@ fn only_call(outs: &[Output]) -> Option<Call> {
 }
 
 fn lease(holder: &str, fence: u64, now_micros: i64, ttl: Duration) -> Lease {
-    crate::events::fresh_lease("fuzz", holder, fence, DbTime::from_unix_micros(now_micros), ttl, &[])
+    Lease::granted("fuzz", holder, fence, DbTime::from_unix_micros(now_micros), ttl, &[])
 }
 
 /// A machine for `timing` that has just started a term with fence 1 at local

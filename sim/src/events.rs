@@ -9,7 +9,7 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use leaderelection::machine::LocalTime;
-use leaderelection::{DbTime, ErrorKind, Lease};
+use leaderelection::ErrorKind;
 
 use crate::schedule::PPM;
 
@@ -36,21 +36,6 @@ pub(crate) fn note(
     }
     if let Some(trace) = trace {
         trace.push(format!("{:>16?} {}", dur(t), text()));
-    }
-}
-
-/// A lease of election `name` granted (or renewed) to `holder` under
-/// `fence` at database instant `now`, for `ttl`.
-pub(crate) fn fresh_lease(name: &str, holder: &str, fence: u64, now: DbTime, ttl: Duration, payload: &[u8]) -> Lease {
-    Lease {
-        name: name.to_owned(),
-        holder: holder.to_owned(),
-        fence,
-        acquired_at: now,
-        renewed_at: now,
-        expires_at: now.saturating_add(ttl),
-        now,
-        payload: payload.to_vec(),
     }
 }
 

@@ -994,6 +994,6 @@ fn old_fence_rule(store: &MemStore, op: Op, before: Option<Lease>, identity: &st
 fn renews_lost_lease(store: &MemStore, op: Op, identity: &str, payload: &[u8], outcome: &mut Outcome) {
     let (Op::Renew { fence, ttl }, Outcome::Lease(answer)) = (op, outcome) else { return };
     if answer.as_ref().is_err_and(StoreError::is_lease_lost) {
-        *answer = Ok(crate::events::fresh_lease(ELECTION, identity, fence, store.now(), ttl, payload));
+        *answer = Ok(Lease::granted(ELECTION, identity, fence, store.now(), ttl, payload));
     }
 }
