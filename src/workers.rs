@@ -181,14 +181,20 @@ mod tests {
         (w, release_tx, running)
     }
 
-    #[test]
-    fn jobs_run_on_at_most_max_threads_and_stuck_ones_refuse_more() {
-        let (w, release, running) = blocking(2, Duration::from_millis(20));
+    /// Two [`blocking`] workers, each busy with a job.
+    fn both_busy(hung_after: Duration) -> (Workers<u32, u32>, Sender<()>) {
+        let (w, release, running) = blocking(2, hung_after);
         for _ in 0..2 {
             assert!(w.start(0).is_ok());
             // Taken by a worker (no longer idle) before the next one.
             running.recv_timeout(Duration::from_secs(5)).unwrap();
         }
+        (w, release)
+    }
+
+    #[test]
+    fn jobs_run_on_at_most_max_threads_and_stuck_ones_refuse_more() {
+        let (w, release) = both_busy(Duration::from_millis(20));
         // Both busy past hung_after: refused, with the count. (The sleep
         // ages them; it waits for no outcome.)
         std::thread::sleep(Duration::from_millis(30));
@@ -211,11 +217,7 @@ mod tests {
     // hung_after waits for the first to come free instead of failing.
     #[test]
     fn a_job_waits_for_busy_workers_that_are_not_hung() {
-        let (w, release, running) = blocking(2, Duration::from_secs(60));
-        for _ in 0..2 {
-            assert!(w.start(0).is_ok());
-            running.recv_timeout(Duration::from_secs(5)).unwrap();
-        }
+        let (w, release) = both_busy(Duration::from_secs(60));
         assert!(w.start(7).is_ok(), "refused while no worker was hung");
         assert_eq!(w.alive(), 2, "no third thread");
         release.send(()).unwrap();
