@@ -198,6 +198,9 @@ impl Store for Counting {
     fn inspect(&self, name: &str, t: Duration) -> Result<Lease, StoreError> {
         self.timed(&self.inspect, || self.inner.inspect(name, t))
     }
+    fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
+        self.inner.releases()
+    }
 }
 
 /// One look at the electors of one election.

@@ -40,10 +40,17 @@ impl Kind {
         }
     }
     pub fn store(self, url: &str, table: &str) -> Result<Arc<dyn Store>, String> {
+        self.store_with_feed(url, table, true)
+    }
+
+    /// A store whose feed of releases is on or off (PostgreSQL; MariaDB's
+    /// store has none).
+    pub fn store_with_feed(self, url: &str, table: &str, feed: bool) -> Result<Arc<dyn Store>, String> {
         let s: Arc<dyn Store> = match self {
             Kind::Postgres => {
                 let s = leaderelection::PostgresStore::builder(url)
                     .table("public", table)
+                    .release_feed(feed)
                     .build()
                     .map_err(|e| e.to_string())?;
                 s.ensure_schema().map_err(|e| format!("ensure_schema: {e}"))?;

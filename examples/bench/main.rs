@@ -25,6 +25,7 @@ mod faults;
 #[path = "../../tests/forward/mod.rs"]
 mod forward;
 mod groups;
+mod handover;
 mod micro;
 mod scale;
 
@@ -84,15 +85,34 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
         step("row 1: is_valid / is_leader / Instant::now");
         micro::run(a.quick, table)?;
     }
+    // PostgreSQL direct twice: with the feed of releases and without it,
+    // so the poll it replaces is measured in the same run.
+    let with_poll_alone = [
+        ("PostgreSQL", Kind::Postgres, &pg, true),
+        ("PostgreSQL, poll only", Kind::Postgres, &pg, false),
+        ("PgBouncer", Kind::Postgres, &bouncer, true),
+        ("MariaDB", Kind::MariaDb, &my, true),
+    ];
     if want(2) || want(3) {
         // 10 elections at once; per path 4 rounds (40 crashes, 120 hand-overs),
         // 2 rounds and 1 hand-over per trial when quick.
         let (rounds, handovers) = if a.quick { (2, 1) } else { (4, 3) };
-        for (label, kind, url) in every_path {
+        for (label, kind, url, feed) in with_poll_alone {
             step(&format!("rows 2-3: takeover, failover, hand-over on {label}"));
             let own = common::OwnTable::new(url, "takeover");
-            let make = || kind.store(url, &own.name);
+            let make = || kind.store_with_feed(url, &own.name, feed);
             failover::run(label, &make, 10, rounds, handovers, table)?;
+        }
+    }
+    if want(9) {
+        let trials = if a.quick { 10 } else { 40 };
+        for (label, kind, url, feed) in with_poll_alone {
+            for n in [2, 100] {
+                step(&format!("row 9: clean hand-over on {label}, {n} followers"));
+                let own = common::OwnTable::new(url, "handover");
+                let make = || kind.store_with_feed(url, &own.name, feed);
+                handover::run(label, &make, n, trials, table)?;
+            }
         }
     }
     if want(4) {
