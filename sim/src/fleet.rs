@@ -13,7 +13,7 @@ use leaderelection::{DbTime, MemStore};
 
 use crate::events::{self, dur, nanos, Events, HostClock};
 use crate::rng::SimRng;
-use crate::schedule::{Host, Target, PPM};
+use crate::schedule::{Host, Target, WakeFeed, PPM};
 use crate::world::DB_BASE_MICROS;
 
 /// What a fault does while its window lasts, to the database (no target)
@@ -100,6 +100,124 @@ pub(crate) fn stretches(mut terms: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
         }
     }
     stretches
+}
+
+/// What the store's release feed did in one run, and how long the
+/// hand-overs after releases took. The simulation watches the feed in
+/// every run, so hand-overs are measured with the participants' feed off
+/// too; only with it on do they get wakes ([`WakeFeed`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReleaseStats {
+    /// Whether the participants had the feed.
+    pub feed: bool,
+    /// Releases that ended a live term (in a group, one per election).
+    pub releases: u64,
+    /// Wakes sent (one per other running participant and release; in a
+    /// group one per other member and release batch), lost on the way,
+    /// delivered to a running process, and sent twice.
+    pub wakes_sent: u64,
+    /// See [`ReleaseStats::wakes_sent`].
+    pub wakes_lost: u64,
+    /// See [`ReleaseStats::wakes_sent`].
+    pub wakes_delivered: u64,
+    /// See [`ReleaseStats::wakes_sent`].
+    pub wakes_doubled: u64,
+    /// Hand-overs after a release: the first term of the election to start
+    /// after each release, whoever started it.
+    pub handovers: u64,
+    /// Their durations, from the database applying the release to the
+    /// next term starting (real time), summed.
+    pub handover_total: Duration,
+    /// The longest of them.
+    pub longest_handover: Duration,
+}
+
+impl ReleaseStats {
+    /// A term started at real instant `t`, the first since a release the
+    /// database applied at `released`.
+    pub(crate) fn handed_over(&mut self, released: u64, t: u64) {
+        let took = dur(t.saturating_sub(released));
+        self.handovers += 1;
+        self.handover_total += took;
+        self.longest_handover = self.longest_handover.max(took);
+    }
+}
+
+/// [`ReleaseStats`] summed over the runs of an exploration with the feed on,
+/// or over those with it off.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReleaseTotals {
+    /// Runs added.
+    pub schedules: u64,
+    /// The sums of their counts and durations; the longest hand-over.
+    pub stats: ReleaseStats,
+}
+
+impl ReleaseTotals {
+    /// The totals of one run, as (with the feed, without it): the run in
+    /// one, nothing in the other.
+    pub(crate) fn by_feed(r: &ReleaseStats) -> (ReleaseTotals, ReleaseTotals) {
+        let run = ReleaseTotals { schedules: 1, stats: *r };
+        if r.feed {
+            (run, ReleaseTotals::default())
+        } else {
+            (ReleaseTotals::default(), run)
+        }
+    }
+
+    /// The mean hand-over after a release.
+    pub fn mean_handover(&self) -> Duration {
+        let n = u32::try_from(self.stats.handovers).unwrap_or(u32::MAX).max(1);
+        self.stats.handover_total / n
+    }
+
+    /// One part of an exploration's summary: `what` names the runs.
+    pub fn summary(&self, what: &str) -> String {
+        let s = &self.stats;
+        format!(
+            "{} schedules {what}: {} releases, hand-over after a release {:?} on average (longest {:?}, {} measured); \
+             {} wakes sent, {} delivered, {} lost, {} doubled",
+            self.schedules,
+            s.releases,
+            self.mean_handover(),
+            s.longest_handover,
+            s.handovers,
+            s.wakes_sent,
+            s.wakes_delivered,
+            s.wakes_lost,
+            s.wakes_doubled
+        )
+    }
+}
+
+/// Adds one run's or one part's totals (the longest hand-over is the
+/// larger), so that an exploration's `merge` sums them as counts.
+impl std::ops::AddAssign for ReleaseTotals {
+    fn add_assign(&mut self, o: ReleaseTotals) {
+        // Taken apart whole: a field added and not summed here fails to
+        // compile.
+        let ReleaseStats {
+            feed: _,
+            releases,
+            wakes_sent,
+            wakes_lost,
+            wakes_delivered,
+            wakes_doubled,
+            handovers,
+            handover_total,
+            longest_handover,
+        } = o.stats;
+        let a = &mut self.stats;
+        self.schedules += o.schedules;
+        a.releases += releases;
+        a.wakes_sent += wakes_sent;
+        a.wakes_lost += wakes_lost;
+        a.wakes_delivered += wakes_delivered;
+        a.wakes_doubled += wakes_doubled;
+        a.handovers += handovers;
+        a.handover_total += handover_total;
+        a.longest_handover = a.longest_handover.max(longest_handover);
+    }
 }
 
 /// What the event loop counted, for the run's report.
@@ -542,6 +660,48 @@ impl<'a, C, X> Net<'a, C, X> {
         } else {
             Some(call)
         }
+    }
+
+    /// The release feed (`feed`) tells `node` on `host` at real instant
+    /// `t` that an election was released: the instants the wake reaches it
+    /// (none: lost; two: doubled, the second up to `again_within` after
+    /// the first). It travels as a reply does: a partition or a lossy link
+    /// loses it (the feed's own loss besides), a slow link delays it. A
+    /// partition that starts while it travels loses it too
+    /// ([`Net::wake_cut_off`]).
+    pub(crate) fn send_wake(
+        &mut self, t: u64, (node, host): (usize, usize), feed: WakeFeed, again_within: Duration,
+        stats: &mut ReleaseStats,
+    ) -> Vec<u64> {
+        stats.wakes_sent += 1;
+        let (_, rep_loss) = self.loss(host);
+        if self.partitioned(host) || self.rng.percent(feed.loss.max(rep_loss)) {
+            stats.wakes_lost += 1;
+            self.note(t, 41, node as u64, 0, || format!("n{node} wake lost"));
+            return Vec::new();
+        }
+        let (lo, hi) = self.hosts[host].rep_delay;
+        let first = t + nanos(self.rng.duration(lo, hi) + self.extra(host));
+        let mut at = vec![first];
+        if self.rng.percent(feed.dup) {
+            stats.wakes_doubled += 1;
+            at.push(first + nanos(self.rng.duration(Duration::ZERO, again_within)));
+        }
+        at
+    }
+
+    /// Whether a wake reaching `node` on `host` at `t` is lost to a
+    /// partition; if not, it is counted delivered.
+    pub(crate) fn wake_cut_off(&mut self, t: u64, node: usize, host: usize, stats: &mut ReleaseStats) -> bool {
+        let cut = self.partitioned(host);
+        if cut {
+            stats.wakes_lost += 1;
+            self.note(t, 41, node as u64, 1, || format!("n{node} wake lost (partition)"));
+        } else {
+            stats.wakes_delivered += 1;
+            self.note(t, 42, node as u64, 0, || format!("n{node} woken: the lease was released"));
+        }
+        cut
     }
 
     /// Whether the reply `id` reaching `node` is lost to a partition.

@@ -3,7 +3,9 @@
 //! oracle that watches every election.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{outputs_disagree, stretches, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
+use crate::fleet::{
+    outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, ReleaseTotals, Tally, Timer, Windowed,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -219,6 +221,9 @@ pub struct GroupRunReport {
     /// With a fair share: how long after the faults ended a live
     /// participant was last seen leading beyond its share (zero if never).
     pub fairness_convergence: Option<Duration>,
+    /// The release feed: releases, wakes ([`GroupSchedule::wakes`]) and
+    /// the hand-overs after releases, per election.
+    pub releases: ReleaseStats,
     /// A hash of every event, its time and its effect.
     pub trace_hash: u64,
     /// The events as text, when asked for.
@@ -271,6 +276,11 @@ enum Own {
         term: TermId,
     },
     CheckFairness,
+    /// The release feed's wake for `elections` reaches `node`.
+    Wake {
+        node: usize,
+        elections: Vec<usize>,
+    },
 }
 
 type Ev = crate::fleet::Ev<GroupCall, Own>;
@@ -321,6 +331,9 @@ struct Elec {
     max_term_fence: u64,
     last_leader: Option<usize>,
     intervals: Vec<(u64, u64)>,
+    /// When the database applied the last release the feed reported,
+    /// until the election's next term starts.
+    released_at: Option<u64>,
 }
 
 struct World<'a> {
@@ -341,6 +354,9 @@ struct World<'a> {
     /// The last instant after the faults a live participant led beyond
     /// its share.
     last_over: Option<u64>,
+    /// The store's release feed: watched in every run, passed on to the
+    /// participants with [`GroupSchedule::wakes`].
+    feed: Option<crossbeam_channel::Receiver<String>>,
 }
 
 /// Runs `schedule` to its end, or to the first violation. With `trace`,
@@ -367,6 +383,7 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
                 max_term_fence: 0,
                 last_leader: None,
                 intervals: Vec::new(),
+                released_at: None,
             })
             .collect(),
         report: GroupRunReport {
@@ -376,12 +393,16 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
             faults_end,
             liveness_bound: bound,
             fairness_allowance: if s.fair_share { allowance } else { Duration::ZERO },
+            releases: ReleaseStats { feed: s.wakes.is_some(), ..ReleaseStats::default() },
             ..GroupRunReport::default()
         },
         faults_end: nanos(faults_end),
         fair_from: if s.fair_share { nanos(faults_end + allowance) } else { u64::MAX },
         last_over: None,
+        feed: None,
     };
+    // Subscribed before any call, as a driver does when it starts.
+    w.feed = w.net.store.releases();
     w.net.start_hosts();
     for (i, f) in s.faults.iter().enumerate() {
         w.net.push(nanos(f.at), Ev::FaultStart(i));
@@ -742,6 +763,52 @@ impl World<'_> {
                 }
             }
         }
+    }
+
+    /// The release feed, after the database applied a call of `from`: the
+    /// elections it reports released (each release ended a live term)
+    /// start their hand-overs' clocks and, with [`GroupSchedule::wakes`],
+    /// wake the running process of every other host, one wake naming them
+    /// all over its link, as a group driver takes every name waiting at
+    /// once ([`GroupMachine::handle_wakes`]).
+    fn tell_releases(&mut self, t: u64, from: usize) {
+        let Some(rx) = &self.feed else { return };
+        let elections: Vec<usize> =
+            rx.try_iter().filter_map(|name| election_index(&name)).filter(|&e| e < self.elecs.len()).collect();
+        if elections.is_empty() {
+            return;
+        }
+        self.report.releases.releases += elections.len() as u64;
+        for &e in &elections {
+            self.elecs[e].released_at = Some(t);
+        }
+        let n = elections.len();
+        self.net.note(t, 40, from as u64, n as u64, || format!("the feed reports {n} elections n{from} released"));
+        let Some(feed) = self.s.wakes else { return };
+        let from_host = self.nodes[from].host;
+        for host in (0..self.hosts.len()).filter(|&h| h != from_host) {
+            let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { continue };
+            let again_within = self.s.timing.retry_period;
+            for at in self.net.send_wake(t, (node, host), feed, again_within, &mut self.report.releases) {
+                self.net.push_own(at, Own::Wake { node, elections: elections.clone() });
+            }
+        }
+    }
+
+    /// A wake for `elections` reaches `node`: its group wakes the
+    /// machines it runs them with, their claims in one batch.
+    fn woken_by_feed(&mut self, t: u64, node: usize, elections: &[usize]) {
+        let host = self.nodes[node].host;
+        if self.nodes[node].gm.is_none() || self.net.wake_cut_off(t, node, host, &mut self.report.releases) {
+            return;
+        }
+        let n = &self.nodes[node];
+        let keys: Vec<ElectionKey> = elections.iter().filter_map(|&e| n.by_election[e]).collect();
+        let now = self.net.local(host, t);
+        if let Some(gm) = self.nodes[node].gm.as_mut() {
+            gm.handle_wakes(now, &keys);
+        }
+        self.after(t, node);
     }
 
     /// Hands waiting calls to the workers that are free: a call that
@@ -1132,6 +1199,9 @@ impl World<'_> {
         if let Some(detail) = problem {
             self.violate(t, GroupProperty::FencesIncrease, Some(e), detail);
         }
+        if let Some(released) = self.elecs[e].released_at.take() {
+            self.report.releases.handed_over(released, t);
+        }
         let host = self.nodes[node].host;
         if self.net.local(host, t) >= deadline {
             let detail = format!("{ident} started {term:?} already past its deadline");
@@ -1398,6 +1468,7 @@ impl<'a> Fleet<'a> for World<'a> {
                     self.check_fair(t, node);
                 }
             }
+            Own::Wake { node, elections } => self.woken_by_feed(t, node, &elections),
         }
     }
 
@@ -1509,6 +1580,7 @@ impl<'a> Fleet<'a> for World<'a> {
                 Answer::Members(r)
             }
         };
+        self.tell_releases(t, node);
         self.net.transmit(t, node, host, id.0, true, Ev::Own(Own::Reply { node, id, answer }));
     }
 
@@ -1639,6 +1711,12 @@ pub struct GroupExploration {
     pub worst_fairness: (Duration, Duration),
     /// Virtual time of all runs, summed.
     pub total_virtual: Duration,
+    /// Releases, wakes and hand-overs after releases (per election), in
+    /// the schedules whose participants had the release feed
+    /// ([`GroupSchedule::wakes`]).
+    pub with_wakes: ReleaseTotals,
+    /// The same in the schedules without it.
+    pub without_wakes: ReleaseTotals,
     /// The seeds whose runs found a violation, with it.
     pub failures: Vec<(u64, GroupViolation)>,
     /// Wall-clock time spent.
@@ -1653,6 +1731,7 @@ impl GroupExploration {
 
     /// The totals of one run.
     fn of(seed: u64, r: &GroupRunReport) -> GroupExploration {
+        let (with_wakes, without_wakes) = ReleaseTotals::by_feed(&r.releases);
         GroupExploration {
             schedules: 1,
             fair_schedules: u64::from(r.fair_share),
@@ -1684,6 +1763,8 @@ impl GroupExploration {
             worst_recovery: r.recovery.map_or_else(Default::default, |rec| (rec, r.liveness_bound)),
             worst_fairness: r.fairness_convergence.map_or_else(Default::default, |c| (c, r.fairness_allowance)),
             total_virtual: r.virtual_time,
+            with_wakes,
+            without_wakes,
             failures: r.violation.iter().map(|v| (seed, v.clone())).collect(),
             elapsed: Duration::ZERO,
         }
@@ -1694,7 +1775,7 @@ impl GroupExploration {
             sum: schedules, fair_schedules, events, elections_driven, terms, handovers, batches, batch_entries,
                 beats_with_renewals, lost, queued_calls, refused_calls, late_replies, kills, permanent_kills,
                 shutdowns, late_joins, leaves, landed_late, rejoins, resigns, shed, replayed, replays_taken,
-                schedules_shedding, total_virtual;
+                schedules_shedding, total_virtual, with_wakes, without_wakes;
             max: max_batch_entries, max_renew_entries;
             worst: worst_recovery, worst_fairness,
         });
@@ -1708,7 +1789,7 @@ impl GroupExploration {
              {} terms, {} hand-overs; {} batches carrying {} calls (largest {}, largest renewal {}), {} heartbeats with renewals; {} messages \
              lost, {} late answers, {} calls waited for a worker ({} waited out the timeout); {} kills ({} for good), {} clean shutdowns, {} late joins, {} elections left \
              and {} joined again ({} renewals landed after a leave), {} resignations, {} terms shed (in {} schedules); slowest recovery {:?} of bound \
-             {:?}; latest fairness convergence {:?} of allowance {:?}; {:.0} h virtual; {} failing",
+             {:?}; latest fairness convergence {:?} of allowance {:?}; {:.0} h virtual; {}; {}; {} failing",
             self.schedules,
             self.schedules as f64 / secs,
             self.fair_schedules,
@@ -1740,6 +1821,8 @@ impl GroupExploration {
             self.worst_fairness.0,
             self.worst_fairness.1,
             self.total_virtual.as_secs_f64() / 3600.0,
+            self.with_wakes.summary("with wakes on release"),
+            self.without_wakes.summary("without"),
             self.failures.len()
         )
     }

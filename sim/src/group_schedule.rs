@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::rng::{scale, Bytes, SimRng};
 use super::schedule::{
-    fault_head, max_delays, min_rate_ppm, safe_rate_range, timing_template_for, Host, HostBytes, Target, PPM,
+    fault_head, max_delays, min_rate_ppm, safe_rate_range, timing_template_for, Host, HostBytes, Target, WakeFeed, PPM,
 };
 use crate::fleet::{window_end, Window, Windowed};
 use leaderelection::group::core::default_tick;
@@ -254,6 +254,11 @@ pub struct GroupSchedule {
     pub participants: Vec<Participant>,
     /// The faults, in the order decoded.
     pub faults: Vec<GroupTimedFault>,
+    /// The release feed, if the participants have one: a release batch's
+    /// released elections wake the other members' machines
+    /// ([`GroupMachine::handle_wakes`](leaderelection::group::core::GroupMachine::handle_wakes));
+    /// `None`, they learn of releases at their next looks.
+    pub wakes: Option<WakeFeed>,
 }
 
 /// Whether `timing` passes [`GroupConfig::validate`] with the default tick:
@@ -274,7 +279,9 @@ impl GroupSchedule {
     /// bytes read as zero, extra bytes are ignored.
     ///
     /// The layout: five header bytes (participants, timing template, its
-    /// parameter, elections, flags: bit 0 the fair share), six bytes per
+    /// parameter, elections, flags: bit 0 the fair share, bit 1 the release
+    /// feed, bits 2-3 its loss and 4-5 its duplicates, see [`WakeFeed`]),
+    /// six bytes per
     /// participant (rate, clock offset, request delay, reply delay, start,
     /// flags: bit 7 no release, bits 0-6 the grid's phase), an eight-byte
     /// seed, then seven-byte fault records `kind, at (u16), who, p1, p2,
@@ -287,6 +294,7 @@ impl GroupSchedule {
         let elections = MIN_ELECTIONS + usize::from(r.u8()) * (MAX_ELECTIONS - MIN_ELECTIONS) / 255;
         let flags = r.u8();
         let fair_share = flags & 1 == 1;
+        let wakes = WakeFeed::decode(flags & 2 != 0, flags >> 2, flags >> 4);
         let mut timing = timing_template(t, aux);
         if variant == GroupVariant::AnchorAtReply {
             timing = Timing::default();
@@ -355,6 +363,7 @@ impl GroupSchedule {
             fair_share,
             participants,
             faults,
+            wakes,
         }
     }
 
@@ -531,12 +540,16 @@ impl fmt::Display for GroupSchedule {
         let t = &self.timing;
         writeln!(
             f,
-            "variant {}, {} participants, {} elections{}, lease {:?} renew {:?} retry {:?} op-timeout {:?} \
+            "variant {}, {} participants, {} elections{}{}, lease {:?} renew {:?} retry {:?} op-timeout {:?} \
              margin {:?} tick {:?}",
             self.variant.name(),
             self.participants.len(),
             self.elections,
             if self.fair_share { ", fair share" } else { "" },
+            match self.wakes {
+                Some(w) => format!(", wakes on release (lost {} %, doubled {} %)", w.loss, w.dup),
+                None => String::new(),
+            },
             t.lease_duration,
             t.renew_interval,
             t.retry_period,

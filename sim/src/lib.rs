@@ -49,6 +49,21 @@
 //!   stands) is what the run checks; the negative control
 //!   [`Variant::ClaimsInheritedRows`] claims inherited rows at once and
 //!   must be caught.
+//! - **Wakes on release** (issue 36; about half the schedules,
+//!   [`Schedule::wakes`]): the store's release feed
+//!   ([`Store::releases`](leaderelection::Store::releases)), the real one
+//!   of the [`MemStore`](leaderelection::MemStore). A release that ended a
+//!   live term wakes the process of every other host
+//!   ([`Machine::handle_wake`](leaderelection::machine::Machine::handle_wake))
+//!   after a reply's delay on its link. The feed is a hint and is run as
+//!   one: a partitioned host gets nothing, a lossy link loses wakes, a slow
+//!   one delays them, and the schedule's [`WakeFeed`] loses a share and
+//!   doubles a share (the second up to a retry period late). The oracle is
+//!   unchanged; the negative control [`Variant::LeadsOnWake`] (a woken
+//!   follower leads without the conditional claim) must be caught. Every
+//!   run measures the hand-over after each release (the database applying
+//!   it to the next term starting), summed in the exploration's summary
+//!   with the feed and without.
 //!
 //! Time jumps from event to event; nothing sleeps. A schedule is decoded from
 //! a byte string ([`Schedule::from_bytes`]), so a fuzzer can drive it, and
@@ -137,7 +152,7 @@
 //! operator faults that do not wait for the database clock; a store that
 //! accepts renewals of a lost lease, so an old leader keeps its guard
 //! beside the new one after a delete, which the overlap allowance must not
-//! cover);
+//! cover; a woken follower that leads without claiming);
 //! the tests assert that the oracle finds a violation under each, and that
 //! the same bytes under the production rules pass. The old fence rule must
 //! be caught on schedules with operator faults and pass on all others.
@@ -191,7 +206,11 @@
 //! member row stay; a fresh process with a new identity starts later, or,
 //! one time in four, never, while another host remains), clean shutdowns
 //! (releases, leaves the members), elections leaving and joining again
-//! (with or without release), resignations.
+//! (with or without release), resignations; and, in about half the
+//! schedules, the release feed ([`GroupSchedule::wakes`]): the elections a
+//! release batch released wake each other member's machines in one call
+//! ([`GroupMachine::handle_wakes`](leaderelection::group::core::GroupMachine::handle_wakes)),
+//! lost, delayed and doubled as in one election's runs.
 //!
 //! The oracle ([`GroupProperty`]) checks every election: *at most one valid
 //! guard* at every real instant (checked whenever a guard turns valid, the
@@ -216,7 +235,11 @@
 //! heartbeat. Each must be caught, and its bytes pass under the production
 //! rules. [`GroupVariant::ReplaysLateAnswers`] is a driver mistake the core
 //! must absorb: every answer handed to its machine again after the
-//! operation timeout, as if fresh; it must pass.
+//! operation timeout, as if fresh; it must pass. A group has no control
+//! for wakes yet: [`GroupMachineConfig`](leaderelection::group::core::GroupMachineConfig)
+//! has no way to pass
+//! [`MachineConfig::unsafe_lead_on_wake`](leaderelection::machine::MachineConfig)
+//! to its machines.
 //!
 //! The group simulation found one bug in the group core, since fixed: an
 //! election that left without its lease being released and joined again
@@ -282,10 +305,11 @@ mod world;
 
 use std::time::{Duration, Instant};
 
+pub use fleet::{ReleaseStats, ReleaseTotals};
 pub use rng::{Bytes, SimRng};
 pub use schedule::{
-    from_hex, safe_rate_range, to_hex, Fault, Host, Schedule, Target, TimedFault, Variant, MAX_FAULTS, MAX_HOSTS,
-    OPERATOR_CLOCK_WAIT, OPERATOR_KINDS, PPM,
+    from_hex, safe_rate_range, to_hex, Fault, Host, Schedule, Target, TimedFault, Variant, WakeFeed, MAX_FAULTS,
+    MAX_HOSTS, OPERATOR_CLOCK_WAIT, OPERATOR_KINDS, PPM,
 };
 pub use world::{run, Property, RunReport, Violation, DB_BASE_MICROS, ELECTION};
 
@@ -384,6 +408,11 @@ pub struct Exploration {
     pub operator_overlaps: u64,
     /// The longest of them.
     pub longest_operator_overlap: Duration,
+    /// Releases, wakes and hand-overs after releases, in the schedules
+    /// whose participants had the release feed ([`Schedule::wakes`]).
+    pub with_wakes: ReleaseTotals,
+    /// The same in the schedules without it.
+    pub without_wakes: ReleaseTotals,
     /// The seeds whose runs found a violation, with it.
     pub failures: Vec<(u64, Violation)>,
     /// Wall-clock time spent.
@@ -393,6 +422,7 @@ pub struct Exploration {
 impl Exploration {
     /// The totals of one run.
     fn of(seed: u64, r: &RunReport) -> Exploration {
+        let (with_wakes, without_wakes) = ReleaseTotals::by_feed(&r.releases);
         Exploration {
             schedules: 1,
             events: r.events,
@@ -414,6 +444,8 @@ impl Exploration {
             failovers_lost_writes: r.failovers_lost_writes,
             operator_overlaps: r.operator_overlaps,
             longest_operator_overlap: r.longest_operator_overlap,
+            with_wakes,
+            without_wakes,
             failures: r.violation.iter().map(|v| (seed, v.clone())).collect(),
             elapsed: Duration::ZERO,
         }
@@ -423,7 +455,7 @@ impl Exploration {
         merge_totals!(self, o: Exploration {
             sum: schedules, events, terms, lost, late_replies, total_virtual, deletes, restores, clears,
                 operator_faults_under_leader, operator_faults_deferred, operator_schedules, failovers,
-                failovers_lost_writes, operator_overlaps;
+                failovers_lost_writes, operator_overlaps, with_wakes, without_wakes;
             max: max_hosts, max_processes, longest_virtual, longest_operator_overlap;
             worst: worst_recovery,
         });
@@ -437,7 +469,7 @@ impl Exploration {
              largest fleet {} hosts, up to {} processes in one run; longest virtual time {:.1} h, {:.0} h in all; \
              slowest recovery {:?} of bound {:?}; operator faults in {} schedules: {} rows deleted, {} older rows \
              restored, {} tables cleared ({} under a live leader, {} waited for the clock), {} overlaps allowed \
-             (longest {:?}); {} failovers to a lagging replica ({} lost acknowledged writes); {} failing",
+             (longest {:?}); {} failovers to a lagging replica ({} lost acknowledged writes); {}; {}; {} failing",
             self.schedules,
             self.schedules as f64 / secs,
             self.events as f64 / 1e6,
@@ -460,6 +492,8 @@ impl Exploration {
             self.longest_operator_overlap,
             self.failovers,
             self.failovers_lost_writes,
+            self.with_wakes.summary("with wakes on release"),
+            self.without_wakes.summary("without"),
             self.failures.len()
         )
     }

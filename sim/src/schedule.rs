@@ -74,11 +74,18 @@ pub enum Variant {
     /// not know about failovers would: the holder, told by the old server
     /// that its lease runs on, still leads when the claim lands.
     ClaimsInheritedRows,
+    /// **Broken on purpose.** A woken follower leads at once under the next
+    /// fence, without the conditional claim
+    /// ([`MachineConfig::unsafe_lead_on_wake`](leaderelection::machine::MachineConfig)).
+    /// Only schedules whose bytes turn the release feed on
+    /// ([`Schedule::wakes`]) wake anybody; the others run as
+    /// [`Variant::Normal`].
+    LeadsOnWake,
 }
 
 impl Variant {
     /// Every variant, the production one first.
-    pub const ALL: [Variant; 11] = [
+    pub const ALL: [Variant; 12] = [
         Variant::Normal,
         Variant::NoMarginSkewed,
         Variant::SkewedPastMargin,
@@ -90,6 +97,7 @@ impl Variant {
         Variant::NoOperatorClockWait,
         Variant::RenewsLostLease,
         Variant::ClaimsInheritedRows,
+        Variant::LeadsOnWake,
     ];
 
     /// The name used in replay commands (`SIM_VARIANT=...`).
@@ -106,6 +114,7 @@ impl Variant {
             Variant::NoOperatorClockWait => "no-operator-clock-wait",
             Variant::RenewsLostLease => "renews-lost-lease",
             Variant::ClaimsInheritedRows => "claims-inherited-rows",
+            Variant::LeadsOnWake => "leads-on-wake",
         }
     }
 
@@ -398,6 +407,33 @@ pub struct TimedFault {
     pub fault: Fault,
 }
 
+/// The store's feed of releases ([`Store::releases`](leaderelection::Store::releases))
+/// as a run has it: a release that ended a live term wakes every other
+/// running participant
+/// ([`Machine::handle_wake`](leaderelection::machine::Machine::handle_wake)),
+/// each after a reply's delay on its link. The feed is a hint and the run
+/// treats it as one: a partitioned participant gets nothing, a lossy link
+/// loses wakes as it loses replies, a slow one delays them, and besides
+/// those `loss` percent are lost and `dup` percent come a second time, up
+/// to a retry period after the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WakeFeed {
+    /// Percentage of wakes lost on any link.
+    pub loss: u8,
+    /// Percentage of wakes delivered twice.
+    pub dup: u8,
+}
+
+impl WakeFeed {
+    /// The feed a schedule's bits ask for: none unless `on`; its loss and
+    /// duplicates by the low two bits of `loss` and `dup`, each 0, 10, 30
+    /// or 60 percent.
+    pub(crate) fn decode(on: bool, loss: u8, dup: u8) -> Option<WakeFeed> {
+        const LEVELS: [u8; 4] = [0, 10, 30, 60];
+        on.then(|| WakeFeed { loss: LEVELS[usize::from(loss & 3)], dup: LEVELS[usize::from(dup & 3)] })
+    }
+}
+
 /// Everything one simulated run depends on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
@@ -413,6 +449,9 @@ pub struct Schedule {
     pub hosts: Vec<Host>,
     /// The faults, in the order decoded.
     pub faults: Vec<TimedFault>,
+    /// The release feed, if the participants have one (`None`: they learn
+    /// of a release at their next poll, as before the feed existed).
+    pub wakes: Option<WakeFeed>,
 }
 
 /// The production range of clock rates for `timing`, in ppm: from just above
@@ -499,6 +538,12 @@ impl Schedule {
     /// database, crashes, a shutdown or resignations; before failovers
     /// existed `0xfc..=0xfd` were restores too.)
     ///
+    /// The timing byte's low three bits pick the template; its bit 5 turns
+    /// the release feed on ([`Schedule::wakes`]), bits 3-4 set the feed's
+    /// loss and bits 6-7 its duplicates ([`WakeFeed`]). (Before the feed
+    /// existed those bits were ignored; bit 5 was clear in every fuzz corpus
+    /// file committed then, so each still decodes to the run it was.)
+    ///
     /// The database clock's caveat: the fence rule `max(previous + 1, now in
     /// microseconds)` issues fences a little ahead of the clock when several
     /// terms start within one microsecond, so a deleted or restored row right
@@ -512,6 +557,7 @@ impl Schedule {
         let n_hosts = 2 + usize::from(r.u8()) % (MAX_HOSTS - 1);
         let t = r.u8();
         let aux = r.u8();
+        let wakes = WakeFeed::decode(t & 0x20 != 0, t >> 3, t >> 6);
         let mut timing = timing_template(t, aux);
         if matches!(variant, Variant::AnchorAtReply | Variant::SkewedPastMargin | Variant::JustPastMargin) {
             timing = Timing::default();
@@ -532,7 +578,8 @@ impl Schedule {
                 | Variant::OldFenceRule
                 | Variant::NoOperatorClockWait
                 | Variant::RenewsLostLease
-                | Variant::ClaimsInheritedRows => b.safe_rate((safe_lo, safe_hi)),
+                | Variant::ClaimsInheritedRows
+                | Variant::LeadsOnWake => b.safe_rate((safe_lo, safe_hi)),
                 Variant::NoMarginSkewed => 900_000 + 95_000 * u64::from(b.rate) / 255,
                 Variant::SkewedPastMargin => 800_000 + 80_000 * u64::from(b.rate) / 255,
                 Variant::JustPastMargin => (safe_lo - 20) * (980 + 15 * u64::from(b.rate) / 255) / 1000,
@@ -584,7 +631,7 @@ impl Schedule {
             };
             faults.push(TimedFault { at, fault });
         }
-        Schedule { bytes: bytes.to_vec(), variant, seed, timing, hosts, faults }
+        Schedule { bytes: bytes.to_vec(), variant, seed, timing, hosts, faults, wakes }
     }
 
     /// The schedule explored as number `seed`: random bytes from a seeded
@@ -666,9 +713,13 @@ impl Schedule {
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = &self.timing;
+        let wakes = match self.wakes {
+            Some(w) => format!(", wakes on release (lost {} %, doubled {} %)", w.loss, w.dup),
+            None => String::new(),
+        };
         writeln!(
             f,
-            "variant {}, {} hosts, lease {:?} renew {:?} retry {:?} op-timeout {:?} margin {:?}",
+            "variant {}, {} hosts{wakes}, lease {:?} renew {:?} retry {:?} op-timeout {:?} margin {:?}",
             self.variant.name(),
             self.hosts.len(),
             t.lease_duration,

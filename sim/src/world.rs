@@ -1,14 +1,14 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{outputs_disagree, stretches, Fleet, HostState, Net, Process, Tally, Timer, Windowed};
+use crate::fleet::{outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, Tally, Timer, Windowed};
 use std::fmt;
 use std::time::Duration;
 
 use super::schedule::{Fault, Schedule, Target, Variant, OPERATOR_CLOCK_WAIT, PPM};
 use leaderelection::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome, Output, TermId};
-use leaderelection::MemStore;
 use leaderelection::{Lease, StoreError};
+use leaderelection::{MemStore, Store};
 
 /// The election every simulated participant runs.
 pub const ELECTION: &str = "sim";
@@ -170,6 +170,9 @@ pub struct RunReport {
     pub terms_granted_before_operator_fault: u64,
     /// Fences issued by the database.
     pub fences_issued: u64,
+    /// The release feed: releases, wakes ([`Schedule::wakes`]) and the
+    /// hand-overs after releases.
+    pub releases: ReleaseStats,
 }
 
 /// The events of one election's world besides those of every world.
@@ -184,6 +187,10 @@ enum Own {
     /// Copies the record for a later [`Fault::RestoreRow`].
     Snapshot(usize),
     GuardsDropped {
+        node: usize,
+    },
+    /// The release feed's wake reaches `node`.
+    Wake {
         node: usize,
     },
 }
@@ -242,6 +249,12 @@ struct World<'a> {
     snapshots: Vec<Option<Lease>>,
     /// When the last failover happened.
     last_failover: Option<u64>,
+    /// The store's release feed: watched in every run, passed on to the
+    /// participants with [`Schedule::wakes`].
+    feed: Option<crossbeam_channel::Receiver<String>>,
+    /// When the database applied the last release the feed reported, until
+    /// the next term starts (the hand-over it measures).
+    released_at: Option<u64>,
 }
 
 /// Runs `schedule` to its end, or to the first violation. With `trace`, the
@@ -266,8 +279,13 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         issued: Vec::new(),
         snapshots: vec![None; schedule.faults.len()],
         last_failover: None,
+        feed: None,
+        released_at: None,
     };
+    // Subscribed before any call, as a driver does when it starts.
+    w.feed = w.net.store.releases();
     w.net.store.set_claims_inherited_rows(schedule.variant == Variant::ClaimsInheritedRows);
+    w.report.releases.feed = schedule.wakes.is_some();
     w.report.faults_end = schedule.faults_end();
     w.report.liveness_bound = schedule.liveness_bound();
     w.net.start_hosts();
@@ -437,6 +455,33 @@ impl World<'_> {
     fn send(&mut self, t: u64, node: usize, call: Call) {
         let host = self.nodes[node].host;
         self.net.transmit(t, node, host, call.id.0, false, Ev::Request { node, call });
+    }
+
+    /// The release feed, after the database applied a call of `from`: a
+    /// release it reports (one that ended a live term) starts the
+    /// hand-over's clock and, with [`Schedule::wakes`], wakes the running
+    /// process of every other host, each over its own link, as a driver
+    /// subscribed to the store's feed is woken.
+    fn tell_releases(&mut self, t: u64, from: usize) {
+        let Some(rx) = &self.feed else { return };
+        let released = rx.try_iter().filter(|name| name == ELECTION).count();
+        if released == 0 {
+            return;
+        }
+        self.report.releases.releases += released as u64;
+        self.released_at = Some(t);
+        self.net.note(t, 40, from as u64, 0, || format!("the feed reports n{from}'s release"));
+        let Some(feed) = self.s.wakes else { return };
+        let from_host = self.nodes[from].host;
+        for host in (0..self.hosts.len()).filter(|&h| h != from_host) {
+            let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].machine.is_some()) else { continue };
+            for _ in 0..released {
+                let again_within = self.s.timing.retry_period;
+                for at in self.net.send_wake(t, (node, host), feed, again_within, &mut self.report.releases) {
+                    self.net.push_own(at, Own::Wake { node });
+                }
+            }
+        }
     }
 
     // ---- faults ----
@@ -635,6 +680,9 @@ impl World<'_> {
                 Property::OutputsMatchMachine,
                 format!("{ident} started {term:?} already past its deadline"),
             );
+        }
+        if let Some(released) = self.released_at.take() {
+            self.report.releases.handed_over(released, t);
         }
         self.nodes[node].guard =
             Some(Guard { term, fence, deadline, start: t, more: Grant { epoch, overlap_from: None } });
@@ -861,6 +909,17 @@ impl<'a> Fleet<'a> for World<'a> {
                 self.net.note(t, 6, node as u64, 0, || format!("n{node} drops the guards of its ended term"));
                 self.with_node(t, node, |m, now| m.set_hold_back(now, false));
             }
+            Own::Wake { node } => {
+                let host = self.nodes[node].host;
+                let Some(m) = self.nodes[node].machine.as_ref() else { return };
+                // The no-watchdog control's driver is blocked in its store
+                // call: it reads nothing from the feed until the call returns.
+                let blocked = !self.watchdog() && m.call_in_flight().is_some();
+                if blocked || self.net.wake_cut_off(t, node, host, &mut self.report.releases) {
+                    return;
+                }
+                self.with_node(t, node, |m, now| m.handle_wake(now));
+            }
         }
     }
 
@@ -871,6 +930,7 @@ impl<'a> Fleet<'a> for World<'a> {
         let mut cfg = MachineConfig::new(identity.clone(), self.s.timing, self.net.rng.next_u64());
         cfg.release_on_shutdown = self.s.hosts[host].release_on_shutdown;
         cfg.unsafe_anchor_at_reply = self.s.variant == Variant::AnchorAtReply;
+        cfg.unsafe_lead_on_wake = self.s.variant == Variant::LeadsOnWake;
         let node = self.nodes.len();
         self.net.note(t, 1, node as u64, host as u64, || format!("n{node} starts as {identity} on host {host}"));
         self.nodes.push(Node {
@@ -920,6 +980,7 @@ impl<'a> Fleet<'a> for World<'a> {
             self.store_fence = row.fence;
             self.record_fence = Some(row.fence);
         }
+        self.tell_releases(t, node);
         let reply = Ev::Own(Own::Reply { node, id: call.id, outcome, epoch: self.epoch });
         self.net.transmit(t, node, host, call.id.0, true, reply);
     }

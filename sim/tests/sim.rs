@@ -52,6 +52,14 @@ fn explore_schedules() {
         assert!(e.deletes > 0 && e.restores > 0 && e.clears > 0, "{}", e.summary());
         assert!(e.operator_schedules * 3 < e.schedules, "operator faults in too many schedules: {}", e.summary());
         assert!(e.operator_faults_under_leader > 0 && e.operator_overlaps > 0, "{}", e.summary());
+        // About half the schedules run with the release feed; its wakes
+        // are delivered, lost and doubled, and hand-overs after releases
+        // are measured with it and without.
+        let (on, off) = (&e.with_wakes, &e.without_wakes);
+        assert!(on.schedules * 3 > count && off.schedules * 3 > count, "{}", e.summary());
+        let w = &on.stats;
+        assert!(w.wakes_delivered > 0 && w.wakes_lost > 0 && w.wakes_doubled > 0, "{}", e.summary());
+        assert!(w.handovers > 0 && off.stats.handovers > 0 && off.stats.wakes_sent == 0, "{}", e.summary());
     }
 }
 
@@ -186,6 +194,7 @@ fn liveness_bound_is_the_stated_formula() {
         timing: Timing::default(),
         hosts: vec![host(1_000_000), host(1_000_000)],
         faults: vec![TimedFault { at: Duration::from_secs(20), fault: Fault::PauseDb { dur: Duration::from_secs(7) } }],
+        wakes: None,
     };
     assert_eq!(s.faults_end(), Duration::from_secs(27));
     // 0.2 + 15 + (3 + 3.6 + 0.001) + 4 * 0.5
@@ -253,6 +262,7 @@ fn two_hosts(faults: Vec<TimedFault>) -> Schedule {
         timing: Timing::default(),
         hosts: vec![host(Duration::ZERO), host(Duration::from_secs(1))],
         faults,
+        wakes: None,
     }
 }
 
@@ -420,4 +430,88 @@ fn a_failover_that_loses_renewals_keeps_one_leader() {
 #[test]
 fn control_claiming_inherited_rows_is_caught() {
     caught(Variant::ClaimsInheritedRows, Property::AtMostOneValidGuard, 10_000);
+}
+
+/// Schedules under the control that leads on a wake, split by whether
+/// their bytes turn the release feed on: without it the control's flaw is
+/// never reached and the run is the production one.
+#[test]
+fn control_leading_on_a_wake_without_the_claim_is_caught() {
+    let variant = Variant::LeadsOnWake;
+    let count = 3_000;
+    let e = explore(0, count, variant, threads());
+    let with_feed: Vec<u64> = (0..count).filter(|&s| Schedule::from_seed(s, variant).wakes.is_some()).collect();
+    let (on_feed, elsewhere): (Vec<_>, Vec<_>) =
+        e.failures.iter().partition(|(s, _)| with_feed.binary_search(s).is_ok());
+    assert!(elsewhere.is_empty(), "the control failed without the feed: {:?}", elsewhere.first());
+    // A woken follower leads under a fence the database never issued: the
+    // oracle sees that at the term's start, before a second guard is valid
+    // beside it (or, where it gets there first, two valid guards).
+    for (seed, v) in &on_feed {
+        assert!(
+            matches!(v.property, Property::FencesIncrease | Property::AtMostOneValidGuard),
+            "seed {seed}: expected a fence or two leaders, got {v}"
+        );
+    }
+    let (seed, v) = on_feed.first().expect("the oracle caught no follower leading on a wake");
+    let two_leaders = on_feed.iter().filter(|(_, v)| v.property == Property::AtMostOneValidGuard).count();
+    report(&format!(
+        "control {}: {} of {} schedules with the feed violate ({two_leaders} as two valid guards), none of the {} \
+         without; first, seed {seed}: {v}\n  replay: {}",
+        variant.name(),
+        on_feed.len(),
+        with_feed.len(),
+        count - with_feed.len() as u64,
+        replay_command(&Schedule::from_seed(*seed, variant))
+    ));
+    // Every schedule with the feed and a release some other participant
+    // was woken by (and could act on) is one the control can fail.
+    let woken = with_feed
+        .iter()
+        .filter(|&&s| run(&Schedule::from_seed(s, Variant::Normal), false).releases.wakes_delivered > 0)
+        .count();
+    assert!(on_feed.len() * 2 > woken, "only {} of the {woken} schedules with wakes delivered caught", on_feed.len());
+    passes_when_fixed(*seed, variant);
+}
+
+/// Three hosts on the default timings with fast links (5 to 20 ms each
+/// way); host 0 leads from the start and shuts down cleanly at one of 40
+/// instants, releasing. With the release feed, a follower woken by the
+/// release claims at once; without it, at its next poll (every retry
+/// period, 3 s, jittered). The hand-over is timed from the database
+/// applying the release to the next term starting.
+#[test]
+fn a_clean_release_is_handed_over_at_once_with_wakes() {
+    let mut took = [Vec::new(), Vec::new()];
+    for (i, wakes) in [None, Some(leaderelection_sim::WakeFeed { loss: 0, dup: 0 })].into_iter().enumerate() {
+        for k in 0..40u64 {
+            let at = Duration::from_secs(20) + Duration::from_millis(373 * k);
+            let shutdown = Fault::Shutdown { target: Target::Host(0), down: Duration::from_secs(600) };
+            let mut s = two_hosts(vec![TimedFault { at, fault: shutdown }]);
+            s.hosts.push(Host { start_at: Duration::from_secs(2), ..s.hosts[1].clone() });
+            s.wakes = wakes;
+            let r = run(&s, false);
+            assert!(r.violation.is_none(), "{}", describe_failure(None, &s));
+            assert_eq!((r.releases.releases, r.releases.handovers), (1, 1), "at {at:?}, wakes {wakes:?}: {r:?}");
+            took[i].push(r.releases.longest_handover);
+        }
+    }
+    let [off, on] = took.map(|mut t| {
+        t.sort();
+        t
+    });
+    let mean = |t: &[Duration]| t.iter().sum::<Duration>() / t.len() as u32;
+    report(&format!(
+        "hand-over after a clean release (3 hosts, default timings, 40 instants): with wakes mean {:?}, longest {:?}; \
+         without mean {:?}, longest {:?}",
+        mean(&on),
+        on[on.len() - 1],
+        mean(&off),
+        off[off.len() - 1]
+    ));
+    // The wake (one link), then the claim's round trip; a look in flight
+    // when the wake comes claims on its answer: one round trip more.
+    let rtt = Duration::from_millis(40);
+    assert!(on[on.len() - 1] <= rtt * 3, "with wakes: {on:?}");
+    assert!(mean(&off) > mean(&on) * 10, "without wakes: {off:?}");
 }
