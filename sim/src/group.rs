@@ -1485,6 +1485,7 @@ impl<'a> Fleet<'a> for World<'a> {
         cfg.phase = h.phase;
         cfg.release_on_shutdown = h.release_on_shutdown;
         cfg.unsafe_anchor_at_reply = s.variant == GroupVariant::AnchorAtReply;
+        cfg.unsafe_lead_on_wake = s.variant == GroupVariant::LeadsOnWake;
         // A third of the schedules (by their seed, so the byte format keeps
         // its meaning) split renewals from two terms: two renewal batches
         // per interval, the heartbeat riding on one of them.

@@ -68,11 +68,16 @@ pub enum GroupVariant {
     /// fresh: the core has given the batch up by then, and its machines
     /// the calls, so the second delivery changes nothing.
     ReplaysLateAnswers,
+    /// **Broken on purpose.** A woken follower leads at once under the next
+    /// fence instead of claiming ([`GroupMachineConfig::unsafe_lead_on_wake`](leaderelection::group::core::GroupMachineConfig)):
+    /// it takes an election the release feed names without asking the
+    /// database. Only schedules with the feed on can reach it.
+    LeadsOnWake,
 }
 
 impl GroupVariant {
     /// Every variant, the production one first.
-    pub const ALL: [GroupVariant; 7] = [
+    pub const ALL: [GroupVariant; 8] = [
         GroupVariant::Normal,
         GroupVariant::AnchorAtReply,
         GroupVariant::FairShareOff,
@@ -80,6 +85,7 @@ impl GroupVariant {
         GroupVariant::SharedMemberName,
         GroupVariant::DropsHeartbeats,
         GroupVariant::ReplaysLateAnswers,
+        GroupVariant::LeadsOnWake,
     ];
 
     /// The name used in replay commands (`SIM_GROUP_VARIANT=...`).
@@ -92,6 +98,7 @@ impl GroupVariant {
             GroupVariant::SharedMemberName => "shared-member-name",
             GroupVariant::DropsHeartbeats => "drops-heartbeats",
             GroupVariant::ReplaysLateAnswers => "replays-late-answers",
+            GroupVariant::LeadsOnWake => "leads-on-wake",
         }
     }
 

@@ -190,6 +190,13 @@ fn control_deadlines_anchored_at_the_reply_are_caught() {
 }
 
 #[test]
+fn control_leading_on_a_wake_without_the_claim_is_caught() {
+    // A woken follower takes the released election under a fence the
+    // database never issued, beside whoever claims it properly.
+    caught(GroupVariant::LeadsOnWake, GroupProperty::is_safety, 600);
+}
+
+#[test]
 fn control_fair_share_off_is_caught() {
     caught(GroupVariant::FairShareOff, |p| p == GroupProperty::FairShare, 60);
 }

@@ -389,6 +389,10 @@ pub struct GroupMachineConfig {
     /// machine ([`MachineConfig::unsafe_anchor_at_reply`]).
     #[doc(hidden)]
     pub unsafe_anchor_at_reply: bool,
+    /// **Broken on purpose; for negative controls only.** Passed to every
+    /// machine ([`MachineConfig::unsafe_lead_on_wake`]).
+    #[doc(hidden)]
+    pub unsafe_lead_on_wake: bool,
 }
 
 impl GroupMachineConfig {
@@ -407,6 +411,7 @@ impl GroupMachineConfig {
             split_renewals_from: SPLIT_RENEWALS_FROM,
             seed,
             unsafe_anchor_at_reply: false,
+            unsafe_lead_on_wake: false,
         }
     }
 }
@@ -724,6 +729,7 @@ impl GroupMachine {
         mcfg.poll_jitter = false;
         mcfg.term_ids_from = key.first_term_id();
         mcfg.unsafe_anchor_at_reply = self.cfg.unsafe_anchor_at_reply;
+        mcfg.unsafe_lead_on_wake = self.cfg.unsafe_lead_on_wake;
         let machine = Machine::new(mcfg);
         let pref = preference(&self.cfg.identity, &name);
         let wake = machine.poll_timeout();
