@@ -1,4 +1,4 @@
-//! The project measuring itself: rows 1–5, 7 and 8 of BENCHMARKS.md (row 6,
+//! The project measuring itself: rows 1–5 and 7–9 of BENCHMARKS.md (row 6,
 //! the build footprint, is measured by `scripts/bench.sh`, which runs this).
 //!
 //! ```sh
@@ -105,7 +105,7 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
         }
     }
     if want(9) {
-        let trials = if a.quick { 10 } else { 40 };
+        let trials = if a.quick { 10 } else { 20 };
         for (label, kind, url, feed) in with_poll_alone {
             for n in [2, 100] {
                 step(&format!("row 9: clean hand-over on {label}, {n} followers"));
