@@ -767,8 +767,9 @@ impl Machine {
     /// the lease held, and a lost one costs what the poll costs.
     ///
     /// Only a follower that has looked at the row since it started acts on
-    /// it (a machine looks before its first claim; see
-    /// [`Machine::on_inspect`]); a leader, a machine held back, withheld
+    /// it (a machine looks before its first claim, which is what keeps a
+    /// group's election that left and joined again off its old fences); a
+    /// leader, a machine held back, withheld
     /// from claiming or waiting out a resignation, and one stopping ignore
     /// it. If a look is in flight, its answer claims at once. A claim in
     /// flight takes no second one, so one release costs each follower at

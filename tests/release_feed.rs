@@ -8,7 +8,6 @@
 //! show that. Timings satisfy the invariant
 //! `renew 1 s + 2*timeout 1 s + retry delay 250 ms <= lease 5 s - margin 500 ms`.
 
-mod forward;
 mod pg_support;
 mod support;
 
@@ -16,11 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use forward::forward_calls;
 use leaderelection::postgres::PostgresStore;
 use leaderelection::{Config, Elector, Group, GroupConfig, LeaderGuard, Store, Timing};
 use pg_support::{dsn, BOUNCER, DIRECT};
-use support::{random_tag, wait_for};
+use support::{forward_calls, random_tag, wait_for};
 
 const TABLE: &str = "le_feed";
 
@@ -124,8 +122,8 @@ fn only_a_release_that_ends_a_term_is_sent() {
     let a = Elector::start(config(store(DIRECT, true), &name, "a")).expect("start a");
     let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
     let fence = guard.fence();
-    drop(guard.wait_lost_timeout(Duration::from_millis(3500))); // three renewals or more
-                                                                // Not held under this fence by this identity: changes nothing.
+    let _ = guard.wait_lost_timeout(Duration::from_millis(3500)); // three renewals or more
+                                                                  // Not held under this fence by this identity: changes nothing.
     watcher.release(&name, "somebody", fence, Duration::from_secs(5)).expect("release");
     let quiet: Vec<String> = rx.try_iter().filter(|n| *n == name).collect();
     assert!(quiet.is_empty(), "sent while the leader renewed: {quiet:?}");
