@@ -92,14 +92,12 @@ impl PgServer {
         let template = template();
         let dir = base().join(format!("le-chaos-pg-{}-{}", std::process::id(), random_tag()));
         run(Command::new("cp").arg("-a").arg(template).arg(&dir), "copy the template");
-        // A port another process took between our probe and the bind makes
-        // the postmaster exit: try another.
         let mut server = PgServer { dir, port: 0, child: Mutex::new(None) };
-        for _ in 0..5 {
-            server.port = free_port();
-            if server.launch() {
-                return server;
-            }
+        if on_a_free_port(|port| {
+            server.port = port;
+            server.launch()
+        }) {
+            return server;
         }
         server.fail("no free port after 5 tries")
     }
@@ -110,12 +108,12 @@ impl PgServer {
 
     /// `postgres://postgres@127.0.0.1:{port}/test`.
     pub fn url(&self) -> String {
-        self.url_via(self.port)
+        local_url(self.port)
     }
 
     /// The same database through a proxy listening on `port`.
     pub fn url_via(&self, port: u16) -> String {
-        format!("postgres://postgres@127.0.0.1:{port}/test")
+        local_url(port)
     }
 
     /// The data directory (also the socket directory; the log is
@@ -436,8 +434,8 @@ impl Bouncer {
         fs::write(dir.join("userlist.txt"), "\"postgres\" \"\"\n\"root\" \"\"\n").unwrap();
         run(Command::new("chown").arg("-R").arg("postgres:postgres").arg(&dir), "chown the bouncer's dir");
         let mut b = Bouncer { dir, port: 0, child: Mutex::new(None) };
-        for _ in 0..5 {
-            b.port = free_port();
+        let launched = on_a_free_port(|port| {
+            b.port = port;
             let ini = format!(
                 "[databases]\n* = host=127.0.0.1 port={pg_port}\n\n[pgbouncer]\n\
                  listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
@@ -449,9 +447,10 @@ impl Bouncer {
                 d = b.dir.display()
             );
             fs::write(b.dir.join("pgbouncer.ini"), ini).unwrap();
-            if b.launch() {
-                return b;
-            }
+            b.launch()
+        });
+        if launched {
+            return b;
         }
         b.fail("no free port after 5 tries")
     }
@@ -462,7 +461,7 @@ impl Bouncer {
 
     /// `postgres://postgres@127.0.0.1:{port}/test`.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/test", self.port)
+        local_url(self.port)
     }
 
     /// Admin console `PAUSE`: returns once every server connection is
@@ -721,6 +720,18 @@ pub fn signal(sig: &str, pids: &[u32]) {
 
 fn exited_within(c: &mut Child, d: Duration) -> bool {
     wait_for(d, || c.try_wait().map(|s| s.is_some()).unwrap_or(true))
+}
+
+/// Runs `launch` on a free port, up to five times: a port another process
+/// took between our probe and the bind makes the server exit, so another
+/// is tried. Whether one launch succeeded.
+fn on_a_free_port(mut launch: impl FnMut(u16) -> bool) -> bool {
+    (0..5).any(|_| launch(free_port()))
+}
+
+/// `postgres://postgres@127.0.0.1:{port}/test`.
+fn local_url(port: u16) -> String {
+    format!("postgres://postgres@127.0.0.1:{port}/test")
 }
 
 /// A port of 127.0.0.1 that was free a moment ago.
