@@ -301,9 +301,8 @@ pub trait Store: Send + Sync {
     ///
     /// The default, `None`, is a store that cannot tell; followers then
     /// learn of a release at their next poll. [`MemStore`](crate::MemStore)
-    /// feeds its own releases; [`PostgresStore`](crate::PostgresStore)
-    /// listens on a connection of its own (see its documentation for
-    /// poolers).
+    /// feeds its own releases; `PostgresStore` (feature `postgres`) listens
+    /// on a connection of its own (see its `release_feed` for poolers).
     fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
         None
     }
