@@ -210,7 +210,11 @@ fn run(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>) {
 fn session(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>, rt: &tokio::runtime::Runtime) -> Ended {
     let deadline = tokio::time::Instant::now() + manager.connect_timeout();
     let trace = Arc::new(TlsTrace::default());
-    let config = manager.config();
+    // Named apart from the pool's sessions, so an operator (or a test
+    // counting a pool's sessions) tells the listening one from them.
+    let mut config = manager.config().clone();
+    let app = format!("{} listen", config.get_application_name().unwrap_or("leaderelection"));
+    config.application_name(&app);
     match manager.tls() {
         None => {
             let opened = rt.block_on(async { tokio::time::timeout_at(deadline, config.connect(NoTls)).await });

@@ -531,7 +531,8 @@ impl PostgresStore {
     /// channel named after the table (`leaderelection_` and a hash); that
     /// works through any pooler. The feed itself is one connection of its
     /// own per store, opened at the first subscription (an `Elector` or a
-    /// `Group` starting) on a thread of its own, which `LISTEN`s there;
+    /// `Group` starting) on a thread of its own, which `LISTEN`s there
+    /// (its `application_name` is the pool's with ` listen` after it);
     /// one store shared by all of a process's elections is one connection.
     /// It reconnects after a failure, and followers keep polling meanwhile.
     /// A store over a pool built elsewhere ([`PostgresStore::from_pool`])
