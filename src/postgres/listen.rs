@@ -272,6 +272,10 @@ where
         return Ended::Failed(e);
     }
     if !heard.load(Ordering::SeqCst) {
+        // Behind a pooler the `LISTEN` stayed on a server connection the
+        // pooler lends to others; it most likely lends that one again now
+        // (PgBouncer reuses the last), so take it back there.
+        let _ = rt.block_on(drive(shared, &mut conn, client.batch_execute("UNLISTEN *"), timeout));
         return Ended::Deaf;
     }
     log::debug!("leaderelection: listening for releases on {}", shared.channel);
