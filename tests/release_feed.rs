@@ -210,3 +210,103 @@ fn a_group_takes_over_a_released_group_at_once() {
     eprintln!("group: 20 elections led again {:?} after the release", released.elapsed());
     drop(b);
 }
+
+/// A group whose store's feed ends (behind PgBouncer) goes on by polling:
+/// its driver sees the feed close, and a released group is still taken
+/// over, at the poll.
+#[test]
+fn a_group_goes_on_polling_when_its_feed_ends() {
+    let group = format!("feedbouncer-{}", random_tag());
+    let poll = Timing { retry_period: Duration::from_secs(1), ..SLOW_POLL };
+    let start = |id: &str| {
+        let s = store(BOUNCER, true);
+        let ended = s.releases().expect("a feed until proven deaf");
+        let template = Config::new(s, group.clone()).identity(id).timing(poll);
+        let g = Group::start(GroupConfig::new(template)).expect("group");
+        let e = g.join(&group).expect("join");
+        (g, e, ended)
+    };
+    let (a, a_election, a_feed) = start("a");
+    assert!(wait_for(Duration::from_secs(10), || a_election.is_leader()), "a leads");
+    let (b, b_election, b_feed) = start("b");
+    for feed in [a_feed, b_feed] {
+        let closed = wait_for(Duration::from_secs(30), || {
+            matches!(feed.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected))
+        });
+        assert!(closed, "the feed through PgBouncer did not end");
+    }
+    a.shutdown().expect("a releases");
+    drop(a_election);
+    assert!(wait_for(Duration::from_secs(5), || b_election.is_leader()), "b did not take over by polling");
+    drop(b);
+}
+
+/// The feed outlives its connection: the listening session killed by the
+/// server, it connects again, proves itself, and the next release is heard.
+#[test]
+fn the_feed_comes_back_after_its_connection_is_killed() {
+    let app = format!("feedkill-{}", random_tag());
+    let dsn_app = format!("{}?application_name={app}", dsn(DIRECT));
+    let s = PostgresStore::builder(&dsn_app).table("public", TABLE).build().expect("store");
+    s.ensure_schema().expect("ensure_schema");
+    let rx = s.releases().expect("feed");
+    let mut admin = pg_support::client(DIRECT);
+    let listening = |admin: &mut postgres::Client| -> Option<i32> {
+        let q = format!(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = '{app} listen' AND query LIKE 'LISTEN%'"
+        );
+        admin.query(q.as_str(), &[]).ok()?.first().map(|r| r.get(0))
+    };
+    let mut first = None;
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            first = listening(&mut admin);
+            first.is_some()
+        }),
+        "no listener"
+    );
+    let first = first.expect("a listener");
+    admin.execute("SELECT pg_terminate_backend($1)", &[&first]).expect("terminate the listener");
+    let mut again = None;
+    let back = wait_for(Duration::from_secs(15), || {
+        again = listening(&mut admin).filter(|&p| p != first);
+        again.is_some()
+    });
+    assert!(back, "the feed did not connect again");
+    assert!(!matches!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected)), "the feed ended");
+    // Heard again: a leader's release comes through.
+    let name = format!("feed-{}", random_tag());
+    let a = Elector::start(config(store(DIRECT, false), &name, "a")).expect("start a");
+    let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
+    a.shutdown().expect("a releases");
+    drop(guard);
+    let deadline = Instant::now() + QUICK;
+    let heard = std::iter::from_fn(|| rx.recv_deadline(deadline).ok()).any(|n| n == name);
+    assert!(heard, "the release after the reconnect was not heard");
+    // Dropping the store ends the feed: its thread stops and closes the
+    // connection.
+    drop(s);
+    let gone = wait_for(Duration::from_secs(5), || listening(&mut admin).is_none());
+    assert!(gone, "the listening session outlived its store");
+    assert!(matches!(rx.recv_timeout(Duration::from_secs(2)), Err(e) if e.is_disconnected()), "the feed stayed open");
+}
+
+/// A feed whose server cannot be reached keeps trying quietly (followers
+/// poll meanwhile), and ends with its store.
+#[test]
+fn a_feed_without_a_server_keeps_trying_and_ends_with_its_store() {
+    let s = PostgresStore::builder("postgres://root@127.0.0.1:1/test")
+        .connect_timeout(Duration::from_millis(200))
+        .build()
+        .expect("store");
+    let rx = s.releases().expect("feed");
+    assert!(
+        matches!(rx.recv_timeout(Duration::from_secs(2)), Err(e) if e.is_timeout()),
+        "a feed without a server sent or ended"
+    );
+    drop(s);
+    assert!(
+        matches!(rx.recv_timeout(Duration::from_secs(5)), Err(e) if e.is_disconnected()),
+        "the feed outlived its store"
+    );
+}
