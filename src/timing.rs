@@ -252,8 +252,59 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid config: {}: ", self.field)?;
-        match &*self.problem {
+        write!(f, "invalid config: {}: {}", self.field, self.problem.named(&|field| field))
+    }
+}
+
+impl Problem {
+    /// What is wrong, in words, naming the settings it relates with
+    /// `name` applied to each setter's name (`"renew_interval"`, and
+    /// `"retry_delay"` for the renewal retry delay). A front end with its
+    /// own names for the settings, such as a command line's flags, says
+    /// the same as [`ConfigError`]'s `Display` in its own words.
+    pub fn named<'a>(&'a self, name: &'a dyn Fn(&'static str) -> &'static str) -> impl fmt::Display + 'a {
+        Named { problem: self, name }
+    }
+}
+
+struct Named<'a> {
+    problem: &'a Problem,
+    name: &'a dyn Fn(&'static str) -> &'static str,
+}
+
+impl fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.name;
+        let sum = |f: &mut fmt::Formatter<'_>, timing: &Timing, tick: Option<Duration>| {
+            write!(f, "{} + 2*{} + {}", n("renew_interval"), n("operation_timeout"), n("retry_delay"))?;
+            if tick.is_some() {
+                write!(f, " + tick")?;
+            }
+            write!(
+                f,
+                " ({} + 2*{} + {}",
+                Human(timing.renew_interval),
+                Human(timing.operation_timeout),
+                Human(timing.retry_delay())
+            )?;
+            match tick {
+                Some(t) => write!(f, " + {}", Human(t)),
+                None => Ok(()),
+            }
+        };
+        let room = |f: &mut fmt::Formatter<'_>, timing: &Timing, needed: Duration, available: Duration| {
+            write!(
+                f,
+                " = {}) must not exceed {} - {} ({} - {} = {})",
+                Human(needed),
+                n("lease_duration"),
+                n("safety_margin"),
+                Human(timing.lease_duration),
+                Human(timing.safety_margin),
+                Human(available)
+            )
+        };
+        match self.problem {
             Problem::Empty => write!(f, "must not be empty"),
             Problem::TooLong { len, max } => write!(f, "is {len} bytes, more than the limit of {max}"),
             Problem::ControlCharacter { at } => write!(f, "holds a control character at byte {at}"),
@@ -261,40 +312,31 @@ impl fmt::Display for ConfigError {
             Problem::TooLongDuration { value, max } => {
                 write!(f, "{} is longer than the limit of {}", Human(*value), Human(*max))
             }
-            Problem::MarginNotBelowLease { margin, lease } => {
-                write!(f, "safety_margin ({}) must be shorter than lease_duration ({})", Human(*margin), Human(*lease))
-            }
-            Problem::TimingInvariant { timing, needed, available } => write!(
+            Problem::MarginNotBelowLease { margin, lease } => write!(
                 f,
-                "renew_interval + 2*operation_timeout + retry_delay ({} + 2*{} + {} = {}) \
-                 must not exceed lease_duration - safety_margin ({} - {} = {})",
-                Human(timing.renew_interval),
-                Human(timing.operation_timeout),
-                Human(timing.retry_delay()),
-                Human(*needed),
-                Human(timing.lease_duration),
-                Human(timing.safety_margin),
-                Human(*available)
+                "{} ({}) must be shorter than {} ({})",
+                n("safety_margin"),
+                Human(*margin),
+                n("lease_duration"),
+                Human(*lease)
             ),
+            Problem::TimingInvariant { timing, needed, available } => {
+                sum(f, timing, None)?;
+                room(f, timing, *needed, *available)
+            }
             Problem::TickTooLong { tick, limit } => write!(
                 f,
-                "tick ({}) must not exceed the shorter of renew_interval and retry_period ({})",
+                "tick ({}) must not exceed the shorter of {} and {} ({})",
                 Human(*tick),
+                n("renew_interval"),
+                n("retry_period"),
                 Human(*limit)
             ),
-            Problem::GroupTimingInvariant { timing, tick, needed, available } => write!(
-                f,
-                "in a group, renew_interval + 2*operation_timeout + retry_delay + tick ({} + 2*{} + {} + {} = {}) \
-                 must not exceed lease_duration - safety_margin ({} - {} = {})",
-                Human(timing.renew_interval),
-                Human(timing.operation_timeout),
-                Human(timing.retry_delay()),
-                Human(*tick),
-                Human(*needed),
-                Human(timing.lease_duration),
-                Human(timing.safety_margin),
-                Human(*available)
-            ),
+            Problem::GroupTimingInvariant { timing, tick, needed, available } => {
+                write!(f, "in a group, ")?;
+                sum(f, timing, Some(*tick))?;
+                room(f, timing, *needed, *available)
+            }
             Problem::NotForGroups => write!(
                 f,
                 "is set on the template configuration, which a group does not use; set it on the GroupConfig, \

@@ -439,7 +439,8 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
     Ok(Cmd::Run(Box::new(r)))
 }
 
-/// The command-line flag behind a library `Config` field.
+/// The command-line flag behind a library `Config` field, or the words for
+/// a figure the flags derive (the renewal retry delay).
 fn flag_of(field: &str) -> &str {
     match field {
         "lease_duration" => "--lease",
@@ -447,6 +448,7 @@ fn flag_of(field: &str) -> &str {
         "retry_period" => "--retry",
         "operation_timeout" => "--op-timeout",
         "safety_margin" => "--margin",
+        "retry_delay" => "the renewal retry delay (renew/4, at least 50ms)",
         "name" => "--name",
         "identity" => "--identity",
         "payload" => "--payload",
@@ -455,36 +457,23 @@ fn flag_of(field: &str) -> &str {
 }
 
 /// A refused configuration as a usage error naming the flags, with the
-/// numbers. `default_margin`: `--margin` was not given (its default,
+/// numbers: the library's own words (`Problem::named`) with flags for
+/// fields. `default_margin`: `--margin` was not given (its default,
 /// lease/10 and at least 1s, follows `--lease`).
 pub fn config_fail(e: &ConfigError, default_margin: bool) -> Fail {
     let margin = if default_margin { " (--margin defaults to lease/10, at least 1s)" } else { "" };
     let flag = flag_of(e.field());
+    let said = e.problem().named(&flag_of);
     let msg = match e.problem() {
-        Problem::Empty => format!("{flag}: must not be empty"),
-        Problem::TooLong { len, max } if flag == "--identity" => {
-            format!("{flag}: is {len} bytes, more than the limit of {max} (the run adds a 17-byte #tag)")
+        Problem::TooLong { .. } if flag == "--identity" => format!("{flag}: {said} (the run adds a 17-byte #tag)"),
+        Problem::MarginNotBelowLease { .. } | Problem::TimingInvariant { .. } => {
+            format!("timings do not fit: {said}{margin}")
         }
-        Problem::TooLong { len, max } => format!("{flag}: is {len} bytes, more than the limit of {max}"),
-        Problem::ControlCharacter { at } => format!("{flag}: holds a control character at byte {at}"),
-        Problem::Zero => format!("{flag}: must be greater than zero"),
-        Problem::TooLongDuration { value, max } => {
-            format!("{flag}: {} is longer than the limit of {}", Human(*value), Human(*max))
-        }
-        Problem::MarginNotBelowLease { margin: m, lease } => {
-            format!("--margin ({}) must be shorter than --lease ({}){margin}", Human(*m), Human(*lease))
-        }
-        Problem::TimingInvariant { timing, needed, available } => format!(
-            "timings do not fit: --renew + 2*--op-timeout + the renewal retry delay (renew/4, at least 50ms) \
-             ({} + 2*{} + {} = {}) must not exceed --lease - --margin ({} - {} = {}){margin}",
-            Human(timing.renew_interval),
-            Human(timing.operation_timeout),
-            Human(timing.retry_delay()),
-            Human(*needed),
-            Human(timing.lease_duration),
-            Human(timing.safety_margin),
-            Human(*available)
-        ),
+        Problem::Empty
+        | Problem::TooLong { .. }
+        | Problem::ControlCharacter { .. }
+        | Problem::Zero
+        | Problem::TooLongDuration { .. } => format!("{flag}: {said}"),
         _ => e.to_string(),
     };
     Fail::usage(msg)
