@@ -12,7 +12,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 
 use crate::config::{Config, NewLeaderFn, StartedFn, StoppedFn};
 use crate::error::{ElectionError, OpKind};
-use crate::guard::{Command, LeaderGuard, TermShared, TermStore};
+use crate::guard::{Command, TermShared, TermStore};
 use crate::handoff::{watchdog_fired, Event, Handoff, Outside, Shared, State};
 use crate::identity::{default_identity, with_instance, IdentityError};
 use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome};
@@ -102,7 +102,48 @@ impl From<ConfigError> for StartError {
 pub use crate::error::WaitLeaderError;
 
 impl Elector {
-    crate::handoff::one_election_calls!("Elector");
+    crate::handoff::one_election_calls!(
+        "Elector",
+        /// This participant's identity as the lease row shows it: the
+        /// configured identity, `#` and this elector's instance tag
+        /// (`web#3f9c2b4e8a1d7c05`). Compare it with
+        /// [`Status::leader`](crate::Status::leader)'s identity; see
+        /// [`Config::identity`](crate::Config::identity).
+        identity;
+        /// Blocks until this participant leads and returns a guard on the term.
+        ///
+        /// **Drop the old guard before waiting again.** While any guard of an
+        /// ended term is alive, the elector does not campaign, so two terms of
+        /// one process never overlap in user code. An assignment such as
+        /// `guard = elector.wait_leader()?` evaluates the right side while the
+        /// old guard still lives, and so waits forever. [`Status::held_back`](crate::Status::held_back)
+        /// shows this state, and a warning is logged once it has lasted a lease
+        /// duration.
+        ///
+        /// ```
+        /// # use leaderelection::{Config, Elector, MemStore};
+        /// # use std::time::Duration;
+        /// # let config = Config::new(MemStore::new(), "jobs").retry_period(Duration::from_millis(50));
+        /// # let elector = Elector::start(config)?;
+        /// let mut guard = elector.wait_leader()?;
+        /// # let mut rounds = 0;
+        /// loop {
+        ///     while guard.is_valid() {
+        ///         // ... work, stamped with guard.fence() ...
+        /// #       break;
+        ///     }
+        /// #   rounds += 1; if rounds == 2 { break; }
+        ///     drop(guard); // first: an ended term's guard holds the next one back
+        ///     guard = elector.wait_leader()?;
+        /// }
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        ///
+        /// # Errors
+        ///
+        /// [`WaitLeaderError::Stopped`] once the elector has shut down.
+        wait_leader;
+    );
 
     /// Validates `config`, then spawns the renewal and watchdog threads (and
     /// a callback thread when callbacks are set). Returns at once; leadership
@@ -180,76 +221,29 @@ impl Elector {
         Ok(Elector { shared, cmd_tx, threads: Mutex::new(threads) })
     }
 
-    /// This participant's identity as the lease row shows it: the
-    /// configured identity, `#` and this elector's instance tag
-    /// (`web#3f9c2b4e8a1d7c05`). Compare it with
-    /// [`Status::leader`](crate::Status::leader)'s identity; see
-    /// [`Config::identity`](crate::Config::identity).
-    pub fn identity(&self) -> &str {
-        &self.shared.identity
-    }
-
-    /// Blocks until this participant leads and returns a guard on the term.
-    ///
-    /// **Drop the old guard before waiting again.** While any guard of an
-    /// ended term is alive, the elector does not campaign, so two terms of
-    /// one process never overlap in user code. An assignment such as
-    /// `guard = elector.wait_leader()?` evaluates the right side while the
-    /// old guard still lives, and so waits forever. [`Status::held_back`](crate::Status::held_back)
-    /// shows this state, and a warning is logged once it has lasted a lease
-    /// duration.
-    ///
-    /// ```
-    /// # use leaderelection::{Config, Elector, MemStore};
-    /// # use std::time::Duration;
-    /// # let config = Config::new(MemStore::new(), "jobs").retry_period(Duration::from_millis(50));
-    /// # let elector = Elector::start(config)?;
-    /// let mut guard = elector.wait_leader()?;
-    /// # let mut rounds = 0;
-    /// loop {
-    ///     while guard.is_valid() {
-    ///         // ... work, stamped with guard.fence() ...
-    /// #       break;
-    ///     }
-    /// #   rounds += 1; if rounds == 2 { break; }
-    ///     drop(guard); // first: an ended term's guard holds the next one back
-    ///     guard = elector.wait_leader()?;
-    /// }
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`WaitLeaderError::Stopped`] once the elector has shut down.
-    pub fn wait_leader(&self) -> Result<LeaderGuard, WaitLeaderError> {
-        self.shared.wait_leader(None)
-    }
-
-    /// Ends the term (every guard turns invalid first), releases the lease
-    /// unless release was disabled, and joins the elector's threads, including
-    /// the `on_started_leading` thread. Calling it again does nothing.
-    ///
-    /// Blocks for at most about two operation timeouts plus however long
-    /// `on_started_leading` takes to return once its guard is invalid: a
-    /// renewal in flight is waited for (up to the operation timeout) before
-    /// the release, since one that landed after the release would extend the
-    /// lease again and keep the successor waiting a whole lease. Store calls
-    /// still hung after that are left to finish on their own threads.
-    ///
-    /// # Errors
-    ///
-    /// The release failed or timed out; the lease then runs out on its own.
-    pub fn shutdown(&self) -> Result<(), ElectionError> {
-        self.stop(true)
-    }
-
-    /// Stops like [`Elector::shutdown`] but leaves the lease in place, so it
-    /// runs out on its own after at most the lease duration, exactly as if
-    /// the process had crashed. Guards still turn invalid first. For programs
-    /// that must exit without one more round trip, and for failover tests.
-    pub fn shutdown_without_release(&self) {
-        let _ = self.stop(false);
-    }
+    crate::handoff::stop_calls!(
+        /// Ends the term (every guard turns invalid first), releases the lease
+        /// unless release was disabled, and joins the elector's threads, including
+        /// the `on_started_leading` thread. Calling it again does nothing.
+        ///
+        /// Blocks for at most about two operation timeouts plus however long
+        /// `on_started_leading` takes to return once its guard is invalid: a
+        /// renewal in flight is waited for (up to the operation timeout) before
+        /// the release, since one that landed after the release would extend the
+        /// lease again and keep the successor waiting a whole lease. Store calls
+        /// still hung after that are left to finish on their own threads.
+        ///
+        /// # Errors
+        ///
+        /// The release failed or timed out; the lease then runs out on its own.
+        shutdown;
+        /// Stops like [`Elector::shutdown`] but leaves the lease in place, so it
+        /// runs out on its own after at most the lease duration, exactly as if
+        /// the process had crashed. Guards still turn invalid first. For programs
+        /// that must exit without one more round trip, and for failover tests.
+        shutdown_without_release;
+        by stop
+    );
 
     fn stop(&self, release: bool) -> Result<(), ElectionError> {
         self.threads.lock().join(|| {

@@ -29,10 +29,19 @@ use crate::sync::{link, Condvar, Link, Mutex};
 /// The calls an [`Elector`](crate::Elector) and a group's
 /// [`Election`](crate::Election) both offer on their one election, written
 /// once over the type's `shared: Arc<Shared>`. `$ty` names the type in
-/// the docs; each type keeps its own `wait_leader` and `identity`, whose
-/// docs differ.
+/// the docs; `identity` and `wait_leader` take each type's own docs.
 macro_rules! one_election_calls {
-    ($ty:literal) => {
+    ($ty:literal, $(#[$identity:meta])* identity; $(#[$wait:meta])* wait_leader;) => {
+        $(#[$identity])*
+        pub fn identity(&self) -> &str {
+            &self.shared.identity
+        }
+
+        $(#[$wait])*
+        pub fn wait_leader(&self) -> Result<$crate::LeaderGuard, $crate::WaitLeaderError> {
+            self.shared.wait_leader(None)
+        }
+
         /// The election's name.
         pub fn name(&self) -> &str {
             &self.shared.name
@@ -92,6 +101,25 @@ macro_rules! one_election_calls {
     };
 }
 pub(crate) use one_election_calls;
+
+/// The two ways an [`Elector`](crate::Elector), a [`Group`](crate::Group)
+/// or a group's [`Election`](crate::Election) ends: `$stop` releases and
+/// says how the release went, `$quiet` leaves the lease to run out; both
+/// over the type's `fn $inner(&self, release: bool)`. Each takes its docs.
+macro_rules! stop_calls {
+    ($(#[$stop_doc:meta])* $stop:ident; $(#[$quiet_doc:meta])* $quiet:ident; by $inner:ident) => {
+        $(#[$stop_doc])*
+        pub fn $stop(&self) -> Result<(), $crate::ElectionError> {
+            self.$inner(true)
+        }
+
+        $(#[$quiet_doc])*
+        pub fn $quiet(&self) {
+            let _ = self.$inner(false);
+        }
+    };
+}
+pub(crate) use stop_calls;
 
 /// State shared by the elector handle, the renewal thread and the watchdog.
 /// The lock is never held across a store call.

@@ -57,7 +57,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 
 use crate::config::{check_text, Config, ConfigError, Problem, Timing, MAX_DURATION, MAX_NAME_LEN, MAX_PAYLOAD_LEN};
-use crate::elector::{StartError, WaitLeaderError};
+use crate::elector::StartError;
 use crate::error::ElectionError;
 use crate::guard::LeaderGuard;
 use crate::handoff::Shared;
@@ -401,25 +401,23 @@ impl Group {
         self.shared.status()
     }
 
-    /// Ends every term (each guard turns invalid first), releases every
-    /// lease in one batch (unless release was disabled), leaves the
-    /// members, and joins the group's threads. Calling it again does
-    /// nothing. Blocks for at most about two operation timeouts plus the
-    /// callbacks still running.
-    ///
-    /// # Errors
-    ///
-    /// The first release that failed or timed out (those leases then run
-    /// out on their own).
-    pub fn shutdown(&self) -> Result<(), ElectionError> {
-        self.stop(true)
-    }
-
-    /// Stops like [`Group::shutdown`] but leaves every lease to run out on
-    /// its own, as a crash would (the member still leaves).
-    pub fn shutdown_without_release(&self) {
-        let _ = self.stop(false);
-    }
+    crate::handoff::stop_calls!(
+        /// Ends every term (each guard turns invalid first), releases every
+        /// lease in one batch (unless release was disabled), leaves the
+        /// members, and joins the group's threads. Calling it again does
+        /// nothing. Blocks for at most about two operation timeouts plus the
+        /// callbacks still running.
+        ///
+        /// # Errors
+        ///
+        /// The first release that failed or timed out (those leases then run
+        /// out on their own).
+        shutdown;
+        /// Stops like [`Group::shutdown`] but leaves every lease to run out on
+        /// its own, as a crash would (the member still leaves).
+        shutdown_without_release;
+        by stop
+    );
 
     fn stop(&self, release: bool) -> Result<(), ElectionError> {
         driver::stop(&mut self.threads.lock(), &self.shared, release)
@@ -450,43 +448,37 @@ pub struct Election {
 }
 
 impl Election {
-    crate::handoff::one_election_calls!("Election");
+    crate::handoff::one_election_calls!(
+        "Election",
+        /// This participant's identity (the group's).
+        identity;
+        /// Blocks until this participant leads the election and returns a
+        /// guard on the term (see [`Elector::wait_leader`](crate::Elector::wait_leader):
+        /// drop the old guard before waiting again).
+        ///
+        /// # Errors
+        ///
+        /// [`WaitLeaderError::Stopped`](crate::WaitLeaderError::Stopped) once the election has left or the
+        /// group has stopped.
+        wait_leader;
+    );
 
-    /// This participant's identity (the group's).
-    pub fn identity(&self) -> &str {
-        &self.shared.identity
-    }
-
-    /// Blocks until this participant leads the election and returns a
-    /// guard on the term (see [`Elector::wait_leader`](crate::Elector::wait_leader):
-    /// drop the old guard before waiting again).
-    ///
-    /// # Errors
-    ///
-    /// [`WaitLeaderError::Stopped`] once the election has left or the
-    /// group has stopped.
-    pub fn wait_leader(&self) -> Result<LeaderGuard, WaitLeaderError> {
-        self.shared.wait_leader(None)
-    }
-
-    /// Leaves the election: ends the term (every guard turns invalid
-    /// first), releases the lease unless release was disabled, and removes
-    /// the election from the group. Calling it again does nothing. Blocks
-    /// for about one round trip (up to two operation timeouts when a
-    /// renewal is in flight).
-    ///
-    /// # Errors
-    ///
-    /// The release failed or timed out; the lease then runs out on its own.
-    pub fn leave(&self) -> Result<(), ElectionError> {
-        self.leave_inner(true)
-    }
-
-    /// Leaves like [`Election::leave`] but lets the lease run out on its
-    /// own.
-    pub fn leave_without_release(&self) {
-        let _ = self.leave_inner(false);
-    }
+    crate::handoff::stop_calls!(
+        /// Leaves the election: ends the term (every guard turns invalid
+        /// first), releases the lease unless release was disabled, and removes
+        /// the election from the group. Calling it again does nothing. Blocks
+        /// for about one round trip (up to two operation timeouts when a
+        /// renewal is in flight).
+        ///
+        /// # Errors
+        ///
+        /// The release failed or timed out; the lease then runs out on its own.
+        leave;
+        /// Leaves like [`Election::leave`] but lets the lease run out on its
+        /// own.
+        leave_without_release;
+        by leave_inner
+    );
 
     fn leave_inner(&self, release: bool) -> Result<(), ElectionError> {
         let mut left = self.left.lock();
