@@ -260,11 +260,7 @@ impl Drop for Elector {
 
 impl fmt::Debug for Elector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Elector")
-            .field("name", &self.shared.name)
-            .field("identity", &self.shared.identity)
-            .field("is_leader", &self.is_leader())
-            .finish()
+        self.shared.debug_as("Elector", f)
     }
 }
 

@@ -135,6 +135,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The `Debug` of a handle on this election: its name, identity and
+    /// whether it leads now.
+    pub(crate) fn debug_as(&self, handle: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(handle)
+            .field("name", &self.name)
+            .field("identity", &self.identity)
+            .field("is_leader", &self.is_leader())
+            .finish()
+    }
+
     /// Whether this participant leads right now: the current term's
     /// deadline is re-read against the monotonic clock.
     pub(crate) fn is_leader(&self) -> bool {

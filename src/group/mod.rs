@@ -506,11 +506,7 @@ impl Drop for Election {
 
 impl fmt::Debug for Election {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Election")
-            .field("name", &self.shared.name)
-            .field("identity", &self.shared.identity)
-            .field("is_leader", &self.is_leader())
-            .finish()
+        self.shared.debug_as("Election", f)
     }
 }
 
