@@ -2,7 +2,7 @@
 # The project measuring itself (BENCHMARKS.md):
 #   bash scripts/bench.sh            # every row, about 17 minutes on 2 cores
 #   bash scripts/bench.sh --quick    # shorter trials, no row 6
-# Starts the servers (scripts/db.sh, scripts/mysql.sh), runs rows 1-5, 7 and 8 with
+# Starts the servers (scripts/db.sh, scripts/mysql.sh), runs rows 1-5 and 7-10 with
 #   cargo run --release --example bench --features postgres,mysql
 # then row 6 (clean release builds, each into a fresh CARGO_TARGET_DIR under
 # /tmp), and prints ONE Markdown table: row, measured, target, verdict.
@@ -24,8 +24,11 @@ work="$(mktemp -d /tmp/leaderelection-bench.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 started=$(date +%s)
 
-# Build first, so compiling is not part of any row.
+# Build first, so compiling is not part of any row; row 10 runs the tool's
+# release build.
 cargo build --release --example bench --features postgres,mysql || exit 1
+cargo build --release -p leaderelection-cli || exit 1
+export LE_CLI_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/leaderelection"
 cargo run -q --release --example bench --features postgres,mysql -- "${quick[@]}" >"$work/table.md"
 status=$?
 

@@ -137,6 +137,18 @@ impl AnyStore {
     pub fn lease_check_literal(&self, check: &LeaseCheck<'_>) -> Result<String, StoreError> {
         each!(self, s => s.lease_check_literal(check))
     }
+
+    /// Turns the store's feed of releases on or off (on by default): the
+    /// store's own `release_feed`. Off, followers learn of a release only
+    /// by polling; a store whose database offers no feed has none either way.
+    pub fn release_feed(self, on: bool) -> AnyStore {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(s) => AnyStore::Postgres(s.release_feed(on)),
+            #[cfg(feature = "mysql")]
+            AnyStore::Mysql(s) => AnyStore::Mysql(s),
+        }
+    }
 }
 
 crate::store::forward_store!([] AnyStore, each);

@@ -55,6 +55,9 @@ Options:
   --lease D           lease duration (15s)
   --renew D           renew interval (5s)
   --retry D           follower poll period (3s)
+  --no-release-feed   learn of a release only by polling: no listening
+                      connection (PostgreSQL's LISTEN). By default a
+                      waiting run leads within milliseconds of a release
   --op-timeout D      bound on one database call (3s)
   --margin D          safety margin (lease/10, at least 1s)
   --grace D           time from SIGTERM (the tool's own, or a forwarded
@@ -248,6 +251,8 @@ pub struct RunArgs {
     pub quiet: bool,
     /// `--keep-dsn-env`: CMD gets the DSN variables too.
     pub keep_dsn_env: bool,
+    /// `--no-release-feed`: followers poll only.
+    pub no_release_feed: bool,
     pub cmd: Vec<OsString>,
 }
 
@@ -360,6 +365,7 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
         payload: None,
         quiet: false,
         keep_dsn_env: false,
+        no_release_feed: false,
         cmd: Vec::new(),
     };
     while let Some(arg) = p.next()? {
@@ -404,6 +410,7 @@ fn parse_run(p: &mut lexopt::Parser) -> Result<Cmd, Fail> {
             Long("loop") => r.looping = true,
             Long("quiet") | Short('q') => r.quiet = true,
             Long("keep-dsn-env") => r.keep_dsn_env = true,
+            Long("no-release-feed") => r.no_release_feed = true,
             Long("help") | Short('h') => return Ok(Cmd::Help(RUN_HELP)),
             // The command and everything after it are the child's, unparsed.
             Value(first) => {

@@ -483,7 +483,7 @@ fn run_inner(args: RunArgs) -> Result<i32, Fail> {
             Human(floor)
         )));
     }
-    let opened = db::open_as(&args.db)?;
+    let opened = db::open_as(&args.db)?.release_feed(!args.no_release_feed);
     let store: Arc<dyn Store> = Arc::new(opened.clone());
     db::inspect(&*store, &args.db, &args.name, t.operation_timeout)?;
 

@@ -1,4 +1,4 @@
-//! The project measuring itself: rows 1–5 and 7–9 of BENCHMARKS.md (row 6,
+//! The project measuring itself: rows 1–5 and 7–10 of BENCHMARKS.md (row 6,
 //! the build footprint, is measured by `scripts/bench.sh`, which runs this).
 //!
 //! ```sh
@@ -6,13 +6,14 @@
 //! bash scripts/bench.sh --quick    # shorter trials, no row 6
 //! ```
 //!
-//! Needs `LE_PG_DSN`, `LE_PGBOUNCER_DSN` and `LE_MYSQL_URL` (the script sets
-//! them). Prints one Markdown table on stdout, progress on stderr. Exits 2
+//! Needs `LE_PG_DSN`, `LE_PGBOUNCER_DSN` and `LE_MYSQL_URL`, and for row 10
+//! `LE_CLI_BIN`, the tool's release build (the script sets them all). Prints one Markdown table on stdout, progress on stderr. Exits 2
 //! on a safety violation (two leaders of one election at once, or a fence
 //! that did not increase), 1 when a row could not be measured; a missed
 //! speed target is a `MISSED` verdict, not a failure.
 
 mod check;
+mod cli_handover;
 #[allow(dead_code)]
 #[path = "../../tests/group_support/clock.rs"]
 mod clock;
@@ -115,6 +116,16 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
             }
         }
     }
+    if want(10) {
+        let cli = std::path::PathBuf::from(env("LE_CLI_BIN")?);
+        let trials = if a.quick { 10 } else { 20 };
+        for (label, url, feed) in
+            [("PostgreSQL", &pg, true), ("PostgreSQL, poll only", &pg, false), ("MariaDB", &my, true)]
+        {
+            step(&format!("row 10: clean hand-over through the CLI on {label}"));
+            cli_handover::run(label, &cli, url, feed, 2, trials, table)?;
+        }
+    }
     if want(4) {
         step("row 4: cost per election per minute (PostgreSQL and MariaDB at once)");
         let window = Duration::from_secs(if a.quick { 20 } else { 60 });
@@ -166,6 +177,9 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
 fn main() -> ExitCode {
     if std::env::var_os(groups::WORKER_ENV).is_some() {
         return groups::worker_main();
+    }
+    if std::env::var_os(cli_handover::CHILD_ENV).is_some() {
+        return cli_handover::child_main();
     }
     let a = match args() {
         Ok(a) => a,

@@ -1308,3 +1308,44 @@ pub fn terminal_child(db: &Db) {
     let got = fs::read_to_string(&file).unwrap_or_default();
     assert_eq!((code, got.as_str()), (6, "got hello\n"), "stderr: {}", tool.stderr());
 }
+
+/// A clean hand-over between two runs that poll once a minute (`--retry
+/// 60s`, `--lease 10s`): with the feed of releases the waiting run's child starts within
+/// 3 s of the leader's child ending (printed, child to child); with
+/// `--no-release-feed` on both, the control, it does not, since only the
+/// poll could tell the waiting run.
+pub fn release_feed_handover(db: &Db, feed: bool) {
+    let name = db.name(if feed { "feed" } else { "poll-only" });
+    let dir = TempDir::new();
+    let (file, go) = (dir.path().join("log"), dir.path().join("go"));
+    // A follower looks again at the lease's expiry as it saw it, so the
+    // lease is long too: within 3 s of the release only the feed can tell.
+    let slow = ["--retry", "60s", "--lease", "10s"];
+    let extra: &[&str] = if feed { &slow } else { &[slow[0], slow[1], slow[2], slow[3], "--no-release-feed"] };
+    let script = format!(
+        "echo \"start $(date +%s%N) $$\" >> {f}; while [ ! -e {g} ]; do sleep 0.01; done; \
+         echo \"end $(date +%s%N) $$\" >> {f}",
+        f = file.display(),
+        g = go.display()
+    );
+    let mut a = db.run(&name, extra, &script);
+    assert!(wait_for(Duration::from_secs(5), || first(&file, "start").is_some()), "a never led: {}", a.stderr());
+    let mut b = db.run(&name, extra, &script);
+    // b has looked once and seen a lead; its next poll is a minute away.
+    assert!(wait_for(Duration::from_secs(5), || b.stderr().contains("leader is")), "b never looked: {}", b.stderr());
+    fs::write(&go, "").unwrap();
+    assert_eq!(a.code(Duration::from_secs(5)), 0, "{}", a.stderr());
+    let starts = || events(&file).into_iter().filter(|e| e.kind == "start").count();
+    let led = wait_for(Duration::from_secs(3), || starts() == 2);
+    let ev = events(&file);
+    if feed {
+        assert!(led, "b did not lead within 3 s of a's release: {ev:?}\n{}\n{}", a.stderr(), b.stderr());
+        let end = ev.iter().find(|e| e.kind == "end").unwrap().ns;
+        let next = ev.iter().filter(|e| e.kind == "start").nth(1).unwrap().ns;
+        assert!(next > end, "b's child started before a's ended: {ev:?}");
+        println!("cli {} release feed: child to child {:.1} ms", db.label, (next - end) as f64 / 1e6);
+        assert_eq!(b.code(Duration::from_secs(5)), 0, "{}", b.stderr());
+    } else {
+        assert!(!led, "b led within 3 s without the feed, so the check cannot tell the feed from the poll: {ev:?}");
+    }
+}
