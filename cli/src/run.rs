@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,8 +20,9 @@ use crate::{db, sys, EX_LOST, EX_NOPERM, EX_SLOT_DONE, EX_TEMPFAIL};
 /// lies a safety margin before the database lets anyone else in.
 pub const KILL_AHEAD: Duration = Duration::from_millis(250);
 
-/// The supervisor's longest sleep: how late it may notice the child's exit
-/// or a term that ended early. Deadlines it knows of are slept to exactly.
+/// The supervisor's longest sleep: how late it may notice a term that ended
+/// early (the child's exit wakes it at once). Deadlines it knows of are
+/// slept to exactly.
 const STEP: Duration = Duration::from_millis(10);
 
 /// What the signal thread and the main thread share: the running child's
@@ -313,6 +314,18 @@ impl Runner {
         // Stopping for the term (not for a forwarded signal).
         let mut for_term = false;
         let mut killed = false;
+        // The exit is told at once by a thread blocked in waitid; the loop
+        // below still looks every STEP for the term and signals, and falls
+        // back to looking alone if that thread cannot start or fails.
+        let (exit_tx, exit_rx) = mpsc::sync_channel::<()>(1);
+        let mut exit_rx = thread::Builder::new()
+            .name("child-exit".into())
+            .spawn(move || {
+                let _ = sys::wait_exited_unreaped(pid);
+                let _ = exit_tx.send(());
+            })
+            .is_ok()
+            .then_some(exit_rx);
         loop {
             if sys::exited_unreaped(pid)? {
                 // Whatever else of its group is left goes too, the sentinel
@@ -381,7 +394,15 @@ impl Runner {
                 Some(_) => {}
                 None => wake = wake.min(deadline.checked_sub(grace + KILL_AHEAD).unwrap_or(now)),
             }
-            thread::sleep(wake.saturating_duration_since(Instant::now()));
+            let left = wake.saturating_duration_since(Instant::now());
+            match &exit_rx {
+                Some(rx) => {
+                    if let Err(mpsc::RecvTimeoutError::Disconnected) = rx.recv_timeout(left) {
+                        exit_rx = None;
+                    }
+                }
+                None => thread::sleep(left),
+            }
         }
     }
 

@@ -82,6 +82,27 @@ pub fn exited_unreaped(pid: i32) -> io::Result<bool> {
     }
 }
 
+/// Blocks until child `pid` has exited, without reaping it (see
+/// [`exited_unreaped`]): the supervisor's thread for the exit waits here,
+/// so the exit is seen at once rather than at the next look.
+pub fn wait_exited_unreaped(pid: i32) -> io::Result<()> {
+    loop {
+        // SAFETY: as in `exited_unreaped`; without WNOHANG, waitid returns
+        // once the child has exited, writing only into `info`.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT)
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// One line on stderr, `leaderelection: ` first; a closed or full stderr is
 /// no reason to fail (`eprintln!` would panic, and take the supervisor down
 /// with it).

@@ -804,7 +804,7 @@ pub fn sentinel_quiet(db: &Db) {
 }
 
 /// `--loop` after losing leadership: a proxy swallows the leader's (a's)
-/// packets until its child is stopped, then heals; a campaigns again and
+/// packets until its child is stopped and b leads, then heals; a campaigns again and
 /// runs its child again at a later term (higher fence) while b, direct,
 /// takes its turns; no two children ever overlap.
 pub fn loop_after_loss(db: &Db) {
@@ -823,8 +823,14 @@ pub fn loop_after_loss(db: &Db) {
     proxy.swallow(true);
     let stopped = wait_for(Duration::from_secs(4), || gone(first_a.pid));
     let stopped_after = cut.elapsed();
-    proxy.swallow(false);
     assert!(stopped, "a's child was not stopped: {}", a.stderr());
+    // The cut lasts until b leads: a's release cannot land, its lease runs
+    // out, and b takes its turn while a is cut off.
+    let b_led = wait_for(LEASE + Duration::from_secs(3), || {
+        events(&file).iter().any(|e| e.kind == "start" && e.rest.starts_with("b#"))
+    });
+    proxy.swallow(false);
+    assert!(b_led, "b never led while a was cut off: {:?}\n{}\n{}", events(&file), a.stderr(), b.stderr());
     assert!(a.child.try_wait().unwrap().is_none(), "a exited instead of campaigning again: {}", a.stderr());
     let a_starts = || events(&file).into_iter().filter(|e| e.kind == "start" && e.rest.starts_with("a#")).count();
     let again = wait_for(Duration::from_secs(25), || a_starts() >= 2);
