@@ -4,7 +4,7 @@
 
 use crate::events::{dur, nanos};
 use crate::fleet::{
-    outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, ReleaseTotals, Tally, Timer, Windowed,
+    outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, ReleaseTotals, Timeline, Timer, Windowed,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -126,8 +126,9 @@ impl fmt::Display for GroupViolation {
 pub struct GroupRunReport {
     /// The first property that failed, if any (the run stops there).
     pub violation: Option<GroupViolation>,
-    /// Events processed.
-    pub events: u64,
+    /// Events, lost messages, times and the trace; the recovery is the
+    /// last election's.
+    pub timeline: Timeline,
     /// Participants' hosts.
     pub participants: usize,
     /// Processes run (first starts and fresh processes after kills and
@@ -171,10 +172,6 @@ pub struct GroupRunReport {
     pub refused_calls: u64,
     /// Calls applied by the database.
     pub applied: u64,
-    /// Requests lost on the way.
-    pub lost_requests: u64,
-    /// Replies lost on the way (the write landed).
-    pub lost_replies: u64,
     /// Batch answers that reached a participant after it had given the
     /// batch up.
     pub late_replies: u64,
@@ -207,15 +204,6 @@ pub struct GroupRunReport {
     pub replayed: u64,
     /// Of those, how many a machine was still waiting for (and took).
     pub replays_taken: u64,
-    /// Virtual time the run covered.
-    pub virtual_time: Duration,
-    /// When the last fault's effects ended.
-    pub faults_end: Duration,
-    /// The liveness bound for this schedule.
-    pub liveness_bound: Duration,
-    /// How long after the faults ended the last election's final, lasting
-    /// term began (zero if every one began before).
-    pub recovery: Option<Duration>,
     /// The fairness allowance for this schedule (with a fair share).
     pub fairness_allowance: Duration,
     /// With a fair share: how long after the faults ended a live
@@ -224,10 +212,6 @@ pub struct GroupRunReport {
     /// The release feed: releases, wakes ([`GroupSchedule::wakes`]) and
     /// the hand-overs after releases, per election.
     pub releases: ReleaseStats,
-    /// A hash of every event, its time and its effect.
-    pub trace_hash: u64,
-    /// The events as text, when asked for.
-    pub trace: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -390,8 +374,6 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
             participants: s.participants.len(),
             elections: s.elections,
             fair_share: s.fair_share,
-            faults_end,
-            liveness_bound: bound,
             fairness_allowance: if s.fair_share { allowance } else { Duration::ZERO },
             releases: ReleaseStats { feed: s.wakes.is_some(), ..ReleaseStats::default() },
             ..GroupRunReport::default()
@@ -403,6 +385,8 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
     };
     // Subscribed before any call, as a driver does when it starts.
     w.feed = w.net.store.releases();
+    w.net.timeline.faults_end = faults_end;
+    w.net.timeline.liveness_bound = bound;
     w.net.start_hosts();
     for (i, f) in s.faults.iter().enumerate() {
         w.net.push(nanos(f.at), Ev::FaultStart(i));
@@ -412,8 +396,7 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
     if s.fair_share {
         w.net.push_own(w.fair_from, Own::CheckFairness);
     }
-    let Tally { events, lost_requests, lost_replies, trace_hash, trace } = w.run_to(end, MAX_EVENTS);
-    GroupRunReport { events, lost_requests, lost_replies, trace_hash, trace, ..w.report }
+    GroupRunReport { timeline: w.run_to(end, MAX_EVENTS), ..w.report }
 }
 
 fn op_name(op: BatchOp) -> &'static str {
@@ -1340,7 +1323,6 @@ impl<'a> Fleet<'a> for World<'a> {
     }
 
     fn finish(&mut self, now: u64, end: u64) {
-        self.report.virtual_time = dur(now);
         if self.report.violation.is_none() {
             for node in 0..self.nodes.len() {
                 if let (Some(since), true) = (self.nodes[node].shutdown_at, self.nodes[node].gm.is_some()) {
@@ -1376,7 +1358,7 @@ impl<'a> Fleet<'a> for World<'a> {
         if self.report.violation.is_some() {
             return;
         }
-        let deadline = self.faults_end.saturating_add(nanos(self.report.liveness_bound));
+        let deadline = self.faults_end.saturating_add(nanos(self.net.timeline.liveness_bound));
         // With a fair share, a term shed after the faults (the share's own
         // hand-over, until the shares have evened out) leaves its election
         // unled until a member under its share looks: a gap of at most
@@ -1424,11 +1406,8 @@ impl<'a> Fleet<'a> for World<'a> {
                 .map(|(s, x)| format!("{:?}..{:?}", dur(*s), dur(*x)))
                 .collect();
             let detail = format!(
-                "faults ended at {:?}, bound {:?}, run ended at {:?}; longest gap after the bound {:?} (allowed {:?}); \
-                 stretches of leadership since the faults: {}",
-                self.report.faults_end,
-                self.report.liveness_bound,
-                dur(end),
+                "{}; longest gap after the bound {:?} (allowed {:?}); stretches of leadership since the faults: {}",
+                self.net.timeline.missed(end),
                 if longest_gap == u64::MAX { Duration::MAX } else { dur(longest_gap) },
                 dur(gap),
                 if shown.is_empty() { "none".to_owned() } else { shown.join(", ") }
@@ -1436,7 +1415,7 @@ impl<'a> Fleet<'a> for World<'a> {
             self.violate(end, GroupProperty::EveryElectionLed, Some(e), detail);
             return;
         }
-        self.report.recovery = Some(dur(worst));
+        self.net.timeline.recovery = Some(dur(worst));
     }
 
     fn no_progress(&mut self, t: u64, detail: String) {
@@ -1642,7 +1621,7 @@ pub fn group_replay_command(schedule: &GroupSchedule) -> String {
 pub fn describe_group_failure(seed: Option<u64>, schedule: &GroupSchedule) -> String {
     let report = run_group(schedule, true);
     let violation = report.violation.as_ref().map(|v| format!("sim-group: {v}"));
-    crate::describe(violation, seed, &schedule.bytes, schedule, &report.trace, &group_replay_command(schedule))
+    crate::describe(violation, seed, &schedule.bytes, schedule, &report.timeline.trace, &group_replay_command(schedule))
 }
 
 /// Totals over many group runs.
@@ -1736,7 +1715,7 @@ impl GroupExploration {
         GroupExploration {
             schedules: 1,
             fair_schedules: u64::from(r.fair_share),
-            events: r.events,
+            events: r.timeline.events,
             elections_driven: (r.elections * r.processes) as u64,
             terms: r.terms,
             handovers: r.handovers,
@@ -1745,7 +1724,7 @@ impl GroupExploration {
             max_batch_entries: r.max_batch_entries,
             max_renew_entries: r.max_renew_entries,
             beats_with_renewals: r.beats_with_renewals,
-            lost: r.lost_requests + r.lost_replies,
+            lost: r.timeline.lost(),
             queued_calls: r.queued_calls,
             refused_calls: r.refused_calls,
             late_replies: r.late_replies,
@@ -1761,9 +1740,9 @@ impl GroupExploration {
             replayed: r.replayed,
             replays_taken: r.replays_taken,
             schedules_shedding: u64::from(r.fair_share && r.shed > 0),
-            worst_recovery: r.recovery.map_or_else(Default::default, |rec| (rec, r.liveness_bound)),
+            worst_recovery: r.timeline.recovery_of_bound(),
             worst_fairness: r.fairness_convergence.map_or_else(Default::default, |c| (c, r.fairness_allowance)),
-            total_virtual: r.virtual_time,
+            total_virtual: r.timeline.virtual_time,
             with_wakes,
             without_wakes,
             failures: r.violation.iter().map(|v| (seed, v.clone())).collect(),

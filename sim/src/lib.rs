@@ -305,7 +305,7 @@ mod world;
 
 use std::time::{Duration, Instant};
 
-pub use fleet::{ReleaseStats, ReleaseTotals};
+pub use fleet::{ReleaseStats, ReleaseTotals, Timeline};
 pub use rng::{Bytes, SimRng};
 pub use schedule::{
     from_hex, safe_rate_range, to_hex, Fault, Host, Schedule, Target, TimedFault, Variant, WakeFeed, MAX_FAULTS,
@@ -336,7 +336,7 @@ pub fn replay_command(schedule: &Schedule) -> String {
 pub fn describe_failure(seed: Option<u64>, schedule: &Schedule) -> String {
     let report = run(schedule, true);
     let violation = report.violation.as_ref().map(|v| format!("sim: {v}"));
-    describe(violation, seed, &schedule.bytes, schedule, &report.trace, &replay_command(schedule))
+    describe(violation, seed, &schedule.bytes, schedule, &report.timeline.trace, &replay_command(schedule))
 }
 
 /// A failed run of either world, described for a person.
@@ -425,15 +425,15 @@ impl Exploration {
         let (with_wakes, without_wakes) = ReleaseTotals::by_feed(&r.releases);
         Exploration {
             schedules: 1,
-            events: r.events,
+            events: r.timeline.events,
             terms: r.terms,
-            lost: r.lost_requests + r.lost_replies,
+            lost: r.timeline.lost(),
             late_replies: r.late_replies,
             max_hosts: r.hosts,
             max_processes: r.processes,
-            longest_virtual: r.virtual_time,
-            total_virtual: r.virtual_time,
-            worst_recovery: r.recovery.map_or_else(Default::default, |rec| (rec, r.liveness_bound)),
+            longest_virtual: r.timeline.virtual_time,
+            total_virtual: r.timeline.virtual_time,
+            worst_recovery: r.timeline.recovery_of_bound(),
             deletes: r.deletes,
             restores: r.restores,
             clears: r.clears,

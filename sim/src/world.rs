@@ -1,7 +1,9 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, Tally, Timer, Windowed};
+use crate::fleet::{
+    outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, Timeline, Timer, Windowed,
+};
 use std::fmt;
 use std::time::Duration;
 
@@ -107,16 +109,12 @@ impl fmt::Display for Violation {
 pub struct RunReport {
     /// The first property that failed, if any (the run stops there).
     pub violation: Option<Violation>,
-    /// Events processed.
-    pub events: u64,
+    /// Events, lost messages, times and the trace.
+    pub timeline: Timeline,
     /// Store calls started by the machines.
     pub calls: u64,
     /// Calls applied by the database.
     pub applied: u64,
-    /// Requests lost on the way.
-    pub lost_requests: u64,
-    /// Replies lost on the way (the write landed).
-    pub lost_replies: u64,
     /// Calls the machines abandoned at the operation timeout.
     pub abandoned: u64,
     /// Replies delivered to a call already abandoned.
@@ -127,19 +125,6 @@ pub struct RunReport {
     pub processes: usize,
     /// Hosts in the fleet.
     pub hosts: usize,
-    /// Virtual time the run covered.
-    pub virtual_time: Duration,
-    /// When the last fault's effects ended.
-    pub faults_end: Duration,
-    /// The liveness bound for this schedule.
-    pub liveness_bound: Duration,
-    /// How long after the faults ended the final, lasting term began (zero if
-    /// it began before).
-    pub recovery: Option<Duration>,
-    /// A hash of every event, its time and its effect.
-    pub trace_hash: u64,
-    /// The events as text, when asked for.
-    pub trace: Vec<String>,
     /// Operator faults applied: rows deleted, older rows restored, tables
     /// cleared.
     pub deletes: u64,
@@ -286,8 +271,8 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
     w.feed = w.net.store.releases();
     w.net.store.set_claims_inherited_rows(schedule.variant == Variant::ClaimsInheritedRows);
     w.report.releases.feed = schedule.wakes.is_some();
-    w.report.faults_end = schedule.faults_end();
-    w.report.liveness_bound = schedule.liveness_bound();
+    w.net.timeline.faults_end = schedule.faults_end();
+    w.net.timeline.liveness_bound = schedule.liveness_bound();
     w.net.start_hosts();
     for (i, f) in schedule.faults.iter().enumerate() {
         if let Fault::RestoreRow { lag } | Fault::Failover { lag } = f.fault {
@@ -297,9 +282,8 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         }
         w.net.push(nanos(f.at), Ev::FaultStart(i));
     }
-    let end = nanos(w.report.faults_end + w.report.liveness_bound + schedule.timing.lease_duration * 2);
-    let Tally { events, lost_requests, lost_replies, trace_hash, trace } = w.run_to(end, MAX_EVENTS);
-    RunReport { events, lost_requests, lost_replies, trace_hash, trace, ..w.report }
+    let end = nanos(schedule.faults_end() + schedule.liveness_bound() + schedule.timing.lease_duration * 2);
+    RunReport { timeline: w.run_to(end, MAX_EVENTS), ..w.report }
 }
 
 impl World<'_> {
@@ -842,7 +826,6 @@ impl<'a> Fleet<'a> for World<'a> {
     }
 
     fn finish(&mut self, now: u64, end: u64) {
-        self.report.virtual_time = dur(now);
         if self.report.violation.is_none() {
             for node in 0..self.nodes.len() {
                 if let (Some(since), Some(_)) = (self.nodes[node].shutdown_at, &self.nodes[node].machine) {
@@ -857,18 +840,17 @@ impl<'a> Fleet<'a> for World<'a> {
             return;
         }
         let last = stretches(std::mem::take(&mut self.intervals)).pop();
-        let faults_end = nanos(self.report.faults_end);
-        let deadline = faults_end.saturating_add(nanos(self.report.liveness_bound));
+        let timeline = &mut self.net.timeline;
+        let faults_end = nanos(timeline.faults_end);
+        let deadline = faults_end.saturating_add(nanos(timeline.liveness_bound));
         match last {
             Some((start, until)) if until >= end && start <= deadline => {
-                self.report.recovery = Some(dur(start.saturating_sub(faults_end)));
+                timeline.recovery = Some(dur(start.saturating_sub(faults_end)));
             }
             other => {
                 let detail = format!(
-                    "faults ended at {:?}, bound {:?}, run ended at {:?}; last stretch of leadership: {}",
-                    self.report.faults_end,
-                    self.report.liveness_bound,
-                    dur(end),
+                    "{}; last stretch of leadership: {}",
+                    timeline.missed(end),
                     other.map_or("none".to_owned(), |(s, e)| format!("{:?}..{:?}", dur(s), dur(e)))
                 );
                 self.violate(end, Property::SomeoneLeadsAfterFaults, detail);

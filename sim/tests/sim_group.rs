@@ -21,8 +21,7 @@ use std::time::Duration;
 use leaderelection::Timing;
 use leaderelection_sim::{
     describe_group_failure, explore_groups, group_replay_command, run_group, safe_rate_range, to_hex, valid_for_group,
-    GroupExploration, GroupFault, GroupProperty, GroupRunReport, GroupSchedule, GroupTarget, GroupVariant,
-    MAX_PARTICIPANTS,
+    GroupExploration, GroupFault, GroupProperty, GroupSchedule, GroupTarget, GroupVariant, MAX_PARTICIPANTS,
 };
 
 mod common;
@@ -82,11 +81,11 @@ fn explore_group_schedules() {
 fn replay() {
     let (seed, schedule) =
         replay_choice("SIM_GROUP", GroupVariant::from_name, GroupSchedule::from_bytes, GroupSchedule::from_seed);
-    let r = run_group(&schedule, true);
-    let summary = GroupRunReport { trace: Vec::new(), ..r.clone() };
-    print_run(&schedule, &r.trace, &summary);
+    let mut r = run_group(&schedule, true);
+    let trace = std::mem::take(&mut r.timeline.trace);
+    print_run(&schedule, &trace, &r);
     assert!(r.violation.is_none(), "{}", describe_group_failure(seed, &schedule));
-    assert!(r.terms > 0 && r.events > 0);
+    assert!(r.terms > 0 && r.timeline.events > 0);
 }
 
 /// Every schedule of a range runs the same twice, not only a busy one: a
@@ -113,7 +112,8 @@ fn every_group_schedule_of_a_range_runs_the_same_twice() {
                         .copied()
                         .filter(|&seed| {
                             let schedule = GroupSchedule::from_seed(seed, GroupVariant::Normal);
-                            run_group(&schedule, false).trace_hash != run_group(&schedule, false).trace_hash
+                            run_group(&schedule, false).timeline.trace_hash
+                                != run_group(&schedule, false).timeline.trace_hash
                         })
                         .collect::<Vec<u64>>()
                 })
@@ -137,12 +137,12 @@ fn a_group_schedule_runs_the_same_twice() {
     let a = run_group(&schedule, true);
     let b = run_group(&schedule, true);
     let quiet = run_group(&schedule, false);
-    assert_same_runs(seed, 1_000, (&a.trace, a.trace_hash), (&b.trace, b.trace_hash), quiet.trace_hash);
+    assert_same_runs(seed, 1_000, &a.timeline, &b.timeline, &quiet.timeline);
     assert_eq!(format!("{:?}", a.violation), format!("{:?}", quiet.violation));
-    assert_eq!((a.terms, a.batches, a.events), (quiet.terms, quiet.batches, quiet.events));
+    assert_eq!((a.terms, a.batches, a.timeline.events), (quiet.terms, quiet.batches, quiet.timeline.events));
     let again = GroupSchedule::from_bytes(&schedule.bytes, GroupVariant::Normal);
     assert_eq!(again, schedule, "bytes do not decode the same");
-    assert_eq!(run_group(&again, false).trace_hash, a.trace_hash);
+    assert_eq!(run_group(&again, false).timeline.trace_hash, a.timeline.trace_hash);
     // The replay command runs the test `replay` above.
     let env = format!("SIM_GROUP_BYTES={} SIM_GROUP_VARIANT=normal ", to_hex(&schedule.bytes));
     assert_replays_here(&group_replay_command(&schedule), &env);
@@ -270,6 +270,7 @@ fn a_rejoined_election_takes_a_fresh_fence_after_late_renewals_outlive_its_leave
     assert!(r.violation.is_none(), "{}", describe_group_failure(None, &s));
     assert_eq!(r.landed_late, 3, "the held renewals landed");
     let fences: Vec<u64> = r
+        .timeline
         .trace
         .iter()
         .filter(|l| l.contains("n0 e000 TERM STARTED fence "))
@@ -304,6 +305,7 @@ fn a_rejoined_election_takes_a_fresh_fence() {
     assert!(r.violation.is_none(), "{}", describe_group_failure(None, &s));
     // e000 led before the leave and again after the rejoin, under a new fence.
     let fences: Vec<u64> = r
+        .timeline
         .trace
         .iter()
         .filter(|l| l.contains("n0 e000 TERM STARTED fence "))
@@ -359,7 +361,7 @@ fn liveness_bound_and_fairness_allowance_are_the_stated_formulas() {
     assert!(s.liveness_bound() > Duration::from_millis(30_701 + 1_400));
     let r = run_group(&s, false);
     assert!(r.violation.is_none(), "{:?}", r.violation);
-    assert!(r.recovery.is_some_and(|d| d <= s.liveness_bound()), "{r:?}");
+    assert!(r.timeline.recovery.is_some_and(|d| d <= s.liveness_bound()), "{r:?}");
 }
 
 #[test]
