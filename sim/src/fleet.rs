@@ -364,7 +364,6 @@ pub(crate) trait Fleet<'a>: Sized {
     type Call: Sent;
     type Own;
     fn net(&mut self) -> &mut Net<'a, Self::Call, Self::Own>;
-    fn host_state(&mut self, host: usize) -> &mut HostState;
     fn process(&mut self, node: usize) -> Process<'_>;
     /// A process starts on `host`.
     fn spawn(&mut self, t: u64, host: usize);
@@ -385,7 +384,7 @@ pub(crate) trait Fleet<'a>: Sized {
         match ev {
             Ev::Start { host } => self.spawn(t, host),
             Ev::Restart { host } => {
-                self.host_state(host).restart_pending = false;
+                self.net().states[host].restart_pending = false;
                 self.spawn(t, host);
             }
             Ev::Wake { node } => {
@@ -419,7 +418,7 @@ pub(crate) trait Fleet<'a>: Sized {
 
     /// `host`'s process is gone: a fresh one starts `down` later.
     fn restart_later(&mut self, t: u64, host: usize, down: Duration) {
-        self.host_state(host).restart_pending = true;
+        self.net().states[host].restart_pending = true;
         self.net().push(t + nanos(down), Ev::Restart { host });
     }
 
@@ -453,6 +452,8 @@ pub(crate) trait Fleet<'a>: Sized {
 /// on its way to the database, `X` the world's own events.
 pub(crate) struct Net<'a, C, X> {
     pub(crate) hosts: &'a [Host],
+    /// What runs on each host.
+    pub(crate) states: Vec<HostState>,
     pub(crate) rng: SimRng,
     pub(crate) store: MemStore,
     /// The database clock, in microseconds since the run began.
@@ -474,6 +475,7 @@ impl<'a, C, X> Net<'a, C, X> {
     pub(crate) fn new(seed: u64, hosts: &'a [Host], tracing: bool) -> Self {
         Net {
             hosts,
+            states: hosts.iter().map(|_| HostState::default()).collect(),
             rng: SimRng::new(seed),
             store: MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS)),
             db_micros: 0,

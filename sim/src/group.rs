@@ -4,7 +4,7 @@
 
 use crate::events::{dur, nanos};
 use crate::fleet::{
-    outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, ReleaseTotals, Timeline, Timer, Windowed,
+    outputs_disagree, stretches, Fleet, Net, Process, ReleaseStats, ReleaseTotals, Timeline, Timer, Windowed,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -324,7 +324,6 @@ struct World<'a> {
     s: &'a GroupSchedule,
     net: Net<'a, GroupCall, Own>,
     nodes: Vec<Node>,
-    hosts: Vec<HostState>,
     /// Renewal batches held in transit across a leave, by node, in the
     /// order sent.
     stuck: Vec<(usize, GroupCall)>,
@@ -354,7 +353,6 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
         s,
         net: Net::new(s.seed, &s.participants, trace),
         nodes: Vec::new(),
-        hosts: (0..s.participants.len()).map(|_| HostState::default()).collect(),
         stuck: Vec::new(),
         deferred_leaves: BTreeSet::new(),
         elecs: (0..s.elections)
@@ -769,8 +767,8 @@ impl World<'_> {
         self.net.note(t, 40, from as u64, n as u64, || format!("the feed reports {n} elections n{from} released"));
         let Some(feed) = self.s.wakes else { return };
         let from_host = self.nodes[from].host;
-        for host in (0..self.hosts.len()).filter(|&h| h != from_host) {
-            let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { continue };
+        for host in (0..self.net.states.len()).filter(|&h| h != from_host) {
+            let Some(node) = self.net.states[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { continue };
             let again_within = self.s.timing.retry_period;
             for at in self.net.send_wake(t, (node, host), feed, again_within, &mut self.report.releases) {
                 self.net.push_own(at, Own::Wake { node, elections: elections.clone() });
@@ -925,7 +923,7 @@ impl World<'_> {
             GroupTarget::Host(h) => h,
             GroupTarget::Leader => {
                 let mut best = (0, 0);
-                for (host, hs) in self.hosts.iter().enumerate() {
+                for (host, hs) in self.net.states.iter().enumerate() {
                     let Some(node) = hs.current else { continue };
                     let count = self.valid_count(node, t);
                     if count > best.1 {
@@ -939,17 +937,17 @@ impl World<'_> {
 
     /// The running (not stopping) process of `host`, if any.
     fn running(&self, host: usize) -> Option<usize> {
-        self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some() && !self.nodes[n].stopping)
+        self.net.states[host].current.filter(|&n| self.nodes[n].gm.is_some() && !self.nodes[n].stopping)
     }
 
     /// Whether `host` may go for good: another host is still in the fleet.
     fn may_go(&self, host: usize) -> bool {
-        self.hosts.iter().enumerate().any(|(h, hs)| h != host && !hs.gone)
+        self.net.states.iter().enumerate().any(|(h, hs)| h != host && !hs.gone)
     }
 
     fn kill(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {
-        let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { return };
-        if self.hosts[host].restart_pending {
+        let Some(node) = self.net.states[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { return };
+        if self.net.states[host].restart_pending {
             return;
         }
         let forever = permanent && self.may_go(host);
@@ -965,7 +963,7 @@ impl World<'_> {
         }
         self.retire(node);
         if forever {
-            self.hosts[host].gone = true;
+            self.net.states[host].gone = true;
             self.report.permanent_kills += 1;
         } else {
             self.restart_later(t, host, down);
@@ -974,7 +972,7 @@ impl World<'_> {
 
     fn shutdown(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {
         let Some(node) = self.running(host) else { return };
-        if self.hosts[host].restart_pending {
+        if self.net.states[host].restart_pending {
             return;
         }
         let forever = permanent && self.may_go(host);
@@ -991,7 +989,7 @@ impl World<'_> {
         }
         self.after(t, node);
         if forever {
-            self.hosts[host].gone = true;
+            self.net.states[host].gone = true;
         } else {
             self.restart_later(t, host, down);
         }
@@ -1301,10 +1299,6 @@ impl<'a> Fleet<'a> for World<'a> {
         &mut self.net
     }
 
-    fn host_state(&mut self, host: usize) -> &mut HostState {
-        &mut self.hosts[host]
-    }
-
     fn process(&mut self, node: usize) -> Process<'_> {
         let n = &mut self.nodes[node];
         Process { host: n.host, identity: &n.identity, timer: n.gm.as_ref().map(|_| &mut n.timer) }
@@ -1453,7 +1447,7 @@ impl<'a> Fleet<'a> for World<'a> {
 
     fn spawn(&mut self, t: u64, host: usize) {
         let s = self.s;
-        let hs = &mut self.hosts[host];
+        let hs = &mut self.net.states[host];
         hs.processes += 1;
         let identity = format!("p{host}.{}#{:016x}", hs.processes, self.net.rng.next_u64());
         let member = if s.variant == GroupVariant::SharedMemberName { "member".to_owned() } else { identity.clone() };
@@ -1492,7 +1486,7 @@ impl<'a> Fleet<'a> for World<'a> {
             workers: Vec::new(),
             queued: std::collections::VecDeque::new(),
         });
-        self.hosts[host].current = Some(node);
+        self.net.states[host].current = Some(node);
         self.report.processes += 1;
         if t > nanos(s.timing.lease_duration) {
             self.report.late_joins += 1;

@@ -1,9 +1,7 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{
-    outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, Timeline, Timer, Windowed,
-};
+use crate::fleet::{outputs_disagree, stretches, Fleet, Net, Process, ReleaseStats, Timeline, Timer, Windowed};
 use std::fmt;
 use std::time::Duration;
 
@@ -209,7 +207,6 @@ struct World<'a> {
     s: &'a Schedule,
     net: Net<'a, Call, Own>,
     nodes: Vec<Node>,
-    hosts: Vec<HostState>,
     leading: Vec<usize>,
     max_fence: u64,
     store_fence: u64,
@@ -249,7 +246,6 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         s: schedule,
         net: Net::new(schedule.seed, &schedule.hosts, trace),
         nodes: Vec::new(),
-        hosts: (0..schedule.hosts.len()).map(|_| HostState::default()).collect(),
         leading: Vec::new(),
         max_fence: 0,
         store_fence: 0,
@@ -457,8 +453,10 @@ impl World<'_> {
         self.net.note(t, 40, from as u64, 0, || format!("the feed reports n{from}'s release"));
         let Some(feed) = self.s.wakes else { return };
         let from_host = self.nodes[from].host;
-        for host in (0..self.hosts.len()).filter(|&h| h != from_host) {
-            let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].machine.is_some()) else { continue };
+        for host in (0..self.net.states.len()).filter(|&h| h != from_host) {
+            let Some(node) = self.net.states[host].current.filter(|&n| self.nodes[n].machine.is_some()) else {
+                continue;
+            };
             for _ in 0..released {
                 let again_within = self.s.timing.retry_period;
                 for at in self.net.send_wake(t, (node, host), feed, again_within, &mut self.report.releases) {
@@ -579,8 +577,8 @@ impl World<'_> {
     }
 
     fn crash(&mut self, t: u64, host: usize, down: Duration) {
-        let Some(node) = self.hosts[host].current else { return };
-        if self.hosts[host].restart_pending || self.nodes[node].machine.is_none() {
+        let Some(node) = self.net.states[host].current else { return };
+        if self.net.states[host].restart_pending || self.nodes[node].machine.is_none() {
             return;
         }
         // The process is gone: its guard with it, its lease left on the record.
@@ -591,8 +589,8 @@ impl World<'_> {
     }
 
     fn shutdown(&mut self, t: u64, host: usize, down: Duration) {
-        let Some(node) = self.hosts[host].current else { return };
-        if self.hosts[host].restart_pending || self.nodes[node].machine.as_ref().is_none_or(Machine::is_stopping) {
+        let Some(node) = self.net.states[host].current else { return };
+        if self.net.states[host].restart_pending || self.nodes[node].machine.as_ref().is_none_or(Machine::is_stopping) {
             return;
         }
         self.nodes[node].shutdown_at = Some(t);
@@ -805,10 +803,6 @@ impl<'a> Fleet<'a> for World<'a> {
         &mut self.net
     }
 
-    fn host_state(&mut self, host: usize) -> &mut HostState {
-        &mut self.hosts[host]
-    }
-
     fn process(&mut self, node: usize) -> Process<'_> {
         let n = &mut self.nodes[node];
         Process { host: n.host, identity: &n.identity, timer: n.machine.as_ref().map(|_| &mut n.timer) }
@@ -906,7 +900,7 @@ impl<'a> Fleet<'a> for World<'a> {
     }
 
     fn spawn(&mut self, t: u64, host: usize) {
-        let hs = &mut self.hosts[host];
+        let hs = &mut self.net.states[host];
         hs.processes += 1;
         let identity = format!("h{host}.{}-{:04x}", hs.processes, self.net.rng.below(0x1_0000));
         let mut cfg = MachineConfig::new(identity.clone(), self.s.timing, self.net.rng.next_u64());
@@ -923,7 +917,7 @@ impl<'a> Fleet<'a> for World<'a> {
             guard: None,
             shutdown_at: None,
         });
-        self.hosts[host].current = Some(node);
+        self.net.states[host].current = Some(node);
         self.report.processes += 1;
         if self.s.variant == Variant::NeverCampaigns {
             self.with_node(t, node, |m, now| m.set_hold_back(now, true));
@@ -994,7 +988,7 @@ impl<'a> Fleet<'a> for World<'a> {
             Fault::Resign { target } => {
                 let host = self.resolve(t, target);
                 self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: host {host} resigns"));
-                let node = self.hosts[host].current;
+                let node = self.net.states[host].current;
                 if let Some(node) = node {
                     if let Some(g) = self.nodes[node].guard {
                         self.with_node(t, node, |m, now| m.resign(now, g.term));
