@@ -134,22 +134,38 @@ pub struct GroupRunReport {
     /// Processes run (first starts and fresh processes after kills and
     /// shutdowns).
     pub processes: usize,
-    /// Processes that started after the first lease of the run: late
-    /// joiners and fresh processes, joining a group already led.
-    pub late_joins: u64,
     /// Elections per participant.
     pub elections: usize,
     /// Whether the run had a fair share.
     pub fair_share: bool,
+    /// Calls, terms, faults and leaves, counted.
+    pub counts: GroupCounts,
+    /// The fairness allowance for this schedule (with a fair share).
+    pub fairness_allowance: Duration,
+    /// With a fair share: how long after the faults ended a live
+    /// participant was last seen leading beyond its share (zero if never).
+    pub fairness_convergence: Option<Duration>,
+    /// The release feed: releases, wakes ([`GroupSchedule::wakes`]) and
+    /// the hand-overs after releases, per election.
+    pub releases: ReleaseStats,
+}
+
+/// What a group run counts. In a [`GroupExploration`], summed over its
+/// runs (of `max_batch_entries` and `max_renew_entries`, the largest).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupCounts {
+    /// Processes that started after the first lease of the run: late
+    /// joiners and fresh processes, joining a group already led.
+    pub late_joins: u64,
     /// Store calls sent: batches, by kind.
     pub batches: u64,
-    /// See [`GroupRunReport::batches`].
+    /// See [`GroupCounts::batches`].
     pub acquire_batches: u64,
-    /// See [`GroupRunReport::batches`].
+    /// See [`GroupCounts::batches`].
     pub renew_batches: u64,
-    /// See [`GroupRunReport::batches`].
+    /// See [`GroupCounts::batches`].
     pub release_batches: u64,
-    /// See [`GroupRunReport::batches`].
+    /// See [`GroupCounts::batches`].
     pub inspect_batches: u64,
     /// Elections' calls carried by the batches, summed.
     pub batch_entries: u64,
@@ -204,14 +220,18 @@ pub struct GroupRunReport {
     pub replayed: u64,
     /// Of those, how many a machine was still waiting for (and took).
     pub replays_taken: u64,
-    /// The fairness allowance for this schedule (with a fair share).
-    pub fairness_allowance: Duration,
-    /// With a fair share: how long after the faults ended a live
-    /// participant was last seen leading beyond its share (zero if never).
-    pub fairness_convergence: Option<Duration>,
-    /// The release feed: releases, wakes ([`GroupSchedule::wakes`]) and
-    /// the hand-overs after releases, per election.
-    pub releases: ReleaseStats,
+}
+
+impl std::ops::AddAssign for GroupCounts {
+    fn add_assign(&mut self, o: GroupCounts) {
+        add_fields!(self, o: GroupCounts {
+            sum: late_joins, batches, acquire_batches, renew_batches, release_batches, inspect_batches,
+                batch_entries, member_calls, beats_with_renewals, queued_calls, refused_calls, applied,
+                late_replies, abandoned, terms, handovers, kills, permanent_kills, shutdowns, leaves, landed_late,
+                rejoins, resigns, shed, replayed, replays_taken;
+            max: max_batch_entries, max_renew_entries,
+        });
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -523,9 +543,9 @@ impl World<'_> {
                 let detail = format!("the group handed out {}'s call {call:?} as an event", self.elecs[e].name);
                 self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
             }
-            Output::CallAbandoned(_) => self.report.abandoned += 1,
+            Output::CallAbandoned(_) => self.report.counts.abandoned += 1,
             Output::TermStarted { term, fence, deadline } => {
-                self.report.terms += 1;
+                self.report.counts.terms += 1;
                 self.term_started(t, node, key, e, term, fence, deadline);
             }
             Output::DeadlineExtended { term, deadline } => self.deadline_extended(t, node, e, term, deadline),
@@ -574,7 +594,7 @@ impl World<'_> {
         }
         if std::mem::take(&mut n.rejoin_pending[e]) && !n.stopping {
             self.join(t, node, e);
-            self.report.rejoins += 1;
+            self.report.counts.rejoins += 1;
             let name = Arc::clone(&self.elecs[e].name);
             self.net.note(t, 19, node as u64, e as u64, || format!("n{node} {name} joins again"));
         }
@@ -600,7 +620,7 @@ impl World<'_> {
     /// The process is gone: count what its group did.
     fn retire(&mut self, node: usize) {
         if let Some(gm) = self.nodes[node].gm.take() {
-            self.report.shed += gm.shed_count();
+            self.report.counts.shed += gm.shed_count();
         }
         self.nodes[node].timer.at = None;
     }
@@ -658,7 +678,7 @@ impl World<'_> {
             // Every worker busy, none hung (a worker here is busy at most
             // an operation timeout): the call waits for the first to come
             // free, as the library's pool does.
-            self.report.queued_calls += 1;
+            self.report.counts.queued_calls += 1;
             self.net.note(t, 2, node as u64, id.0, || format!("n{node} call {} waits for a worker", id.0));
             let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
             self.nodes[node].queued.push_back((t, call));
@@ -669,17 +689,18 @@ impl World<'_> {
         self.nodes[node].workers.push((id, busy_until));
         match &call {
             GroupCall::Batch(b) => {
-                self.report.batches += 1;
-                self.report.batch_entries += b.entries.len() as u64;
-                self.report.max_batch_entries = self.report.max_batch_entries.max(b.entries.len());
+                self.report.counts.batches += 1;
+                self.report.counts.batch_entries += b.entries.len() as u64;
+                self.report.counts.max_batch_entries = self.report.counts.max_batch_entries.max(b.entries.len());
                 match b.op {
-                    BatchOp::Acquire => self.report.acquire_batches += 1,
+                    BatchOp::Acquire => self.report.counts.acquire_batches += 1,
                     BatchOp::Renew => {
-                        self.report.renew_batches += 1;
-                        self.report.max_renew_entries = self.report.max_renew_entries.max(b.entries.len());
+                        self.report.counts.renew_batches += 1;
+                        self.report.counts.max_renew_entries =
+                            self.report.counts.max_renew_entries.max(b.entries.len());
                     }
-                    BatchOp::Release => self.report.release_batches += 1,
-                    BatchOp::Inspect => self.report.inspect_batches += 1,
+                    BatchOp::Release => self.report.counts.release_batches += 1,
+                    BatchOp::Inspect => self.report.counts.inspect_batches += 1,
                 }
                 let calls = if self.s.variant == GroupVariant::ReplaysLateAnswers {
                     b.entries.iter().map(|e| (e.key, e.call)).collect()
@@ -691,7 +712,7 @@ impl World<'_> {
                 self.net.note(t, 10, node as u64, id.0, || format!("n{node} batch {}: {} of {len}", id.0, op_name(op)));
             }
             GroupCall::Heartbeat { .. } | GroupCall::Leave { .. } => {
-                self.report.member_calls += 1;
+                self.report.counts.member_calls += 1;
                 let what = if matches!(call, GroupCall::Leave { .. }) { "leave" } else { "heartbeat" };
                 self.net.note(t, 10, node as u64, id.0, || format!("n{node} call {}: {what}", id.0));
             }
@@ -813,7 +834,7 @@ impl World<'_> {
                 self.send(t, node, call);
                 continue;
             }
-            self.report.refused_calls += 1;
+            self.report.counts.refused_calls += 1;
             let id = call.id();
             self.net
                 .note(t, 2, node as u64, id.0, || format!("n{node} call {} waited out the timeout: not sent", id.0));
@@ -853,7 +874,7 @@ impl World<'_> {
                 let gm = self.nodes[node].gm.as_ref().expect("checked above");
                 let known = !gm.batch_keys(id).is_empty();
                 if !known {
-                    self.report.late_replies += 1;
+                    self.report.counts.late_replies += 1;
                 }
                 self.net.note(t, 5, node as u64, id.0, || {
                     format!(
@@ -907,8 +928,8 @@ impl World<'_> {
             taken += u64::from(waiting);
             gm.with_machine(now, key, |m| m.handle_reply(now, call, outcome));
         }
-        self.report.replayed += calls.len() as u64;
-        self.report.replays_taken += taken;
+        self.report.counts.replayed += calls.len() as u64;
+        self.report.counts.replays_taken += taken;
         let n = calls.len();
         self.net.note(t, 8, node as u64, n as u64, || format!("n{node} REPLAYS {n} answers as fresh ({taken} taken)"));
         self.after(t, node);
@@ -954,7 +975,7 @@ impl World<'_> {
         self.net.note(t, 30, i as u64, host as u64, || {
             format!("fault {i}: KILL host {host} (n{node}){}", if forever { " for good" } else { "" })
         });
-        self.report.kills += 1;
+        self.report.counts.kills += 1;
         // The process is gone: its guards with it, its leases and member
         // row left on the database.
         let guards: Vec<usize> = self.nodes[node].guards.keys().copied().collect();
@@ -964,7 +985,7 @@ impl World<'_> {
         self.retire(node);
         if forever {
             self.net.states[host].gone = true;
-            self.report.permanent_kills += 1;
+            self.report.counts.permanent_kills += 1;
         } else {
             self.restart_later(t, host, down);
         }
@@ -979,7 +1000,7 @@ impl World<'_> {
         self.net.note(t, 30, i as u64, host as u64, || {
             format!("fault {i}: SHUTDOWN host {host} (n{node}){}", if forever { " for good" } else { "" })
         });
-        self.report.shutdowns += 1;
+        self.report.counts.shutdowns += 1;
         let now = self.net.local(host, t);
         self.nodes[node].shutdown_at = Some(t);
         self.nodes[node].stopping = true;
@@ -1015,7 +1036,7 @@ impl World<'_> {
             }
             left.push(e);
         }
-        self.report.leaves += left.len() as u64;
+        self.report.counts.leaves += left.len() as u64;
         let n_left = left.len();
         self.net.note(t, 30, i as u64, host as u64, || {
             format!(
@@ -1066,7 +1087,7 @@ impl World<'_> {
         let Some(at) = self.stuck.iter().position(|(n, _)| *n == node) else { return };
         let (_, call) = self.stuck.remove(at);
         let id = call.id();
-        self.report.landed_late += 1;
+        self.report.counts.landed_late += 1;
         self.net.note(t, 4, node as u64, id.0, || format!("n{node} batch {} held in transit lands", id.0));
         self.apply(t, node, call);
         self.schedule_landing(t, node);
@@ -1089,7 +1110,7 @@ impl World<'_> {
                 Some(_) => {}
             }
         }
-        self.report.rejoins += joined;
+        self.report.counts.rejoins += joined;
         self.net.note(t, 19, node as u64, joined, || {
             format!("n{node}: {joined} elections join again ({} wait for their leave)", elections.len() as u64 - joined)
         });
@@ -1109,7 +1130,7 @@ impl World<'_> {
                     m.resign(now, term.id);
                 }
             });
-            self.report.resigns += 1;
+            self.report.counts.resigns += 1;
         }
         self.after(t, node);
     }
@@ -1191,7 +1212,7 @@ impl World<'_> {
         let el = &mut self.elecs[e];
         el.max_term_fence = el.max_term_fence.max(fence);
         if el.last_leader.is_some_and(|l| l != node) {
-            self.report.handovers += 1;
+            self.report.counts.handovers += 1;
         }
         el.last_leader = Some(node);
         el.holders.push(node);
@@ -1489,7 +1510,7 @@ impl<'a> Fleet<'a> for World<'a> {
         self.net.states[host].current = Some(node);
         self.report.processes += 1;
         if t > nanos(s.timing.lease_duration) {
-            self.report.late_joins += 1;
+            self.report.counts.late_joins += 1;
         }
         for e in 0..s.elections {
             self.join(t, node, e);
@@ -1500,7 +1521,7 @@ impl<'a> Fleet<'a> for World<'a> {
     /// The database runs one call at real instant `t` on its own clock.
     fn apply(&mut self, t: u64, node: usize, call: GroupCall) {
         self.net.advance_db(t);
-        self.report.applied += 1;
+        self.report.counts.applied += 1;
         let host = self.nodes[node].host;
         let identity = self.nodes[node].identity.clone();
         let op_timeout = self.s.timing.operation_timeout;
@@ -1513,8 +1534,8 @@ impl<'a> Fleet<'a> for World<'a> {
                     let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, h.leading, h.ttl, op_timeout);
                     self.net
                         .note(t, 21, node as u64, h.id.0, || format!("db applies n{node} heartbeat {}: {r:?}", h.id.0));
-                    self.report.member_calls += 1;
-                    self.report.beats_with_renewals += 1;
+                    self.report.counts.member_calls += 1;
+                    self.report.counts.beats_with_renewals += 1;
                     (h.id, r)
                 });
                 let bare = Batch { heartbeat: None, ..b.clone() };
@@ -1630,52 +1651,10 @@ pub struct GroupExploration {
     /// Elections driven (per schedule, its elections times its processes),
     /// summed.
     pub elections_driven: u64,
-    /// Terms started, summed.
-    pub terms: u64,
-    /// Hand-overs (a term started by another participant than the one
-    /// before), summed.
-    pub handovers: u64,
-    /// Batches sent, summed.
-    pub batches: u64,
-    /// Elections' calls in them, summed.
-    pub batch_entries: u64,
-    /// The most elections one batch carried.
-    pub max_batch_entries: usize,
-    /// The most elections one renewal batch carried.
-    pub max_renew_entries: usize,
-    /// Heartbeats that went with a renewal batch, summed.
-    pub beats_with_renewals: u64,
+    /// The runs' counts, summed.
+    pub counts: GroupCounts,
     /// Requests and replies lost, summed.
     pub lost: u64,
-    /// Calls that waited for a busy worker, summed.
-    pub queued_calls: u64,
-    /// Calls that waited out the timeout for a worker, summed.
-    pub refused_calls: u64,
-    /// Batch answers that came after the batch was given up, summed.
-    pub late_replies: u64,
-    /// Processes killed, summed; of those, for good.
-    pub kills: u64,
-    /// See [`GroupExploration::kills`].
-    pub permanent_kills: u64,
-    /// Clean shutdowns, summed.
-    pub shutdowns: u64,
-    /// Processes that joined a group already running, summed.
-    pub late_joins: u64,
-    /// Elections that left and joined again, summed.
-    pub leaves: u64,
-    /// See [`GroupRunReport::landed_late`].
-    pub landed_late: u64,
-    /// See [`GroupExploration::leaves`].
-    pub rejoins: u64,
-    /// Terms resigned by the program, summed.
-    pub resigns: u64,
-    /// Terms shed by the fair share, summed.
-    pub shed: u64,
-    /// Answers replayed as fresh ([`GroupVariant::ReplaysLateAnswers`]),
-    /// summed, and how many of them a machine took.
-    pub replayed: u64,
-    /// See [`GroupExploration::replayed`].
-    pub replays_taken: u64,
     /// Fair-share schedules in which some term was shed.
     pub schedules_shedding: u64,
     /// The slowest recovery after the faults, and the bound it was held to.
@@ -1711,29 +1690,9 @@ impl GroupExploration {
             fair_schedules: u64::from(r.fair_share),
             events: r.timeline.events,
             elections_driven: (r.elections * r.processes) as u64,
-            terms: r.terms,
-            handovers: r.handovers,
-            batches: r.batches,
-            batch_entries: r.batch_entries,
-            max_batch_entries: r.max_batch_entries,
-            max_renew_entries: r.max_renew_entries,
-            beats_with_renewals: r.beats_with_renewals,
+            counts: r.counts,
             lost: r.timeline.lost(),
-            queued_calls: r.queued_calls,
-            refused_calls: r.refused_calls,
-            late_replies: r.late_replies,
-            kills: r.kills,
-            permanent_kills: r.permanent_kills,
-            shutdowns: r.shutdowns,
-            late_joins: r.late_joins,
-            leaves: r.leaves,
-            landed_late: r.landed_late,
-            rejoins: r.rejoins,
-            resigns: r.resigns,
-            shed: r.shed,
-            replayed: r.replayed,
-            replays_taken: r.replays_taken,
-            schedules_shedding: u64::from(r.fair_share && r.shed > 0),
+            schedules_shedding: u64::from(r.fair_share && r.counts.shed > 0),
             worst_recovery: r.timeline.recovery_of_bound(),
             worst_fairness: r.fairness_convergence.map_or_else(Default::default, |c| (c, r.fairness_allowance)),
             total_virtual: r.timeline.virtual_time,
@@ -1746,11 +1705,9 @@ impl GroupExploration {
 
     fn merge(&mut self, o: GroupExploration) {
         merge_totals!(self, o: GroupExploration {
-            sum: schedules, fair_schedules, events, elections_driven, terms, handovers, batches, batch_entries,
-                beats_with_renewals, lost, queued_calls, refused_calls, late_replies, kills, permanent_kills,
-                shutdowns, late_joins, leaves, landed_late, rejoins, resigns, shed, replayed, replays_taken,
-                schedules_shedding, total_virtual, with_wakes, without_wakes;
-            max: max_batch_entries, max_renew_entries;
+            sum: schedules, fair_schedules, events, elections_driven, counts, lost, schedules_shedding, total_virtual,
+                with_wakes, without_wakes;
+            max: ;
             worst: worst_recovery, worst_fairness,
         });
     }
@@ -1758,6 +1715,7 @@ impl GroupExploration {
     /// One line for the test log.
     pub fn summary(&self) -> String {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let c = &self.counts;
         format!(
             "sim-group: explored {} schedules ({:.1}/s, {} with a fair share), {:.2} M events, {} elections driven, \
              {} terms, {} hand-overs; {} batches carrying {} calls (largest {}, largest renewal {}), {} heartbeats with renewals; {} messages \
@@ -1769,26 +1727,26 @@ impl GroupExploration {
             self.fair_schedules,
             self.events as f64 / 1e6,
             self.elections_driven,
-            self.terms,
-            self.handovers,
-            self.batches,
-            self.batch_entries,
-            self.max_batch_entries,
-            self.max_renew_entries,
-            self.beats_with_renewals,
+            c.terms,
+            c.handovers,
+            c.batches,
+            c.batch_entries,
+            c.max_batch_entries,
+            c.max_renew_entries,
+            c.beats_with_renewals,
             self.lost,
-            self.late_replies,
-            self.queued_calls,
-            self.refused_calls,
-            self.kills,
-            self.permanent_kills,
-            self.shutdowns,
-            self.late_joins,
-            self.leaves,
-            self.rejoins,
-            self.landed_late,
-            self.resigns,
-            self.shed,
+            c.late_replies,
+            c.queued_calls,
+            c.refused_calls,
+            c.kills,
+            c.permanent_kills,
+            c.shutdowns,
+            c.late_joins,
+            c.leaves,
+            c.rejoins,
+            c.landed_late,
+            c.resigns,
+            c.shed,
             self.schedules_shedding,
             self.worst_recovery.0,
             self.worst_recovery.1,

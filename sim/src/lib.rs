@@ -273,7 +273,7 @@
 //! let schedule = GroupSchedule::from_seed(1, GroupVariant::Normal);
 //! let report = run_group(&schedule, false);
 //! assert!(report.violation.is_none(), "{:?}", report.violation);
-//! assert!(report.terms >= schedule.elections as u64);
+//! assert!(report.counts.terms >= schedule.elections as u64);
 //! ```
 
 /// The body of an exploration's `merge`: `$o`, a `$ty`, taken apart whole
@@ -283,14 +283,25 @@
 /// used more of its bound, and its failures appended. Its `elapsed` is
 /// left: zero in one run's totals, the exploration times the whole.
 macro_rules! merge_totals {
-    ($self:ident, $o:ident: $ty:ident { sum: $($s:ident),+; max: $($m:ident),+; worst: $($w:ident),+ $(,)? }) => {
-        let $ty { $($s,)+ $($m,)+ $($w,)+ failures, elapsed: _ } = $o;
+    ($self:ident, $o:ident: $ty:ident { sum: $($s:ident),+; max: $($m:ident),*; worst: $($w:ident),+ $(,)? }) => {
+        let $ty { $($s,)+ $($m,)* $($w,)+ failures, elapsed: _ } = $o;
         $($self.$s += $s;)+
-        $($self.$m = $self.$m.max($m);)+
+        $($self.$m = $self.$m.max($m);)*
         $(if crate::ratio($w) > crate::ratio($self.$w) {
             $self.$w = $w;
         })+
         $self.failures.extend(failures);
+    };
+}
+
+/// `$o`, a `$ty`, taken apart whole (a field added to the struct and not
+/// named here fails to compile) and added to `$self`: its fields under
+/// `sum` added, of those under `max` the larger kept.
+macro_rules! add_fields {
+    ($self:ident, $o:ident: $ty:ident { sum: $($s:ident),+; max: $($m:ident),+ $(,)? }) => {
+        let $ty { $($s,)+ $($m,)+ } = $o;
+        $($self.$s += $s;)+
+        $($self.$m = $self.$m.max($m);)+
     };
 }
 
@@ -314,8 +325,8 @@ pub use schedule::{
 pub use world::{run, Property, RunReport, Violation, DB_BASE_MICROS, ELECTION};
 
 pub use group::{
-    describe_group_failure, election_name, explore_groups, group_replay_command, run_group, GroupExploration,
-    GroupProperty, GroupRunReport, GroupViolation, GROUP,
+    describe_group_failure, election_name, explore_groups, group_replay_command, run_group, GroupCounts,
+    GroupExploration, GroupProperty, GroupRunReport, GroupViolation, GROUP,
 };
 pub use group_schedule::{
     valid_for_group, GroupFault, GroupSchedule, GroupTarget, GroupTimedFault, GroupVariant, Participant, FAULT_BYTES,

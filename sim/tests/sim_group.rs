@@ -21,7 +21,8 @@ use std::time::Duration;
 use leaderelection::Timing;
 use leaderelection_sim::{
     describe_group_failure, explore_groups, group_replay_command, run_group, safe_rate_range, to_hex, valid_for_group,
-    GroupExploration, GroupFault, GroupProperty, GroupSchedule, GroupTarget, GroupVariant, MAX_PARTICIPANTS,
+    GroupCounts, GroupExploration, GroupFault, GroupProperty, GroupSchedule, GroupTarget, GroupVariant,
+    MAX_PARTICIPANTS,
 };
 
 mod common;
@@ -51,21 +52,21 @@ fn explore_group_schedules() {
     assert_eq!(e.schedules, count);
     // The exploration reaches what it claims to.
     if count >= 100 {
-        let s = e.summary();
+        let (s, c) = (e.summary(), &e.counts);
         assert!(e.fair_schedules > count / 4 && e.fair_schedules < count * 3 / 4, "{s}");
-        assert!(e.kills > 0 && e.permanent_kills > 0 && e.shutdowns > 0, "no kills or shutdowns: {s}");
-        assert!(e.late_joins > 0, "no participant joined a running group: {s}");
-        assert!(e.leaves > 0 && e.rejoins > 0, "no election left and joined again: {s}");
-        assert!(e.landed_late > 0, "no renewal held across a leave landed after it: {s}");
-        assert!(e.resigns > 0 && e.handovers > 0, "{s}");
+        assert!(c.kills > 0 && c.permanent_kills > 0 && c.shutdowns > 0, "no kills or shutdowns: {s}");
+        assert!(c.late_joins > 0, "no participant joined a running group: {s}");
+        assert!(c.leaves > 0 && c.rejoins > 0, "no election left and joined again: {s}");
+        assert!(c.landed_late > 0, "no renewal held across a leave landed after it: {s}");
+        assert!(c.resigns > 0 && c.handovers > 0, "{s}");
         // Batches carry many elections: whole fleets' renewals and looks.
-        assert!(e.max_batch_entries >= 150 && e.max_renew_entries >= 100, "{s}");
-        assert!(e.batch_entries > 20 * e.batches, "batches too small on average: {s}");
+        assert!(c.max_batch_entries >= 150 && c.max_renew_entries >= 100, "{s}");
+        assert!(c.batch_entries > 20 * c.batches, "batches too small on average: {s}");
         // Members that split their renewals send heartbeats with them.
-        assert!(e.beats_with_renewals > 0, "no heartbeat went with a renewal batch: {s}");
+        assert!(c.beats_with_renewals > 0, "no heartbeat went with a renewal batch: {s}");
         // Fair-share runs shed terms when members join.
-        assert!(e.shed > 0 && e.schedules_shedding * 4 > e.fair_schedules, "{s}");
-        assert!(e.lost > 0 && e.late_replies > 0, "no lost messages or late answers: {s}");
+        assert!(c.shed > 0 && e.schedules_shedding * 4 > e.fair_schedules, "{s}");
+        assert!(e.lost > 0 && c.late_replies > 0, "no lost messages or late answers: {s}");
         assert!(e.worst_recovery.0 > Duration::ZERO && e.worst_fairness.0 > Duration::ZERO, "{s}");
         // About half the schedules run with the release feed, whose wakes
         // are delivered, lost and doubled.
@@ -77,6 +78,27 @@ fn explore_group_schedules() {
     }
 }
 
+/// An exploration's totals are its runs' counts: summed, and of the
+/// largest batches, the largest.
+#[test]
+fn an_exploration_adds_up_its_runs() {
+    let runs: Vec<_> =
+        (0..4).map(|seed| run_group(&GroupSchedule::from_seed(seed, GroupVariant::Normal), false)).collect();
+    let e = explore_groups(0, 4, GroupVariant::Normal, 2);
+    let sum = |f: fn(&GroupCounts) -> u64| runs.iter().map(|r| f(&r.counts)).sum::<u64>();
+    let max = |f: fn(&GroupCounts) -> usize| runs.iter().map(|r| f(&r.counts)).max();
+    assert_eq!(e.counts.terms, sum(|c| c.terms));
+    assert_eq!(e.counts.batches, sum(|c| c.batches));
+    assert_eq!(e.counts.late_joins, sum(|c| c.late_joins));
+    assert_eq!(e.counts.kills, sum(|c| c.kills));
+    assert_eq!(Some(e.counts.max_batch_entries), max(|c| c.max_batch_entries));
+    assert_eq!(Some(e.counts.max_renew_entries), max(|c| c.max_renew_entries));
+    // Runs that differ, so a sum and a largest differ too.
+    assert!(runs[0].counts.max_batch_entries != runs[1].counts.max_batch_entries, "{:?}", runs[0].counts);
+    assert_eq!(e.events, runs.iter().map(|r| r.timeline.events).sum::<u64>());
+    assert_eq!(e.lost, runs.iter().map(|r| r.timeline.lost()).sum::<u64>());
+}
+
 #[test]
 fn replay() {
     let (seed, schedule) =
@@ -85,7 +107,7 @@ fn replay() {
     let trace = std::mem::take(&mut r.timeline.trace);
     print_run(&schedule, &trace, &r);
     assert!(r.violation.is_none(), "{}", describe_group_failure(seed, &schedule));
-    assert!(r.terms > 0 && r.timeline.events > 0);
+    assert!(r.counts.terms > 0 && r.timeline.events > 0);
 }
 
 /// Every schedule of a range runs the same twice, not only a busy one: a
@@ -139,7 +161,10 @@ fn a_group_schedule_runs_the_same_twice() {
     let quiet = run_group(&schedule, false);
     assert_same_runs(seed, 1_000, &a.timeline, &b.timeline, &quiet.timeline);
     assert_eq!(format!("{:?}", a.violation), format!("{:?}", quiet.violation));
-    assert_eq!((a.terms, a.batches, a.timeline.events), (quiet.terms, quiet.batches, quiet.timeline.events));
+    assert_eq!(
+        (a.counts.terms, a.counts.batches, a.timeline.events),
+        (quiet.counts.terms, quiet.counts.batches, quiet.timeline.events)
+    );
     let again = GroupSchedule::from_bytes(&schedule.bytes, GroupVariant::Normal);
     assert_eq!(again, schedule, "bytes do not decode the same");
     assert_eq!(run_group(&again, false).timeline.trace_hash, a.timeline.trace_hash);
@@ -234,11 +259,12 @@ fn late_answers_handed_to_the_machines_as_fresh_change_nothing() {
     // by its id. The late answers the network delivers anyway reach the
     // core after it gave the batch up, in every variant.
     let e = explore_groups(0, 60, GroupVariant::ReplaysLateAnswers, threads());
-    report(&format!("{}; {} answers replayed as fresh, {} taken", e.summary(), e.replayed, e.replays_taken));
+    let c = &e.counts;
+    report(&format!("{}; {} answers replayed as fresh, {} taken", e.summary(), c.replayed, c.replays_taken));
     check_failures(&e, GroupVariant::ReplaysLateAnswers);
-    assert!(e.replayed > 100_000, "only {} answers replayed", e.replayed);
-    assert_eq!(e.replays_taken, 0, "a machine took an answer to a call it had given up");
-    assert!(e.late_replies > 0);
+    assert!(c.replayed > 100_000, "only {} answers replayed", c.replayed);
+    assert_eq!(c.replays_taken, 0, "a machine took an answer to a call it had given up");
+    assert!(c.late_replies > 0);
 }
 
 /// Two participants on the default timings, 10 elections, no fair share;
@@ -268,7 +294,7 @@ fn a_rejoined_election_takes_a_fresh_fence_after_late_renewals_outlive_its_leave
     assert!(after > s.timing.lease_duration * 2, "{after:?}");
     let r = run_group(&s, true);
     assert!(r.violation.is_none(), "{}", describe_group_failure(None, &s));
-    assert_eq!(r.landed_late, 3, "the held renewals landed");
+    assert_eq!(r.counts.landed_late, 3, "the held renewals landed");
     let fences: Vec<u64> = r
         .timeline
         .trace
