@@ -21,7 +21,7 @@ use std::time::Duration;
 use leaderelection::Timing;
 use leaderelection_sim::{
     describe_group_failure, explore_groups, group_replay_command, run_group, safe_rate_range, to_hex, valid_for_group,
-    GroupCounts, GroupExploration, GroupFault, GroupProperty, GroupSchedule, GroupTarget, GroupVariant,
+    GroupCounts, GroupExploration, GroupFault, GroupProperty, GroupRunReport, GroupSchedule, GroupTarget, GroupVariant,
     MAX_PARTICIPANTS,
 };
 
@@ -280,6 +280,20 @@ fn two_participants(fault: [u8; 5]) -> GroupSchedule {
     GroupSchedule::from_bytes(&b, GroupVariant::Normal)
 }
 
+/// Election e000 of participant 0 led (in `r`'s trace) before it left
+/// and again after it joined, each term under a fence above the last.
+fn assert_e000_led_again_under_fresh_fences(r: &GroupRunReport) {
+    let fences: Vec<u64> = r
+        .timeline
+        .trace
+        .iter()
+        .filter(|l| l.contains("n0 e000 TERM STARTED fence "))
+        .filter_map(|l| l.rsplit("fence ").next()?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(fences.len() >= 2, "e000 did not lead again after joining: {fences:?}");
+    assert!(fences.windows(2).all(|w| w[1] > w[0]), "a fence came back: {fences:?}");
+}
+
 /// Issue 33, on a minimal schedule: participant 0 holds its next three
 /// renewal batches in transit, then e000 leaves without releasing its
 /// lease; each held batch lands just before the lease in force expires,
@@ -295,15 +309,7 @@ fn a_rejoined_election_takes_a_fresh_fence_after_late_renewals_outlive_its_leave
     let r = run_group(&s, true);
     assert!(r.violation.is_none(), "{}", describe_group_failure(None, &s));
     assert_eq!(r.counts.landed_late, 3, "the held renewals landed");
-    let fences: Vec<u64> = r
-        .timeline
-        .trace
-        .iter()
-        .filter(|l| l.contains("n0 e000 TERM STARTED fence "))
-        .filter_map(|l| l.rsplit("fence ").next()?.split_whitespace().next()?.parse().ok())
-        .collect();
-    assert!(fences.len() >= 2, "e000 did not lead again after joining: {fences:?}");
-    assert!(fences.windows(2).all(|w| w[1] > w[0]), "a fence came back: {fences:?}");
+    assert_e000_led_again_under_fresh_fences(&r);
 }
 
 /// The one bug this simulation found in the group core: an election that
@@ -329,16 +335,7 @@ fn a_rejoined_election_takes_a_fresh_fence() {
     );
     let r = run_group(&s, true);
     assert!(r.violation.is_none(), "{}", describe_group_failure(None, &s));
-    // e000 led before the leave and again after the rejoin, under a new fence.
-    let fences: Vec<u64> = r
-        .timeline
-        .trace
-        .iter()
-        .filter(|l| l.contains("n0 e000 TERM STARTED fence "))
-        .filter_map(|l| l.rsplit("fence ").next()?.split_whitespace().next()?.parse().ok())
-        .collect();
-    assert!(fences.len() >= 2, "e000 did not lead again after joining: {fences:?}");
-    assert!(fences.windows(2).all(|w| w[1] > w[0]), "a fence came back: {fences:?}");
+    assert_e000_led_again_under_fresh_fences(&r);
     // With the lease released at the leave, the same schedule passes too.
     let released = two_participants([11, 0, 0, 0x00, 9]);
     let r = run_group(&released, false);
