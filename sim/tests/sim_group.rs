@@ -205,49 +205,37 @@ fn caught(variant: GroupVariant, wanted: impl Fn(GroupProperty) -> bool, max: u6
     panic!("the oracle caught nothing wanted under {} in {max} schedules (found: {seen:?})", variant.name())
 }
 
-#[test]
-fn control_deadlines_anchored_at_the_reply_are_caught() {
-    // Replies to even participants slower than the margin: a deadline
-    // anchored at the reply outlives the lease on the database. The record
-    // expires under a valid guard (caught as not backed) before anyone can
-    // claim it; a second leader would follow.
-    caught(GroupVariant::AnchorAtReply, GroupProperty::is_safety, 60);
+/// The negative controls, one test each: `name(variant, wanted, max)`
+/// runs `caught(variant, wanted, max)`.
+macro_rules! controls {
+    ($($(#[$doc:meta])* $name:ident($variant:ident, $wanted:expr, $max:expr);)+) => {
+        $($(#[$doc])* #[test] fn $name() { caught(GroupVariant::$variant, $wanted, $max); })+
+    };
 }
 
-#[test]
-fn control_leading_on_a_wake_without_the_claim_is_caught() {
-    // A woken follower takes the released election under a fence the
-    // database never issued, beside whoever claims it properly.
-    caught(GroupVariant::LeadsOnWake, GroupProperty::is_safety, 600);
-}
-
-#[test]
-fn control_fair_share_off_is_caught() {
-    caught(GroupVariant::FairShareOff, |p| p == GroupProperty::FairShare, 60);
-}
-
-#[test]
-fn control_answers_rotated_between_elections_are_caught() {
-    // A claim that lost one election's race is answered with another's
-    // success: the machine starts a term under a fence its election never
-    // issued to it, while the real holder leads.
-    caught(GroupVariant::RotatedAnswers, GroupProperty::is_safety, 60);
-}
-
-#[test]
-fn control_a_member_name_shared_by_everyone_is_caught() {
-    caught(GroupVariant::SharedMemberName, |p| p == GroupProperty::FairShare, 60);
-}
-
-#[test]
-fn control_dropped_heartbeats_are_caught() {
-    // Nobody's count is ever fresh: safe, and nobody claims by the share;
-    // the starvation valve then claims whatever has been unled for a lease,
-    // beyond any share: caught as unfair (or, before the valve, unled).
-    caught(
-        GroupVariant::DropsHeartbeats,
+controls! {
+    /// Replies to even participants slower than the margin: a deadline
+    /// anchored at the reply outlives the lease on the database. The record
+    /// expires under a valid guard (caught as not backed) before anyone can
+    /// claim it; a second leader would follow.
+    control_deadlines_anchored_at_the_reply_are_caught(AnchorAtReply, GroupProperty::is_safety, 60);
+    /// A woken follower takes the released election under a fence the
+    /// database never issued, beside whoever claims it properly.
+    control_leading_on_a_wake_without_the_claim_is_caught(LeadsOnWake, GroupProperty::is_safety, 600);
+    control_fair_share_off_is_caught(FairShareOff, |p| p == GroupProperty::FairShare, 60);
+    /// A claim that lost one election's race is answered with another's
+    /// success: the machine starts a term under a fence its election never
+    /// issued to it, while the real holder leads.
+    control_answers_rotated_between_elections_are_caught(RotatedAnswers, GroupProperty::is_safety, 60);
+    control_a_member_name_shared_by_everyone_is_caught(SharedMemberName, |p| p == GroupProperty::FairShare, 60);
+    /// Nobody's count is ever fresh: safe, and nobody claims by the share;
+    /// the starvation valve then claims whatever has been unled for a
+    /// lease, beyond any share: caught as unfair (or, before the valve,
+    /// unled).
+    control_dropped_heartbeats_are_caught(
+        DropsHeartbeats,
         |p| matches!(p, GroupProperty::FairShare | GroupProperty::EveryElectionLed),
-        60,
+        60
     );
 }
 
