@@ -56,6 +56,22 @@ fn main() -> Result<(), Box<dyn Error>> {
         fleet.push((elector, worker));
     }
 
+    // Waits for the next leader after the one that stopped at `stopped_at`
+    // (`how`; `note` ends the line), and prints it with how long the
+    // failover took.
+    let next_leader = |stopped_at: Instant, how: &str, note: &str| -> Result<(Started, Duration), Box<dyn Error>> {
+        let next = started.recv_timeout(Duration::from_secs(10))?;
+        let failover = next.at.duration_since(stopped_at);
+        println!(
+            "{}  {} leads with fence {}  (failover after {how}: {:.3} s{note})",
+            stamp(next.at),
+            next.identity,
+            next.fence,
+            failover.as_secs_f64()
+        );
+        Ok((next, failover))
+    };
+
     let first = started.recv_timeout(Duration::from_secs(5))?;
     println!("{}  {} leads with fence {}", stamp(first.at), first.identity, first.fence);
     thread::sleep(Duration::from_secs(1)); // let it lead (and renew) for a while
@@ -65,15 +81,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     leader.0.shutdown_without_release(); // stops like a crash: the lease stays in the store
     println!("{}  {} crashes without releasing its lease", stamp(crashed_at), first.identity);
 
-    let second = started.recv_timeout(Duration::from_secs(10))?;
-    let crash_failover = second.at.duration_since(crashed_at);
-    println!(
-        "{}  {} leads with fence {}  (failover after a crash: {:.3} s; bounded by the 3 s lease)",
-        stamp(second.at),
-        second.identity,
-        second.fence,
-        crash_failover.as_secs_f64()
-    );
+    let (second, crash_failover) = next_leader(crashed_at, "a crash", "; bounded by the 3 s lease")?;
     thread::sleep(Duration::from_millis(500));
 
     let successor = fleet.iter().find(|(e, _)| e.identity() == second.identity).ok_or("leader not in fleet")?;
@@ -81,15 +89,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     successor.0.shutdown()?; // invalidates its guard, then releases the lease
     println!("{}  {} shuts down cleanly and releases", stamp(stopped_at), second.identity);
 
-    let third = started.recv_timeout(Duration::from_secs(10))?;
-    let clean_failover = third.at.duration_since(stopped_at);
-    println!(
-        "{}  {} leads with fence {}  (failover after a clean shutdown: {:.3} s)",
-        stamp(third.at),
-        third.identity,
-        third.fence,
-        clean_failover.as_secs_f64()
-    );
+    let (third, clean_failover) = next_leader(stopped_at, "a clean shutdown", "")?;
 
     for (elector, _) in &fleet {
         elector.shutdown()?;

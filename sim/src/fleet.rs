@@ -220,14 +220,50 @@ impl std::ops::AddAssign for ReleaseTotals {
     }
 }
 
-/// What the event loop counted, for the run's report.
-#[derive(Default)]
-pub(crate) struct Tally {
-    pub(crate) events: u64,
-    pub(crate) lost_requests: u64,
-    pub(crate) lost_replies: u64,
-    pub(crate) trace_hash: u64,
-    pub(crate) trace: Vec<String>,
+/// How one run went, in either world's report: what its event loop
+/// counted and traced, and the times its liveness is judged by (when the
+/// faults ended, the bound after them, how soon leadership recovered).
+#[derive(Clone, Debug, Default)]
+pub struct Timeline {
+    /// Events processed.
+    pub events: u64,
+    /// Requests lost on the way.
+    pub lost_requests: u64,
+    /// Replies lost on the way (the write landed).
+    pub lost_replies: u64,
+    /// Virtual time the run covered.
+    pub virtual_time: Duration,
+    /// When the last fault's effects ended.
+    pub faults_end: Duration,
+    /// The liveness bound for this schedule.
+    pub liveness_bound: Duration,
+    /// How long after the faults ended the final, lasting leadership
+    /// began (in a group, the latest over the elections; zero if it began
+    /// before); `None` when the run failed or liveness was not judged.
+    pub recovery: Option<Duration>,
+    /// A hash of every event, its time and its effect.
+    pub trace_hash: u64,
+    /// The events as text, when asked for.
+    pub trace: Vec<String>,
+}
+
+impl Timeline {
+    /// Requests and replies lost.
+    pub fn lost(&self) -> u64 {
+        self.lost_requests + self.lost_replies
+    }
+
+    /// The recovery and the bound it was held to (zeros without one), as
+    /// an exploration keeps its worst.
+    pub fn recovery_of_bound(&self) -> (Duration, Duration) {
+        self.recovery.map_or_else(Default::default, |rec| (rec, self.liveness_bound))
+    }
+
+    /// How a liveness violation at the end of the run (`end`) begins: the
+    /// times it was judged by.
+    pub(crate) fn missed(&self, end: u64) -> String {
+        format!("faults ended at {:?}, bound {:?}, run ended at {:?}", self.faults_end, self.liveness_bound, dur(end))
+    }
 }
 
 /// One process of a world, as the event loop sees it.
@@ -328,7 +364,6 @@ pub(crate) trait Fleet<'a>: Sized {
     type Call: Sent;
     type Own;
     fn net(&mut self) -> &mut Net<'a, Self::Call, Self::Own>;
-    fn host_state(&mut self, host: usize) -> &mut HostState;
     fn process(&mut self, node: usize) -> Process<'_>;
     /// A process starts on `host`.
     fn spawn(&mut self, t: u64, host: usize);
@@ -349,7 +384,7 @@ pub(crate) trait Fleet<'a>: Sized {
         match ev {
             Ev::Start { host } => self.spawn(t, host),
             Ev::Restart { host } => {
-                self.host_state(host).restart_pending = false;
+                self.net().states[host].restart_pending = false;
                 self.spawn(t, host);
             }
             Ev::Wake { node } => {
@@ -383,19 +418,19 @@ pub(crate) trait Fleet<'a>: Sized {
 
     /// `host`'s process is gone: a fresh one starts `down` later.
     fn restart_later(&mut self, t: u64, host: usize, down: Duration) {
-        self.host_state(host).restart_pending = true;
+        self.net().states[host].restart_pending = true;
         self.net().push(t + nanos(down), Ev::Restart { host });
     }
 
     /// Runs the events to `end`, the first violation, or `max_events`
-    /// (a violation too), then [`Fleet::finish`]; what the loop counted.
-    fn run_to(&mut self, end: u64, max_events: u64) -> Tally {
+    /// (a violation too), then [`Fleet::finish`]; the run's timeline.
+    fn run_to(&mut self, end: u64, max_events: u64) -> Timeline {
         self.net().push(end, Ev::End);
         let mut now = 0;
         while let Some((t, ev)) = self.net().queue.pop() {
             now = t;
-            self.net().tally.events += 1;
-            if self.net().tally.events > max_events {
+            self.net().timeline.events += 1;
+            if self.net().timeline.events > max_events {
                 self.no_progress(t, format!("more than {max_events} events"));
                 break;
             }
@@ -407,8 +442,9 @@ pub(crate) trait Fleet<'a>: Sized {
                 break;
             }
         }
+        self.net().timeline.virtual_time = dur(now);
         self.finish(now, end);
-        std::mem::take(&mut self.net().tally)
+        std::mem::take(&mut self.net().timeline)
     }
 }
 
@@ -416,6 +452,8 @@ pub(crate) trait Fleet<'a>: Sized {
 /// on its way to the database, `X` the world's own events.
 pub(crate) struct Net<'a, C, X> {
     pub(crate) hosts: &'a [Host],
+    /// What runs on each host.
+    pub(crate) states: Vec<HostState>,
     pub(crate) rng: SimRng,
     pub(crate) store: MemStore,
     /// The database clock, in microseconds since the run began.
@@ -428,13 +466,16 @@ pub(crate) struct Net<'a, C, X> {
     /// Requests that reached a paused database, in order.
     held: Vec<(usize, C)>,
     tracing: bool,
-    tally: Tally,
+    /// The run's timeline: the world sets its faults' end and liveness
+    /// bound before the run and its recovery at the end.
+    pub(crate) timeline: Timeline,
 }
 
 impl<'a, C, X> Net<'a, C, X> {
     pub(crate) fn new(seed: u64, hosts: &'a [Host], tracing: bool) -> Self {
         Net {
             hosts,
+            states: hosts.iter().map(|_| HostState::default()).collect(),
             rng: SimRng::new(seed),
             store: MemStore::with_manual_clock(DbTime::from_unix_micros(DB_BASE_MICROS)),
             db_micros: 0,
@@ -443,7 +484,7 @@ impl<'a, C, X> Net<'a, C, X> {
             paused: 0,
             held: Vec::new(),
             tracing,
-            tally: Tally { trace_hash: 0xcbf2_9ce4_8422_2325, ..Tally::default() },
+            timeline: Timeline { trace_hash: 0xcbf2_9ce4_8422_2325, ..Timeline::default() },
         }
     }
 
@@ -465,8 +506,8 @@ impl<'a, C, X> Net<'a, C, X> {
 
     /// See [`events::note`].
     pub(crate) fn note(&mut self, t: u64, code: u64, a: u64, b: u64, text: impl FnOnce() -> String) {
-        let trace = self.tracing.then_some(&mut self.tally.trace);
-        events::note(&mut self.tally.trace_hash, trace, (t, code, a, b), text);
+        let trace = self.tracing.then_some(&mut self.timeline.trace);
+        events::note(&mut self.timeline.trace_hash, trace, (t, code, a, b), text);
     }
 
     // ---- clocks ----
@@ -633,10 +674,10 @@ impl<'a, C, X> Net<'a, C, X> {
         let (req_loss, rep_loss) = self.loss(host);
         if self.partitioned(host) || self.rng.percent(if reply { rep_loss } else { req_loss }) {
             if reply {
-                self.tally.lost_replies += 1;
+                self.timeline.lost_replies += 1;
                 self.note(t, 4, node as u64, id, || format!("n{node} reply {id} lost"));
             } else {
-                self.tally.lost_requests += 1;
+                self.timeline.lost_requests += 1;
                 self.note(t, 3, node as u64, id, || format!("n{node} request {id} lost"));
             }
             return;
@@ -651,7 +692,7 @@ impl<'a, C, X> Net<'a, C, X> {
     /// held by a pause, or to apply now.
     pub(crate) fn arrive(&mut self, t: u64, node: usize, host: usize, id: u64, call: C) -> Option<C> {
         if self.partitioned(host) {
-            self.tally.lost_requests += 1;
+            self.timeline.lost_requests += 1;
             self.note(t, 3, node as u64, id, || format!("n{node} request {id} lost (partition)"));
             None
         } else if self.paused > 0 {
@@ -708,7 +749,7 @@ impl<'a, C, X> Net<'a, C, X> {
     pub(crate) fn reply_cut_off(&mut self, t: u64, node: usize, host: usize, id: u64) -> bool {
         let cut = self.partitioned(host);
         if cut {
-            self.tally.lost_replies += 1;
+            self.timeline.lost_replies += 1;
             self.note(t, 4, node as u64, id, || format!("n{node} reply {id} lost (partition)"));
         }
         cut

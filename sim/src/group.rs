@@ -4,7 +4,7 @@
 
 use crate::events::{dur, nanos};
 use crate::fleet::{
-    outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, ReleaseTotals, Tally, Timer, Windowed,
+    outputs_disagree, stretches, Fleet, Net, Process, ReleaseStats, ReleaseTotals, Timeline, Timer, Windowed,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -126,29 +126,46 @@ impl fmt::Display for GroupViolation {
 pub struct GroupRunReport {
     /// The first property that failed, if any (the run stops there).
     pub violation: Option<GroupViolation>,
-    /// Events processed.
-    pub events: u64,
+    /// Events, lost messages, times and the trace; the recovery is the
+    /// last election's.
+    pub timeline: Timeline,
     /// Participants' hosts.
     pub participants: usize,
     /// Processes run (first starts and fresh processes after kills and
     /// shutdowns).
     pub processes: usize,
-    /// Processes that started after the first lease of the run: late
-    /// joiners and fresh processes, joining a group already led.
-    pub late_joins: u64,
     /// Elections per participant.
     pub elections: usize,
     /// Whether the run had a fair share.
     pub fair_share: bool,
+    /// Calls, terms, faults and leaves, counted.
+    pub counts: GroupCounts,
+    /// The fairness allowance for this schedule (with a fair share).
+    pub fairness_allowance: Duration,
+    /// With a fair share: how long after the faults ended a live
+    /// participant was last seen leading beyond its share (zero if never).
+    pub fairness_convergence: Option<Duration>,
+    /// The release feed: releases, wakes ([`GroupSchedule::wakes`]) and
+    /// the hand-overs after releases, per election.
+    pub releases: ReleaseStats,
+}
+
+/// What a group run counts. In a [`GroupExploration`], summed over its
+/// runs (of `max_batch_entries` and `max_renew_entries`, the largest).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupCounts {
+    /// Processes that started after the first lease of the run: late
+    /// joiners and fresh processes, joining a group already led.
+    pub late_joins: u64,
     /// Store calls sent: batches, by kind.
     pub batches: u64,
-    /// See [`GroupRunReport::batches`].
+    /// See [`GroupCounts::batches`].
     pub acquire_batches: u64,
-    /// See [`GroupRunReport::batches`].
+    /// See [`GroupCounts::batches`].
     pub renew_batches: u64,
-    /// See [`GroupRunReport::batches`].
+    /// See [`GroupCounts::batches`].
     pub release_batches: u64,
-    /// See [`GroupRunReport::batches`].
+    /// See [`GroupCounts::batches`].
     pub inspect_batches: u64,
     /// Elections' calls carried by the batches, summed.
     pub batch_entries: u64,
@@ -171,10 +188,6 @@ pub struct GroupRunReport {
     pub refused_calls: u64,
     /// Calls applied by the database.
     pub applied: u64,
-    /// Requests lost on the way.
-    pub lost_requests: u64,
-    /// Replies lost on the way (the write landed).
-    pub lost_replies: u64,
     /// Batch answers that reached a participant after it had given the
     /// batch up.
     pub late_replies: u64,
@@ -207,27 +220,18 @@ pub struct GroupRunReport {
     pub replayed: u64,
     /// Of those, how many a machine was still waiting for (and took).
     pub replays_taken: u64,
-    /// Virtual time the run covered.
-    pub virtual_time: Duration,
-    /// When the last fault's effects ended.
-    pub faults_end: Duration,
-    /// The liveness bound for this schedule.
-    pub liveness_bound: Duration,
-    /// How long after the faults ended the last election's final, lasting
-    /// term began (zero if every one began before).
-    pub recovery: Option<Duration>,
-    /// The fairness allowance for this schedule (with a fair share).
-    pub fairness_allowance: Duration,
-    /// With a fair share: how long after the faults ended a live
-    /// participant was last seen leading beyond its share (zero if never).
-    pub fairness_convergence: Option<Duration>,
-    /// The release feed: releases, wakes ([`GroupSchedule::wakes`]) and
-    /// the hand-overs after releases, per election.
-    pub releases: ReleaseStats,
-    /// A hash of every event, its time and its effect.
-    pub trace_hash: u64,
-    /// The events as text, when asked for.
-    pub trace: Vec<String>,
+}
+
+impl std::ops::AddAssign for GroupCounts {
+    fn add_assign(&mut self, o: GroupCounts) {
+        add_fields!(self, o: GroupCounts {
+            sum: late_joins, batches, acquire_batches, renew_batches, release_batches, inspect_batches,
+                batch_entries, member_calls, beats_with_renewals, queued_calls, refused_calls, applied,
+                late_replies, abandoned, terms, handovers, kills, permanent_kills, shutdowns, leaves, landed_late,
+                rejoins, resigns, shed, replayed, replays_taken;
+            max: max_batch_entries, max_renew_entries,
+        });
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -340,7 +344,6 @@ struct World<'a> {
     s: &'a GroupSchedule,
     net: Net<'a, GroupCall, Own>,
     nodes: Vec<Node>,
-    hosts: Vec<HostState>,
     /// Renewal batches held in transit across a leave, by node, in the
     /// order sent.
     stuck: Vec<(usize, GroupCall)>,
@@ -370,7 +373,6 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
         s,
         net: Net::new(s.seed, &s.participants, trace),
         nodes: Vec::new(),
-        hosts: (0..s.participants.len()).map(|_| HostState::default()).collect(),
         stuck: Vec::new(),
         deferred_leaves: BTreeSet::new(),
         elecs: (0..s.elections)
@@ -390,8 +392,6 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
             participants: s.participants.len(),
             elections: s.elections,
             fair_share: s.fair_share,
-            faults_end,
-            liveness_bound: bound,
             fairness_allowance: if s.fair_share { allowance } else { Duration::ZERO },
             releases: ReleaseStats { feed: s.wakes.is_some(), ..ReleaseStats::default() },
             ..GroupRunReport::default()
@@ -403,6 +403,8 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
     };
     // Subscribed before any call, as a driver does when it starts.
     w.feed = w.net.store.releases();
+    w.net.timeline.faults_end = faults_end;
+    w.net.timeline.liveness_bound = bound;
     w.net.start_hosts();
     for (i, f) in s.faults.iter().enumerate() {
         w.net.push(nanos(f.at), Ev::FaultStart(i));
@@ -412,8 +414,7 @@ pub fn run_group(schedule: &GroupSchedule, trace: bool) -> GroupRunReport {
     if s.fair_share {
         w.net.push_own(w.fair_from, Own::CheckFairness);
     }
-    let Tally { events, lost_requests, lost_replies, trace_hash, trace } = w.run_to(end, MAX_EVENTS);
-    GroupRunReport { events, lost_requests, lost_replies, trace_hash, trace, ..w.report }
+    GroupRunReport { timeline: w.run_to(end, MAX_EVENTS), ..w.report }
 }
 
 fn op_name(op: BatchOp) -> &'static str {
@@ -542,9 +543,9 @@ impl World<'_> {
                 let detail = format!("the group handed out {}'s call {call:?} as an event", self.elecs[e].name);
                 self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
             }
-            Output::CallAbandoned(_) => self.report.abandoned += 1,
+            Output::CallAbandoned(_) => self.report.counts.abandoned += 1,
             Output::TermStarted { term, fence, deadline } => {
-                self.report.terms += 1;
+                self.report.counts.terms += 1;
                 self.term_started(t, node, key, e, term, fence, deadline);
             }
             Output::DeadlineExtended { term, deadline } => self.deadline_extended(t, node, e, term, deadline),
@@ -593,7 +594,7 @@ impl World<'_> {
         }
         if std::mem::take(&mut n.rejoin_pending[e]) && !n.stopping {
             self.join(t, node, e);
-            self.report.rejoins += 1;
+            self.report.counts.rejoins += 1;
             let name = Arc::clone(&self.elecs[e].name);
             self.net.note(t, 19, node as u64, e as u64, || format!("n{node} {name} joins again"));
         }
@@ -619,7 +620,7 @@ impl World<'_> {
     /// The process is gone: count what its group did.
     fn retire(&mut self, node: usize) {
         if let Some(gm) = self.nodes[node].gm.take() {
-            self.report.shed += gm.shed_count();
+            self.report.counts.shed += gm.shed_count();
         }
         self.nodes[node].timer.at = None;
     }
@@ -677,7 +678,7 @@ impl World<'_> {
             // Every worker busy, none hung (a worker here is busy at most
             // an operation timeout): the call waits for the first to come
             // free, as the library's pool does.
-            self.report.queued_calls += 1;
+            self.report.counts.queued_calls += 1;
             self.net.note(t, 2, node as u64, id.0, || format!("n{node} call {} waits for a worker", id.0));
             let free = self.nodes[node].workers.iter().map(|&(_, until)| until).min().unwrap_or(t);
             self.nodes[node].queued.push_back((t, call));
@@ -688,17 +689,18 @@ impl World<'_> {
         self.nodes[node].workers.push((id, busy_until));
         match &call {
             GroupCall::Batch(b) => {
-                self.report.batches += 1;
-                self.report.batch_entries += b.entries.len() as u64;
-                self.report.max_batch_entries = self.report.max_batch_entries.max(b.entries.len());
+                self.report.counts.batches += 1;
+                self.report.counts.batch_entries += b.entries.len() as u64;
+                self.report.counts.max_batch_entries = self.report.counts.max_batch_entries.max(b.entries.len());
                 match b.op {
-                    BatchOp::Acquire => self.report.acquire_batches += 1,
+                    BatchOp::Acquire => self.report.counts.acquire_batches += 1,
                     BatchOp::Renew => {
-                        self.report.renew_batches += 1;
-                        self.report.max_renew_entries = self.report.max_renew_entries.max(b.entries.len());
+                        self.report.counts.renew_batches += 1;
+                        self.report.counts.max_renew_entries =
+                            self.report.counts.max_renew_entries.max(b.entries.len());
                     }
-                    BatchOp::Release => self.report.release_batches += 1,
-                    BatchOp::Inspect => self.report.inspect_batches += 1,
+                    BatchOp::Release => self.report.counts.release_batches += 1,
+                    BatchOp::Inspect => self.report.counts.inspect_batches += 1,
                 }
                 let calls = if self.s.variant == GroupVariant::ReplaysLateAnswers {
                     b.entries.iter().map(|e| (e.key, e.call)).collect()
@@ -710,7 +712,7 @@ impl World<'_> {
                 self.net.note(t, 10, node as u64, id.0, || format!("n{node} batch {}: {} of {len}", id.0, op_name(op)));
             }
             GroupCall::Heartbeat { .. } | GroupCall::Leave { .. } => {
-                self.report.member_calls += 1;
+                self.report.counts.member_calls += 1;
                 let what = if matches!(call, GroupCall::Leave { .. }) { "leave" } else { "heartbeat" };
                 self.net.note(t, 10, node as u64, id.0, || format!("n{node} call {}: {what}", id.0));
             }
@@ -786,8 +788,8 @@ impl World<'_> {
         self.net.note(t, 40, from as u64, n as u64, || format!("the feed reports {n} elections n{from} released"));
         let Some(feed) = self.s.wakes else { return };
         let from_host = self.nodes[from].host;
-        for host in (0..self.hosts.len()).filter(|&h| h != from_host) {
-            let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { continue };
+        for host in (0..self.net.states.len()).filter(|&h| h != from_host) {
+            let Some(node) = self.net.states[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { continue };
             let again_within = self.s.timing.retry_period;
             for at in self.net.send_wake(t, (node, host), feed, again_within, &mut self.report.releases) {
                 self.net.push_own(at, Own::Wake { node, elections: elections.clone() });
@@ -832,7 +834,7 @@ impl World<'_> {
                 self.send(t, node, call);
                 continue;
             }
-            self.report.refused_calls += 1;
+            self.report.counts.refused_calls += 1;
             let id = call.id();
             self.net
                 .note(t, 2, node as u64, id.0, || format!("n{node} call {} waited out the timeout: not sent", id.0));
@@ -872,7 +874,7 @@ impl World<'_> {
                 let gm = self.nodes[node].gm.as_ref().expect("checked above");
                 let known = !gm.batch_keys(id).is_empty();
                 if !known {
-                    self.report.late_replies += 1;
+                    self.report.counts.late_replies += 1;
                 }
                 self.net.note(t, 5, node as u64, id.0, || {
                     format!(
@@ -926,8 +928,8 @@ impl World<'_> {
             taken += u64::from(waiting);
             gm.with_machine(now, key, |m| m.handle_reply(now, call, outcome));
         }
-        self.report.replayed += calls.len() as u64;
-        self.report.replays_taken += taken;
+        self.report.counts.replayed += calls.len() as u64;
+        self.report.counts.replays_taken += taken;
         let n = calls.len();
         self.net.note(t, 8, node as u64, n as u64, || format!("n{node} REPLAYS {n} answers as fresh ({taken} taken)"));
         self.after(t, node);
@@ -942,7 +944,7 @@ impl World<'_> {
             GroupTarget::Host(h) => h,
             GroupTarget::Leader => {
                 let mut best = (0, 0);
-                for (host, hs) in self.hosts.iter().enumerate() {
+                for (host, hs) in self.net.states.iter().enumerate() {
                     let Some(node) = hs.current else { continue };
                     let count = self.valid_count(node, t);
                     if count > best.1 {
@@ -956,24 +958,24 @@ impl World<'_> {
 
     /// The running (not stopping) process of `host`, if any.
     fn running(&self, host: usize) -> Option<usize> {
-        self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some() && !self.nodes[n].stopping)
+        self.net.states[host].current.filter(|&n| self.nodes[n].gm.is_some() && !self.nodes[n].stopping)
     }
 
     /// Whether `host` may go for good: another host is still in the fleet.
     fn may_go(&self, host: usize) -> bool {
-        self.hosts.iter().enumerate().any(|(h, hs)| h != host && !hs.gone)
+        self.net.states.iter().enumerate().any(|(h, hs)| h != host && !hs.gone)
     }
 
     fn kill(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {
-        let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { return };
-        if self.hosts[host].restart_pending {
+        let Some(node) = self.net.states[host].current.filter(|&n| self.nodes[n].gm.is_some()) else { return };
+        if self.net.states[host].restart_pending {
             return;
         }
         let forever = permanent && self.may_go(host);
         self.net.note(t, 30, i as u64, host as u64, || {
             format!("fault {i}: KILL host {host} (n{node}){}", if forever { " for good" } else { "" })
         });
-        self.report.kills += 1;
+        self.report.counts.kills += 1;
         // The process is gone: its guards with it, its leases and member
         // row left on the database.
         let guards: Vec<usize> = self.nodes[node].guards.keys().copied().collect();
@@ -982,8 +984,8 @@ impl World<'_> {
         }
         self.retire(node);
         if forever {
-            self.hosts[host].gone = true;
-            self.report.permanent_kills += 1;
+            self.net.states[host].gone = true;
+            self.report.counts.permanent_kills += 1;
         } else {
             self.restart_later(t, host, down);
         }
@@ -991,14 +993,14 @@ impl World<'_> {
 
     fn shutdown(&mut self, t: u64, i: usize, host: usize, down: Duration, permanent: bool) {
         let Some(node) = self.running(host) else { return };
-        if self.hosts[host].restart_pending {
+        if self.net.states[host].restart_pending {
             return;
         }
         let forever = permanent && self.may_go(host);
         self.net.note(t, 30, i as u64, host as u64, || {
             format!("fault {i}: SHUTDOWN host {host} (n{node}){}", if forever { " for good" } else { "" })
         });
-        self.report.shutdowns += 1;
+        self.report.counts.shutdowns += 1;
         let now = self.net.local(host, t);
         self.nodes[node].shutdown_at = Some(t);
         self.nodes[node].stopping = true;
@@ -1008,7 +1010,7 @@ impl World<'_> {
         }
         self.after(t, node);
         if forever {
-            self.hosts[host].gone = true;
+            self.net.states[host].gone = true;
         } else {
             self.restart_later(t, host, down);
         }
@@ -1034,7 +1036,7 @@ impl World<'_> {
             }
             left.push(e);
         }
-        self.report.leaves += left.len() as u64;
+        self.report.counts.leaves += left.len() as u64;
         let n_left = left.len();
         self.net.note(t, 30, i as u64, host as u64, || {
             format!(
@@ -1085,7 +1087,7 @@ impl World<'_> {
         let Some(at) = self.stuck.iter().position(|(n, _)| *n == node) else { return };
         let (_, call) = self.stuck.remove(at);
         let id = call.id();
-        self.report.landed_late += 1;
+        self.report.counts.landed_late += 1;
         self.net.note(t, 4, node as u64, id.0, || format!("n{node} batch {} held in transit lands", id.0));
         self.apply(t, node, call);
         self.schedule_landing(t, node);
@@ -1108,7 +1110,7 @@ impl World<'_> {
                 Some(_) => {}
             }
         }
-        self.report.rejoins += joined;
+        self.report.counts.rejoins += joined;
         self.net.note(t, 19, node as u64, joined, || {
             format!("n{node}: {joined} elections join again ({} wait for their leave)", elections.len() as u64 - joined)
         });
@@ -1128,7 +1130,7 @@ impl World<'_> {
                     m.resign(now, term.id);
                 }
             });
-            self.report.resigns += 1;
+            self.report.counts.resigns += 1;
         }
         self.after(t, node);
     }
@@ -1210,7 +1212,7 @@ impl World<'_> {
         let el = &mut self.elecs[e];
         el.max_term_fence = el.max_term_fence.max(fence);
         if el.last_leader.is_some_and(|l| l != node) {
-            self.report.handovers += 1;
+            self.report.counts.handovers += 1;
         }
         el.last_leader = Some(node);
         el.holders.push(node);
@@ -1318,10 +1320,6 @@ impl<'a> Fleet<'a> for World<'a> {
         &mut self.net
     }
 
-    fn host_state(&mut self, host: usize) -> &mut HostState {
-        &mut self.hosts[host]
-    }
-
     fn process(&mut self, node: usize) -> Process<'_> {
         let n = &mut self.nodes[node];
         Process { host: n.host, identity: &n.identity, timer: n.gm.as_ref().map(|_| &mut n.timer) }
@@ -1340,7 +1338,6 @@ impl<'a> Fleet<'a> for World<'a> {
     }
 
     fn finish(&mut self, now: u64, end: u64) {
-        self.report.virtual_time = dur(now);
         if self.report.violation.is_none() {
             for node in 0..self.nodes.len() {
                 if let (Some(since), true) = (self.nodes[node].shutdown_at, self.nodes[node].gm.is_some()) {
@@ -1376,7 +1373,7 @@ impl<'a> Fleet<'a> for World<'a> {
         if self.report.violation.is_some() {
             return;
         }
-        let deadline = self.faults_end.saturating_add(nanos(self.report.liveness_bound));
+        let deadline = self.faults_end.saturating_add(nanos(self.net.timeline.liveness_bound));
         // With a fair share, a term shed after the faults (the share's own
         // hand-over, until the shares have evened out) leaves its election
         // unled until a member under its share looks: a gap of at most
@@ -1424,11 +1421,8 @@ impl<'a> Fleet<'a> for World<'a> {
                 .map(|(s, x)| format!("{:?}..{:?}", dur(*s), dur(*x)))
                 .collect();
             let detail = format!(
-                "faults ended at {:?}, bound {:?}, run ended at {:?}; longest gap after the bound {:?} (allowed {:?}); \
-                 stretches of leadership since the faults: {}",
-                self.report.faults_end,
-                self.report.liveness_bound,
-                dur(end),
+                "{}; longest gap after the bound {:?} (allowed {:?}); stretches of leadership since the faults: {}",
+                self.net.timeline.missed(end),
                 if longest_gap == u64::MAX { Duration::MAX } else { dur(longest_gap) },
                 dur(gap),
                 if shown.is_empty() { "none".to_owned() } else { shown.join(", ") }
@@ -1436,7 +1430,7 @@ impl<'a> Fleet<'a> for World<'a> {
             self.violate(end, GroupProperty::EveryElectionLed, Some(e), detail);
             return;
         }
-        self.report.recovery = Some(dur(worst));
+        self.net.timeline.recovery = Some(dur(worst));
     }
 
     fn no_progress(&mut self, t: u64, detail: String) {
@@ -1474,7 +1468,7 @@ impl<'a> Fleet<'a> for World<'a> {
 
     fn spawn(&mut self, t: u64, host: usize) {
         let s = self.s;
-        let hs = &mut self.hosts[host];
+        let hs = &mut self.net.states[host];
         hs.processes += 1;
         let identity = format!("p{host}.{}#{:016x}", hs.processes, self.net.rng.next_u64());
         let member = if s.variant == GroupVariant::SharedMemberName { "member".to_owned() } else { identity.clone() };
@@ -1513,10 +1507,10 @@ impl<'a> Fleet<'a> for World<'a> {
             workers: Vec::new(),
             queued: std::collections::VecDeque::new(),
         });
-        self.hosts[host].current = Some(node);
+        self.net.states[host].current = Some(node);
         self.report.processes += 1;
         if t > nanos(s.timing.lease_duration) {
-            self.report.late_joins += 1;
+            self.report.counts.late_joins += 1;
         }
         for e in 0..s.elections {
             self.join(t, node, e);
@@ -1527,7 +1521,7 @@ impl<'a> Fleet<'a> for World<'a> {
     /// The database runs one call at real instant `t` on its own clock.
     fn apply(&mut self, t: u64, node: usize, call: GroupCall) {
         self.net.advance_db(t);
-        self.report.applied += 1;
+        self.report.counts.applied += 1;
         let host = self.nodes[node].host;
         let identity = self.nodes[node].identity.clone();
         let op_timeout = self.s.timing.operation_timeout;
@@ -1540,8 +1534,8 @@ impl<'a> Fleet<'a> for World<'a> {
                     let r = self.net.store.heartbeat(GROUP, &self.nodes[node].member, h.leading, h.ttl, op_timeout);
                     self.net
                         .note(t, 21, node as u64, h.id.0, || format!("db applies n{node} heartbeat {}: {r:?}", h.id.0));
-                    self.report.member_calls += 1;
-                    self.report.beats_with_renewals += 1;
+                    self.report.counts.member_calls += 1;
+                    self.report.counts.beats_with_renewals += 1;
                     (h.id, r)
                 });
                 let bare = Batch { heartbeat: None, ..b.clone() };
@@ -1642,7 +1636,7 @@ pub fn group_replay_command(schedule: &GroupSchedule) -> String {
 pub fn describe_group_failure(seed: Option<u64>, schedule: &GroupSchedule) -> String {
     let report = run_group(schedule, true);
     let violation = report.violation.as_ref().map(|v| format!("sim-group: {v}"));
-    crate::describe(violation, seed, &schedule.bytes, schedule, &report.trace, &group_replay_command(schedule))
+    crate::describe(violation, seed, &schedule.bytes, schedule, &report.timeline.trace, &group_replay_command(schedule))
 }
 
 /// Totals over many group runs.
@@ -1657,52 +1651,10 @@ pub struct GroupExploration {
     /// Elections driven (per schedule, its elections times its processes),
     /// summed.
     pub elections_driven: u64,
-    /// Terms started, summed.
-    pub terms: u64,
-    /// Hand-overs (a term started by another participant than the one
-    /// before), summed.
-    pub handovers: u64,
-    /// Batches sent, summed.
-    pub batches: u64,
-    /// Elections' calls in them, summed.
-    pub batch_entries: u64,
-    /// The most elections one batch carried.
-    pub max_batch_entries: usize,
-    /// The most elections one renewal batch carried.
-    pub max_renew_entries: usize,
-    /// Heartbeats that went with a renewal batch, summed.
-    pub beats_with_renewals: u64,
+    /// The runs' counts, summed.
+    pub counts: GroupCounts,
     /// Requests and replies lost, summed.
     pub lost: u64,
-    /// Calls that waited for a busy worker, summed.
-    pub queued_calls: u64,
-    /// Calls that waited out the timeout for a worker, summed.
-    pub refused_calls: u64,
-    /// Batch answers that came after the batch was given up, summed.
-    pub late_replies: u64,
-    /// Processes killed, summed; of those, for good.
-    pub kills: u64,
-    /// See [`GroupExploration::kills`].
-    pub permanent_kills: u64,
-    /// Clean shutdowns, summed.
-    pub shutdowns: u64,
-    /// Processes that joined a group already running, summed.
-    pub late_joins: u64,
-    /// Elections that left and joined again, summed.
-    pub leaves: u64,
-    /// See [`GroupRunReport::landed_late`].
-    pub landed_late: u64,
-    /// See [`GroupExploration::leaves`].
-    pub rejoins: u64,
-    /// Terms resigned by the program, summed.
-    pub resigns: u64,
-    /// Terms shed by the fair share, summed.
-    pub shed: u64,
-    /// Answers replayed as fresh ([`GroupVariant::ReplaysLateAnswers`]),
-    /// summed, and how many of them a machine took.
-    pub replayed: u64,
-    /// See [`GroupExploration::replayed`].
-    pub replays_taken: u64,
     /// Fair-share schedules in which some term was shed.
     pub schedules_shedding: u64,
     /// The slowest recovery after the faults, and the bound it was held to.
@@ -1736,34 +1688,14 @@ impl GroupExploration {
         GroupExploration {
             schedules: 1,
             fair_schedules: u64::from(r.fair_share),
-            events: r.events,
+            events: r.timeline.events,
             elections_driven: (r.elections * r.processes) as u64,
-            terms: r.terms,
-            handovers: r.handovers,
-            batches: r.batches,
-            batch_entries: r.batch_entries,
-            max_batch_entries: r.max_batch_entries,
-            max_renew_entries: r.max_renew_entries,
-            beats_with_renewals: r.beats_with_renewals,
-            lost: r.lost_requests + r.lost_replies,
-            queued_calls: r.queued_calls,
-            refused_calls: r.refused_calls,
-            late_replies: r.late_replies,
-            kills: r.kills,
-            permanent_kills: r.permanent_kills,
-            shutdowns: r.shutdowns,
-            late_joins: r.late_joins,
-            leaves: r.leaves,
-            landed_late: r.landed_late,
-            rejoins: r.rejoins,
-            resigns: r.resigns,
-            shed: r.shed,
-            replayed: r.replayed,
-            replays_taken: r.replays_taken,
-            schedules_shedding: u64::from(r.fair_share && r.shed > 0),
-            worst_recovery: r.recovery.map_or_else(Default::default, |rec| (rec, r.liveness_bound)),
+            counts: r.counts,
+            lost: r.timeline.lost(),
+            schedules_shedding: u64::from(r.fair_share && r.counts.shed > 0),
+            worst_recovery: r.timeline.recovery_of_bound(),
             worst_fairness: r.fairness_convergence.map_or_else(Default::default, |c| (c, r.fairness_allowance)),
-            total_virtual: r.virtual_time,
+            total_virtual: r.timeline.virtual_time,
             with_wakes,
             without_wakes,
             failures: r.violation.iter().map(|v| (seed, v.clone())).collect(),
@@ -1773,11 +1705,9 @@ impl GroupExploration {
 
     fn merge(&mut self, o: GroupExploration) {
         merge_totals!(self, o: GroupExploration {
-            sum: schedules, fair_schedules, events, elections_driven, terms, handovers, batches, batch_entries,
-                beats_with_renewals, lost, queued_calls, refused_calls, late_replies, kills, permanent_kills,
-                shutdowns, late_joins, leaves, landed_late, rejoins, resigns, shed, replayed, replays_taken,
-                schedules_shedding, total_virtual, with_wakes, without_wakes;
-            max: max_batch_entries, max_renew_entries;
+            sum: schedules, fair_schedules, events, elections_driven, counts, lost, schedules_shedding, total_virtual,
+                with_wakes, without_wakes;
+            max: ;
             worst: worst_recovery, worst_fairness,
         });
     }
@@ -1785,6 +1715,7 @@ impl GroupExploration {
     /// One line for the test log.
     pub fn summary(&self) -> String {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let c = &self.counts;
         format!(
             "sim-group: explored {} schedules ({:.1}/s, {} with a fair share), {:.2} M events, {} elections driven, \
              {} terms, {} hand-overs; {} batches carrying {} calls (largest {}, largest renewal {}), {} heartbeats with renewals; {} messages \
@@ -1796,26 +1727,26 @@ impl GroupExploration {
             self.fair_schedules,
             self.events as f64 / 1e6,
             self.elections_driven,
-            self.terms,
-            self.handovers,
-            self.batches,
-            self.batch_entries,
-            self.max_batch_entries,
-            self.max_renew_entries,
-            self.beats_with_renewals,
+            c.terms,
+            c.handovers,
+            c.batches,
+            c.batch_entries,
+            c.max_batch_entries,
+            c.max_renew_entries,
+            c.beats_with_renewals,
             self.lost,
-            self.late_replies,
-            self.queued_calls,
-            self.refused_calls,
-            self.kills,
-            self.permanent_kills,
-            self.shutdowns,
-            self.late_joins,
-            self.leaves,
-            self.rejoins,
-            self.landed_late,
-            self.resigns,
-            self.shed,
+            c.late_replies,
+            c.queued_calls,
+            c.refused_calls,
+            c.kills,
+            c.permanent_kills,
+            c.shutdowns,
+            c.late_joins,
+            c.leaves,
+            c.rejoins,
+            c.landed_late,
+            c.resigns,
+            c.shed,
             self.schedules_shedding,
             self.worst_recovery.0,
             self.worst_recovery.1,

@@ -273,7 +273,7 @@
 //! let schedule = GroupSchedule::from_seed(1, GroupVariant::Normal);
 //! let report = run_group(&schedule, false);
 //! assert!(report.violation.is_none(), "{:?}", report.violation);
-//! assert!(report.terms >= schedule.elections as u64);
+//! assert!(report.counts.terms >= schedule.elections as u64);
 //! ```
 
 /// The body of an exploration's `merge`: `$o`, a `$ty`, taken apart whole
@@ -283,14 +283,25 @@
 /// used more of its bound, and its failures appended. Its `elapsed` is
 /// left: zero in one run's totals, the exploration times the whole.
 macro_rules! merge_totals {
-    ($self:ident, $o:ident: $ty:ident { sum: $($s:ident),+; max: $($m:ident),+; worst: $($w:ident),+ $(,)? }) => {
-        let $ty { $($s,)+ $($m,)+ $($w,)+ failures, elapsed: _ } = $o;
+    ($self:ident, $o:ident: $ty:ident { sum: $($s:ident),+; max: $($m:ident),*; worst: $($w:ident),+ $(,)? }) => {
+        let $ty { $($s,)+ $($m,)* $($w,)+ failures, elapsed: _ } = $o;
         $($self.$s += $s;)+
-        $($self.$m = $self.$m.max($m);)+
+        $($self.$m = $self.$m.max($m);)*
         $(if crate::ratio($w) > crate::ratio($self.$w) {
             $self.$w = $w;
         })+
         $self.failures.extend(failures);
+    };
+}
+
+/// `$o`, a `$ty`, taken apart whole (a field added to the struct and not
+/// named here fails to compile) and added to `$self`: its fields under
+/// `sum` added, of those under `max` the larger kept.
+macro_rules! add_fields {
+    ($self:ident, $o:ident: $ty:ident { sum: $($s:ident),+; max: $($m:ident),+ $(,)? }) => {
+        let $ty { $($s,)+ $($m,)+ } = $o;
+        $($self.$s += $s;)+
+        $($self.$m = $self.$m.max($m);)+
     };
 }
 
@@ -305,7 +316,7 @@ mod world;
 
 use std::time::{Duration, Instant};
 
-pub use fleet::{ReleaseStats, ReleaseTotals};
+pub use fleet::{ReleaseStats, ReleaseTotals, Timeline};
 pub use rng::{Bytes, SimRng};
 pub use schedule::{
     from_hex, safe_rate_range, to_hex, Fault, Host, Schedule, Target, TimedFault, Variant, WakeFeed, MAX_FAULTS,
@@ -314,8 +325,8 @@ pub use schedule::{
 pub use world::{run, Property, RunReport, Violation, DB_BASE_MICROS, ELECTION};
 
 pub use group::{
-    describe_group_failure, election_name, explore_groups, group_replay_command, run_group, GroupExploration,
-    GroupProperty, GroupRunReport, GroupViolation, GROUP,
+    describe_group_failure, election_name, explore_groups, group_replay_command, run_group, GroupCounts,
+    GroupExploration, GroupProperty, GroupRunReport, GroupViolation, GROUP,
 };
 pub use group_schedule::{
     valid_for_group, GroupFault, GroupSchedule, GroupTarget, GroupTimedFault, GroupVariant, Participant, FAULT_BYTES,
@@ -336,7 +347,7 @@ pub fn replay_command(schedule: &Schedule) -> String {
 pub fn describe_failure(seed: Option<u64>, schedule: &Schedule) -> String {
     let report = run(schedule, true);
     let violation = report.violation.as_ref().map(|v| format!("sim: {v}"));
-    describe(violation, seed, &schedule.bytes, schedule, &report.trace, &replay_command(schedule))
+    describe(violation, seed, &schedule.bytes, schedule, &report.timeline.trace, &replay_command(schedule))
 }
 
 /// A failed run of either world, described for a person.
@@ -425,15 +436,15 @@ impl Exploration {
         let (with_wakes, without_wakes) = ReleaseTotals::by_feed(&r.releases);
         Exploration {
             schedules: 1,
-            events: r.events,
+            events: r.timeline.events,
             terms: r.terms,
-            lost: r.lost_requests + r.lost_replies,
+            lost: r.timeline.lost(),
             late_replies: r.late_replies,
             max_hosts: r.hosts,
             max_processes: r.processes,
-            longest_virtual: r.virtual_time,
-            total_virtual: r.virtual_time,
-            worst_recovery: r.recovery.map_or_else(Default::default, |rec| (rec, r.liveness_bound)),
+            longest_virtual: r.timeline.virtual_time,
+            total_virtual: r.timeline.virtual_time,
+            worst_recovery: r.timeline.recovery_of_bound(),
             deletes: r.deletes,
             restores: r.restores,
             clears: r.clears,

@@ -1,7 +1,7 @@
 //! The fleet on virtual time, and the oracle that watches every step.
 
 use crate::events::{dur, nanos};
-use crate::fleet::{outputs_disagree, stretches, Fleet, HostState, Net, Process, ReleaseStats, Tally, Timer, Windowed};
+use crate::fleet::{outputs_disagree, stretches, Fleet, Net, Process, ReleaseStats, Timeline, Timer, Windowed};
 use std::fmt;
 use std::time::Duration;
 
@@ -107,16 +107,12 @@ impl fmt::Display for Violation {
 pub struct RunReport {
     /// The first property that failed, if any (the run stops there).
     pub violation: Option<Violation>,
-    /// Events processed.
-    pub events: u64,
+    /// Events, lost messages, times and the trace.
+    pub timeline: Timeline,
     /// Store calls started by the machines.
     pub calls: u64,
     /// Calls applied by the database.
     pub applied: u64,
-    /// Requests lost on the way.
-    pub lost_requests: u64,
-    /// Replies lost on the way (the write landed).
-    pub lost_replies: u64,
     /// Calls the machines abandoned at the operation timeout.
     pub abandoned: u64,
     /// Replies delivered to a call already abandoned.
@@ -127,19 +123,6 @@ pub struct RunReport {
     pub processes: usize,
     /// Hosts in the fleet.
     pub hosts: usize,
-    /// Virtual time the run covered.
-    pub virtual_time: Duration,
-    /// When the last fault's effects ended.
-    pub faults_end: Duration,
-    /// The liveness bound for this schedule.
-    pub liveness_bound: Duration,
-    /// How long after the faults ended the final, lasting term began (zero if
-    /// it began before).
-    pub recovery: Option<Duration>,
-    /// A hash of every event, its time and its effect.
-    pub trace_hash: u64,
-    /// The events as text, when asked for.
-    pub trace: Vec<String>,
     /// Operator faults applied: rows deleted, older rows restored, tables
     /// cleared.
     pub deletes: u64,
@@ -224,7 +207,6 @@ struct World<'a> {
     s: &'a Schedule,
     net: Net<'a, Call, Own>,
     nodes: Vec<Node>,
-    hosts: Vec<HostState>,
     leading: Vec<usize>,
     max_fence: u64,
     store_fence: u64,
@@ -264,7 +246,6 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         s: schedule,
         net: Net::new(schedule.seed, &schedule.hosts, trace),
         nodes: Vec::new(),
-        hosts: (0..schedule.hosts.len()).map(|_| HostState::default()).collect(),
         leading: Vec::new(),
         max_fence: 0,
         store_fence: 0,
@@ -286,8 +267,8 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
     w.feed = w.net.store.releases();
     w.net.store.set_claims_inherited_rows(schedule.variant == Variant::ClaimsInheritedRows);
     w.report.releases.feed = schedule.wakes.is_some();
-    w.report.faults_end = schedule.faults_end();
-    w.report.liveness_bound = schedule.liveness_bound();
+    w.net.timeline.faults_end = schedule.faults_end();
+    w.net.timeline.liveness_bound = schedule.liveness_bound();
     w.net.start_hosts();
     for (i, f) in schedule.faults.iter().enumerate() {
         if let Fault::RestoreRow { lag } | Fault::Failover { lag } = f.fault {
@@ -297,9 +278,8 @@ pub fn run(schedule: &Schedule, trace: bool) -> RunReport {
         }
         w.net.push(nanos(f.at), Ev::FaultStart(i));
     }
-    let end = nanos(w.report.faults_end + w.report.liveness_bound + schedule.timing.lease_duration * 2);
-    let Tally { events, lost_requests, lost_replies, trace_hash, trace } = w.run_to(end, MAX_EVENTS);
-    RunReport { events, lost_requests, lost_replies, trace_hash, trace, ..w.report }
+    let end = nanos(schedule.faults_end() + schedule.liveness_bound() + schedule.timing.lease_duration * 2);
+    RunReport { timeline: w.run_to(end, MAX_EVENTS), ..w.report }
 }
 
 impl World<'_> {
@@ -473,8 +453,10 @@ impl World<'_> {
         self.net.note(t, 40, from as u64, 0, || format!("the feed reports n{from}'s release"));
         let Some(feed) = self.s.wakes else { return };
         let from_host = self.nodes[from].host;
-        for host in (0..self.hosts.len()).filter(|&h| h != from_host) {
-            let Some(node) = self.hosts[host].current.filter(|&n| self.nodes[n].machine.is_some()) else { continue };
+        for host in (0..self.net.states.len()).filter(|&h| h != from_host) {
+            let Some(node) = self.net.states[host].current.filter(|&n| self.nodes[n].machine.is_some()) else {
+                continue;
+            };
             for _ in 0..released {
                 let again_within = self.s.timing.retry_period;
                 for at in self.net.send_wake(t, (node, host), feed, again_within, &mut self.report.releases) {
@@ -595,8 +577,8 @@ impl World<'_> {
     }
 
     fn crash(&mut self, t: u64, host: usize, down: Duration) {
-        let Some(node) = self.hosts[host].current else { return };
-        if self.hosts[host].restart_pending || self.nodes[node].machine.is_none() {
+        let Some(node) = self.net.states[host].current else { return };
+        if self.net.states[host].restart_pending || self.nodes[node].machine.is_none() {
             return;
         }
         // The process is gone: its guard with it, its lease left on the record.
@@ -607,8 +589,8 @@ impl World<'_> {
     }
 
     fn shutdown(&mut self, t: u64, host: usize, down: Duration) {
-        let Some(node) = self.hosts[host].current else { return };
-        if self.hosts[host].restart_pending || self.nodes[node].machine.as_ref().is_none_or(Machine::is_stopping) {
+        let Some(node) = self.net.states[host].current else { return };
+        if self.net.states[host].restart_pending || self.nodes[node].machine.as_ref().is_none_or(Machine::is_stopping) {
             return;
         }
         self.nodes[node].shutdown_at = Some(t);
@@ -821,10 +803,6 @@ impl<'a> Fleet<'a> for World<'a> {
         &mut self.net
     }
 
-    fn host_state(&mut self, host: usize) -> &mut HostState {
-        &mut self.hosts[host]
-    }
-
     fn process(&mut self, node: usize) -> Process<'_> {
         let n = &mut self.nodes[node];
         Process { host: n.host, identity: &n.identity, timer: n.machine.as_ref().map(|_| &mut n.timer) }
@@ -842,7 +820,6 @@ impl<'a> Fleet<'a> for World<'a> {
     }
 
     fn finish(&mut self, now: u64, end: u64) {
-        self.report.virtual_time = dur(now);
         if self.report.violation.is_none() {
             for node in 0..self.nodes.len() {
                 if let (Some(since), Some(_)) = (self.nodes[node].shutdown_at, &self.nodes[node].machine) {
@@ -857,18 +834,17 @@ impl<'a> Fleet<'a> for World<'a> {
             return;
         }
         let last = stretches(std::mem::take(&mut self.intervals)).pop();
-        let faults_end = nanos(self.report.faults_end);
-        let deadline = faults_end.saturating_add(nanos(self.report.liveness_bound));
+        let timeline = &mut self.net.timeline;
+        let faults_end = nanos(timeline.faults_end);
+        let deadline = faults_end.saturating_add(nanos(timeline.liveness_bound));
         match last {
             Some((start, until)) if until >= end && start <= deadline => {
-                self.report.recovery = Some(dur(start.saturating_sub(faults_end)));
+                timeline.recovery = Some(dur(start.saturating_sub(faults_end)));
             }
             other => {
                 let detail = format!(
-                    "faults ended at {:?}, bound {:?}, run ended at {:?}; last stretch of leadership: {}",
-                    self.report.faults_end,
-                    self.report.liveness_bound,
-                    dur(end),
+                    "{}; last stretch of leadership: {}",
+                    timeline.missed(end),
                     other.map_or("none".to_owned(), |(s, e)| format!("{:?}..{:?}", dur(s), dur(e)))
                 );
                 self.violate(end, Property::SomeoneLeadsAfterFaults, detail);
@@ -924,7 +900,7 @@ impl<'a> Fleet<'a> for World<'a> {
     }
 
     fn spawn(&mut self, t: u64, host: usize) {
-        let hs = &mut self.hosts[host];
+        let hs = &mut self.net.states[host];
         hs.processes += 1;
         let identity = format!("h{host}.{}-{:04x}", hs.processes, self.net.rng.below(0x1_0000));
         let mut cfg = MachineConfig::new(identity.clone(), self.s.timing, self.net.rng.next_u64());
@@ -941,7 +917,7 @@ impl<'a> Fleet<'a> for World<'a> {
             guard: None,
             shutdown_at: None,
         });
-        self.hosts[host].current = Some(node);
+        self.net.states[host].current = Some(node);
         self.report.processes += 1;
         if self.s.variant == Variant::NeverCampaigns {
             self.with_node(t, node, |m, now| m.set_hold_back(now, true));
@@ -1012,7 +988,7 @@ impl<'a> Fleet<'a> for World<'a> {
             Fault::Resign { target } => {
                 let host = self.resolve(t, target);
                 self.net.note(t, 30, i as u64, host as u64, || format!("fault {i}: host {host} resigns"));
-                let node = self.hosts[host].current;
+                let node = self.net.states[host].current;
                 if let Some(node) = node {
                     if let Some(g) = self.nodes[node].guard {
                         self.with_node(t, node, |m, now| m.resign(now, g.term));

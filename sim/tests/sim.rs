@@ -66,11 +66,11 @@ fn explore_schedules() {
 #[test]
 fn replay() {
     let (seed, schedule) = replay_choice("SIM", Variant::from_name, Schedule::from_bytes, Schedule::from_seed);
-    let report = run(&schedule, true);
-    let summary = leaderelection_sim::RunReport { trace: Vec::new(), ..report.clone() };
-    print_run(&schedule, &report.trace, &summary);
+    let mut report = run(&schedule, true);
+    let trace = std::mem::take(&mut report.timeline.trace);
+    print_run(&schedule, &trace, &report);
     assert!(report.violation.is_none(), "{}", describe_failure(seed, &schedule));
-    assert!(report.terms > 0 && report.events > 0);
+    assert!(report.terms > 0 && report.timeline.events > 0);
 }
 
 #[test]
@@ -86,7 +86,7 @@ fn a_schedule_runs_the_same_twice() {
     let a = run(&schedule, true);
     let b = run(&schedule, true);
     let quiet = run(&schedule, false);
-    assert_same_runs(seed, 100, (&a.trace, a.trace_hash), (&b.trace, b.trace_hash), quiet.trace_hash);
+    assert_same_runs(seed, 100, &a.timeline, &b.timeline, &quiet.timeline);
     assert_eq!(Schedule::from_bytes(&schedule.bytes, Variant::Normal), schedule, "bytes do not decode the same");
     // The replay command runs the test `replay` above.
     let env = format!("SIM_BYTES={} SIM_VARIANT=normal ", leaderelection_sim::to_hex(&schedule.bytes));
@@ -204,7 +204,7 @@ fn liveness_bound_is_the_stated_formula() {
     assert!(slow > Duration::from_millis(23_801 + 733) && slow < Duration::from_millis(23_801 + 734), "{slow:?}");
     let r = run(&s, false);
     assert!(r.violation.is_none(), "{:?}", r.violation);
-    assert!(r.recovery.is_some_and(|d| d <= s.liveness_bound()), "{r:?}");
+    assert!(r.timeline.recovery.is_some_and(|d| d <= s.liveness_bound()), "{r:?}");
 }
 
 /// The seeds among `0..max` whose schedules hold an operator fault or a
@@ -285,7 +285,7 @@ fn a_row_deleted_under_a_live_leader_lets_a_second_one_in_until_the_old_deadline
             overlaps += 1;
             assert!(r.longest_operator_overlap <= Timing::default().lease_duration, "{r:?}");
             assert!(
-                r.trace.iter().any(|l| l.contains("TERM ENDED") && l.contains("LeaseLost")),
+                r.timeline.trace.iter().any(|l| l.contains("TERM ENDED") && l.contains("LeaseLost")),
                 "at {at:?}: no LeaseLost"
             );
             // The allowance covers only the old deadline: were the old

@@ -21,7 +21,7 @@ use std::time::Duration;
 use leaderelection::Timing;
 use leaderelection_sim::{
     describe_group_failure, explore_groups, group_replay_command, run_group, safe_rate_range, to_hex, valid_for_group,
-    GroupExploration, GroupFault, GroupProperty, GroupRunReport, GroupSchedule, GroupTarget, GroupVariant,
+    GroupCounts, GroupExploration, GroupFault, GroupProperty, GroupRunReport, GroupSchedule, GroupTarget, GroupVariant,
     MAX_PARTICIPANTS,
 };
 
@@ -52,21 +52,21 @@ fn explore_group_schedules() {
     assert_eq!(e.schedules, count);
     // The exploration reaches what it claims to.
     if count >= 100 {
-        let s = e.summary();
+        let (s, c) = (e.summary(), &e.counts);
         assert!(e.fair_schedules > count / 4 && e.fair_schedules < count * 3 / 4, "{s}");
-        assert!(e.kills > 0 && e.permanent_kills > 0 && e.shutdowns > 0, "no kills or shutdowns: {s}");
-        assert!(e.late_joins > 0, "no participant joined a running group: {s}");
-        assert!(e.leaves > 0 && e.rejoins > 0, "no election left and joined again: {s}");
-        assert!(e.landed_late > 0, "no renewal held across a leave landed after it: {s}");
-        assert!(e.resigns > 0 && e.handovers > 0, "{s}");
+        assert!(c.kills > 0 && c.permanent_kills > 0 && c.shutdowns > 0, "no kills or shutdowns: {s}");
+        assert!(c.late_joins > 0, "no participant joined a running group: {s}");
+        assert!(c.leaves > 0 && c.rejoins > 0, "no election left and joined again: {s}");
+        assert!(c.landed_late > 0, "no renewal held across a leave landed after it: {s}");
+        assert!(c.resigns > 0 && c.handovers > 0, "{s}");
         // Batches carry many elections: whole fleets' renewals and looks.
-        assert!(e.max_batch_entries >= 150 && e.max_renew_entries >= 100, "{s}");
-        assert!(e.batch_entries > 20 * e.batches, "batches too small on average: {s}");
+        assert!(c.max_batch_entries >= 150 && c.max_renew_entries >= 100, "{s}");
+        assert!(c.batch_entries > 20 * c.batches, "batches too small on average: {s}");
         // Members that split their renewals send heartbeats with them.
-        assert!(e.beats_with_renewals > 0, "no heartbeat went with a renewal batch: {s}");
+        assert!(c.beats_with_renewals > 0, "no heartbeat went with a renewal batch: {s}");
         // Fair-share runs shed terms when members join.
-        assert!(e.shed > 0 && e.schedules_shedding * 4 > e.fair_schedules, "{s}");
-        assert!(e.lost > 0 && e.late_replies > 0, "no lost messages or late answers: {s}");
+        assert!(c.shed > 0 && e.schedules_shedding * 4 > e.fair_schedules, "{s}");
+        assert!(e.lost > 0 && c.late_replies > 0, "no lost messages or late answers: {s}");
         assert!(e.worst_recovery.0 > Duration::ZERO && e.worst_fairness.0 > Duration::ZERO, "{s}");
         // About half the schedules run with the release feed, whose wakes
         // are delivered, lost and doubled.
@@ -78,15 +78,36 @@ fn explore_group_schedules() {
     }
 }
 
+/// An exploration's totals are its runs' counts: summed, and of the
+/// largest batches, the largest.
+#[test]
+fn an_exploration_adds_up_its_runs() {
+    let runs: Vec<_> =
+        (0..4).map(|seed| run_group(&GroupSchedule::from_seed(seed, GroupVariant::Normal), false)).collect();
+    let e = explore_groups(0, 4, GroupVariant::Normal, 2);
+    let sum = |f: fn(&GroupCounts) -> u64| runs.iter().map(|r| f(&r.counts)).sum::<u64>();
+    let max = |f: fn(&GroupCounts) -> usize| runs.iter().map(|r| f(&r.counts)).max();
+    assert_eq!(e.counts.terms, sum(|c| c.terms));
+    assert_eq!(e.counts.batches, sum(|c| c.batches));
+    assert_eq!(e.counts.late_joins, sum(|c| c.late_joins));
+    assert_eq!(e.counts.kills, sum(|c| c.kills));
+    assert_eq!(Some(e.counts.max_batch_entries), max(|c| c.max_batch_entries));
+    assert_eq!(Some(e.counts.max_renew_entries), max(|c| c.max_renew_entries));
+    // Runs that differ, so a sum and a largest differ too.
+    assert!(runs[0].counts.max_batch_entries != runs[1].counts.max_batch_entries, "{:?}", runs[0].counts);
+    assert_eq!(e.events, runs.iter().map(|r| r.timeline.events).sum::<u64>());
+    assert_eq!(e.lost, runs.iter().map(|r| r.timeline.lost()).sum::<u64>());
+}
+
 #[test]
 fn replay() {
     let (seed, schedule) =
         replay_choice("SIM_GROUP", GroupVariant::from_name, GroupSchedule::from_bytes, GroupSchedule::from_seed);
-    let r = run_group(&schedule, true);
-    let summary = GroupRunReport { trace: Vec::new(), ..r.clone() };
-    print_run(&schedule, &r.trace, &summary);
+    let mut r = run_group(&schedule, true);
+    let trace = std::mem::take(&mut r.timeline.trace);
+    print_run(&schedule, &trace, &r);
     assert!(r.violation.is_none(), "{}", describe_group_failure(seed, &schedule));
-    assert!(r.terms > 0 && r.events > 0);
+    assert!(r.counts.terms > 0 && r.timeline.events > 0);
 }
 
 /// Every schedule of a range runs the same twice, not only a busy one: a
@@ -113,7 +134,8 @@ fn every_group_schedule_of_a_range_runs_the_same_twice() {
                         .copied()
                         .filter(|&seed| {
                             let schedule = GroupSchedule::from_seed(seed, GroupVariant::Normal);
-                            run_group(&schedule, false).trace_hash != run_group(&schedule, false).trace_hash
+                            run_group(&schedule, false).timeline.trace_hash
+                                != run_group(&schedule, false).timeline.trace_hash
                         })
                         .collect::<Vec<u64>>()
                 })
@@ -137,12 +159,15 @@ fn a_group_schedule_runs_the_same_twice() {
     let a = run_group(&schedule, true);
     let b = run_group(&schedule, true);
     let quiet = run_group(&schedule, false);
-    assert_same_runs(seed, 1_000, (&a.trace, a.trace_hash), (&b.trace, b.trace_hash), quiet.trace_hash);
+    assert_same_runs(seed, 1_000, &a.timeline, &b.timeline, &quiet.timeline);
     assert_eq!(format!("{:?}", a.violation), format!("{:?}", quiet.violation));
-    assert_eq!((a.terms, a.batches, a.events), (quiet.terms, quiet.batches, quiet.events));
+    assert_eq!(
+        (a.counts.terms, a.counts.batches, a.timeline.events),
+        (quiet.counts.terms, quiet.counts.batches, quiet.timeline.events)
+    );
     let again = GroupSchedule::from_bytes(&schedule.bytes, GroupVariant::Normal);
     assert_eq!(again, schedule, "bytes do not decode the same");
-    assert_eq!(run_group(&again, false).trace_hash, a.trace_hash);
+    assert_eq!(run_group(&again, false).timeline.trace_hash, a.timeline.trace_hash);
     // The replay command runs the test `replay` above.
     let env = format!("SIM_GROUP_BYTES={} SIM_GROUP_VARIANT=normal ", to_hex(&schedule.bytes));
     assert_replays_here(&group_replay_command(&schedule), &env);
@@ -180,49 +205,37 @@ fn caught(variant: GroupVariant, wanted: impl Fn(GroupProperty) -> bool, max: u6
     panic!("the oracle caught nothing wanted under {} in {max} schedules (found: {seen:?})", variant.name())
 }
 
-#[test]
-fn control_deadlines_anchored_at_the_reply_are_caught() {
-    // Replies to even participants slower than the margin: a deadline
-    // anchored at the reply outlives the lease on the database. The record
-    // expires under a valid guard (caught as not backed) before anyone can
-    // claim it; a second leader would follow.
-    caught(GroupVariant::AnchorAtReply, GroupProperty::is_safety, 60);
+/// The negative controls, one test each: `name(variant, wanted, max)`
+/// runs `caught(variant, wanted, max)`.
+macro_rules! controls {
+    ($($(#[$doc:meta])* $name:ident($variant:ident, $wanted:expr, $max:expr);)+) => {
+        $($(#[$doc])* #[test] fn $name() { caught(GroupVariant::$variant, $wanted, $max); })+
+    };
 }
 
-#[test]
-fn control_leading_on_a_wake_without_the_claim_is_caught() {
-    // A woken follower takes the released election under a fence the
-    // database never issued, beside whoever claims it properly.
-    caught(GroupVariant::LeadsOnWake, GroupProperty::is_safety, 600);
-}
-
-#[test]
-fn control_fair_share_off_is_caught() {
-    caught(GroupVariant::FairShareOff, |p| p == GroupProperty::FairShare, 60);
-}
-
-#[test]
-fn control_answers_rotated_between_elections_are_caught() {
-    // A claim that lost one election's race is answered with another's
-    // success: the machine starts a term under a fence its election never
-    // issued to it, while the real holder leads.
-    caught(GroupVariant::RotatedAnswers, GroupProperty::is_safety, 60);
-}
-
-#[test]
-fn control_a_member_name_shared_by_everyone_is_caught() {
-    caught(GroupVariant::SharedMemberName, |p| p == GroupProperty::FairShare, 60);
-}
-
-#[test]
-fn control_dropped_heartbeats_are_caught() {
-    // Nobody's count is ever fresh: safe, and nobody claims by the share;
-    // the starvation valve then claims whatever has been unled for a lease,
-    // beyond any share: caught as unfair (or, before the valve, unled).
-    caught(
-        GroupVariant::DropsHeartbeats,
+controls! {
+    /// Replies to even participants slower than the margin: a deadline
+    /// anchored at the reply outlives the lease on the database. The record
+    /// expires under a valid guard (caught as not backed) before anyone can
+    /// claim it; a second leader would follow.
+    control_deadlines_anchored_at_the_reply_are_caught(AnchorAtReply, GroupProperty::is_safety, 60);
+    /// A woken follower takes the released election under a fence the
+    /// database never issued, beside whoever claims it properly.
+    control_leading_on_a_wake_without_the_claim_is_caught(LeadsOnWake, GroupProperty::is_safety, 600);
+    control_fair_share_off_is_caught(FairShareOff, |p| p == GroupProperty::FairShare, 60);
+    /// A claim that lost one election's race is answered with another's
+    /// success: the machine starts a term under a fence its election never
+    /// issued to it, while the real holder leads.
+    control_answers_rotated_between_elections_are_caught(RotatedAnswers, GroupProperty::is_safety, 60);
+    control_a_member_name_shared_by_everyone_is_caught(SharedMemberName, |p| p == GroupProperty::FairShare, 60);
+    /// Nobody's count is ever fresh: safe, and nobody claims by the share;
+    /// the starvation valve then claims whatever has been unled for a
+    /// lease, beyond any share: caught as unfair (or, before the valve,
+    /// unled).
+    control_dropped_heartbeats_are_caught(
+        DropsHeartbeats,
         |p| matches!(p, GroupProperty::FairShare | GroupProperty::EveryElectionLed),
-        60,
+        60
     );
 }
 
@@ -234,11 +247,12 @@ fn late_answers_handed_to_the_machines_as_fresh_change_nothing() {
     // by its id. The late answers the network delivers anyway reach the
     // core after it gave the batch up, in every variant.
     let e = explore_groups(0, 60, GroupVariant::ReplaysLateAnswers, threads());
-    report(&format!("{}; {} answers replayed as fresh, {} taken", e.summary(), e.replayed, e.replays_taken));
+    let c = &e.counts;
+    report(&format!("{}; {} answers replayed as fresh, {} taken", e.summary(), c.replayed, c.replays_taken));
     check_failures(&e, GroupVariant::ReplaysLateAnswers);
-    assert!(e.replayed > 100_000, "only {} answers replayed", e.replayed);
-    assert_eq!(e.replays_taken, 0, "a machine took an answer to a call it had given up");
-    assert!(e.late_replies > 0);
+    assert!(c.replayed > 100_000, "only {} answers replayed", c.replayed);
+    assert_eq!(c.replays_taken, 0, "a machine took an answer to a call it had given up");
+    assert!(c.late_replies > 0);
 }
 
 /// Two participants on the default timings, 10 elections, no fair share;
@@ -252,6 +266,20 @@ fn two_participants(fault: [u8; 5]) -> GroupSchedule {
     let at = ((20.0f64 / 90.0) * 65_535.0) as u16;
     b.extend([fault[0], at.to_le_bytes()[0], at.to_le_bytes()[1], fault[1], fault[2], fault[3], fault[4]]);
     GroupSchedule::from_bytes(&b, GroupVariant::Normal)
+}
+
+/// Election e000 of participant 0 led (in `r`'s trace) before it left
+/// and again after it joined, each term under a fence above the last.
+fn assert_e000_led_again_under_fresh_fences(r: &GroupRunReport) {
+    let fences: Vec<u64> = r
+        .timeline
+        .trace
+        .iter()
+        .filter(|l| l.contains("n0 e000 TERM STARTED fence "))
+        .filter_map(|l| l.rsplit("fence ").next()?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(fences.len() >= 2, "e000 did not lead again after joining: {fences:?}");
+    assert!(fences.windows(2).all(|w| w[1] > w[0]), "a fence came back: {fences:?}");
 }
 
 /// Issue 33, on a minimal schedule: participant 0 holds its next three
@@ -268,15 +296,8 @@ fn a_rejoined_election_takes_a_fresh_fence_after_late_renewals_outlive_its_leave
     assert!(after > s.timing.lease_duration * 2, "{after:?}");
     let r = run_group(&s, true);
     assert!(r.violation.is_none(), "{}", describe_group_failure(None, &s));
-    assert_eq!(r.landed_late, 3, "the held renewals landed");
-    let fences: Vec<u64> = r
-        .trace
-        .iter()
-        .filter(|l| l.contains("n0 e000 TERM STARTED fence "))
-        .filter_map(|l| l.rsplit("fence ").next()?.split_whitespace().next()?.parse().ok())
-        .collect();
-    assert!(fences.len() >= 2, "e000 did not lead again after joining: {fences:?}");
-    assert!(fences.windows(2).all(|w| w[1] > w[0]), "a fence came back: {fences:?}");
+    assert_eq!(r.counts.landed_late, 3, "the held renewals landed");
+    assert_e000_led_again_under_fresh_fences(&r);
 }
 
 /// The one bug this simulation found in the group core: an election that
@@ -302,15 +323,7 @@ fn a_rejoined_election_takes_a_fresh_fence() {
     );
     let r = run_group(&s, true);
     assert!(r.violation.is_none(), "{}", describe_group_failure(None, &s));
-    // e000 led before the leave and again after the rejoin, under a new fence.
-    let fences: Vec<u64> = r
-        .trace
-        .iter()
-        .filter(|l| l.contains("n0 e000 TERM STARTED fence "))
-        .filter_map(|l| l.rsplit("fence ").next()?.split_whitespace().next()?.parse().ok())
-        .collect();
-    assert!(fences.len() >= 2, "e000 did not lead again after joining: {fences:?}");
-    assert!(fences.windows(2).all(|w| w[1] > w[0]), "a fence came back: {fences:?}");
+    assert_e000_led_again_under_fresh_fences(&r);
     // With the lease released at the leave, the same schedule passes too.
     let released = two_participants([11, 0, 0, 0x00, 9]);
     let r = run_group(&released, false);
@@ -359,7 +372,7 @@ fn liveness_bound_and_fairness_allowance_are_the_stated_formulas() {
     assert!(s.liveness_bound() > Duration::from_millis(30_701 + 1_400));
     let r = run_group(&s, false);
     assert!(r.violation.is_none(), "{:?}", r.violation);
-    assert!(r.recovery.is_some_and(|d| d <= s.liveness_bound()), "{r:?}");
+    assert!(r.timeline.recovery.is_some_and(|d| d <= s.liveness_bound()), "{r:?}");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use leaderelection_sim::{from_hex, Host};
+use leaderelection_sim::{from_hex, Host, Timeline};
 
 /// A host on a steady link (requests 100-200 ms, replies 50-300 ms) whose
 /// clock runs at `rate_ppm`, starting at once: the liveness formulas' tests.
@@ -63,14 +63,14 @@ pub fn print_run(schedule: &dyn std::fmt::Display, trace: &[String], summary: &d
     println!("{summary:#?}");
 }
 
-/// Two traced runs of seed `seed`'s schedule (`a`, `b`: their traces and
-/// hashes) went the same way, a quiet one too (`quiet`: its hash), and
-/// the trace is longer than `min`.
-pub fn assert_same_runs(seed: u64, min: usize, a: (&[String], u64), b: (&[String], u64), quiet: u64) {
-    assert!(a.0.len() > min, "trace too short: {}", a.0.len());
-    assert_eq!(a.0, b.0, "seed {seed} ran differently twice");
-    assert_eq!(a.1, b.1);
-    assert_eq!(a.1, quiet, "tracing changed the run");
+/// Two traced runs of seed `seed`'s schedule (`a`, `b`) went the same
+/// way, a quiet one too (its trace's hash), and the trace is longer than
+/// `min`.
+pub fn assert_same_runs(seed: u64, min: usize, a: &Timeline, b: &Timeline, quiet: &Timeline) {
+    assert!(a.trace.len() > min, "trace too short: {}", a.trace.len());
+    assert_eq!(a.trace, b.trace, "seed {seed} ran differently twice");
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.trace_hash, quiet.trace_hash, "tracing changed the run");
 }
 
 /// `command` sets `env` (the variables before the command) and names this
