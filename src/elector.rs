@@ -252,17 +252,7 @@ impl Elector {
     }
 }
 
-impl Drop for Elector {
-    fn drop(&mut self) {
-        let _ = self.shutdown();
-    }
-}
-
-impl fmt::Debug for Elector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.shared.debug_as("Elector", f)
-    }
-}
+crate::handoff::one_election_handle!(Elector, dropped: shutdown);
 
 fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<JoinHandle<T>, StartError> {
     thread::Builder::new().name(name.to_owned()).spawn(f).map_err(StartError::Spawn)

@@ -121,6 +121,26 @@ macro_rules! stop_calls {
 }
 pub(crate) use stop_calls;
 
+/// What an [`Elector`](crate::Elector) and a group's
+/// [`Election`](crate::Election) do when dropped (`$end`, releasing) and
+/// show as `Debug` (name, identity, whether leading), over `shared`.
+macro_rules! one_election_handle {
+    ($ty:ident, dropped: $end:ident) => {
+        impl Drop for $ty {
+            fn drop(&mut self) {
+                let _ = self.$end();
+            }
+        }
+
+        impl ::std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                self.shared.debug_as(stringify!($ty), f)
+            }
+        }
+    };
+}
+pub(crate) use one_election_handle;
+
 /// State shared by the elector handle, the renewal thread and the watchdog.
 /// The lock is never held across a store call.
 pub(crate) struct Shared {

@@ -498,17 +498,7 @@ impl Election {
     }
 }
 
-impl Drop for Election {
-    fn drop(&mut self) {
-        let _ = self.leave();
-    }
-}
-
-impl fmt::Debug for Election {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.shared.debug_as("Election", f)
-    }
-}
+crate::handoff::one_election_handle!(Election, dropped: leave);
 
 /// The reply a join waits for.
 pub(crate) type Joined = Result<(ElectionKey, Arc<Shared>), JoinError>;
