@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
-use tokio_postgres::{AsyncMessage, Client, Connection, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Socket};
 
 use super::conn::{classify_connect, PgManager};
 use super::tls::{MakeTls, TlsTrace};
@@ -36,16 +37,43 @@ use crate::timing::MAX_NAME_LEN;
 /// How many released names a subscriber's channel holds; more are dropped
 /// until it reads.
 const CHANNEL_ROOM: usize = 1024;
-/// How long a new listening connection waits for its own probe.
-const PROBE_WAIT: Duration = Duration::from_secs(2);
-/// How often an idle listening connection checks that it still reaches the
-/// server (a half-open TCP connection would otherwise hear nothing forever).
-const CHECK_EVERY: Duration = Duration::from_secs(30);
-/// Reconnecting waits this long at first, doubling up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Probes that fail in a row before the feed gives up for good.
 const PROBES: u32 = 3;
+
+/// The feed's waits. Always [`PACE`] but in tests, which shorten them.
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    /// How long a new listening connection waits for its own probe.
+    probe_wait: Duration,
+    /// How often an idle listening connection checks that it still reaches
+    /// the server (a half-open TCP connection would otherwise hear nothing
+    /// forever).
+    check_every: Duration,
+    /// The first pause before connecting again; it doubles with each
+    /// attempt in a row, up to `max_backoff`.
+    first_backoff: Duration,
+    max_backoff: Duration,
+}
+
+const PACE: Pace = Pace {
+    probe_wait: Duration::from_secs(2),
+    check_every: Duration::from_secs(30),
+    first_backoff: Duration::from_millis(500),
+    max_backoff: Duration::from_secs(30),
+};
+
+impl Pace {
+    /// The pause before connecting again, after `previous` (`None` before
+    /// the first) and a session that had worked for `worked`: the first
+    /// pause again once a session outlived a check (its connection was
+    /// good), else the previous one doubled, up to the longest.
+    fn pause(&self, previous: Option<Duration>, worked: Duration) -> Duration {
+        match previous {
+            Some(p) if worked <= self.check_every => (p * 2).min(self.max_backoff),
+            _ => self.first_backoff,
+        }
+    }
+}
 
 /// The notification channel of election table `qualified`: a name the
 /// length of the table's never matters (63 bytes at most), the same in
@@ -83,6 +111,7 @@ struct Shared {
     ended: AtomicBool,
     /// The probe a new connection waits for, and where to say it came.
     probe: Mutex<Option<(String, Arc<AtomicBool>)>>,
+    pace: Pace,
 }
 
 impl Feed {
@@ -94,6 +123,7 @@ impl Feed {
                 started: AtomicBool::new(false),
                 ended: AtomicBool::new(false),
                 probe: Mutex::new(None),
+                pace: PACE,
             }),
         }
     }
@@ -176,10 +206,10 @@ fn run(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>) {
         log::warn!("leaderelection: cannot start the release listener's runtime; followers poll");
         return;
     };
-    let (mut backoff, mut deaf) = (FIRST_BACKOFF, 0);
+    let (mut pause, mut deaf) = (None, 0);
     while !shared.ended.load(Ordering::SeqCst) {
         let started = Instant::now();
-        match session(shared, manager, pool, &rt) {
+        let worked = match session(shared, manager, pool, &rt) {
             Ended::Stopped => break,
             Ended::Deaf => {
                 deaf += 1;
@@ -190,49 +220,55 @@ fn run(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>) {
                     );
                     break;
                 }
+                Duration::ZERO
             }
             Ended::Failed(e) => {
                 log::debug!("leaderelection: release listener: {e}; connecting again");
-                if started.elapsed() > CHECK_EVERY {
-                    backoff = FIRST_BACKOFF;
-                }
+                started.elapsed()
             }
-        }
-        let until = Instant::now() + backoff;
+        };
+        let wait = shared.pace.pause(pause, worked);
+        pause = Some(wait);
+        let until = Instant::now() + wait;
         while Instant::now() < until && !shared.ended.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(100).min(until.saturating_duration_since(Instant::now())));
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
 /// One listening connection, from connect to its end.
 fn session(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>, rt: &tokio::runtime::Runtime) -> Ended {
-    let deadline = tokio::time::Instant::now() + manager.connect_timeout();
-    let trace = Arc::new(TlsTrace::default());
     // Named apart from the pool's sessions, so an operator (or a test
     // counting a pool's sessions) tells the listening one from them.
     let mut config = manager.config().clone();
     let app = format!("{} listen", config.get_application_name().unwrap_or("leaderelection"));
     config.application_name(&app);
     match manager.tls() {
-        None => {
-            let opened = rt.block_on(async { tokio::time::timeout_at(deadline, config.connect(NoTls)).await });
-            match opened {
-                Ok(Ok((client, conn))) => listen(shared, manager.connect_timeout(), pool, rt, &client, conn),
-                Ok(Err(e)) => Ended::Failed(classify_connect(&e, None)),
-                Err(_) => Ended::Failed(no_connect(manager.connect_timeout())),
-            }
-        }
+        None => connect_and_listen(shared, manager, pool, rt, &config, NoTls, None),
         Some(tls) => {
+            let trace = Arc::new(TlsTrace::default());
             let tls = MakeTls::new(tls.clone(), Arc::clone(&trace));
-            let opened = rt.block_on(async { tokio::time::timeout_at(deadline, config.connect(tls)).await });
-            match opened {
-                Ok(Ok((client, conn))) => listen(shared, manager.connect_timeout(), pool, rt, &client, conn),
-                Ok(Err(e)) => Ended::Failed(classify_connect(&e, Some(&trace))),
-                Err(_) => Ended::Failed(no_connect(manager.connect_timeout())),
-            }
+            connect_and_listen(shared, manager, pool, rt, &config, tls, Some(&trace))
         }
+    }
+}
+
+/// Opens the listening connection with `tls` (`trace` its TLS steps, when
+/// TLS is required), then listens on it.
+fn connect_and_listen<T>(
+    shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>, rt: &tokio::runtime::Runtime,
+    config: &tokio_postgres::Config, tls: T, trace: Option<&TlsTrace>,
+) -> Ended
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Unpin,
+{
+    let timeout = manager.connect_timeout();
+    let deadline = tokio::time::Instant::now() + timeout;
+    match rt.block_on(async { tokio::time::timeout_at(deadline, config.connect(tls)).await }) {
+        Ok(Ok((client, conn))) => listen(shared, timeout, pool, rt, &client, conn),
+        Ok(Err(e)) => Ended::Failed(classify_connect(&e, trace)),
+        Err(_) => Ended::Failed(no_connect(timeout)),
     }
 }
 
@@ -266,7 +302,7 @@ where
     if let Err(e) = sent {
         return Ended::Failed(StoreError::retryable(format!("release listener probe: {e}")));
     }
-    let waited = rt.block_on(idle(shared, &mut conn, PROBE_WAIT, || heard.load(Ordering::SeqCst)));
+    let waited = rt.block_on(idle(shared, &mut conn, shared.pace.probe_wait, || heard.load(Ordering::SeqCst)));
     *shared.probe.lock() = None;
     if let Err(e) = waited {
         return Ended::Failed(e);
@@ -285,7 +321,7 @@ where
         }
         // Idle for a while, then check the connection with an empty query.
         let checked = rt.block_on(async {
-            idle(shared, &mut conn, CHECK_EVERY, || false).await?;
+            idle(shared, &mut conn, shared.pace.check_every, || false).await?;
             if shared.ended.load(Ordering::SeqCst) {
                 return Ok(());
             }
@@ -306,7 +342,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     F: std::future::Future<Output = Result<R, E>>,
-    E: std::fmt::Display,
+    E: std::error::Error,
 {
     let mut fut = std::pin::pin!(fut);
     let mut timer = std::pin::pin!(tokio::time::sleep(timeout));
@@ -315,9 +351,7 @@ where
             match conn.poll_message(cx) {
                 std::task::Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => shared.deliver(n.payload()),
                 std::task::Poll::Ready(Some(Ok(_))) => {}
-                std::task::Poll::Ready(Some(Err(e))) => {
-                    return std::task::Poll::Ready(Err(StoreError::retryable(format!("release listener: {e}"))))
-                }
+                std::task::Poll::Ready(Some(Err(e))) => return std::task::Poll::Ready(Err(failed(&e))),
                 std::task::Poll::Ready(None) => {
                     return std::task::Poll::Ready(Err(StoreError::retryable("release listener: connection closed")))
                 }
@@ -325,7 +359,7 @@ where
             }
         }
         if let std::task::Poll::Ready(r) = fut.as_mut().poll(cx) {
-            return std::task::Poll::Ready(r.map_err(|e| StoreError::retryable(format!("release listener: {e}"))));
+            return std::task::Poll::Ready(r.map_err(|e| failed(&e)));
         }
         if timer.as_mut().poll(cx).is_ready() {
             return std::task::Poll::Ready(Err(StoreError::retryable(format!(
@@ -336,6 +370,12 @@ where
         std::task::Poll::Pending
     })
     .await
+}
+
+/// A listening connection's failure, with the server's reason (the
+/// driver's own text is only "db error").
+fn failed(e: &dyn std::error::Error) -> StoreError {
+    StoreError::retryable(format!("release listener: {}", crate::error::chain_text(e)))
 }
 
 /// Delivers notifications for `span`, or until `done` says so or the
@@ -380,6 +420,7 @@ mod tests {
             started: AtomicBool::new(true),
             ended: AtomicBool::new(false),
             probe: Mutex::new(None),
+            pace: PACE,
         };
         let (tx, rx) = crossbeam_channel::bounded(4);
         shared.subscribers.lock().push(tx);
