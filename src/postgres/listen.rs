@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
-use tokio_postgres::{AsyncMessage, Client, Connection, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Socket};
 
 use super::conn::{classify_connect, PgManager};
 use super::tls::{MakeTls, TlsTrace};
@@ -36,16 +37,43 @@ use crate::timing::MAX_NAME_LEN;
 /// How many released names a subscriber's channel holds; more are dropped
 /// until it reads.
 const CHANNEL_ROOM: usize = 1024;
-/// How long a new listening connection waits for its own probe.
-const PROBE_WAIT: Duration = Duration::from_secs(2);
-/// How often an idle listening connection checks that it still reaches the
-/// server (a half-open TCP connection would otherwise hear nothing forever).
-const CHECK_EVERY: Duration = Duration::from_secs(30);
-/// Reconnecting waits this long at first, doubling up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Probes that fail in a row before the feed gives up for good.
 const PROBES: u32 = 3;
+
+/// The feed's waits. Always [`PACE`] but in tests, which shorten them.
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    /// How long a new listening connection waits for its own probe.
+    probe_wait: Duration,
+    /// How often an idle listening connection checks that it still reaches
+    /// the server (a half-open TCP connection would otherwise hear nothing
+    /// forever).
+    check_every: Duration,
+    /// The first pause before connecting again; it doubles with each
+    /// attempt in a row, up to `max_backoff`.
+    first_backoff: Duration,
+    max_backoff: Duration,
+}
+
+const PACE: Pace = Pace {
+    probe_wait: Duration::from_secs(2),
+    check_every: Duration::from_secs(30),
+    first_backoff: Duration::from_millis(500),
+    max_backoff: Duration::from_secs(30),
+};
+
+impl Pace {
+    /// The pause before connecting again, after `previous` (`None` before
+    /// the first) and a session that had worked for `worked`: the first
+    /// pause again once a session outlived a check (its connection was
+    /// good), else the previous one doubled, up to the longest.
+    fn pause(&self, previous: Option<Duration>, worked: Duration) -> Duration {
+        match previous {
+            Some(p) if worked <= self.check_every => (p * 2).min(self.max_backoff),
+            _ => self.first_backoff,
+        }
+    }
+}
 
 /// The notification channel of election table `qualified`: a name the
 /// length of the table's never matters (63 bytes at most), the same in
@@ -83,6 +111,7 @@ struct Shared {
     ended: AtomicBool,
     /// The probe a new connection waits for, and where to say it came.
     probe: Mutex<Option<(String, Arc<AtomicBool>)>>,
+    pace: Pace,
 }
 
 impl Feed {
@@ -94,6 +123,7 @@ impl Feed {
                 started: AtomicBool::new(false),
                 ended: AtomicBool::new(false),
                 probe: Mutex::new(None),
+                pace: PACE,
             }),
         }
     }
@@ -152,6 +182,7 @@ impl Shared {
 }
 
 /// Why a listening connection ended.
+#[derive(Debug)]
 enum Ended {
     /// The store is gone.
     Stopped,
@@ -176,10 +207,10 @@ fn run(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>) {
         log::warn!("leaderelection: cannot start the release listener's runtime; followers poll");
         return;
     };
-    let (mut backoff, mut deaf) = (FIRST_BACKOFF, 0);
+    let (mut pause, mut deaf) = (None, 0);
     while !shared.ended.load(Ordering::SeqCst) {
         let started = Instant::now();
-        match session(shared, manager, pool, &rt) {
+        let worked = match session(shared, manager, pool, &rt) {
             Ended::Stopped => break,
             Ended::Deaf => {
                 deaf += 1;
@@ -190,49 +221,55 @@ fn run(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>) {
                     );
                     break;
                 }
+                Duration::ZERO
             }
             Ended::Failed(e) => {
                 log::debug!("leaderelection: release listener: {e}; connecting again");
-                if started.elapsed() > CHECK_EVERY {
-                    backoff = FIRST_BACKOFF;
-                }
+                started.elapsed()
             }
-        }
-        let until = Instant::now() + backoff;
+        };
+        let wait = shared.pace.pause(pause, worked);
+        pause = Some(wait);
+        let until = Instant::now() + wait;
         while Instant::now() < until && !shared.ended.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(100).min(until.saturating_duration_since(Instant::now())));
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
 /// One listening connection, from connect to its end.
 fn session(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>, rt: &tokio::runtime::Runtime) -> Ended {
-    let deadline = tokio::time::Instant::now() + manager.connect_timeout();
-    let trace = Arc::new(TlsTrace::default());
     // Named apart from the pool's sessions, so an operator (or a test
     // counting a pool's sessions) tells the listening one from them.
     let mut config = manager.config().clone();
     let app = format!("{} listen", config.get_application_name().unwrap_or("leaderelection"));
     config.application_name(&app);
     match manager.tls() {
-        None => {
-            let opened = rt.block_on(async { tokio::time::timeout_at(deadline, config.connect(NoTls)).await });
-            match opened {
-                Ok(Ok((client, conn))) => listen(shared, manager.connect_timeout(), pool, rt, &client, conn),
-                Ok(Err(e)) => Ended::Failed(classify_connect(&e, None)),
-                Err(_) => Ended::Failed(no_connect(manager.connect_timeout())),
-            }
-        }
+        None => connect_and_listen(shared, manager, pool, rt, &config, NoTls, None),
         Some(tls) => {
+            let trace = Arc::new(TlsTrace::default());
             let tls = MakeTls::new(tls.clone(), Arc::clone(&trace));
-            let opened = rt.block_on(async { tokio::time::timeout_at(deadline, config.connect(tls)).await });
-            match opened {
-                Ok(Ok((client, conn))) => listen(shared, manager.connect_timeout(), pool, rt, &client, conn),
-                Ok(Err(e)) => Ended::Failed(classify_connect(&e, Some(&trace))),
-                Err(_) => Ended::Failed(no_connect(manager.connect_timeout())),
-            }
+            connect_and_listen(shared, manager, pool, rt, &config, tls, Some(&trace))
         }
+    }
+}
+
+/// Opens the listening connection with `tls` (`trace` its TLS steps, when
+/// TLS is required), then listens on it.
+fn connect_and_listen<T>(
+    shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>, rt: &tokio::runtime::Runtime,
+    config: &tokio_postgres::Config, tls: T, trace: Option<&TlsTrace>,
+) -> Ended
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Unpin,
+{
+    let timeout = manager.connect_timeout();
+    let deadline = tokio::time::Instant::now() + timeout;
+    match rt.block_on(async { tokio::time::timeout_at(deadline, config.connect(tls)).await }) {
+        Ok(Ok((client, conn))) => listen(shared, timeout, pool, rt, &client, conn),
+        Ok(Err(e)) => Ended::Failed(classify_connect(&e, trace)),
+        Err(_) => Ended::Failed(no_connect(timeout)),
     }
 }
 
@@ -266,7 +303,7 @@ where
     if let Err(e) = sent {
         return Ended::Failed(StoreError::retryable(format!("release listener probe: {e}")));
     }
-    let waited = rt.block_on(idle(shared, &mut conn, PROBE_WAIT, || heard.load(Ordering::SeqCst)));
+    let waited = rt.block_on(idle(shared, &mut conn, shared.pace.probe_wait, || heard.load(Ordering::SeqCst)));
     *shared.probe.lock() = None;
     if let Err(e) = waited {
         return Ended::Failed(e);
@@ -285,7 +322,7 @@ where
         }
         // Idle for a while, then check the connection with an empty query.
         let checked = rt.block_on(async {
-            idle(shared, &mut conn, CHECK_EVERY, || false).await?;
+            idle(shared, &mut conn, shared.pace.check_every, || false).await?;
             if shared.ended.load(Ordering::SeqCst) {
                 return Ok(());
             }
@@ -306,7 +343,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     F: std::future::Future<Output = Result<R, E>>,
-    E: std::fmt::Display,
+    E: std::error::Error,
 {
     let mut fut = std::pin::pin!(fut);
     let mut timer = std::pin::pin!(tokio::time::sleep(timeout));
@@ -315,9 +352,7 @@ where
             match conn.poll_message(cx) {
                 std::task::Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => shared.deliver(n.payload()),
                 std::task::Poll::Ready(Some(Ok(_))) => {}
-                std::task::Poll::Ready(Some(Err(e))) => {
-                    return std::task::Poll::Ready(Err(StoreError::retryable(format!("release listener: {e}"))))
-                }
+                std::task::Poll::Ready(Some(Err(e))) => return std::task::Poll::Ready(Err(failed(&e))),
                 std::task::Poll::Ready(None) => {
                     return std::task::Poll::Ready(Err(StoreError::retryable("release listener: connection closed")))
                 }
@@ -325,7 +360,7 @@ where
             }
         }
         if let std::task::Poll::Ready(r) = fut.as_mut().poll(cx) {
-            return std::task::Poll::Ready(r.map_err(|e| StoreError::retryable(format!("release listener: {e}"))));
+            return std::task::Poll::Ready(r.map_err(|e| failed(&e)));
         }
         if timer.as_mut().poll(cx).is_ready() {
             return std::task::Poll::Ready(Err(StoreError::retryable(format!(
@@ -336,6 +371,12 @@ where
         std::task::Poll::Pending
     })
     .await
+}
+
+/// A listening connection's failure, with the server's reason (the
+/// driver's own text is only "db error").
+fn failed(e: &dyn std::error::Error) -> StoreError {
+    StoreError::retryable(format!("release listener: {}", crate::error::chain_text(e)))
 }
 
 /// Delivers notifications for `span`, or until `done` says so or the
@@ -374,13 +415,7 @@ mod tests {
 
     #[test]
     fn a_probe_is_never_taken_for_a_name() {
-        let shared = Shared {
-            channel: channel("t"),
-            subscribers: Mutex::new(Vec::new()),
-            started: AtomicBool::new(true),
-            ended: AtomicBool::new(false),
-            probe: Mutex::new(None),
-        };
+        let shared = shared(&channel("t"), PACE);
         let (tx, rx) = crossbeam_channel::bounded(4);
         shared.subscribers.lock().push(tx);
         shared.deliver(&probe_payload());
@@ -389,5 +424,274 @@ mod tests {
         drop(rx);
         shared.deliver("jobs");
         assert!(shared.subscribers.lock().is_empty(), "a gone subscriber is forgotten");
+    }
+
+    #[test]
+    fn reconnecting_backs_off_and_starts_afresh_after_a_good_session() {
+        let ms = Duration::from_millis;
+        let mut waits = Vec::new();
+        let mut last = None;
+        for _ in 0..9 {
+            // Connections that fail at once, or prove deaf (worked: zero).
+            let wait = PACE.pause(last, Duration::ZERO);
+            waits.push(wait.as_millis());
+            last = Some(wait);
+        }
+        assert_eq!(waits, [500, 1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000]);
+        // A session that outlived a check had a good connection: the next
+        // failure is a new run of attempts.
+        assert_eq!(PACE.pause(Some(Duration::from_secs(30)), Duration::from_secs(31)), ms(500));
+        // One that did not goes on doubling.
+        assert_eq!(PACE.pause(Some(ms(4_000)), Duration::from_secs(30)), ms(8_000));
+    }
+
+    fn shared(channel: &str, pace: Pace) -> Arc<Shared> {
+        Arc::new(Shared {
+            channel: channel.to_owned(),
+            subscribers: Mutex::new(Vec::new()),
+            started: AtomicBool::new(true),
+            ended: AtomicBool::new(false),
+            probe: Mutex::new(None),
+            pace,
+        })
+    }
+
+    /// Waits short enough for a test: a check every 200 ms.
+    const QUICK: Pace = Pace {
+        probe_wait: Duration::from_secs(2),
+        check_every: Duration::from_millis(200),
+        first_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(100),
+    };
+
+    fn manager(dsn: &str, timeout: Duration) -> Arc<PgManager> {
+        Arc::new(PgManager::from_dsn(dsn, Some(timeout), None).expect("manager"))
+    }
+
+    fn pool(manager: &PgManager) -> r2d2::Pool<PgManager> {
+        r2d2::Pool::builder().max_size(2).min_idle(Some(0)).build_unchecked(manager.clone())
+    }
+
+    /// One session of `shared` on a thread of its own; its end comes on the
+    /// receiver.
+    fn start_session(shared: &Arc<Shared>, manager: &Arc<PgManager>, pool: &r2d2::Pool<PgManager>) -> Receiver<Ended> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (shared, manager, pool) = (Arc::clone(shared), Arc::clone(manager), pool.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let _ = tx.send(session(&shared, &manager, &pool, &rt));
+        });
+        rx
+    }
+
+    /// The error a session failed with, within `within`.
+    fn failure(ended: &Receiver<Ended>, within: Duration) -> StoreError {
+        match ended.recv_timeout(within) {
+            Ok(Ended::Failed(e)) => e,
+            other => panic!("the session did not fail within {within:?}: {other:?}"),
+        }
+    }
+
+    /// A port that takes connections (the kernel's backlog) and never
+    /// answers.
+    fn silent_port() -> (std::net::TcpListener, u16) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        (l, port)
+    }
+
+    #[test]
+    fn a_server_that_never_answers_fails_the_session_at_the_connect_timeout() {
+        let (_l, port) = silent_port();
+        let m = manager(&format!("postgres://u@127.0.0.1:{port}/db"), Duration::from_millis(200));
+        let started = Instant::now();
+        let e = failure(&start_session(&shared("c", QUICK), &m, &pool(&m)), Duration::from_secs(10));
+        assert!(started.elapsed() >= Duration::from_millis(200), "{:?}", started.elapsed());
+        assert!(e.is_retryable(), "{e}");
+        assert!(e.to_string().contains("no answer within 200ms (connect timeout)"), "{e}");
+    }
+
+    /// `sslmode=require` never falls back to plaintext on the listening
+    /// connection either: a server that declines TLS fails it, fatally.
+    #[test]
+    fn the_listener_needs_the_tls_its_store_requires() {
+        let (l, port) = silent_port();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for mut c in l.incoming().flatten() {
+                let mut ssl_request = [0u8; 8];
+                if c.read_exact(&mut ssl_request).is_ok() {
+                    let _ = c.write_all(b"N");
+                }
+            }
+        });
+        let m = manager(&format!("postgres://u@127.0.0.1:{port}/db?sslmode=require"), Duration::from_secs(2));
+        let e = failure(&start_session(&shared("c", QUICK), &m, &pool(&m)), Duration::from_secs(10));
+        assert!(e.is_fatal(), "{e}");
+        let text = "cannot connect: the server does not support TLS (sslmode=require never falls back to plaintext)";
+        assert_eq!(e.to_string(), text);
+    }
+
+    fn pg_dsn() -> String {
+        std::env::var("LE_PG_DSN").unwrap_or_else(|_| {
+            panic!(
+                "LE_PG_DSN is not set. These tests need a PostgreSQL server: run `bash scripts/test.sh` \
+                 (or `source scripts/db.sh` first), which starts it and exports LE_PG_DSN."
+            )
+        })
+    }
+
+    #[test]
+    fn a_listen_the_server_refuses_fails_the_session() {
+        let m = manager(&pg_dsn(), Duration::from_secs(5));
+        // `LISTEN ""`: a zero-length identifier.
+        let e = failure(&start_session(&shared("", QUICK), &m, &pool(&m)), Duration::from_secs(10));
+        assert!(e.is_retryable(), "{e}");
+        assert!(e.to_string().starts_with("release listener: "), "{e}");
+        assert!(e.to_string().contains("zero-length"), "{e}");
+    }
+
+    #[test]
+    fn a_probe_that_cannot_be_sent_fails_the_session() {
+        let m = manager(&pg_dsn(), Duration::from_secs(5));
+        // `LISTEN` takes a channel name of 64 bytes (with a notice that it is
+        // cut to 63); `pg_notify` refuses it.
+        let e = failure(&start_session(&shared(&"c".repeat(64), QUICK), &m, &pool(&m)), Duration::from_secs(10));
+        assert!(e.to_string().starts_with("release listener probe: "), "{e}");
+        // And a pool that cannot connect sends no probe either.
+        let m = manager(&pg_dsn(), Duration::from_secs(1));
+        let (_l, port) = silent_port();
+        let dead = manager(&format!("postgres://u@127.0.0.1:{port}/db"), Duration::from_millis(100));
+        let e = failure(&start_session(&shared("c", QUICK), &m, &pool(&dead)), Duration::from_secs(10));
+        assert!(e.to_string().starts_with("release listener probe: "), "{e}");
+    }
+
+    /// A TCP proxy to the server that forwards, swallows everything (a
+    /// silent path: a half-open connection), or cuts its connections.
+    struct Proxy {
+        port: u16,
+        silent: Arc<AtomicBool>,
+        sockets: Arc<Mutex<Vec<std::net::TcpStream>>>,
+    }
+
+    impl Proxy {
+        fn start(target: std::net::SocketAddr) -> Proxy {
+            use std::io::{Read, Write};
+            let (l, port) = silent_port();
+            let (silent, sockets) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
+            let (quiet, open) = (Arc::clone(&silent), Arc::clone(&sockets));
+            std::thread::spawn(move || {
+                for client in l.incoming().flatten() {
+                    let Ok(server) = std::net::TcpStream::connect(target) else { continue };
+                    let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) =
+                        (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
+                    else {
+                        continue;
+                    };
+                    open.lock().extend([c3, s3]);
+                    for (mut from, mut to) in [(client, s2), (server, c2)] {
+                        let quiet = Arc::clone(&quiet);
+                        std::thread::spawn(move || {
+                            let mut buf = [0u8; 8192];
+                            while let Ok(n @ 1..) = from.read(&mut buf) {
+                                if !quiet.load(Ordering::SeqCst) && to.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                    }
+                }
+            });
+            Proxy { port, silent, sockets }
+        }
+
+        fn cut(&self) {
+            for s in self.sockets.lock().drain(..) {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    /// A session listening through a proxy (the probe going straight to
+    /// the server), once it has been heard: its proxy, its end, and a
+    /// subscriber.
+    fn listening_through_a_proxy() -> (Proxy, Arc<Shared>, Receiver<Ended>, Receiver<String>) {
+        let dsn = pg_dsn();
+        let direct = manager(&dsn, Duration::from_secs(5));
+        let config = direct.config();
+        let target = match (&config.get_hosts()[0], config.get_ports().first()) {
+            (tokio_postgres::config::Host::Tcp(h), port) => {
+                std::net::ToSocketAddrs::to_socket_addrs(&(h.as_str(), port.copied().unwrap_or(5432)))
+                    .expect("resolve")
+                    .next()
+                    .expect("an address")
+            }
+            #[allow(unreachable_patterns)]
+            _ => panic!("LE_PG_DSN must use TCP"),
+        };
+        let proxy = Proxy::start(target);
+        let mut via = tokio_postgres::Config::new();
+        via.host("127.0.0.1").port(proxy.port).user(config.get_user().unwrap_or("postgres"));
+        via.dbname(config.get_dbname().unwrap_or("postgres"));
+        if let Some(password) = config.get_password() {
+            via.password(password);
+        }
+        let via = Arc::new(PgManager::new(via, Some(Duration::from_millis(500)), None).expect("manager"));
+        let shared = shared(&channel(&format!("listen-test-{}", proxy.port)), QUICK);
+        let (tx, rx) = crossbeam_channel::bounded(16);
+        shared.subscribers.lock().push(tx);
+        let pool = pool(&direct);
+        let ended = start_session(&shared, &via, &pool);
+        // Heard: a name sent straight to the server comes through the proxy,
+        // and still does after several checks.
+        let notify = |name: &str| {
+            let sql = format!("SELECT pg_notify('{}', '{name}')", shared.channel);
+            let mut c = pool.get().expect("a pooled connection");
+            assert!(c.simple_query(&sql, Instant::now() + Duration::from_secs(5)).is_ok(), "notify {name}");
+        };
+        for i in 0..4 {
+            let name = format!("n{i}");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            // Sent again until heard: the first are sent before the session
+            // listens.
+            let heard = std::iter::from_fn(|| (Instant::now() < deadline).then_some(())).any(|()| {
+                notify(&name);
+                rx.recv_timeout(Duration::from_millis(100)).is_ok_and(|n| n == name)
+            });
+            assert!(heard, "{name} was not heard through the proxy");
+            assert!(ended.is_empty(), "the session ended while it worked");
+            std::thread::sleep(QUICK.check_every); // time for a check to pass
+        }
+        (proxy, shared, ended, rx)
+    }
+
+    /// A connection that goes silent (a half-open TCP connection) is found
+    /// by the next check, which gets no answer.
+    #[test]
+    fn a_silent_connection_is_found_by_its_check() {
+        let (proxy, _shared, ended, _rx) = listening_through_a_proxy();
+        proxy.silent.store(true, Ordering::SeqCst);
+        let e = failure(&ended, Duration::from_secs(5));
+        assert!(e.is_retryable(), "{e}");
+        assert!(e.to_string().contains("release listener: no answer within"), "{e}");
+    }
+
+    #[test]
+    fn a_connection_cut_fails_the_session() {
+        let (proxy, _shared, ended, _rx) = listening_through_a_proxy();
+        proxy.cut();
+        let e = failure(&ended, Duration::from_secs(5));
+        assert!(e.is_retryable(), "{e}");
+        assert_eq!(e.to_string(), "release listener: connection closed");
+    }
+
+    /// The control for both: a listening session that nothing disturbs goes
+    /// on until its store is gone.
+    #[test]
+    fn a_session_left_alone_ends_only_with_its_store() {
+        let (_proxy, shared, ended, _rx) = listening_through_a_proxy();
+        assert!(ended.is_empty(), "the session ended by itself");
+        shared.ended.store(true, Ordering::SeqCst);
+        assert!(matches!(ended.recv_timeout(Duration::from_secs(5)), Ok(Ended::Stopped)), "did not stop");
     }
 }
