@@ -3,38 +3,23 @@
 //! the leader's release, not at its next poll; a live leader wakes nobody.
 //! Run with `bash scripts/test.sh`.
 //!
-//! The followers here poll once a minute (the first poll after seeing a
-//! leader comes 12 to 72 s later), so a hand-over within the few seconds
-//! these tests allow can only come from the feed; the controls without it
-//! show that. Timings satisfy the invariant
-//! `renew 1 s + 2*timeout 1 s + retry delay 250 ms <= lease 5 s - margin 500 ms`.
+//! The followers poll once a minute (`support::feed`), so a hand-over
+//! within the few seconds these tests allow can only come from the feed;
+//! the controls without it show that.
 
 mod mysql_support;
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leaderelection::mysql::MySqlStore;
-use leaderelection::{Config, Elector, Group, GroupConfig, LeaderGuard, Store, Timing};
+use leaderelection::{Elector, Store};
 use mysql::prelude::Queryable;
 use mysql_support::{admin, url, SHARED};
-use support::{forward_calls, random_tag, wait_for};
+use support::feed::{claims, config, followers, hand_over, leader_and_follower, QUICK, SLOW_POLL};
+use support::{random_tag, wait_for};
 
 const TABLE: &str = "le_feed";
-
-/// Followers that poll once a minute.
-const SLOW_POLL: Timing = Timing {
-    lease_duration: Duration::from_secs(5),
-    renew_interval: Duration::from_secs(1),
-    retry_period: Duration::from_secs(60),
-    operation_timeout: Duration::from_secs(1),
-    safety_margin: Duration::from_millis(500),
-};
-
-/// Well within the earliest poll (12 s), well beyond a round trip.
-const QUICK: Duration = Duration::from_secs(3);
 
 fn store(feed: bool) -> MySqlStore {
     let s = MySqlStore::builder(&url(SHARED)).table(TABLE).release_feed(feed).build().expect("store");
@@ -42,33 +27,21 @@ fn store(feed: bool) -> MySqlStore {
     s
 }
 
-fn config(store: impl Store + 'static, name: &str, id: &str) -> Config {
-    Config::new(store, name).identity(id).timing(SLOW_POLL)
-}
-
-/// `a` leads `name` (holding its guard: dropping it would resign); `b` (on
-/// `b_store`) has seen it lead.
-fn leader_and_follower(
-    a_store: impl Store + 'static, b_store: impl Store + 'static, name: &str,
-) -> (Elector, Elector, LeaderGuard) {
-    let a = Elector::start(config(a_store, name, "a")).expect("start a");
-    let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
-    let b = Elector::start(config(b_store, name, "b")).expect("start b");
-    let seen = wait_for(Duration::from_secs(10), || b.status().leader.is_some_and(|l| l.identity.starts_with("a#")));
-    assert!(seen, "b never saw a lead: {:?}", b.status());
-    (a, b, guard)
-}
-
-/// How long after `a`'s release `b` led, if within `within`.
-fn hand_over(a: &Elector, b: &Elector, within: Duration) -> Option<Duration> {
-    let released = Instant::now();
-    a.shutdown().expect("a releases");
-    b.wait_leader_timeout(within).ok().map(|_| released.elapsed())
-}
-
 /// The session holding `lock`, if any.
 fn holder(admin: &mut mysql::Conn, lock: &str) -> Option<u64> {
     admin.query_first::<Option<u64>, _>(format!("SELECT IS_USED_LOCK('{lock}')")).expect("IS_USED_LOCK").flatten()
+}
+
+/// Returns once a waiter session waits for `lock` (`GET_LOCK`): a follower
+/// that has just seen a leader has its waiter connect and look first, and a
+/// release before that is learned at the poll.
+fn waiting_for(lock: &str) {
+    let mut admin = admin(SHARED);
+    let q = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%GET_LOCK(''{lock}''%'");
+    let waits = wait_for(Duration::from_secs(10), || {
+        admin.query_first::<usize, _>(q.as_str()).expect("PROCESSLIST").unwrap_or(0) > 0
+    });
+    assert!(waits, "no waiter session waits for {lock}");
 }
 
 /// The identity `e` leads under, once it leads.
@@ -80,6 +53,7 @@ fn identity_of(e: &Elector) -> String {
 fn a_follower_leads_within_a_round_trip_of_a_release() {
     let name = format!("feed-{}", random_tag());
     let (a, b, _guard) = leader_and_follower(store(true), store(true), &name);
+    waiting_for(&store(false).__release_lock(&identity_of(&a)));
     let took = hand_over(&a, &b, QUICK);
     eprintln!("mariadb: the follower led {took:?} after the release (its poll: every {:?})", SLOW_POLL.retry_period);
     assert!(took.is_some(), "no hand-over within {QUICK:?}: {:?}", b.status());
@@ -116,13 +90,7 @@ fn only_a_release_that_ends_a_term_is_sent() {
     let rx = watcher.releases().expect("feed");
     let (quiet, a) = sent_while_the_leader_lives(&watcher, store(true), &name);
     assert_eq!(quiet, 0, "sent while the leader renewed");
-    a.shutdown().expect("a releases");
-    let deadline = Instant::now() + QUICK;
-    let mut got = 0;
-    while let Ok(n) = rx.recv_deadline(deadline) {
-        got += usize::from(n == name);
-    }
-    assert_eq!(got, 1, "the release was sent {got} times");
+    support::feed::released_once(&a, &rx, &name);
 }
 
 /// A leader that holds no lock (its feed off, or an older version) wakes
@@ -143,96 +111,25 @@ fn control_waking_on_a_free_lock_is_caught() {
     assert!(sent >= 2, "waking on a free lock sent {sent} names; the storm check would not catch it");
 }
 
-/// A store that counts the claims of one identity.
-struct Counting {
-    inner: MySqlStore,
-    claims: Arc<AtomicUsize>,
-}
-
-impl Store for Counting {
-    forward_calls!(inner => renew, release, inspect, releases);
-    fn acquire(
-        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
-    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.acquire(name, identity, ttl, payload, timeout)
-    }
-}
-
-/// `n` followers of `name` on `shared` (one waiter session for them all),
-/// each counting its claims; returns once every one has seen a leader.
-fn followers(shared: &MySqlStore, name: &str, n: usize) -> Vec<(Elector, Arc<AtomicUsize>)> {
-    let followers: Vec<(Elector, Arc<AtomicUsize>)> = (0..n)
-        .map(|i| {
-            let claims = Arc::new(AtomicUsize::new(0));
-            let s = Counting { inner: shared.clone(), claims: Arc::clone(&claims) };
-            (Elector::start(config(s, name, &format!("f{i}"))).expect("start"), claims)
-        })
-        .collect();
-    let all_seen = wait_for(Duration::from_secs(10), || followers.iter().all(|(f, _)| f.status().leader.is_some()));
-    assert!(all_seen, "not every follower saw the leader");
-    followers
-}
-
-fn claims(followers: &[(Elector, Arc<AtomicUsize>)]) -> Vec<usize> {
-    followers.iter().map(|(_, c)| c.load(Ordering::SeqCst)).collect()
-}
-
-/// Twenty followers on one store and one release: exactly one leads, and
-/// none claims more than once.
+/// Twenty followers on one store (one waiter session for them all) and
+/// one release: exactly one leads, and none claims more than once.
 #[test]
 fn twenty_followers_and_one_release_claim_once_each() {
-    let name = format!("feed-{}", random_tag());
-    let shared = store(true);
-    let a = Elector::start(config(shared.clone(), &name, "a")).expect("start a");
-    let _guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
-    let followers = followers(&shared, &name, 20);
-    let before: Vec<usize> = claims(&followers);
-    std::thread::sleep(Duration::from_secs(2)); // two renewals: still no claim
-    assert_eq!(claims(&followers), before, "claims while the leader lived");
-    let released = Instant::now();
-    a.shutdown().expect("a releases");
-    // The followers' last look was 2 s ago or more, and the lease they saw
-    // had 4 s left or more: they would claim at its expiry, 2 s after the
-    // release at the earliest. Sooner can only be the feed.
-    let within = Duration::from_millis(1500);
-    let led = wait_for(within, || followers.iter().any(|(f, _)| f.is_leader()));
-    assert!(led, "nobody led within {within:?}");
-    eprintln!("mariadb, 20 followers: led {:?} after the release", released.elapsed());
-    std::thread::sleep(Duration::from_secs(1)); // let every woken claim land
-    let leaders = followers.iter().filter(|(f, _)| f.is_leader()).count();
-    assert_eq!(leaders, 1);
-    let after: Vec<usize> = claims(&followers).iter().zip(&before).map(|(a, b)| a - b).collect();
-    assert!(after.iter().all(|&n| n <= 1), "a follower claimed more than once: {after:?}");
-    eprintln!("20 followers, one release: {} claims", after.iter().sum::<usize>());
+    let took = support::feed::twenty_followers_and_one_release(&store(true), |leader| {
+        waiting_for(&store(false).__release_lock(leader))
+    });
+    eprintln!("mariadb, 20 followers: led {took:?} after the release");
 }
 
 /// A group's followers hear the releases of a whole group shutting down and
 /// take every election within a few seconds.
 #[test]
 fn a_group_takes_over_a_released_group_at_once() {
-    let group = format!("feedgroup-{}", random_tag());
-    let names: Vec<String> = (0..20).map(|i| format!("{group}-{i}")).collect();
-    let start = |id: &str| {
-        let template = Config::new(store(true), group.clone()).identity(id).timing(SLOW_POLL);
-        let g = Group::start(GroupConfig::new(template)).expect("group");
-        let elections: Vec<_> = names.iter().map(|n| g.join(n).expect("join")).collect();
-        (g, elections)
-    };
-    let (a, a_elections) = start("a");
-    assert!(wait_for(Duration::from_secs(10), || a_elections.iter().all(|e| e.is_leader())), "a leads all");
-    let (b, b_elections) = start("b");
-    let seen = wait_for(Duration::from_secs(10), || {
-        b_elections.iter().all(|e| e.status().leader.is_some_and(|l| l.identity.starts_with("a#")))
-    });
-    assert!(seen, "b did not see a lead every election");
-    let released = Instant::now();
-    a.shutdown().expect("a releases");
-    drop(a_elections);
-    let all = wait_for(QUICK, || b_elections.iter().all(|e| e.is_leader()));
-    assert!(all, "b led {} of 20 within {QUICK:?}", b_elections.iter().filter(|e| e.is_leader()).count());
-    eprintln!("mariadb group: 20 elections led again {:?} after the release", released.elapsed());
-    drop(b);
+    let took = support::feed::a_group_takes_over_a_released_group(
+        || store(true),
+        |leader| waiting_for(&store(false).__release_lock(leader)),
+    );
+    eprintln!("mariadb group: 20 elections led again {took:?} after the release");
 }
 
 /// The leader's lock session killed while it leads: each follower claims
@@ -271,6 +168,7 @@ fn a_killed_lock_session_wakes_each_follower_once_and_the_feed_recovers() {
         again.is_some()
     });
     assert!(back, "the leader's store did not take its lock again");
+    waiting_for(&lock);
     // Heard again: the release comes through.
     let released = Instant::now();
     a.shutdown().expect("a releases");

@@ -352,10 +352,7 @@ fn locker(shared: &Shared) {
             }
         };
         again = None;
-        if wanted.is_empty() {
-            // Leads nothing: close the session, which frees whatever it held.
-            session = None;
-            held.clear();
+        if wanted.is_empty() && session.is_none() {
             continue;
         }
         if session.is_none() {
@@ -375,6 +372,10 @@ fn locker(shared: &Shared) {
             Ok(true) => {
                 backoff = FIRST_BACKOFF;
                 retake = RETAKE;
+                if wanted.is_empty() {
+                    // Leads nothing: its locks given back, the session goes.
+                    session = None;
+                }
             }
             Ok(false) => {
                 // Someone held a lock for a moment: ask again soon.
@@ -398,6 +399,7 @@ fn lock_step(
     conn: &mut Conn, quoted: &str, wanted: &BTreeSet<String>, held: &mut BTreeSet<String>,
 ) -> Result<bool, mysql::Error> {
     let stale: Vec<String> = held.difference(wanted).cloned().collect();
+    let stale_or_missing = stale.len() + wanted.difference(held).count();
     for identity in stale {
         conn.query_drop(format!("DO RELEASE_LOCK('{}')", lock_name(quoted, &identity)))?;
         held.remove(&identity);
@@ -415,7 +417,8 @@ fn lock_step(
             None => return Err(mysql::DriverError::Timeout.into()),
         }
     }
-    if held.len() == wanted.len() {
+    if stale_or_missing == 0 {
+        // Nothing to do but check that the session (and its locks) lives.
         conn.ping()?;
     }
     Ok(all)

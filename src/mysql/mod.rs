@@ -160,6 +160,13 @@
 //!   Galera could report a rolled-back `COMMIT` as a success. (So does a
 //!   call made before the store asked its server; one that found a single
 //!   primary, or was told so, sends no such read: one transaction a write.)
+//! - **Feed of releases** ([`MySqlStore::release_feed`], on by default):
+//!   MySQL has no `LISTEN`, so a leading store holds a named lock per
+//!   leader identity on a session of its own and gives it back once its
+//!   release has committed; a following store waits for that lock (one
+//!   session per leader identity) and wakes its followers when it goes
+//!   from held to free. Off on multi-primary clusters and on a borrowed
+//!   pool.
 //! - **A real operation timeout.** The store keeps its own pool (not
 //!   `mysql::Pool`, which opens connections under its lock and loses a slot
 //!   for good when a broken connection is kept out of it). Each call runs on a
