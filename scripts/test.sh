@@ -61,7 +61,7 @@ echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)
 source scripts/mysql.sh
 cargo test --features mysql,storetest --lib mysql
 cargo test --features mysql,storetest --doc -- mysql
-cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check --test mysql_memory --test mysql_borrowed --test mysql_limits --test mysql_validation --test mysql_transactions
+cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check --test mysql_memory --test mysql_borrowed --test mysql_limits --test mysql_validation --test mysql_transactions --test release_feed_mysql
 
 echo "== both stores: AnyStore from connect(), lease-check refusals, calls before ensure_schema"
 cargo test --features postgres,mysql,storetest --test any_store --test check_errors --test missing_table

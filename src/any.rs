@@ -146,7 +146,7 @@ impl AnyStore {
             #[cfg(feature = "postgres")]
             AnyStore::Postgres(s) => AnyStore::Postgres(s.release_feed(on)),
             #[cfg(feature = "mysql")]
-            AnyStore::Mysql(s) => AnyStore::Mysql(s),
+            AnyStore::Mysql(s) => AnyStore::Mysql(s.release_feed(on)),
         }
     }
 }

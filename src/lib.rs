@@ -234,6 +234,7 @@ pub mod batch;
 mod config;
 mod elector;
 mod error;
+mod feed;
 pub mod group;
 mod guard;
 mod handoff;

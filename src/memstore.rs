@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::TrySendError;
 use parking_lot::{Condvar, Mutex};
 
 use crate::batch::{BatchItem, Members};
@@ -14,10 +13,6 @@ use crate::store::{ErrorKind, Store, StoreError};
 
 /// A member whose heartbeat expired this long ago is forgotten.
 const FORGET_MEMBERS_AFTER: Duration = Duration::from_secs(3600);
-
-/// How many released names a subscriber's channel holds
-/// ([`Store::releases`]); more are dropped until it reads.
-const RELEASE_FEED: usize = 1024;
 
 /// An in-memory [`Store`]: the reference implementation of the store
 /// contract, and a test double for programs that use this crate.
@@ -95,7 +90,7 @@ struct State {
     /// heartbeat revives).
     members: HashMap<String, HashMap<String, (DbTime, Option<u32>)>>,
     /// Subscribers to the names of released elections ([`Store::releases`]).
-    watchers: Vec<crossbeam_channel::Sender<String>>,
+    watchers: crate::feed::Subscribers,
 }
 
 #[derive(Clone)]
@@ -452,15 +447,9 @@ impl State {
                 // A renewal whose clock reading is older than this must
                 // not land after it (Store::renew).
                 row.renewed_at = row.renewed_at.max(now);
-                self.tell_watchers(name);
+                self.watchers.send(name);
             }
         }
-    }
-
-    /// Sends `name` to every subscriber of [`Store::releases`] that has
-    /// room (a hint: a full channel loses it), and forgets the ones gone.
-    fn tell_watchers(&mut self, name: &str) {
-        self.watchers.retain(|tx| !matches!(tx.try_send(name.to_owned()), Err(TrySendError::Disconnected(_))));
     }
 
     /// [`Store::inspect`] of one row at `now`.
@@ -532,9 +521,7 @@ impl Store for MemStore {
     /// Every release that ends a live term sends its election's name,
     /// whatever the caller (one channel of 1,024 names per subscriber).
     fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
-        let (tx, rx) = crossbeam_channel::bounded(RELEASE_FEED);
-        self.shared.state.lock().watchers.push(tx);
-        Some(rx)
+        Some(self.shared.state.lock().watchers.subscribe())
     }
 
     fn heartbeat(

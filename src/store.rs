@@ -302,7 +302,9 @@ pub trait Store: Send + Sync {
     /// The default, `None`, is a store that cannot tell; followers then
     /// learn of a release at their next poll. [`MemStore`](crate::MemStore)
     /// feeds its own releases; `PostgresStore` (feature `postgres`) listens
-    /// on a connection of its own (see its `release_feed` for poolers).
+    /// on a connection of its own (see its `release_feed` for poolers);
+    /// `MySqlStore` (feature `mysql`) waits for the leader's named lock (see
+    /// its `release_feed`).
     fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
         None
     }

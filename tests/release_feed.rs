@@ -2,66 +2,27 @@
 //! looked at the row leads within a round trip of the leader's release,
 //! not at its next poll. Run with `bash scripts/test.sh`.
 //!
-//! The followers here poll once a minute (the first poll after seeing a
-//! leader comes 12 to 72 s later), so a hand-over within the few seconds
-//! these tests allow can only come from the feed; the controls without it
-//! show that. Timings satisfy the invariant
-//! `renew 1 s + 2*timeout 1 s + retry delay 250 ms <= lease 5 s - margin 500 ms`.
+//! The followers poll once a minute (`support::feed`), so a hand-over
+//! within the few seconds these tests allow can only come from the feed;
+//! the controls without it show that.
 
 mod pg_support;
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
-use leaderelection::{Config, Elector, Group, GroupConfig, LeaderGuard, Store, Timing};
+use leaderelection::{Config, Elector, Group, GroupConfig, Store, Timing};
 use pg_support::{dsn, BOUNCER, DIRECT};
-use support::{forward_calls, random_tag, wait_for};
+use support::feed::{config, hand_over, leader_and_follower, QUICK, SLOW_POLL};
+use support::{random_tag, wait_for};
 
 const TABLE: &str = "le_feed";
-
-/// Followers that poll once a minute.
-const SLOW_POLL: Timing = Timing {
-    lease_duration: Duration::from_secs(5),
-    renew_interval: Duration::from_secs(1),
-    retry_period: Duration::from_secs(60),
-    operation_timeout: Duration::from_secs(1),
-    safety_margin: Duration::from_millis(500),
-};
-
-/// Well within the earliest poll (12 s), well beyond a round trip.
-const QUICK: Duration = Duration::from_secs(3);
 
 fn store(var: &str, feed: bool) -> PostgresStore {
     let s = PostgresStore::builder(&dsn(var)).table("public", TABLE).release_feed(feed).build().expect("store");
     s.ensure_schema().unwrap_or_else(|e| panic!("ensure_schema via {var}: {e}"));
     s
-}
-
-fn config(store: impl Store + 'static, name: &str, id: &str) -> Config {
-    Config::new(store, name).identity(id).timing(SLOW_POLL)
-}
-
-/// `a` leads `name` (holding its guard: dropping it would resign); `b` (on
-/// `b_store`) has seen it lead. Returns both and the guard.
-fn leader_and_follower(
-    a_store: impl Store + 'static, b_store: impl Store + 'static, name: &str,
-) -> (Elector, Elector, LeaderGuard) {
-    let a = Elector::start(config(a_store, name, "a")).expect("start a");
-    let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
-    let b = Elector::start(config(b_store, name, "b")).expect("start b");
-    let seen = wait_for(Duration::from_secs(10), || b.status().leader.is_some_and(|l| l.identity.starts_with("a#")));
-    assert!(seen, "b never saw a lead: {:?}", b.status());
-    (a, b, guard)
-}
-
-/// How long after `a`'s release `b` led, if within `within`.
-fn hand_over(a: &Elector, b: &Elector, within: Duration) -> Option<Duration> {
-    let released = Instant::now();
-    a.shutdown().expect("a releases");
-    b.wait_leader_timeout(within).ok().map(|_| released.elapsed())
 }
 
 #[test]
@@ -128,87 +89,22 @@ fn only_a_release_that_ends_a_term_is_sent() {
     let quiet: Vec<String> = rx.try_iter().filter(|n| *n == name).collect();
     assert!(quiet.is_empty(), "sent while the leader renewed: {quiet:?}");
     assert!(a.status().renewals_ok >= 3, "{:?}", a.status());
-    a.shutdown().expect("a releases");
-    let deadline = Instant::now() + QUICK;
-    let mut got = 0;
-    while let Ok(n) = rx.recv_deadline(deadline) {
-        got += usize::from(n == name);
-    }
-    assert_eq!(got, 1, "the release was sent {got} times");
-}
-
-/// A store that counts the claims of one identity.
-struct Counting {
-    inner: PostgresStore,
-    claims: Arc<AtomicUsize>,
-}
-
-impl Store for Counting {
-    forward_calls!(inner => renew, release, inspect, releases);
-    fn acquire(
-        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
-    ) -> Result<leaderelection::Lease, leaderelection::StoreError> {
-        self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.acquire(name, identity, ttl, payload, timeout)
-    }
+    support::feed::released_once(&a, &rx, &name);
 }
 
 /// Twenty followers on one store (one listening connection) and one
 /// release: exactly one leads, and none claims more than once.
 #[test]
 fn twenty_followers_and_one_release_claim_once_each() {
-    let name = format!("feed-{}", random_tag());
-    let shared = store(DIRECT, true);
-    let a = Elector::start(config(shared.clone(), &name, "a")).expect("start a");
-    let _guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
-    let followers: Vec<(Elector, Arc<AtomicUsize>)> = (0..20)
-        .map(|i| {
-            let claims = Arc::new(AtomicUsize::new(0));
-            let s = Counting { inner: shared.clone(), claims: Arc::clone(&claims) };
-            (Elector::start(config(s, &name, &format!("f{i}"))).expect("start"), claims)
-        })
-        .collect();
-    let all_seen = wait_for(Duration::from_secs(10), || followers.iter().all(|(f, _)| f.status().leader.is_some()));
-    assert!(all_seen, "not every follower saw the leader");
-    let before: usize = followers.iter().map(|(_, c)| c.load(Ordering::SeqCst)).sum();
-    a.shutdown().expect("a releases");
-    let led = wait_for(QUICK, || followers.iter().any(|(f, _)| f.is_leader()));
-    assert!(led, "nobody led within {QUICK:?}");
-    std::thread::sleep(Duration::from_secs(1)); // let every woken claim land
-    let leaders = followers.iter().filter(|(f, _)| f.is_leader()).count();
-    assert_eq!(leaders, 1);
-    let claims: Vec<usize> = followers.iter().map(|(_, c)| c.load(Ordering::SeqCst)).collect();
-    assert_eq!(before, 0, "claims before the release");
-    assert!(claims.iter().all(|&n| n <= 1), "a follower claimed more than once: {claims:?}");
-    eprintln!("20 followers, one release: {} claims", claims.iter().sum::<usize>());
+    // The listener is proven before the first follower looks.
+    support::feed::twenty_followers_and_one_release(&store(DIRECT, true), |_| {});
 }
 
 /// A group's followers hear the releases of a whole group shutting down and
 /// take every election within a few seconds, on the one connection.
 #[test]
 fn a_group_takes_over_a_released_group_at_once() {
-    let group = format!("feedgroup-{}", random_tag());
-    let names: Vec<String> = (0..20).map(|i| format!("{group}-{i}")).collect();
-    let start = |id: &str| {
-        let template = Config::new(store(DIRECT, true), group.clone()).identity(id).timing(SLOW_POLL);
-        let g = Group::start(GroupConfig::new(template)).expect("group");
-        let elections: Vec<_> = names.iter().map(|n| g.join(n).expect("join")).collect();
-        (g, elections)
-    };
-    let (a, a_elections) = start("a");
-    assert!(wait_for(Duration::from_secs(10), || a_elections.iter().all(|e| e.is_leader())), "a leads all");
-    let (b, b_elections) = start("b");
-    let seen = wait_for(Duration::from_secs(10), || {
-        b_elections.iter().all(|e| e.status().leader.is_some_and(|l| l.identity.starts_with("a#")))
-    });
-    assert!(seen, "b did not see a lead every election");
-    let released = Instant::now();
-    a.shutdown().expect("a releases");
-    drop(a_elections);
-    let all = wait_for(QUICK, || b_elections.iter().all(|e| e.is_leader()));
-    assert!(all, "b led {} of 20 within {QUICK:?}", b_elections.iter().filter(|e| e.is_leader()).count());
-    eprintln!("group: 20 elections led again {:?} after the release", released.elapsed());
-    drop(b);
+    support::feed::a_group_takes_over_a_released_group(|| store(DIRECT, true), |_| {});
 }
 
 /// A group whose store's feed ends (behind PgBouncer) goes on by polling:

@@ -56,8 +56,9 @@ Options:
   --renew D           renew interval (5s)
   --retry D           follower poll period (3s)
   --no-release-feed   learn of a release only by polling: no listening
-                      connection (PostgreSQL's LISTEN). By default a
-                      waiting run leads within milliseconds of a release
+                      connection (PostgreSQL's LISTEN, MySQL's named
+                      locks). By default a waiting run leads within
+                      milliseconds of a release
   --op-timeout D      bound on one database call (3s)
   --margin D          safety margin (lease/10, at least 1s)
   --grace D           time from SIGTERM (the tool's own, or a forwarded

@@ -24,13 +24,3 @@ fn unknown_database_with_a_password_is_fatal_and_not_echoed() {
 fn a_child_reading_the_terminal_gets_it() {
     terminal_child(&Db::pg());
 }
-
-#[test]
-fn a_waiting_run_leads_at_once_after_a_release() {
-    release_feed_handover(&Db::pg(), true);
-}
-
-#[test]
-fn without_the_feed_a_waiting_run_leads_only_at_its_next_poll() {
-    release_feed_handover(&Db::pg(), false);
-}

@@ -43,8 +43,8 @@ impl Kind {
         self.store_with_feed(url, table, true)
     }
 
-    /// A store whose feed of releases is on or off (PostgreSQL; MariaDB's
-    /// store has none).
+    /// A store whose feed of releases is on or off (PostgreSQL: LISTEN;
+    /// MariaDB: named locks).
     pub fn store_with_feed(self, url: &str, table: &str, feed: bool) -> Result<Arc<dyn Store>, String> {
         let s: Arc<dyn Store> = match self {
             Kind::Postgres => {
@@ -57,7 +57,11 @@ impl Kind {
                 Arc::new(s)
             }
             Kind::MariaDb => {
-                let s = leaderelection::MySqlStore::builder(url).table(table).build().map_err(|e| e.to_string())?;
+                let s = leaderelection::MySqlStore::builder(url)
+                    .table(table)
+                    .release_feed(feed)
+                    .build()
+                    .map_err(|e| e.to_string())?;
                 s.ensure_schema().map_err(|e| format!("ensure_schema: {e}"))?;
                 Arc::new(s)
             }

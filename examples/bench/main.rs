@@ -86,13 +86,14 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
         step("row 1: is_valid / is_leader / Instant::now");
         micro::run(a.quick, table)?;
     }
-    // PostgreSQL direct twice: with the feed of releases and without it,
-    // so the poll it replaces is measured in the same run.
+    // PostgreSQL direct and MariaDB twice: with the feed of releases and
+    // without it, so the poll it replaces is measured in the same run.
     let with_poll_alone = [
         ("PostgreSQL", Kind::Postgres, &pg, true),
         ("PostgreSQL, poll only", Kind::Postgres, &pg, false),
         ("PgBouncer", Kind::Postgres, &bouncer, true),
         ("MariaDB", Kind::MariaDb, &my, true),
+        ("MariaDB, poll only", Kind::MariaDb, &my, false),
     ];
     if want(2) || want(3) {
         // 10 elections at once; per path 4 rounds (40 crashes, 120 hand-overs),

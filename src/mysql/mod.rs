@@ -160,6 +160,13 @@
 //!   Galera could report a rolled-back `COMMIT` as a success. (So does a
 //!   call made before the store asked its server; one that found a single
 //!   primary, or was told so, sends no such read: one transaction a write.)
+//! - **Feed of releases** ([`MySqlStore::release_feed`], on by default):
+//!   MySQL has no `LISTEN`, so a leading store holds a named lock per
+//!   leader identity on a session of its own and gives it back once its
+//!   release has committed; a following store waits for that lock (one
+//!   session per leader identity) and wakes its followers when it goes
+//!   from held to free. Off on multi-primary clusters and on a borrowed
+//!   pool.
 //! - **A real operation timeout.** The store keeps its own pool (not
 //!   `mysql::Pool`, which opens connections under its lock and loses a slot
 //!   for good when a broken connection is kept out of it). Each call runs on a
@@ -199,6 +206,7 @@ mod borrowed;
 mod check;
 mod cluster;
 mod conn;
+mod feed;
 mod sql;
 mod url;
 
@@ -268,6 +276,9 @@ pub struct MySqlStore {
     /// How long after its expiry a row counts as expired for a claim (see
     /// [`MySqlBuilder::max_clock_skew`]).
     max_clock_skew: Duration,
+    /// The feed of releases ([`Store::releases`]); `None` when turned off
+    /// or on a borrowed pool.
+    feed: Option<Arc<feed::Feed>>,
 }
 
 /// Settings for a [`MySqlStore`], from [`MySqlStore::builder`].
@@ -282,6 +293,7 @@ pub struct MySqlBuilder {
     idle_timeout: Duration,
     multi_primary: Option<bool>,
     max_clock_skew: Duration,
+    release_feed: bool,
 }
 
 enum Source {
@@ -397,6 +409,13 @@ impl MySqlBuilder {
         self
     }
 
+    /// Whether the store keeps a feed of releases
+    /// ([`MySqlStore::release_feed`]); on by default.
+    pub fn release_feed(mut self, on: bool) -> MySqlBuilder {
+        self.release_feed = on;
+        self
+    }
+
     /// Builds the store. Opens no connection.
     ///
     /// # Errors
@@ -428,6 +447,7 @@ impl MySqlBuilder {
                     commit_check: true,
                     mode: Arc::new(self.multi_primary.map(cluster::Mode::fixed).unwrap_or_default()),
                     max_clock_skew: self.max_clock_skew,
+                    feed: None,
                 });
             }
             Source::Url(u) => {
@@ -493,7 +513,9 @@ impl MySqlBuilder {
             commit_check: true,
             mode: Arc::new(self.multi_primary.map(cluster::Mode::fixed).unwrap_or_default()),
             max_clock_skew: self.max_clock_skew,
-        })
+            feed: None,
+        }
+        .release_feed(self.release_feed))
     }
 }
 
@@ -668,6 +690,72 @@ impl MySqlStore {
     pub fn __without_commit_check(mut self) -> MySqlStore {
         self.commit_check = false;
         self
+    }
+
+    /// Turns the feed of releases ([`Store::releases`]) on or off; it is
+    /// on for a new store. With it, a follower waiting for a lease learns
+    /// of its release within a round trip and claims then, instead of at
+    /// its next poll. MySQL has no `LISTEN`, so the feed rides on named
+    /// locks (`GET_LOCK`), one per leader identity and table, named `le:`
+    /// and two hashes (of the table and of the identity).
+    ///
+    /// **As a leader**, the store holds the lock of each identity that
+    /// leads through it, on a session of its own (opened when it first
+    /// leads, closed when it leads nothing), and gives the lock back once
+    /// that identity's last release has committed (or its last lease ran
+    /// out or was found lost). A store call never waits for that session.
+    ///
+    /// **As a follower** (after the first subscription: an `Elector` or a
+    /// `Group` starting), the store keeps one waiter session per leader
+    /// identity its answers showed holding a live lease (at most 32). A
+    /// waiter asks whether the lock is held (`IS_USED_LOCK`) and, if so,
+    /// waits for it (`GET_LOCK(…, 30)`, given back at once); when it gets
+    /// it, the names it saw that identity lead go to the subscribers. So
+    /// only a lock going from held to free wakes followers: nothing while
+    /// the leader lives (beyond one statement per waiter per 30 s), one
+    /// claim per follower per release. A leader whose lock session breaks,
+    /// or that crashes, frees its lock too: each follower claims once and
+    /// finds the lease still held (or claims it once expired, at the poll).
+    /// A lock nobody holds (a leader with the feed off, or of an older
+    /// version) is looked at once a second and wakes nobody.
+    ///
+    /// **What stays on the poll.** A multi-primary cluster (Galera, Group
+    /// Replication; see [`MySqlBuilder::multi_primary`]), where named locks
+    /// do not cross nodes: the feed is off there, and its channels end once
+    /// the store knows. In a `Group`, one election resigned while the group
+    /// runs: the group's identity still leads others, so its lock stays
+    /// held. Any error on a feed session: it is dropped and opened again
+    /// with a growing pause; followers poll meanwhile. A store over a pool
+    /// built elsewhere ([`MySqlStore::from_pool`]) has no options of its own
+    /// to connect with, and no feed.
+    ///
+    /// The store's user needs no privilege for named locks. Dropping the
+    /// store (its last clone) ends the feed: its channels close and its
+    /// sessions are closed (waiters in `GET_LOCK` are ended with `KILL
+    /// CONNECTION`, which any user may do to its own sessions).
+    pub fn release_feed(mut self, on: bool) -> MySqlStore {
+        self.feed = match (on, self.pool.opts()) {
+            (true, Some(opts)) => Some(Arc::new(feed::Feed::new(&self.quoted, opts, Arc::clone(&self.mode), false))),
+            _ => None,
+        };
+        self
+    }
+
+    /// The negative control of the feed's storm rule: its waiters wake
+    /// whenever a leader's lock is free, without first seeing it held, so
+    /// a live leader without a lock wakes followers every second. Never use
+    /// it otherwise.
+    #[doc(hidden)]
+    pub fn __release_feed_waking_on_free(mut self) -> MySqlStore {
+        self.feed = self.pool.opts().map(|o| Arc::new(feed::Feed::new(&self.quoted, o, Arc::clone(&self.mode), true)));
+        self
+    }
+
+    /// The named lock the feed of releases holds while `identity` leads
+    /// through this store's table (for tests that find its session).
+    #[doc(hidden)]
+    pub fn __release_lock(&self, identity: &str) -> String {
+        feed::lock_name(&self.quoted, identity)
     }
 
     /// Marks every election's row as inherited from another server, the one
@@ -906,8 +994,8 @@ fn deadline_after(timeout: Duration) -> Instant {
     Instant::now() + timeout.min(MAX_WAIT)
 }
 
-impl Store for MySqlStore {
-    fn acquire(
+impl MySqlStore {
+    fn acquire_one(
         &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let deadline = deadline_after(timeout);
@@ -939,7 +1027,7 @@ impl Store for MySqlStore {
         Ok(rb.lease)
     }
 
-    fn renew(
+    fn renew_one(
         &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let check = self.checks_commits();
@@ -954,12 +1042,7 @@ impl Store for MySqlStore {
         }
     }
 
-    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        let body = sql::release(&self.quoted, name, identity, fence)?;
-        self.run("release", &body, deadline_after(timeout)).map(|_| ())
-    }
-
-    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+    fn inspect_one(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
         let body = sql::inspect(&self.quoted, name)?;
         let rows = self.run("inspect", &body, deadline_after(timeout))?;
         match sql::read_back("inspect", name, rows)? {
@@ -968,7 +1051,7 @@ impl Store for MySqlStore {
         }
     }
 
-    fn acquire_many(
+    fn acquire_batch(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         let mut out = Answers::new(items.len());
@@ -1015,6 +1098,104 @@ impl Store for MySqlStore {
         .done()
     }
 
+    fn inspect_batch(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
+        let mut out = Answers::new(names.len());
+        let items: Vec<BatchItem<'_>> = names.iter().map(|n| BatchItem { name: n, fence: 0, payload: b"" }).collect();
+        let Some(owned) = self.batch_items(&mut out, "", &items) else { return out.done() };
+        let mut unique: Vec<Vec<u8>> = owned.iter().map(|it| it.name.clone()).collect();
+        unique.dedup();
+        let job = batch::inspect(self.quoted.clone(), unique.clone());
+        match self.pool.run_job("inspect_many", deadline_after(timeout), true, job) {
+            Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
+            Ok(done) => {
+                let mut leases = match batch::ReadBacks::new("inspect", done.rows, &owned) {
+                    Ok(l) => l,
+                    Err(e) => return out.fail(&owned, &e).done(),
+                };
+                let refused: std::collections::HashMap<&[u8], StoreError> =
+                    done.refused.into_iter().map(|(k, e)| (unique[k].as_slice(), e)).collect();
+                for (k, it) in owned.iter().enumerate() {
+                    let again = owned.get(k + 1).is_some_and(|n| n.name == it.name);
+                    out.set(it.at, || {
+                        if let Some(e) = refused.get(it.name.as_slice()) {
+                            return Err(e.clone());
+                        }
+                        match leases.take(&it.name, again)? {
+                            Some(rb) => Ok(rb.lease),
+                            None => Err(StoreError::no_lease(names[it.at])),
+                        }
+                    });
+                }
+                out
+            }
+        }
+        .done()
+    }
+
+    /// Tells the feed of releases what a claim, renewal (`identity` the
+    /// caller's) or read (`None`) answered about `name`.
+    fn tell_feed(&self, identity: Option<&str>, name: &str, answer: &Result<Lease, StoreError>) {
+        let Some(feed) = &self.feed else { return };
+        match (answer, identity) {
+            (Ok(lease), Some(i)) if lease.holder == i => feed.leads(i, lease),
+            (Ok(lease), _) => feed.saw(identity, lease),
+            (Err(e), Some(i)) if e.is_lease_lost() => feed.left(i, name),
+            (Err(_), _) => {}
+        }
+    }
+
+    fn tell_feed_each<'a>(
+        &self, identity: Option<&str>, names: impl Iterator<Item = &'a str>, answers: &[Result<Lease, StoreError>],
+    ) {
+        if self.feed.is_some() {
+            for (name, answer) in names.zip(answers) {
+                self.tell_feed(identity, name, answer);
+            }
+        }
+    }
+}
+
+impl Store for MySqlStore {
+    fn acquire(
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        let answer = self.acquire_one(name, identity, ttl, payload, timeout);
+        self.tell_feed(Some(identity), name, &answer);
+        answer
+    }
+
+    fn renew(
+        &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        let answer = self.renew_one(name, identity, fence, ttl, payload, timeout);
+        self.tell_feed(Some(identity), name, &answer);
+        answer
+    }
+
+    fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
+        let body = sql::release(&self.quoted, name, identity, fence)?;
+        self.run("release", &body, deadline_after(timeout))?;
+        // Only now, the release committed: the lock may go.
+        if let Some(feed) = &self.feed {
+            feed.left(identity, name);
+        }
+        Ok(())
+    }
+
+    fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
+        let answer = self.inspect_one(name, timeout);
+        self.tell_feed(None, name, &answer);
+        answer
+    }
+
+    fn acquire_many(
+        &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
+    ) -> Vec<Result<Lease, StoreError>> {
+        let answers = self.acquire_batch(identity, ttl, items, timeout);
+        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers);
+        answers
+    }
+
     fn renew_many(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
@@ -1057,7 +1238,7 @@ impl Store for MySqlStore {
         let Some(owned) = self.batch_items(&mut out, identity, items) else { return out.done() };
         let Ok(i) = batch::identity(identity) else { return out.done() };
         let job = batch::release(self.quoted.clone(), i, owned.clone());
-        match self.pool.run_job("release_many", deadline_after(timeout), true, job) {
+        let answers = match self.pool.run_job("release_many", deadline_after(timeout), true, job) {
             Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
             Ok(done) => {
                 out.refused(done.refused);
@@ -1067,41 +1248,27 @@ impl Store for MySqlStore {
                 out
             }
         }
-        .done()
+        .done();
+        // Only now, the releases committed: the lock may go.
+        if let Some(feed) = &self.feed {
+            for (it, answer) in items.iter().zip(&answers) {
+                if answer.is_ok() {
+                    feed.left(identity, it.name);
+                }
+            }
+        }
+        answers
     }
 
     fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
-        let mut out = Answers::new(names.len());
-        let items: Vec<BatchItem<'_>> = names.iter().map(|n| BatchItem { name: n, fence: 0, payload: b"" }).collect();
-        let Some(owned) = self.batch_items(&mut out, "", &items) else { return out.done() };
-        let mut unique: Vec<Vec<u8>> = owned.iter().map(|it| it.name.clone()).collect();
-        unique.dedup();
-        let job = batch::inspect(self.quoted.clone(), unique.clone());
-        match self.pool.run_job("inspect_many", deadline_after(timeout), true, job) {
-            Err(e) => out.fail(&owned, &self.explain_unknown_column(e)),
-            Ok(done) => {
-                let mut leases = match batch::ReadBacks::new("inspect", done.rows, &owned) {
-                    Ok(l) => l,
-                    Err(e) => return out.fail(&owned, &e).done(),
-                };
-                let refused: std::collections::HashMap<&[u8], StoreError> =
-                    done.refused.into_iter().map(|(k, e)| (unique[k].as_slice(), e)).collect();
-                for (k, it) in owned.iter().enumerate() {
-                    let again = owned.get(k + 1).is_some_and(|n| n.name == it.name);
-                    out.set(it.at, || {
-                        if let Some(e) = refused.get(it.name.as_slice()) {
-                            return Err(e.clone());
-                        }
-                        match leases.take(&it.name, again)? {
-                            Some(rb) => Ok(rb.lease),
-                            None => Err(StoreError::no_lease(names[it.at])),
-                        }
-                    });
-                }
-                out
-            }
-        }
-        .done()
+        let answers = self.inspect_batch(names, timeout);
+        self.tell_feed_each(None, names.iter().copied(), &answers);
+        answers
+    }
+
+    /// Subscribes to the feed of releases; see [`MySqlStore::release_feed`].
+    fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
+        self.feed.as_ref()?.subscribe()
     }
 
     fn heartbeat(
@@ -1279,7 +1446,9 @@ impl MySqlStore {
         if let Some(started) = started {
             self.renewed(&mut out, second, started.and_then(conn::Started::wait), identity, ttl, check);
         }
-        (out.done(), rows)
+        let answers = out.done();
+        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers);
+        (answers, rows)
     }
 
     /// A heartbeat's answer from the rows its statements read (see
@@ -1451,6 +1620,7 @@ impl MySqlBuilder {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             multi_primary: None,
             max_clock_skew: Duration::ZERO,
+            release_feed: true,
         }
     }
 }

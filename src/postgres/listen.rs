@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Socket};
@@ -31,12 +31,10 @@ use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Socket};
 use super::conn::{classify_connect, PgManager};
 use super::tls::{MakeTls, TlsTrace};
 use crate::error::Human;
+use crate::feed::Subscribers;
 use crate::store::StoreError;
 use crate::timing::MAX_NAME_LEN;
 
-/// How many released names a subscriber's channel holds; more are dropped
-/// until it reads.
-const CHANNEL_ROOM: usize = 1024;
 /// Probes that fail in a row before the feed gives up for good.
 const PROBES: u32 = 3;
 
@@ -79,13 +77,7 @@ impl Pace {
 /// length of the table's never matters (63 bytes at most), the same in
 /// every process.
 pub(super) fn channel(qualified: &str) -> String {
-    // FNV-1a: stable across processes, builds and Rust versions.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in qualified.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("leaderelection_{h:016x}")
+    format!("leaderelection_{:016x}", crate::feed::fnv1a64(qualified))
 }
 
 /// A probe's payload: longer than any election name, so no subscriber can
@@ -105,7 +97,7 @@ pub(super) struct Feed {
 
 struct Shared {
     channel: String,
-    subscribers: Mutex<Vec<Sender<String>>>,
+    subscribers: Subscribers,
     started: AtomicBool,
     /// The store is gone, or the feed gave up: no more subscriptions.
     ended: AtomicBool,
@@ -119,7 +111,7 @@ impl Feed {
         Feed {
             shared: Arc::new(Shared {
                 channel: channel(qualified),
-                subscribers: Mutex::new(Vec::new()),
+                subscribers: Subscribers::default(),
                 started: AtomicBool::new(false),
                 ended: AtomicBool::new(false),
                 probe: Mutex::new(None),
@@ -134,8 +126,7 @@ impl Feed {
         if self.shared.ended.load(Ordering::SeqCst) {
             return None;
         }
-        let (tx, rx) = crossbeam_channel::bounded(CHANNEL_ROOM);
-        self.shared.subscribers.lock().push(tx);
+        let rx = self.shared.subscribers.subscribe();
         if !self.shared.started.swap(true, Ordering::SeqCst) {
             let (shared, manager, pool) = (Arc::clone(&self.shared), Arc::clone(manager), pool.clone());
             let spawned = std::thread::Builder::new()
@@ -162,7 +153,7 @@ impl Shared {
     /// and their drivers go on polling.
     fn end(&self) {
         self.ended.store(true, Ordering::SeqCst);
-        self.subscribers.lock().clear();
+        self.subscribers.clear();
     }
 
     fn deliver(&self, name: &str) {
@@ -175,9 +166,7 @@ impl Shared {
             }
             return;
         }
-        self.subscribers
-            .lock()
-            .retain(|tx| !matches!(tx.try_send(name.to_owned()), Err(TrySendError::Disconnected(_))));
+        self.subscribers.send(name);
     }
 }
 
@@ -416,14 +405,13 @@ mod tests {
     #[test]
     fn a_probe_is_never_taken_for_a_name() {
         let shared = shared(&channel("t"), PACE);
-        let (tx, rx) = crossbeam_channel::bounded(4);
-        shared.subscribers.lock().push(tx);
+        let rx = shared.subscribers.subscribe();
         shared.deliver(&probe_payload());
         shared.deliver("jobs");
         assert_eq!(rx.try_iter().collect::<Vec<_>>(), ["jobs"]);
         drop(rx);
         shared.deliver("jobs");
-        assert!(shared.subscribers.lock().is_empty(), "a gone subscriber is forgotten");
+        assert_eq!(shared.subscribers.len(), 0, "a gone subscriber is forgotten");
     }
 
     #[test]
@@ -448,7 +436,7 @@ mod tests {
     fn shared(channel: &str, pace: Pace) -> Arc<Shared> {
         Arc::new(Shared {
             channel: channel.to_owned(),
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Subscribers::default(),
             started: AtomicBool::new(true),
             ended: AtomicBool::new(false),
             probe: Mutex::new(None),
@@ -638,8 +626,7 @@ mod tests {
         }
         let via = Arc::new(PgManager::new(via, Some(Duration::from_millis(500)), None).expect("manager"));
         let shared = shared(&channel(&format!("listen-test-{}", proxy.port)), QUICK);
-        let (tx, rx) = crossbeam_channel::bounded(16);
-        shared.subscribers.lock().push(tx);
+        let rx = shared.subscribers.subscribe();
         let pool = pool(&direct);
         let ended = start_session(&shared, &via, &pool);
         // Heard: a name sent straight to the server comes through the proxy,

@@ -11,6 +11,7 @@
 
 pub mod elector;
 pub mod faults;
+pub mod feed;
 #[path = "../forward/mod.rs"]
 mod forward;
 #[cfg(feature = "mysql")]

@@ -1,0 +1,165 @@
+//! The scenarios both suites of the feed of releases run
+//! (`tests/release_feed.rs` on PostgreSQL, `tests/release_feed_mysql.rs` on
+//! MariaDB), written once over any store.
+//!
+//! The followers here poll once a minute (the first poll after seeing a
+//! leader comes 12 to 72 s later), so a hand-over within the few seconds
+//! these scenarios allow can only come from the feed; the suites' controls
+//! without it show that. Timings satisfy the invariant
+//! `renew 1 s + 2*timeout 1 s + retry delay 250 ms <= lease 5 s - margin 500 ms`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leaderelection::{Config, Elector, Group, GroupConfig, LeaderGuard, Lease, Store, StoreError, Timing};
+
+use super::{forward_calls, random_tag, wait_for};
+
+/// Followers that poll once a minute.
+pub const SLOW_POLL: Timing = Timing {
+    lease_duration: Duration::from_secs(5),
+    renew_interval: Duration::from_secs(1),
+    retry_period: Duration::from_secs(60),
+    operation_timeout: Duration::from_secs(1),
+    safety_margin: Duration::from_millis(500),
+};
+
+/// Well within the earliest poll (12 s), well beyond a round trip.
+pub const QUICK: Duration = Duration::from_secs(3);
+
+pub fn config(store: impl Store + 'static, name: &str, id: &str) -> Config {
+    Config::new(store, name).identity(id).timing(SLOW_POLL)
+}
+
+/// `a` leads `name` (holding its guard: dropping it would resign); `b` (on
+/// `b_store`) has seen it lead. Returns both and the guard.
+pub fn leader_and_follower(
+    a_store: impl Store + 'static, b_store: impl Store + 'static, name: &str,
+) -> (Elector, Elector, LeaderGuard) {
+    let a = Elector::start(config(a_store, name, "a")).expect("start a");
+    let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
+    let b = Elector::start(config(b_store, name, "b")).expect("start b");
+    let seen = wait_for(Duration::from_secs(10), || b.status().leader.is_some_and(|l| l.identity.starts_with("a#")));
+    assert!(seen, "b never saw a lead: {:?}", b.status());
+    (a, b, guard)
+}
+
+/// How long after `a`'s release `b` led, if within `within`.
+pub fn hand_over(a: &Elector, b: &Elector, within: Duration) -> Option<Duration> {
+    let released = Instant::now();
+    a.shutdown().expect("a releases");
+    b.wait_leader_timeout(within).ok().map(|_| released.elapsed())
+}
+
+/// `a`'s release (ending its term) sends `name` on `rx` exactly once.
+pub fn released_once(a: &Elector, rx: &crossbeam_channel::Receiver<String>, name: &str) {
+    a.shutdown().expect("a releases");
+    let deadline = Instant::now() + QUICK;
+    let mut got = 0;
+    while let Ok(n) = rx.recv_deadline(deadline) {
+        got += usize::from(n == name);
+    }
+    assert_eq!(got, 1, "the release was sent {got} times");
+}
+
+/// A store that counts the claims of one identity.
+pub struct Counting<S> {
+    pub inner: S,
+    pub claims: Arc<AtomicUsize>,
+}
+
+impl<S: Store> Store for Counting<S> {
+    forward_calls!(inner => renew, release, inspect, releases);
+    fn acquire(
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.acquire(name, identity, ttl, payload, timeout)
+    }
+}
+
+/// `n` followers of `name` on `shared` (one feed for them all), each
+/// counting its claims; returns once every one has seen a leader.
+pub fn followers<S: Store + Clone + 'static>(shared: &S, name: &str, n: usize) -> Vec<(Elector, Arc<AtomicUsize>)> {
+    let followers: Vec<(Elector, Arc<AtomicUsize>)> = (0..n)
+        .map(|i| {
+            let claims = Arc::new(AtomicUsize::new(0));
+            let s = Counting { inner: shared.clone(), claims: Arc::clone(&claims) };
+            (Elector::start(config(s, name, &format!("f{i}"))).expect("start"), claims)
+        })
+        .collect();
+    let all_seen = wait_for(Duration::from_secs(10), || followers.iter().all(|(f, _)| f.status().leader.is_some()));
+    assert!(all_seen, "not every follower saw the leader");
+    followers
+}
+
+/// Each follower's claims so far.
+pub fn claims(followers: &[(Elector, Arc<AtomicUsize>)]) -> Vec<usize> {
+    followers.iter().map(|(_, c)| c.load(Ordering::SeqCst)).collect()
+}
+
+/// Twenty followers on `shared` with their leader, and one release: no
+/// claim while the leader renews, then exactly one leads, sooner than any
+/// poll or the lease's expiry could make it, and none claims more than
+/// once. `ready(leader)` returns once the feed waits for that leader's
+/// release. Returns how long the hand-over took.
+pub fn twenty_followers_and_one_release<S: Store + Clone + 'static>(shared: &S, ready: impl Fn(&str)) -> Duration {
+    let name = format!("feed-{}", random_tag());
+    let a = Elector::start(config(shared.clone(), &name, "a")).expect("start a");
+    let _guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
+    let followers = followers(shared, &name, 20);
+    let before = claims(&followers);
+    std::thread::sleep(Duration::from_secs(2)); // two renewals: still no claim
+    assert_eq!(claims(&followers), before, "claims while the leader lived");
+    ready(&a.status().leader.expect("a leads").identity);
+    let released = Instant::now();
+    a.shutdown().expect("a releases");
+    // The followers' last look was 2 s ago or more, and the lease they saw
+    // had 4 s left or more: they would claim at its expiry, 2 s after the
+    // release at the earliest. Sooner can only be the feed.
+    let within = Duration::from_millis(1500);
+    let led = wait_for(within, || followers.iter().any(|(f, _)| f.is_leader()));
+    assert!(led, "nobody led within {within:?}");
+    let took = released.elapsed();
+    std::thread::sleep(Duration::from_secs(1)); // let every woken claim land
+    let leaders = followers.iter().filter(|(f, _)| f.is_leader()).count();
+    assert_eq!(leaders, 1);
+    let after: Vec<usize> = claims(&followers).iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert!(after.iter().all(|&n| n <= 1), "a follower claimed more than once: {after:?}");
+    eprintln!("20 followers, one release: led {took:?} after it, {} claims", after.iter().sum::<usize>());
+    took
+}
+
+/// A group's followers hear the releases of a whole group shutting down and
+/// take every election within a few seconds. `ready(leader)` returns once
+/// the feed waits for that leader's releases. Returns how long that took.
+pub fn a_group_takes_over_a_released_group<S: Store + 'static>(
+    store: impl Fn() -> S, ready: impl Fn(&str),
+) -> Duration {
+    let group = format!("feedgroup-{}", random_tag());
+    let names: Vec<String> = (0..20).map(|i| format!("{group}-{i}")).collect();
+    let start = |id: &str| {
+        let template = Config::new(store(), group.clone()).identity(id).timing(SLOW_POLL);
+        let g = Group::start(GroupConfig::new(template)).expect("group");
+        let elections: Vec<_> = names.iter().map(|n| g.join(n).expect("join")).collect();
+        (g, elections)
+    };
+    let (a, a_elections) = start("a");
+    assert!(wait_for(Duration::from_secs(10), || a_elections.iter().all(|e| e.is_leader())), "a leads all");
+    let (b, b_elections) = start("b");
+    let seen = wait_for(Duration::from_secs(10), || {
+        b_elections.iter().all(|e| e.status().leader.is_some_and(|l| l.identity.starts_with("a#")))
+    });
+    assert!(seen, "b did not see a lead every election");
+    ready(&b_elections[0].status().leader.expect("a leads").identity);
+    let released = Instant::now();
+    a.shutdown().expect("a releases");
+    drop(a_elections);
+    let all = wait_for(QUICK, || b_elections.iter().all(|e| e.is_leader()));
+    assert!(all, "b led {} of 20 within {QUICK:?}", b_elections.iter().filter(|e| e.is_leader()).count());
+    let took = released.elapsed();
+    eprintln!("group: 20 elections led again {took:?} after the release");
+    drop(b);
+    took
+}
