@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use leaderelection::postgres::PostgresStore;
 use leaderelection::{Config, Elector, Group, GroupConfig, Store, Timing};
 use pg_support::{dsn, BOUNCER, DIRECT};
-use support::feed::{config, hand_over, leader_and_follower, QUICK, SLOW_POLL};
+use support::feed::{config, hand_over, leader_and_follower, one_follower_and_a_release, QUICK, SLOW_POLL};
 use support::{random_tag, wait_for};
 
 const TABLE: &str = "le_feed";
@@ -27,20 +27,13 @@ fn store(var: &str, feed: bool) -> PostgresStore {
 
 #[test]
 fn a_follower_leads_within_a_round_trip_of_a_release() {
-    let name = format!("feed-{}", random_tag());
-    let (a, b, _guard) = leader_and_follower(store(DIRECT, true), store(DIRECT, true), &name);
-    let took = hand_over(&a, &b, QUICK);
-    eprintln!("direct: the follower led {took:?} after the release (its poll: every {:?})", SLOW_POLL.retry_period);
-    assert!(took.is_some(), "no hand-over within {QUICK:?}: {:?}", b.status());
+    one_follower_and_a_release("direct", store(DIRECT, true), store(DIRECT, true), true, |_| {});
 }
 
 /// The control: without the feed the same follower waits for its poll.
 #[test]
 fn without_the_feed_a_follower_waits_for_its_poll() {
-    let name = format!("feed-{}", random_tag());
-    let (a, b, _guard) = leader_and_follower(store(DIRECT, true), store(DIRECT, false), &name);
-    let took = hand_over(&a, &b, QUICK);
-    assert!(took.is_none(), "the follower led {took:?} after the release without a feed");
+    one_follower_and_a_release("direct", store(DIRECT, true), store(DIRECT, false), false, |_| {});
 }
 
 /// Releases notify through PgBouncer too (`pg_notify` needs no session),

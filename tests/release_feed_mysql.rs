@@ -16,7 +16,7 @@ use leaderelection::mysql::MySqlStore;
 use leaderelection::{Elector, Store};
 use mysql::prelude::Queryable;
 use mysql_support::{admin, url, SHARED};
-use support::feed::{claims, config, followers, hand_over, leader_and_follower, QUICK, SLOW_POLL};
+use support::feed::{claims, config, followers, one_follower_and_a_release, QUICK};
 use support::{random_tag, wait_for};
 
 const TABLE: &str = "le_feed";
@@ -51,21 +51,14 @@ fn identity_of(e: &Elector) -> String {
 
 #[test]
 fn a_follower_leads_within_a_round_trip_of_a_release() {
-    let name = format!("feed-{}", random_tag());
-    let (a, b, _guard) = leader_and_follower(store(true), store(true), &name);
-    waiting_for(&store(false).__release_lock(&identity_of(&a)));
-    let took = hand_over(&a, &b, QUICK);
-    eprintln!("mariadb: the follower led {took:?} after the release (its poll: every {:?})", SLOW_POLL.retry_period);
-    assert!(took.is_some(), "no hand-over within {QUICK:?}: {:?}", b.status());
+    let ready = |leader: &str| waiting_for(&store(false).__release_lock(leader));
+    one_follower_and_a_release("mariadb", store(true), store(true), true, ready);
 }
 
 /// The control: without the feed the same follower waits for its poll.
 #[test]
 fn without_the_feed_a_follower_waits_for_its_poll() {
-    let name = format!("feed-{}", random_tag());
-    let (a, b, _guard) = leader_and_follower(store(true), store(false), &name);
-    let took = hand_over(&a, &b, QUICK);
-    assert!(took.is_none(), "the follower led {took:?} after the release without a feed");
+    one_follower_and_a_release("mariadb", store(true), store(false), false, |_| {});
 }
 
 /// Names of `name` a watcher that has seen `leader` lead receives in 3.5 s

@@ -45,6 +45,31 @@ pub fn leader_and_follower(
     (a, b, guard)
 }
 
+/// One follower that polls once a minute (`b_store`, its feed on or off)
+/// and its leader's release: with the feed it leads within [`QUICK`]
+/// (printed under `label`), without it (the control) it does not.
+/// `ready(leader)` returns once the follower's feed waits for the leader's
+/// releases.
+pub fn one_follower_and_a_release(
+    label: &str, a_store: impl Store + 'static, b_store: impl Store + 'static, feed: bool, ready: impl Fn(&str),
+) {
+    let name = format!("feed-{}", random_tag());
+    let (a, b, _guard) = leader_and_follower(a_store, b_store, &name);
+    if feed {
+        ready(&a.status().leader.expect("a leads").identity);
+    }
+    let took = hand_over(&a, &b, QUICK);
+    if feed {
+        eprintln!(
+            "{label}: the follower led {took:?} after the release (its poll: every {:?})",
+            SLOW_POLL.retry_period
+        );
+        assert!(took.is_some(), "no hand-over within {QUICK:?}: {:?}", b.status());
+    } else {
+        assert!(took.is_none(), "the follower led {took:?} after the release without a feed");
+    }
+}
+
 /// How long after `a`'s release `b` led, if within `within`.
 pub fn hand_over(a: &Elector, b: &Elector, within: Duration) -> Option<Duration> {
     let released = Instant::now();
