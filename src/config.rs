@@ -108,24 +108,17 @@ impl Config {
         self
     }
 
-    /// How often the leader renews. Defaults to 5 s.
-    pub fn renew_interval(mut self, d: Duration) -> Config {
-        self.timing.renew_interval = d;
-        self
-    }
+    crate::setters::setters!(Config {
+        /// How often the leader renews. Defaults to 5 s.
+        renew_interval(d: Duration) => timing.renew_interval = d;
 
-    /// How often a follower polls the lease (jittered ±20 %). Defaults to 3 s.
-    pub fn retry_period(mut self, d: Duration) -> Config {
-        self.timing.retry_period = d;
-        self
-    }
+        /// How often a follower polls the lease (jittered ±20 %). Defaults to 3 s.
+        retry_period(d: Duration) => timing.retry_period = d;
 
-    /// How long one store call may take before it counts as failed with an
-    /// unknown outcome. Defaults to 3 s.
-    pub fn operation_timeout(mut self, d: Duration) -> Config {
-        self.timing.operation_timeout = d;
-        self
-    }
+        /// How long one store call may take before it counts as failed with an
+        /// unknown outcome. Defaults to 3 s.
+        operation_timeout(d: Duration) => timing.operation_timeout = d;
+    });
 
     /// How long before the lease's local expiry the leader steps down; it
     /// absorbs clock-rate differences between this host and the database.

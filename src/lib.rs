@@ -249,6 +249,7 @@ mod metrics;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod setters;
 pub mod slot;
 mod status;
 mod store;

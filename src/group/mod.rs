@@ -133,25 +133,21 @@ impl GroupConfig {
         }
     }
 
-    /// Lead at most about a fair share of the elections: the number of
-    /// elections divided by the number of live members of the group,
-    /// rounded up. Needs a store that keeps members
-    /// ([`Store::heartbeat`](crate::Store::heartbeat); the built-in stores
-    /// do). Defaults to off: every participant claims whatever it finds
-    /// free.
-    pub fn fair_share(mut self, on: bool) -> GroupConfig {
-        self.fair_share = on;
-        self
-    }
+    crate::setters::setters!(GroupConfig {
+        /// Lead at most about a fair share of the elections: the number of
+        /// elections divided by the number of live members of the group,
+        /// rounded up. Needs a store that keeps members
+        /// ([`Store::heartbeat`](crate::Store::heartbeat); the built-in stores
+        /// do). Defaults to off: every participant claims whatever it finds
+        /// free.
+        fair_share(on: bool) => fair_share = on;
 
-    /// The grid step on which the group's timers fire (see
-    /// [`core`]). Defaults to the largest step that divides both the
-    /// renew interval and the retry period and is at most a quarter of the
-    /// shorter ([`core::default_tick`]).
-    pub fn tick(mut self, tick: Duration) -> GroupConfig {
-        self.tick = Some(tick);
-        self
-    }
+        /// The grid step on which the group's timers fire (see
+        /// [`core`]). Defaults to the largest step that divides both the
+        /// renew interval and the retry period and is at most a quarter of the
+        /// shorter ([`core::default_tick`]).
+        tick(tick: Duration) => tick = Some(tick);
+    });
 
     /// Runs `f(election, guard)` on the group's callback thread for each
     /// term. Return promptly: every callback of the group waits for it.

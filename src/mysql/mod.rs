@@ -327,94 +327,69 @@ impl MySqlBuilder {
         self
     }
 
-    /// How many connections the pool keeps at most. Defaults to
-    /// [`DEFAULT_POOL_SIZE`]. It also caps the calls the store gave up on
-    /// that may still be running; past that, calls fail at once.
-    pub fn pool_size(mut self, n: usize) -> MySqlBuilder {
-        self.pool_size = n.max(1);
-        self
-    }
+    crate::setters::setters!(MySqlBuilder {
+        /// How many connections the pool keeps at most. Defaults to
+        /// [`DEFAULT_POOL_SIZE`]. It also caps the calls the store gave up on
+        /// that may still be running; past that, calls fail at once.
+        pool_size(n: usize) => pool_size = n.max(1);
 
-    /// Bound on opening the TCP connection. Defaults to the URL's
-    /// `tcp_connect_timeout_ms`, else [`DEFAULT_CONNECT_TIMEOUT`]. The call's
-    /// own timeout bounds the whole connect (TCP, TLS, login) regardless.
-    pub fn connect_timeout(mut self, d: Duration) -> MySqlBuilder {
-        self.connect_timeout = Some(d);
-        self
-    }
+        /// Bound on opening the TCP connection. Defaults to the URL's
+        /// `tcp_connect_timeout_ms`, else [`DEFAULT_CONNECT_TIMEOUT`]. The call's
+        /// own timeout bounds the whole connect (TCP, TLS, login) regardless.
+        connect_timeout(d: Duration) => connect_timeout = Some(d);
 
-    /// The sockets' read and write timeout. A call returns at its own
-    /// timeout regardless; this bounds how long a call it gave up on may
-    /// keep a thread and a connection. Defaults to [`DEFAULT_SOCKET_TIMEOUT`];
-    /// keep it above the elector's `operation_timeout`. A call whose socket
-    /// times out first fails then, and its server session is ended as for a
-    /// call given up on, so its statement does not land later.
-    pub fn socket_timeout(mut self, d: Duration) -> MySqlBuilder {
-        self.socket_timeout = d;
-        self
-    }
+        /// The sockets' read and write timeout. A call returns at its own
+        /// timeout regardless; this bounds how long a call it gave up on may
+        /// keep a thread and a connection. Defaults to [`DEFAULT_SOCKET_TIMEOUT`];
+        /// keep it above the elector's `operation_timeout`. A call whose socket
+        /// times out first fails then, and its server session is ended as for a
+        /// call given up on, so its statement does not land later.
+        socket_timeout(d: Duration) => socket_timeout = d;
 
-    /// A CA certificate file (PEM or DER) trusted in addition to the
-    /// system's. Setting it requires TLS, as `ssl-ca=PATH` in the URL does.
-    pub fn ca_file(mut self, path: impl AsRef<Path>) -> MySqlBuilder {
-        self.ca_file = Some(path.as_ref().to_owned());
-        self
-    }
+        /// A CA certificate file (PEM or DER) trusted in addition to the
+        /// system's. Setting it requires TLS, as `ssl-ca=PATH` in the URL does.
+        ca_file(path: impl AsRef<Path>) => ca_file = Some(path.as_ref().to_owned());
 
-    /// Bound on [`MySqlStore::ensure_schema`]. Defaults to
-    /// [`DEFAULT_DDL_TIMEOUT`].
-    pub fn ddl_timeout(mut self, d: Duration) -> MySqlBuilder {
-        self.ddl_timeout = d;
-        self
-    }
+        /// Bound on [`MySqlStore::ensure_schema`]. Defaults to
+        /// [`DEFAULT_DDL_TIMEOUT`].
+        ddl_timeout(d: Duration) => ddl_timeout = d;
 
-    /// How long a connection may sit idle in the pool and still be reused;
-    /// older ones are closed when next found. Defaults to
-    /// [`DEFAULT_IDLE_TIMEOUT`]. Keep it below the server's `wait_timeout`
-    /// (8 hours by default, often a minute or less on hosted servers), or
-    /// the next call finds its connection closed by the server and has to
-    /// open another.
-    pub fn idle_timeout(mut self, d: Duration) -> MySqlBuilder {
-        self.idle_timeout = d;
-        self
-    }
+        /// How long a connection may sit idle in the pool and still be reused;
+        /// older ones are closed when next found. Defaults to
+        /// [`DEFAULT_IDLE_TIMEOUT`]. Keep it below the server's `wait_timeout`
+        /// (8 hours by default, often a minute or less on hosted servers), or
+        /// the next call finds its connection closed by the server and has to
+        /// open another.
+        idle_timeout(d: Duration) => idle_timeout = d;
 
-    /// Whether the server is a node of a multi-primary cluster (MariaDB
-    /// Galera, MySQL Group Replication in multi-primary mode), where no lock
-    /// reaches another node: claims then also write the election's row in
-    /// `{table}_terms`, and lease checks write it too (see
-    /// [`MySqlStore::check_lease`]). By default the store asks the server
-    /// once, before its first claim or check (`wsrep_on`, and Group
-    /// Replication's group name and `single_primary_mode`). Say `true` for
-    /// a cluster whose nodes the store may reach through a proxy that hides
-    /// those variables.
-    pub fn multi_primary(mut self, yes: bool) -> MySqlBuilder {
-        self.multi_primary = Some(yes);
-        self
-    }
+        /// Whether the server is a node of a multi-primary cluster (MariaDB
+        /// Galera, MySQL Group Replication in multi-primary mode), where no lock
+        /// reaches another node: claims then also write the election's row in
+        /// `{table}_terms`, and lease checks write it too (see
+        /// [`MySqlStore::check_lease`]). By default the store asks the server
+        /// once, before its first claim or check (`wsrep_on`, and Group
+        /// Replication's group name and `single_primary_mode`). Say `true` for
+        /// a cluster whose nodes the store may reach through a proxy that hides
+        /// those variables.
+        multi_primary(yes: bool) => multi_primary = Some(yes);
 
-    /// A bound on how far apart the clocks of the servers that write one
-    /// election's rows may be: a lease counts as expired for a claim only
-    /// this long after its expiry by the claiming server's clock. Defaults
-    /// to zero. Set it on a multi-primary cluster whose nodes' clocks may
-    /// differ by more than the elector's safety margin: each node reads
-    /// its own clock, and a claim through a node whose clock is ahead of the
-    /// one the holder renews through would find the lease expired that much
-    /// early (measured on Galera with one node 4 s ahead: the contender on
-    /// it led while the leader's guard was still valid). Every takeover
-    /// after a leader dies waits this much longer. Give every participant
-    /// of an election the same bound.
-    pub fn max_clock_skew(mut self, skew: Duration) -> MySqlBuilder {
-        self.max_clock_skew = skew;
-        self
-    }
+        /// A bound on how far apart the clocks of the servers that write one
+        /// election's rows may be: a lease counts as expired for a claim only
+        /// this long after its expiry by the claiming server's clock. Defaults
+        /// to zero. Set it on a multi-primary cluster whose nodes' clocks may
+        /// differ by more than the elector's safety margin: each node reads
+        /// its own clock, and a claim through a node whose clock is ahead of the
+        /// one the holder renews through would find the lease expired that much
+        /// early (measured on Galera with one node 4 s ahead: the contender on
+        /// it led while the leader's guard was still valid). Every takeover
+        /// after a leader dies waits this much longer. Give every participant
+        /// of an election the same bound.
+        max_clock_skew(skew: Duration) => max_clock_skew = skew;
 
-    /// Whether the store keeps a feed of releases
-    /// ([`MySqlStore::release_feed`]); on by default.
-    pub fn release_feed(mut self, on: bool) -> MySqlBuilder {
-        self.release_feed = on;
-        self
-    }
+        /// Whether the store keeps a feed of releases
+        /// ([`MySqlStore::release_feed`]); on by default.
+        release_feed(on: bool) => release_feed = on;
+    });
 
     /// Builds the store. Opens no connection.
     ///

@@ -288,43 +288,30 @@ impl PostgresBuilder {
         self
     }
 
-    /// How many connections the pool keeps at most. Defaults to
-    /// [`DEFAULT_POOL_SIZE`]; an elector needs one, plus one per call it
-    /// abandoned at the operation timeout until that call is cleaned up.
-    pub fn pool_size(mut self, n: u32) -> PostgresBuilder {
-        self.pool_size = n.max(1);
-        self
-    }
+    crate::setters::setters!(PostgresBuilder {
+        /// How many connections the pool keeps at most. Defaults to
+        /// [`DEFAULT_POOL_SIZE`]; an elector needs one, plus one per call it
+        /// abandoned at the operation timeout until that call is cleaned up.
+        pool_size(n: u32) => pool_size = n.max(1);
 
-    /// Bound on opening one connection: TCP connect, TLS handshake and login
-    /// together. Defaults to the DSN's `connect_timeout`, else
-    /// [`DEFAULT_CONNECT_TIMEOUT`].
-    pub fn connect_timeout(mut self, d: Duration) -> PostgresBuilder {
-        self.connect_timeout = Some(d);
-        self
-    }
+        /// Bound on opening one connection: TCP connect, TLS handshake and login
+        /// together. Defaults to the DSN's `connect_timeout`, else
+        /// [`DEFAULT_CONNECT_TIMEOUT`].
+        connect_timeout(d: Duration) => connect_timeout = Some(d);
 
-    /// A PEM file of CA certificates that sign the server's certificate,
-    /// trusted in addition to the system's. Setting it requires TLS (as
-    /// `sslmode=require`). The DSN parameter `sslrootcert=PATH` does the same.
-    pub fn ca_file(mut self, path: impl AsRef<Path>) -> PostgresBuilder {
-        self.ca_file = Some(path.as_ref().to_owned());
-        self
-    }
+        /// A PEM file of CA certificates that sign the server's certificate,
+        /// trusted in addition to the system's. Setting it requires TLS (as
+        /// `sslmode=require`). The DSN parameter `sslrootcert=PATH` does the same.
+        ca_file(path: impl AsRef<Path>) => ca_file = Some(path.as_ref().to_owned());
 
-    /// Bound on [`PostgresStore::ensure_schema`]. Defaults to
-    /// [`DEFAULT_DDL_TIMEOUT`].
-    pub fn ddl_timeout(mut self, d: Duration) -> PostgresBuilder {
-        self.ddl_timeout = d;
-        self
-    }
+        /// Bound on [`PostgresStore::ensure_schema`]. Defaults to
+        /// [`DEFAULT_DDL_TIMEOUT`].
+        ddl_timeout(d: Duration) => ddl_timeout = d;
 
-    /// Whether the store keeps a feed of releases
-    /// ([`PostgresStore::release_feed`]); on by default.
-    pub fn release_feed(mut self, on: bool) -> PostgresBuilder {
-        self.release_feed = on;
-        self
-    }
+        /// Whether the store keeps a feed of releases
+        /// ([`PostgresStore::release_feed`]); on by default.
+        release_feed(on: bool) => release_feed = on;
+    });
 
     /// Builds the store. Opens no connection.
     ///
