@@ -401,6 +401,27 @@ impl MySqlBuilder {
     pub fn build(self) -> Result<MySqlStore, StoreError> {
         let quoted = quote_mysql("table", &self.table).map_err(invalid_table)?;
         let socket_timeout = self.socket_timeout.clamp(Duration::from_millis(1), MAX_WAIT);
+        let (pool_size, idle_timeout, feed) = (self.pool_size, self.idle_timeout, self.release_feed);
+        let (table, ddl_timeout, max_clock_skew) = (self.table, self.ddl_timeout, self.max_clock_skew);
+        let mode = Arc::new(self.multi_primary.map(cluster::Mode::fixed).unwrap_or_default());
+        // The store over `source`, whichever way its connections come (a
+        // pool built elsewhere has no options to open a feed's sessions with).
+        let store = move |source: conn::Source, tls: bool| {
+            MySqlStore {
+                pool: Arc::new(conn::Pool::new(source, pool_size, idle_timeout)),
+                table,
+                quoted,
+                ddl_timeout,
+                tls,
+                failover_rule: true,
+                overrides_read_only: false,
+                commit_check: true,
+                mode,
+                max_clock_skew,
+                feed: None,
+            }
+            .release_feed(feed)
+        };
         let (opts, wants_tls, ca, url_timeout) = match self.source {
             #[cfg(unix)]
             Source::Pool(pool) => {
@@ -410,20 +431,7 @@ impl MySqlBuilder {
                          options; set them there",
                     ));
                 }
-                let source = conn::Source::Shared { pool, socket_timeout };
-                return Ok(MySqlStore {
-                    pool: Arc::new(conn::Pool::new(source, self.pool_size, self.idle_timeout)),
-                    table: self.table,
-                    quoted,
-                    ddl_timeout: self.ddl_timeout,
-                    tls: false,
-                    failover_rule: true,
-                    overrides_read_only: false,
-                    commit_check: true,
-                    mode: Arc::new(self.multi_primary.map(cluster::Mode::fixed).unwrap_or_default()),
-                    max_clock_skew: self.max_clock_skew,
-                    feed: None,
-                });
+                return Ok(store(conn::Source::Shared { pool, socket_timeout }, false));
             }
             Source::Url(u) => {
                 let p = url::parse(&u)?;
@@ -477,20 +485,7 @@ impl MySqlBuilder {
             b = b.ssl_opts(Some(ssl.with_danger_accept_invalid_certs(false).with_danger_skip_domain_validation(false)));
         }
         let opts = mysql::Opts::from(b);
-        Ok(MySqlStore {
-            pool: Arc::new(conn::Pool::new(conn::Source::Own(opts), self.pool_size, self.idle_timeout)),
-            table: self.table,
-            quoted,
-            ddl_timeout: self.ddl_timeout,
-            tls,
-            failover_rule: true,
-            overrides_read_only: false,
-            commit_check: true,
-            mode: Arc::new(self.multi_primary.map(cluster::Mode::fixed).unwrap_or_default()),
-            max_clock_skew: self.max_clock_skew,
-            feed: None,
-        }
-        .release_feed(self.release_feed))
+        Ok(store(conn::Source::Own(opts), tls))
     }
 }
 
