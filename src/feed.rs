@@ -77,7 +77,7 @@ mod tests {
 
     #[cfg(any(feature = "postgres", feature = "mysql"))]
     #[test]
-    fn fnv_is_pinned() {
+    fn the_postgres_and_mysql_feeds_hash_is_pinned() {
         // Processes of different builds must agree.
         assert_eq!(fnv1a64(""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64("a"), 0xaf63_dc4c_8601_ec8c);
