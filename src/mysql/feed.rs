@@ -310,13 +310,39 @@ impl Shared {
     }
 }
 
+/// A pause that doubles with each failure in a row, from `first` up to
+/// `max`, and starts over after a success.
+struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(first: Duration, max: Duration) -> Backoff {
+        Backoff { first, max, next: first }
+    }
+
+    /// When to try again after a failure now; the next pause doubles.
+    fn after_failure(&mut self) -> Instant {
+        let at = Instant::now() + self.next;
+        self.next = (self.next * 2).min(self.max);
+        at
+    }
+
+    fn reset(&mut self) {
+        self.next = self.first;
+    }
+}
+
 /// The leader side's thread: holds the lock of every identity the store
 /// leads, on one session, and releases the lock of each identity that
 /// leads nothing any more.
 fn locker(shared: &Shared) {
     let mut session: Option<Conn> = None;
     let mut held: BTreeSet<String> = BTreeSet::new();
-    let (mut backoff, mut retake) = (FIRST_BACKOFF, RETAKE);
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+    let mut retake = Backoff::new(RETAKE, MAX_RETAKE);
     // When to try again (a connect, or a lock someone else held).
     let mut again: Option<Instant> = None;
     let mut checked = Instant::now();
@@ -360,8 +386,7 @@ fn locker(shared: &Shared) {
                 Ok(c) => session = Some(c),
                 Err(e) => {
                     log::debug!("leaderelection: mysql release feed: lock session: {e}; trying again");
-                    again = Some(Instant::now() + backoff);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    again = Some(backoff.after_failure());
                     continue;
                 }
             }
@@ -370,8 +395,8 @@ fn locker(shared: &Shared) {
         checked = Instant::now();
         match lock_step(conn, &shared.quoted, &wanted, &mut held) {
             Ok(true) => {
-                backoff = FIRST_BACKOFF;
-                retake = RETAKE;
+                backoff.reset();
+                retake.reset();
                 if wanted.is_empty() {
                     // Leads nothing: its locks given back, the session goes.
                     session = None;
@@ -379,15 +404,13 @@ fn locker(shared: &Shared) {
             }
             Ok(false) => {
                 // Someone held a lock for a moment: ask again soon.
-                again = Some(Instant::now() + retake);
-                retake = (retake * 2).min(MAX_RETAKE);
+                again = Some(retake.after_failure());
             }
             Err(e) => {
                 log::debug!("leaderelection: mysql release feed: lock session: {e}; connecting again");
                 session = None;
                 held.clear();
-                again = Some(Instant::now() + backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                again = Some(backoff.after_failure());
             }
         }
     }
@@ -429,7 +452,7 @@ fn lock_step(
 fn waiter(shared: &Shared, identity: &str) {
     let lock = lock_name(&shared.quoted, identity);
     let mut session: Option<(Conn, u32)> = None;
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     let mut until: Option<Instant> = None;
     let forget = |st: &mut State, id: Option<u32>| {
         st.sessions.retain(|s| Some(*s) != id);
@@ -471,8 +494,7 @@ fn waiter(shared: &Shared, identity: &str) {
                 }
                 Err(e) => {
                     log::debug!("leaderelection: mysql release feed: waiter session: {e}; trying again");
-                    until = Some(Instant::now() + backoff);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    until = Some(backoff.after_failure());
                     continue;
                 }
             }
@@ -480,9 +502,9 @@ fn waiter(shared: &Shared, identity: &str) {
         let Some((conn, id)) = session.as_mut() else { continue };
         match wait_step(conn, &lock, shared.wakes_on_free) {
             Ok(Waited::Free) => until = Some(Instant::now() + LOOK_AGAIN),
-            Ok(Waited::Held) => backoff = FIRST_BACKOFF,
+            Ok(Waited::Held) => backoff.reset(),
             Ok(Waited::Released) => {
-                backoff = FIRST_BACKOFF;
+                backoff.reset();
                 let names: Vec<String> = {
                     let st = shared.state.lock();
                     st.followed.get(identity).map(|f| f.names.keys().cloned().collect()).unwrap_or_default()
@@ -497,8 +519,7 @@ fn waiter(shared: &Shared, identity: &str) {
                 let id = *id;
                 forget(&mut shared.state.lock(), Some(id));
                 session = None;
-                until = Some(Instant::now() + backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                until = Some(backoff.after_failure());
             }
         }
     }
@@ -535,6 +556,24 @@ fn wait_step(conn: &mut Conn, lock: &str, wakes_on_free: bool) -> Result<Waited,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backoff_doubles_up_to_its_bound_and_starts_over_after_a_success() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(3));
+        let waits: Vec<Duration> = (0..5)
+            .map(|_| {
+                let before = Instant::now();
+                b.after_failure().saturating_duration_since(before)
+            })
+            .collect();
+        // Each wait is its pause plus the moment between the two clock reads.
+        for (w, ms) in waits.iter().zip([500, 1000, 2000, 3000, 3000]) {
+            let pause = Duration::from_millis(ms);
+            assert!(*w >= pause && *w < pause + Duration::from_millis(100), "{waits:?}");
+        }
+        b.reset();
+        assert!(b.after_failure().saturating_duration_since(Instant::now()) <= Duration::from_millis(500));
+    }
 
     #[test]
     fn a_lock_name_fits_and_is_the_same_in_every_process() {
