@@ -632,35 +632,28 @@ impl MySqlStore {
         Ok(format!("{}{slots}{members}{terms}", sql::create_table(&quote_mysql("table", table)?)))
     }
 
-    /// The negative control of the failover tests: a store that claims a
-    /// row inherited across a failover at once, as one that knows nothing
-    /// of server histories would. Never use it otherwise.
-    #[doc(hidden)]
-    pub fn __without_failover_rule(mut self) -> MySqlStore {
-        self.failover_rule = false;
-        self
-    }
+    crate::setters::setters!(MySqlStore {
+        /// The negative control of the failover tests: a store that claims a
+        /// row inherited across a failover at once, as one that knows nothing
+        /// of server histories would. Never use it otherwise.
+        #[doc(hidden)]
+        __without_failover_rule() => failover_rule = false;
 
-    /// The negative control of the read-only tests: a store whose
-    /// single-election writes (acquire, renew, release: what an `Elector`
-    /// sends) start `READ WRITE` whatever the server says, as every write
-    /// did before the store respected `read_only`; a user with `SUPER` or
-    /// `READ_ONLY ADMIN` then writes through it. Never use it otherwise.
-    #[doc(hidden)]
-    pub fn __overriding_read_only(mut self) -> MySqlStore {
-        self.overrides_read_only = true;
-        self
-    }
+        /// The negative control of the read-only tests: a store whose
+        /// single-election writes (acquire, renew, release: what an `Elector`
+        /// sends) start `READ WRITE` whatever the server says, as every write
+        /// did before the store respected `read_only`; a user with `SUPER` or
+        /// `READ_ONLY ADMIN` then writes through it. Never use it otherwise.
+        #[doc(hidden)]
+        __overriding_read_only() => overrides_read_only = true;
 
-    /// The negative control of the Galera tests: a store that counts a
-    /// claim or renewal as soon as the server answered its statements
-    /// without an error, as every store did before it read its writes back
-    /// after their `COMMIT` (see `sql::committed`). Never use it otherwise.
-    #[doc(hidden)]
-    pub fn __without_commit_check(mut self) -> MySqlStore {
-        self.commit_check = false;
-        self
-    }
+        /// The negative control of the Galera tests: a store that counts a
+        /// claim or renewal as soon as the server answered its statements
+        /// without an error, as every store did before it read its writes back
+        /// after their `COMMIT` (see `sql::committed`). Never use it otherwise.
+        #[doc(hidden)]
+        __without_commit_check() => commit_check = false;
+    });
 
     /// Turns the feed of releases ([`Store::releases`]) on or off; it is
     /// on for a new store. With it, a follower waiting for a lease learns

@@ -480,34 +480,27 @@ impl PostgresStore {
         Ok(format!("{create_schema}{}{index}{slots}{members}", sql::create_table(&q)))
     }
 
-    /// The negative control of the failover tests: a store that claims a
-    /// row inherited across a failover at once, as one that knows nothing
-    /// of server histories would. Never use it otherwise.
-    #[doc(hidden)]
-    pub fn __without_failover_rule(mut self) -> PostgresStore {
-        self.failover_rule = false;
-        self
-    }
+    crate::setters::setters!(PostgresStore {
+        /// The negative control of the failover tests: a store that claims a
+        /// row inherited across a failover at once, as one that knows nothing
+        /// of server histories would. Never use it otherwise.
+        #[doc(hidden)]
+        __without_failover_rule() => failover_rule = false;
 
-    /// The negative control of the read-only tests: a store whose writes
-    /// override `default_transaction_read_only` wherever it was set, as
-    /// every write did before the store respected an operator's setting.
-    /// Never use it otherwise.
-    #[doc(hidden)]
-    pub fn __overriding_read_only(mut self) -> PostgresStore {
-        self.overrides_read_only = true;
-        self
-    }
+        /// The negative control of the read-only tests: a store whose writes
+        /// override `default_transaction_read_only` wherever it was set, as
+        /// every write did before the store respected an operator's setting.
+        /// Never use it otherwise.
+        #[doc(hidden)]
+        __overriding_read_only() => overrides_read_only = true;
 
-    /// The negative control of the cutover and restore tests: a store that
-    /// stamps rows with the server's timeline alone, as every store did
-    /// before the stamp named the system and its start. Never use it
-    /// otherwise.
-    #[doc(hidden)]
-    pub fn __timeline_only_history(mut self) -> PostgresStore {
-        self.timeline_only_history = true;
-        self
-    }
+        /// The negative control of the cutover and restore tests: a store that
+        /// stamps rows with the server's timeline alone, as every store did
+        /// before the stamp named the system and its start. Never use it
+        /// otherwise.
+        #[doc(hidden)]
+        __timeline_only_history() => timeline_only_history = true;
+    });
 
     /// Turns the feed of releases ([`Store::releases`]) on or off; it is
     /// on for a new store. With it, a follower waiting for a lease learns
