@@ -40,12 +40,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     let args = Args::parse()?;
     let store = leaderelection::connect(&args.dsn)?;
     store.ensure_schema()?;
-    let config = Config::new(store.clone(), args.name.as_str())
-        .identity(args.id.as_str())
-        .lease_duration(args.lease)
-        .renew_interval(args.lease / 5)
-        .retry_period(args.lease / 5)
-        .operation_timeout(args.lease / 6);
+    let config =
+        common::lease_timings(Config::new(store.clone(), args.name.as_str()), args.lease).identity(args.id.as_str());
     let elector = Elector::start(config)?;
 
     let guard = match elector.wait_leader_timeout(args.wait) {

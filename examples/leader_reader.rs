@@ -43,13 +43,9 @@ fn run() -> Result<(), Box<dyn Error>> {
     let addr = args.addr.clone().unwrap_or_else(|| format!("{}:8080", args.id));
     let publication = format!("leader={} serves writes at {addr}", args.id);
     let id = args.id.clone();
-    let config = Config::new(store, args.name.as_str())
+    let config = common::lease_timings(Config::new(store, args.name.as_str()), args.lease)
         .identity(args.id.as_str())
         .payload(publication)
-        .lease_duration(args.lease)
-        .renew_interval(args.lease / 5)
-        .retry_period(args.lease / 5)
-        .operation_timeout(args.lease / 6)
         // The writer's side: runs on its own thread for the whole term.
         .on_started_leading(move |guard| {
             println!("{id} leads term fence={}", guard.fence());

@@ -37,12 +37,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let args = Args::parse()?;
     let store = leaderelection::connect(&args.dsn)?;
     store.ensure_schema()?;
-    let template = Config::new(store, args.name.as_str())
-        .identity(args.id.as_str())
-        .lease_duration(args.lease)
-        .renew_interval(args.lease / 5)
-        .retry_period(args.lease / 5)
-        .operation_timeout(args.lease / 6);
+    let template = common::lease_timings(Config::new(store, args.name.as_str()), args.lease).identity(args.id.as_str());
     // The group's callback hands each new term's guard to the work loop
     // below, which keeps it for as long as the term lasts.
     let (started, terms) = crossbeam_channel::unbounded::<(String, LeaderGuard)>();

@@ -41,12 +41,8 @@ fn main() -> ExitCode {
 fn run() -> Result<(), Box<dyn Error>> {
     let args = Args::parse()?;
     let ledger = Ledger::open(&args.dsn, &args.ledger)?;
-    let config = Config::new(ledger.store(), args.name.as_str())
-        .identity(args.id.as_str())
-        .lease_duration(args.lease)
-        .renew_interval(args.lease / 5)
-        .retry_period(args.lease / 5)
-        .operation_timeout(args.lease / 6);
+    let config =
+        common::lease_timings(Config::new(ledger.store(), args.name.as_str()), args.lease).identity(args.id.as_str());
     let elector = Elector::start(config)?;
     let stop_at = Instant::now() + args.run_for;
     let mut written = 0u64;

@@ -1,6 +1,6 @@
-//! What the example programs share: reading their command line and
-//! reporting how they ended. Nothing here is about leader election; each
-//! program's own file is.
+//! What the example programs share: reading their command line, the
+//! timings they derive from `--lease`, and reporting how they ended. Each
+//! program's own file is about what it does with its election.
 
 // Each program uses some of these, not all.
 #![allow(dead_code)]
@@ -57,6 +57,15 @@ impl Flags {
     pub fn number(&self, flag: &str, default: usize) -> Result<usize, String> {
         self.get(flag).map_or(Ok(default), |v| v.parse().map_err(|_| format!("{flag}: not a number: {v}")))
     }
+}
+
+/// `config` with every timing in proportion to `lease`, as the programs
+/// take it from `--lease`: renew and poll every fifth of it, give a store
+/// call a sixth (the safety margin stays the library's default for the
+/// lease). Short leases then fail over quickly and still meet the
+/// library's invariant.
+pub fn lease_timings(config: leaderelection::Config, lease: Duration) -> leaderelection::Config {
+    config.lease_duration(lease).renew_interval(lease / 5).retry_period(lease / 5).operation_timeout(lease / 6)
 }
 
 /// `500ms`, `5s`, `2m`, `1h`, `1d`.
