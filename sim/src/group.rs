@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::group_schedule::{GroupFault, GroupSchedule, GroupTarget, GroupVariant};
-use super::world::DB_BASE_MICROS;
+use super::world::{Property, DB_BASE_MICROS};
 use leaderelection::group::core::{Batch, BatchId, BatchOp, ElectionKey, GroupCall, GroupMachine, GroupMachineConfig};
 use leaderelection::machine::{CallId, LocalTime, Outcome, Output, TermId};
 use leaderelection::{Members, Store, StoreError, MAX_GROUP_CALL_THREADS};
@@ -32,77 +32,11 @@ fn election_index(name: &str) -> Option<usize> {
     name.strip_prefix('e')?.parse().ok()
 }
 
-/// A property the group oracle checks, for every election.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GroupProperty {
-    /// always: at most one participant holds a valid guard of an election
-    /// at any instant of real time.
-    AtMostOneValidGuard,
-    /// always: every fence the database issues for an election is above
-    /// every fence it issued for it before; each term starts under a fence
-    /// issued to its participant for that election and used by no other
-    /// term; terms of an election start in fence order.
-    FencesIncrease,
-    /// always: the fence on an election's record never goes backwards.
-    StoreFenceMonotonic,
-    /// always: while a guard is valid, its election's record names its
-    /// holder and fence and has not expired on the database clock.
-    GuardBackedByRecord,
-    /// always: a guard that turned invalid never turns valid again.
-    GuardNeverRevives,
-    /// always: the driver's record of each election's term (from the
-    /// outputs) agrees with the machine's; the group never hands a
-    /// machine's call out as an event.
-    OutputsMatchMachine,
-    /// always: the group's timers move forward (no busy loop).
-    MachineMakesProgress,
-    /// always: an election's leave finishes within two operation timeouts
-    /// and two ticks, a participant's clean shutdown within three (on the
-    /// slowest clock), whatever the database does.
-    StopCompletes,
-    /// eventually: within the liveness bound after the faults end every
-    /// election is led, and stays led to the end of the run.
-    EveryElectionLed,
-    /// always, with a fair share, from the fairness allowance after the
-    /// faults end: no live participant holds more than
-    /// `ceil(elections / live participants)` valid guards.
-    FairShare,
-}
-
-impl GroupProperty {
-    /// Whether it is a safety property (as opposed to liveness or fairness).
-    pub fn is_safety(self) -> bool {
-        !matches!(
-            self,
-            GroupProperty::EveryElectionLed
-                | GroupProperty::FairShare
-                | GroupProperty::MachineMakesProgress
-                | GroupProperty::StopCompletes
-        )
-    }
-
-    /// Its name, as printed.
-    pub fn name(self) -> &'static str {
-        match self {
-            GroupProperty::AtMostOneValidGuard => "always: at most one valid guard per election",
-            GroupProperty::FencesIncrease => "always: fences strictly increase per election",
-            GroupProperty::StoreFenceMonotonic => "always: the record's fence never goes backwards",
-            GroupProperty::GuardBackedByRecord => "always: a valid guard is backed by the record",
-            GroupProperty::GuardNeverRevives => "always: an invalid guard stays invalid",
-            GroupProperty::OutputsMatchMachine => "always: outputs match the machines' terms",
-            GroupProperty::MachineMakesProgress => "always: timers make progress",
-            GroupProperty::StopCompletes => "always: leaves and shutdowns complete in time",
-            GroupProperty::EveryElectionLed => "eventually: every election is led after the faults",
-            GroupProperty::FairShare => "eventually always: nobody leads beyond its fair share",
-        }
-    }
-}
-
 /// A property that failed, when, and the evidence.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupViolation {
     /// Which property.
-    pub property: GroupProperty,
+    pub property: Property,
     /// Virtual time since the start of the run.
     pub at: Duration,
     /// The election, when the property is about one.
@@ -427,7 +361,7 @@ fn op_name(op: BatchOp) -> &'static str {
 }
 
 impl World<'_> {
-    fn violate(&mut self, t: u64, property: GroupProperty, election: Option<usize>, detail: String) {
+    fn violate(&mut self, t: u64, property: Property, election: Option<usize>, detail: String) {
         if self.report.violation.is_none() {
             let election = election.map(|e| self.elecs[e].name.to_string());
             let at = election.as_deref().map_or(String::new(), |e| format!(" in {e}"));
@@ -534,14 +468,14 @@ impl World<'_> {
     fn output(&mut self, t: u64, node: usize, key: ElectionKey, out: Output) {
         let Some(e) = self.nodes[node].keys.get(&key).copied() else {
             let detail = format!("an output for {key:?}, which is not in the group: {out:?}");
-            self.violate(t, GroupProperty::OutputsMatchMachine, None, detail);
+            self.violate(t, Property::OutputsMatchMachine, None, detail);
             return;
         };
         self.net.note_output(t, node, Some(&self.elecs[e].name), &out);
         match out {
             Output::Call(call) => {
                 let detail = format!("the group handed out {}'s call {call:?} as an event", self.elecs[e].name);
-                self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+                self.violate(t, Property::OutputsMatchMachine, Some(e), detail);
             }
             Output::CallAbandoned(_) => self.report.counts.abandoned += 1,
             Output::TermStarted { term, fence, deadline } => {
@@ -555,7 +489,7 @@ impl World<'_> {
                 } else {
                     let ident = self.nodes[node].identity.clone();
                     let detail = format!("{ident} ended {term:?}, not live");
-                    self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+                    self.violate(t, Property::OutputsMatchMachine, Some(e), detail);
                 }
             }
             Output::NewLeader { .. } | Output::Released { .. } | Output::Failed(_) => {}
@@ -576,12 +510,12 @@ impl World<'_> {
                     dur(t),
                     dur(bound)
                 );
-                self.violate(t, GroupProperty::StopCompletes, Some(e), detail);
+                self.violate(t, Property::StopCompletes, Some(e), detail);
             }
         }
         if self.nodes[node].guards.contains_key(&e) {
             let detail = format!("{} stopped with its term live", self.nodes[node].identity);
-            self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+            self.violate(t, Property::OutputsMatchMachine, Some(e), detail);
             self.close_guard(t, node, e);
         }
         let n = &mut self.nodes[node];
@@ -608,7 +542,7 @@ impl World<'_> {
         let guards: Vec<usize> = self.nodes[node].guards.keys().copied().collect();
         if !guards.is_empty() {
             let detail = format!("{} stopped with {} terms live", self.nodes[node].identity, guards.len());
-            self.violate(t, GroupProperty::OutputsMatchMachine, guards.first().copied(), detail);
+            self.violate(t, Property::OutputsMatchMachine, guards.first().copied(), detail);
         }
         for e in guards {
             self.close_guard(t, node, e);
@@ -635,7 +569,7 @@ impl World<'_> {
                 dur(t),
                 dur(bound)
             );
-            self.violate(t, GroupProperty::StopCompletes, None, detail);
+            self.violate(t, Property::StopCompletes, None, detail);
         }
     }
 
@@ -645,7 +579,7 @@ impl World<'_> {
         let e = n.keys.get(&key).copied();
         let guard = e.and_then(|e| n.guards.get(&e));
         if let Some(detail) = outputs_disagree(&n.identity, guard, gm.machine(key).and_then(|m| m.term())) {
-            self.violate(t, GroupProperty::OutputsMatchMachine, e, detail);
+            self.violate(t, Property::OutputsMatchMachine, e, detail);
         }
     }
 
@@ -751,7 +685,7 @@ impl World<'_> {
                 let before = self.elecs[e].record_fence;
                 if l.fence < before {
                     let detail = format!("record fence went from {before} to {}", l.fence);
-                    self.violate(t, GroupProperty::StoreFenceMonotonic, Some(e), detail);
+                    self.violate(t, Property::StoreFenceMonotonic, Some(e), detail);
                 }
                 if l.fence != before {
                     self.fence_issued(t, node, e, l.fence, &l.holder);
@@ -1146,11 +1080,11 @@ impl World<'_> {
                 "the database issued fence {fence} to {holder}, but it had issued fence {} before",
                 el.max_issued
             );
-            self.violate(t, GroupProperty::FencesIncrease, Some(e), detail);
+            self.violate(t, Property::FencesIncrease, Some(e), detail);
         }
         if holder != self.nodes[node].identity {
             let detail = format!("a claim of {} changed the fence to {fence} for {holder}", self.nodes[node].identity);
-            self.violate(t, GroupProperty::FencesIncrease, Some(e), detail);
+            self.violate(t, Property::FencesIncrease, Some(e), detail);
         }
         let el = &mut self.elecs[e];
         el.max_issued = el.max_issued.max(fence);
@@ -1164,7 +1098,7 @@ impl World<'_> {
         let ident = self.nodes[node].identity.clone();
         if self.nodes[node].guards.contains_key(&e) {
             let detail = format!("{ident} started {term:?} inside another term");
-            self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+            self.violate(t, Property::OutputsMatchMachine, Some(e), detail);
             return;
         }
         let mut problem = None;
@@ -1199,7 +1133,7 @@ impl World<'_> {
             ));
         }
         if let Some(detail) = problem {
-            self.violate(t, GroupProperty::FencesIncrease, Some(e), detail);
+            self.violate(t, Property::FencesIncrease, Some(e), detail);
         }
         if let Some(released) = self.elecs[e].released_at.take() {
             self.report.releases.handed_over(released, t);
@@ -1207,7 +1141,7 @@ impl World<'_> {
         let host = self.nodes[node].host;
         if self.net.local(host, t) >= deadline {
             let detail = format!("{ident} started {term:?} already past its deadline");
-            self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+            self.violate(t, Property::OutputsMatchMachine, Some(e), detail);
         }
         let el = &mut self.elecs[e];
         el.max_term_fence = el.max_term_fence.max(fence);
@@ -1235,12 +1169,12 @@ impl World<'_> {
         let ident = self.nodes[node].identity.clone();
         let Some(g) = self.nodes[node].guards.get(&e).copied().filter(|g| g.term == term) else {
             let detail = format!("{ident} extended {term:?}, which is not live");
-            self.violate(t, GroupProperty::OutputsMatchMachine, Some(e), detail);
+            self.violate(t, Property::OutputsMatchMachine, Some(e), detail);
             return;
         };
         if !self.valid(node, e, t) {
             let detail = self.net.revived(&ident, self.nodes[node].host, &g, deadline, t);
-            self.violate(t, GroupProperty::GuardNeverRevives, Some(e), detail);
+            self.violate(t, Property::GuardNeverRevives, Some(e), detail);
             return;
         }
         self.nodes[node].guards.insert(e, Guard { deadline, ..g });
@@ -1268,7 +1202,7 @@ impl World<'_> {
                 self.net.holder(&nd.identity, nd.host, &nd.guards[&e], t)
             })
             .collect();
-        self.violate(t, GroupProperty::AtMostOneValidGuard, Some(e), who.join(" and "));
+        self.violate(t, Property::AtMostOneValidGuard, Some(e), who.join(" and "));
     }
 
     /// `node`'s valid guard of `e` must be backed by the record now, and
@@ -1283,7 +1217,7 @@ impl World<'_> {
         let ok = row.as_ref().is_some_and(|r| r.holder == n.identity && r.fence == g.fence && !r.expired());
         if !ok {
             let detail = format!("{} holds fence {} but the record is {row:?}", n.identity, g.fence);
-            self.violate(t, GroupProperty::GuardBackedByRecord, Some(e), detail);
+            self.violate(t, Property::GuardBackedByRecord, Some(e), detail);
             return;
         }
         let row = row.expect("checked");
@@ -1307,7 +1241,7 @@ impl World<'_> {
                 dur(t.saturating_sub(self.faults_end)),
                 self.report.fairness_allowance
             );
-            self.violate(t, GroupProperty::FairShare, None, detail);
+            self.violate(t, Property::FairShare, None, detail);
         }
     }
 }
@@ -1355,7 +1289,7 @@ impl<'a> Fleet<'a> for World<'a> {
                             dur(since),
                             dur(now)
                         );
-                        self.violate(now, GroupProperty::StopCompletes, e, detail);
+                        self.violate(now, Property::StopCompletes, e, detail);
                     }
                 }
             }
@@ -1427,14 +1361,14 @@ impl<'a> Fleet<'a> for World<'a> {
                 dur(gap),
                 if shown.is_empty() { "none".to_owned() } else { shown.join(", ") }
             );
-            self.violate(end, GroupProperty::EveryElectionLed, Some(e), detail);
+            self.violate(end, Property::EveryElectionLed, Some(e), detail);
             return;
         }
         self.net.timeline.recovery = Some(dur(worst));
     }
 
     fn no_progress(&mut self, t: u64, detail: String) {
-        self.violate(t, GroupProperty::MachineMakesProgress, None, detail);
+        self.violate(t, Property::MachineMakesProgress, None, detail);
     }
 
     fn own(&mut self, t: u64, ev: Own) {

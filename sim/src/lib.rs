@@ -212,7 +212,7 @@
 //! ([`GroupMachine::handle_wakes`](leaderelection::group::core::GroupMachine::handle_wakes)),
 //! lost, delayed and doubled as in one election's runs.
 //!
-//! The oracle ([`GroupProperty`]) checks every election: *at most one valid
+//! The oracle ([`Property`]) checks every election: *at most one valid
 //! guard* at every real instant (checked whenever a guard turns valid, the
 //! only moment a second one can appear; an extension of an invalid guard
 //! is a violation of its own), *fences strictly increase* and no two terms
@@ -326,7 +326,7 @@ pub use world::{run, Property, RunReport, Violation, DB_BASE_MICROS, ELECTION};
 
 pub use group::{
     describe_group_failure, election_name, explore_groups, group_replay_command, run_group, GroupCounts,
-    GroupExploration, GroupProperty, GroupRunReport, GroupViolation, GROUP,
+    GroupExploration, GroupRunReport, GroupViolation, GROUP,
 };
 pub use group_schedule::{
     valid_for_group, GroupFault, GroupSchedule, GroupTarget, GroupTimedFault, GroupVariant, Participant, FAULT_BYTES,

@@ -21,24 +21,30 @@ pub const DB_BASE_MICROS: i64 = 1_700_000_000_000_000 + 3 * 86_400_000_000;
 /// Runaway guard: no schedule the decoder produces comes near it.
 const MAX_EVENTS: u64 = 20_000_000;
 
-/// A property the oracle checks, named as the design states it.
+/// A property the oracles check, named as the design states it: one list
+/// for both worlds. A single-election run ([`crate::run`]) checks all but
+/// the three marked *group runs*; a group run ([`crate::run_group`]) checks
+/// each shared property for every election of the group, and all but the
+/// three marked *single-election runs*.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Property {
-    /// always: at most one participant holds a valid guard at any instant of
-    /// real time. After an operator fault, guards granted before it are
+    /// always: at most one participant holds a valid guard (of an election)
+    /// at any instant of real time. After an operator fault, guards granted before it are
     /// exempt (they are counted as operator overlaps and held to
     /// [`Property::OperatorOverlapBounded`]); with no operator fault in the
     /// schedule, no guard is exempt.
     AtMostOneValidGuard,
-    /// always: a guard granted before an operator fault stays valid no longer
-    /// than the deadline it was granted before the fault, at most one lease
-    /// after the fault.
+    /// always (single-election runs): a guard granted before an operator
+    /// fault stays valid no longer than the deadline it was granted before
+    /// the fault, at most one lease after the fault.
     OperatorOverlapBounded,
     /// always: every fence the database issues is above every fence it issued
     /// before (across deleted, restored and re-created rows too), each term
     /// starts under a fence issued to its participant and never used by
     /// another term, and a term granted since the last operator fault has a
-    /// fence above every term started before it.
+    /// fence above every term started before it. In a group run, per
+    /// election: each term starts under a fence issued to its participant
+    /// for that election, and an election's terms start in fence order.
     FencesIncrease,
     /// always: the fence on the record never goes backwards.
     StoreFenceMonotonic,
@@ -47,40 +53,63 @@ pub enum Property {
     GuardBackedByRecord,
     /// always: a guard that turned invalid never turns valid again.
     GuardNeverRevives,
-    /// always: the machine's outputs agree with its own view of its term.
+    /// always: the machine's outputs agree with its own view of its term. In
+    /// a group run: the driver's record of each election's term agrees with
+    /// the machine's, and the group never hands a machine's call out as an
+    /// event.
     OutputsMatchMachine,
     /// always: the machine's timers move forward (no busy loop).
     MachineMakesProgress,
-    /// always: a clean shutdown finishes within two operation timeouts (on
-    /// the slowest clock), whatever the database does.
+    /// always (single-election runs): a clean shutdown finishes within two
+    /// operation timeouts (on the slowest clock), whatever the database does.
     ShutdownCompletes,
-    /// eventually: within the liveness bound after the last fault somebody
-    /// leads, and keeps leading to the end of the run.
+    /// eventually (single-election runs): within the liveness bound after
+    /// the last fault somebody leads, and keeps leading to the end of the
+    /// run.
     SomeoneLeadsAfterFaults,
+    /// always (group runs): an election's leave finishes within two
+    /// operation timeouts and two ticks, a participant's clean shutdown
+    /// within three (on the slowest clock), whatever the database does.
+    StopCompletes,
+    /// eventually (group runs): within the liveness bound after the faults
+    /// end every election is led, and stays led to the end of the run.
+    EveryElectionLed,
+    /// always, with a fair share (group runs), from the fairness allowance
+    /// after the faults end: no live participant holds more than
+    /// `ceil(elections / live participants)` valid guards.
+    FairShare,
 }
 
 impl Property {
-    /// Whether it is a safety property (as opposed to liveness).
+    /// Whether it is a safety property (as opposed to liveness or fairness).
     pub fn is_safety(self) -> bool {
         !matches!(
             self,
-            Property::SomeoneLeadsAfterFaults | Property::MachineMakesProgress | Property::ShutdownCompletes
+            Property::SomeoneLeadsAfterFaults
+                | Property::EveryElectionLed
+                | Property::FairShare
+                | Property::MachineMakesProgress
+                | Property::ShutdownCompletes
+                | Property::StopCompletes
         )
     }
 
     /// Its name, as printed.
     pub fn name(self) -> &'static str {
         match self {
-            Property::AtMostOneValidGuard => "always: at most one valid guard",
+            Property::AtMostOneValidGuard => "always: at most one valid guard per election",
             Property::OperatorOverlapBounded => "always: an operator fault's overlap ends within a lease",
-            Property::FencesIncrease => "always: fences strictly increase",
+            Property::FencesIncrease => "always: fences strictly increase per election",
             Property::StoreFenceMonotonic => "always: the record's fence never goes backwards",
             Property::GuardBackedByRecord => "always: a valid guard is backed by the record",
             Property::GuardNeverRevives => "always: an invalid guard stays invalid",
-            Property::OutputsMatchMachine => "always: outputs match the machine's term",
+            Property::OutputsMatchMachine => "always: outputs match the machines' terms",
             Property::MachineMakesProgress => "always: timers make progress",
             Property::ShutdownCompletes => "always: shutdown completes within two operation timeouts",
             Property::SomeoneLeadsAfterFaults => "eventually: someone leads after the faults",
+            Property::StopCompletes => "always: leaves and shutdowns complete in time",
+            Property::EveryElectionLed => "eventually: every election is led after the faults",
+            Property::FairShare => "eventually always: nobody leads beyond its fair share",
         }
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use leaderelection::Timing;
 use leaderelection_sim::{
     describe_group_failure, explore_groups, group_replay_command, run_group, safe_rate_range, to_hex, valid_for_group,
-    GroupCounts, GroupExploration, GroupFault, GroupProperty, GroupRunReport, GroupSchedule, GroupTarget, GroupVariant,
+    GroupCounts, GroupExploration, GroupFault, GroupRunReport, GroupSchedule, GroupTarget, GroupVariant, Property,
     MAX_PARTICIPANTS,
 };
 
@@ -177,7 +177,7 @@ fn a_group_schedule_runs_the_same_twice() {
 /// violation that `wanted` accepts on a schedule whose bytes pass under the
 /// production rules; returns the seed. The same bytes passing is what shows
 /// the broken rule is what the oracle caught.
-fn caught(variant: GroupVariant, wanted: impl Fn(GroupProperty) -> bool, max: u64) -> u64 {
+fn caught(variant: GroupVariant, wanted: impl Fn(Property) -> bool, max: u64) -> u64 {
     let mut seen = Vec::new();
     for seed in 0..max {
         let broken = GroupSchedule::from_seed(seed, variant);
@@ -218,23 +218,23 @@ controls! {
     /// anchored at the reply outlives the lease on the database. The record
     /// expires under a valid guard (caught as not backed) before anyone can
     /// claim it; a second leader would follow.
-    control_deadlines_anchored_at_the_reply_are_caught(AnchorAtReply, GroupProperty::is_safety, 60);
+    control_deadlines_anchored_at_the_reply_are_caught(AnchorAtReply, Property::is_safety, 60);
     /// A woken follower takes the released election under a fence the
     /// database never issued, beside whoever claims it properly.
-    control_leading_on_a_wake_without_the_claim_is_caught(LeadsOnWake, GroupProperty::is_safety, 600);
-    control_fair_share_off_is_caught(FairShareOff, |p| p == GroupProperty::FairShare, 60);
+    control_leading_on_a_wake_without_the_claim_is_caught(LeadsOnWake, Property::is_safety, 600);
+    control_fair_share_off_is_caught(FairShareOff, |p| p == Property::FairShare, 60);
     /// A claim that lost one election's race is answered with another's
     /// success: the machine starts a term under a fence its election never
     /// issued to it, while the real holder leads.
-    control_answers_rotated_between_elections_are_caught(RotatedAnswers, GroupProperty::is_safety, 60);
-    control_a_member_name_shared_by_everyone_is_caught(SharedMemberName, |p| p == GroupProperty::FairShare, 60);
+    control_answers_rotated_between_elections_are_caught(RotatedAnswers, Property::is_safety, 60);
+    control_a_member_name_shared_by_everyone_is_caught(SharedMemberName, |p| p == Property::FairShare, 60);
     /// Nobody's count is ever fresh: safe, and nobody claims by the share;
     /// the starvation valve then claims whatever has been unled for a
     /// lease, beyond any share: caught as unfair (or, before the valve,
     /// unled).
     control_dropped_heartbeats_are_caught(
         DropsHeartbeats,
-        |p| matches!(p, GroupProperty::FairShare | GroupProperty::EveryElectionLed),
+        |p| matches!(p, Property::FairShare | Property::EveryElectionLed),
         60
     );
 }
