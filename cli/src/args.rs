@@ -112,7 +112,7 @@ statement that checks the lease; a slot already claimed by an earlier run
 is recorded for the slot; a run killed before it could record one counts
 as failed for --retry-failed. If the tool is SIGKILLed, the whole group is SIGKILLed too: the
 kernel kills CMD, and a sentinel in the group (`leaderelection __sentinel
-PID` in ps) kills the rest.
+PID` in ps, started while the run waits) kills the rest.
 
 Exit status:
   child's own status, or 128+N when it died of signal N

@@ -1,7 +1,7 @@
 //! `leaderelection run`: campaign, run the command while leading, and stop
 //! it before the term can end under it.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -96,6 +96,11 @@ struct Runner {
     hup_ignored: bool,
     /// The last term was lost or at risk and its child stopped.
     lost: Cell<bool>,
+    /// A sentinel started while campaigning, so that the term's command
+    /// starts one process creation after the lease is won, not two (the
+    /// hand-over's latency, issue 36). Idle, it leads a group of its own
+    /// and nothing else; dropped unused, it is killed and reaped.
+    spare: RefCell<Option<Child>>,
     args: RunArgs,
     signals: Arc<Signals>,
     store: Arc<dyn Store>,
@@ -240,15 +245,17 @@ impl Runner {
         if st.received.is_some() {
             return Ok(None);
         }
-        // The running executable itself, even if its file was replaced or
-        // removed since (an upgrade under a `--loop` service).
-        let mut sentinel = Command::new("/proc/self/exe");
-        sentinel.arg0("leaderelection").arg(sys::SENTINEL_ARG).arg(std::process::id().to_string());
-        sentinel.stdin(Stdio::null()).stdout(Stdio::null()).process_group(0);
-        sys::prepare_sentinel(&mut sentinel);
-        let mut sentinel = sentinel
-            .spawn()
-            .map_err(|e| Fail::new(1, format!("cannot start the sentinel, so not running the command: {e}")))?;
+        // The spare, if it still runs (one that was killed is reaped here
+        // and replaced: CMD never joins a group nobody guards).
+        let spare = self.spare.take().and_then(|mut s| match s.try_wait() {
+            Ok(None) => Some(s),
+            _ => None,
+        });
+        let mut sentinel = match spare {
+            Some(s) => s,
+            None => start_sentinel()
+                .map_err(|e| Fail::new(1, format!("cannot start the sentinel, so not running the command: {e}")))?,
+        };
         let pgid = sentinel.id() as i32;
         // Interactive: the group gets the terminal before CMD joins it, so
         // CMD can read it from its first instruction on.
@@ -419,8 +426,18 @@ impl Runner {
         self.signals.received().is_none()
     }
 
+    /// Starts the spare sentinel if there is none. A failure is left for
+    /// [`Runner::spawn`] to meet and report.
+    fn ready_sentinel(&self) {
+        let mut spare = self.spare.borrow_mut();
+        if spare.is_none() {
+            *spare = start_sentinel().ok();
+        }
+    }
+
     fn terms(&self, elector: &Elector) -> Result<i32, Fail> {
         loop {
+            self.ready_sentinel();
             // The library logs the term's start (and the leader it sees).
             let guard = self.campaign(elector)?;
             let slot = match self.claim_slot(&guard) {
@@ -480,6 +497,27 @@ impl Runner {
     }
 }
 
+impl Drop for Runner {
+    fn drop(&mut self) {
+        if let Some(mut spare) = self.spare.take() {
+            // Its group holds nothing but itself.
+            sys::kill_group(spare.id() as i32, libc::SIGKILL);
+            let _ = spare.wait();
+        }
+    }
+}
+
+/// Starts a sentinel (see [`Job`]): the running executable itself, even if
+/// its file was replaced or removed since (an upgrade under a `--loop`
+/// service), leading a new process group.
+fn start_sentinel() -> io::Result<Child> {
+    let mut sentinel = Command::new("/proc/self/exe");
+    sentinel.arg0("leaderelection").arg(sys::SENTINEL_ARG).arg(std::process::id().to_string());
+    sentinel.stdin(Stdio::null()).stdout(Stdio::null()).process_group(0);
+    sys::prepare_sentinel(&mut sentinel);
+    sentinel.spawn()
+}
+
 /// Runs `leaderelection run`; returns the exit status. Under `--quiet`, a
 /// run that did not run CMD because another run leads or ran its slot
 /// says nothing.
@@ -527,7 +565,16 @@ fn run_inner(args: RunArgs) -> Result<i32, Fail> {
         .spawn(move || s.forward_forever())
         .map_err(|e| Fail::new(1, format!("cannot start the signal thread: {e}")))?;
     let tty = sys::foreground_terminal();
-    let runner = Runner { tty, hup_ignored: sys::hup_ignored(), lost: Cell::new(false), args, signals, store, opened };
+    let runner = Runner {
+        tty,
+        hup_ignored: sys::hup_ignored(),
+        lost: Cell::new(false),
+        spare: RefCell::new(None),
+        args,
+        signals,
+        store,
+        opened,
+    };
     let result = runner.terms(&elector);
     if runner.lost.get() {
         // The term was lost or at risk (the database unreachable, most

@@ -32,6 +32,7 @@ macro_rules! every_server_case {
             child_environment_and_status => env_and_status(),
             exit_codes_with_a_server => exit_codes(),
             the_sentinel_stays_quiet_while_the_tool_lives => sentinel_quiet(),
+            a_waiting_run_has_its_sentinel_ready_and_replaces_a_killed_one => spare_sentinel(),
             loop_campaigns_again_after_losing_leadership => loop_after_loss(),
             loop_leaves_no_zombies => no_zombies_in_loop(),
             the_childs_lease_check_passes_in_the_term_and_fails_after_it => checked_writes(),
@@ -482,6 +483,63 @@ pub fn one_identity(db: &Db) {
 /// The sentinel among a group's members, by its command line.
 fn sentinel_in(group: &Group) -> Option<Proc> {
     group.members.iter().copied().find(|p| cmdline(p.pid).starts_with("leaderelection __sentinel "))
+}
+
+/// A waiting run starts its command's sentinel while it waits (so that
+/// winning the lease is followed by one process creation, not two): a
+/// child of the tool, leading a group of its own. One killed while the run
+/// waits is replaced, not used: the command then runs in a group a live
+/// sentinel leads, and the tool's SIGKILL still takes the whole group.
+pub fn spare_sentinel(db: &Db) {
+    let name = db.name("spare");
+    let dir = TempDir::new();
+    let (fa, fb) = (dir.path().join("a"), dir.path().join("b"));
+    let mut a = db.run(&name, &[], &child(&fa, "30", 0));
+    assert!(wait_for(Duration::from_secs(5), || first(&fa, "start").is_some()), "a never led: {}", a.stderr());
+    let script = format!(
+        "echo \"start $(date +%s%N) $$\" >> {f}; sleep 30 & sleep 30; echo \"end $(date +%s%N) $$\" >> {f}",
+        f = fb.display()
+    );
+    let mut b = db.run(&name, &[], &script);
+    let bpid = b.child.id();
+    let waiting_sentinel = || {
+        procs().into_iter().find(|p| {
+            p.ppid == bpid
+                && p.state != 'Z'
+                && p.pgid == p.pid
+                && cmdline(p.pid).starts_with("leaderelection __sentinel ")
+        })
+    };
+    let mut spare = None;
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            spare = waiting_sentinel();
+            spare.is_some()
+        }),
+        "no sentinel among the waiting run's children: {:?}",
+        procs().into_iter().filter(|p| p.ppid == bpid).collect::<Vec<_>>()
+    );
+    assert!(first(&fb, "start").is_none(), "b ran while a led: {}", b.stderr());
+    let spare = spare.unwrap();
+    // SAFETY: kill(2) on the waiting run's own sentinel, found above.
+    unsafe { libc::kill(spare.pid as i32, libc::SIGKILL) };
+    assert!(wait_for(Duration::from_secs(2), || gone(spare.pid)), "the spare sentinel survived SIGKILL");
+    a.signal(libc::SIGTERM);
+    assert_eq!(a.code(Duration::from_secs(5)), 0, "a: {}", a.stderr());
+    assert!(wait_for(Duration::from_secs(5), || first(&fb, "start").is_some()), "b never led: {}", b.stderr());
+    // The sentinel, the shell and its two sleeps.
+    let group = Group::with(&first(&fb, "start").unwrap(), 4);
+    let sentinel = sentinel_in(&group).unwrap_or_else(|| panic!("no live sentinel in {:?}", group.members));
+    assert_ne!(sentinel.pid, spare.pid, "the killed sentinel was used");
+    assert_eq!((sentinel.pid, sentinel.ppid), (group.pgid, bpid), "the tool's child, leading the group");
+    b.signal(libc::SIGKILL);
+    b.wait(Duration::from_secs(2));
+    assert!(
+        wait_for(Duration::from_secs(1), || group.left().is_empty()),
+        "the SIGKILLed tool's group lives on: {:?}",
+        group.left()
+    );
+    println!("cli {} spare sentinel: ready while waiting; killed, it was replaced and the group guarded", db.label);
 }
 
 /// SIGKILL of the leading tool: its child dies with it, and so do the
