@@ -26,7 +26,7 @@ started=$(date +%s)
 
 # Build first, so compiling is not part of any row; row 10 runs the tool's
 # release build.
-cargo build --release --example bench --features postgres,mysql || exit 1
+cargo build --release --example bench --example bench_child --features postgres,mysql || exit 1
 cargo build --release -p leaderelection-cli || exit 1
 export LE_CLI_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/leaderelection"
 cargo run -q --release --example bench --features postgres,mysql -- "${quick[@]}" >"$work/table.md"

@@ -3,8 +3,8 @@
 //! starting, with the feed of releases and with the poll alone.
 //!
 //! `followers + 1` runs of `leaderelection run` (the release build of the
-//! tool, `LE_CLI_BIN`) contend for one election, each with this benchmark's
-//! own executable as its command ([`CHILD_ENV`] makes it a child): a child
+//! tool, `LE_CLI_BIN`) contend for one election, each with `bench_child`
+//! (`child.rs`, built beside this benchmark) as its command: a child
 //! writes `start FENCE NS` to a shared log, waits until the controller
 //! creates `go.FENCE`, then writes `end FENCE NS` and exits. Its run then
 //! releases the lease and exits, and the controller starts another run so
@@ -12,51 +12,19 @@
 //! line and the next `start` line, both written by children; a start before
 //! the previous end is two children at once, a violation.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use crate::child::CHILD_ENV;
 use crate::common::{ms, pct, poll, random_below, random_tag, violation, OwnTable, Table, Verdict};
-
-/// Set (to the log's directory) in a run's environment: this executable,
-/// started as the run's command, is a child.
-pub const CHILD_ENV: &str = "LE_BENCH_CLI_CHILD";
 
 /// The runs' timings: lease 5 s (a killed run would hold it that long),
 /// renew 1 s, retry 1 s (as row 9), grace 1 s.
 const TIMING: [&str; 12] =
     ["--lease", "5s", "--renew", "1s", "--retry", "1s", "--op-timeout", "1s", "--margin", "1s", "--grace", "1s"];
-
-fn now_ns() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
-}
-
-fn log(dir: &Path, line: &str) -> std::io::Result<()> {
-    // One write of one short line to a file opened for appending: the
-    // lines of several children never interleave.
-    OpenOptions::new().create(true).append(true).open(dir.join("log"))?.write_all(line.as_bytes())
-}
-
-/// A child (`main` calls this when [`CHILD_ENV`] is set): `start`, wait
-/// for `go.FENCE` (at most a minute), `end`.
-pub fn child_main() -> ExitCode {
-    let dir = PathBuf::from(std::env::var_os(CHILD_ENV).unwrap_or_default());
-    let fence = std::env::var("LEADERELECTION_FENCE").unwrap_or_default();
-    if log(&dir, &format!("start {fence} {}\n", now_ns())).is_err() {
-        return ExitCode::from(1);
-    }
-    let go = dir.join(format!("go.{fence}"));
-    if poll(Duration::from_secs(60), Duration::from_millis(1), || go.exists().then_some(())).is_none() {
-        return ExitCode::from(1);
-    }
-    match log(&dir, &format!("end {fence} {}\n", now_ns())) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(_) => ExitCode::from(1),
-    }
-}
 
 /// The `kind` lines of the log: `(fence, ns)` in the order written.
 fn lines(dir: &Path, kind: &str) -> Vec<(String, u128)> {
@@ -117,7 +85,13 @@ fn measure(
     label: &str, cli: &Path, dsn: &str, table: &str, name: &str, feed: bool, followers: usize, trials: usize,
     dir: &Path,
 ) -> Result<Vec<f64>, String> {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let me = std::env::current_exe().map_err(|e| e.to_string())?.with_file_name("bench_child");
+    if !me.exists() {
+        return Err(format!(
+            "{} is missing: build it with `cargo build --release --example bench_child`",
+            me.display()
+        ));
+    }
     let spawn = || {
         let mut cmd = Command::new(cli);
         cmd.args(["run", "-q", "--dsn", dsn, "--table", table, "--name", name]).args(TIMING);

@@ -13,6 +13,7 @@
 //! speed target is a `MISSED` verdict, not a failure.
 
 mod check;
+mod child;
 mod cli_handover;
 #[allow(dead_code)]
 #[path = "../../tests/group_support/clock.rs"]
@@ -178,9 +179,6 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
 fn main() -> ExitCode {
     if std::env::var_os(groups::WORKER_ENV).is_some() {
         return groups::worker_main();
-    }
-    if std::env::var_os(cli_handover::CHILD_ENV).is_some() {
-        return cli_handover::child_main();
     }
     let a = match args() {
         Ok(a) => a,
