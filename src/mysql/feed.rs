@@ -43,23 +43,43 @@ use super::cluster;
 use crate::feed::{fnv1a64, Subscribers};
 use crate::lease::Lease;
 
-/// How long a waiter's `GET_LOCK` waits, in seconds: one statement per
-/// this long while the leader lives.
-const LOCK_WAIT: u64 = 30;
-/// A waiter that found the lock free, or just woke, looks again after this.
-const LOOK_AGAIN: Duration = Duration::from_secs(1);
-/// A lock someone else holds for a moment (a waiter's `GET_LOCK`, or a
-/// process with the same identity) is asked for again after this, doubling
-/// up to [`MAX_RETAKE`].
-const RETAKE: Duration = Duration::from_millis(50);
-const MAX_RETAKE: Duration = Duration::from_secs(5);
-/// How often the lock session is checked while it holds locks, so a broken
-/// one is replaced.
-const CHECK_EVERY: Duration = Duration::from_secs(2);
-/// After a failed session, connecting again waits this long at first,
-/// doubling up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The feed's waits. Always [`PACE`] but in tests, which shorten them.
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    /// How long a waiter's `GET_LOCK` waits: one statement per this long
+    /// while the leader lives. Whole seconds but in tests (MariaDB takes a
+    /// fraction of a second too).
+    lock_wait: Duration,
+    /// A waiter that found the lock free, or just woke, looks again after
+    /// this.
+    look_again: Duration,
+    /// A lock someone else holds for a moment (a waiter's `GET_LOCK`, or a
+    /// process with the same identity) is asked for again after `retake`,
+    /// doubling up to `max_retake`.
+    retake: Duration,
+    max_retake: Duration,
+    /// How often the lock session is checked while it holds locks, so a
+    /// broken one is replaced.
+    check_every: Duration,
+    /// After a failed session, connecting again waits `first_backoff` at
+    /// first, doubling up to `max_backoff`.
+    first_backoff: Duration,
+    max_backoff: Duration,
+    /// A followed name not seen again for this long is forgotten.
+    forget: Duration,
+}
+
+const PACE: Pace = Pace {
+    lock_wait: Duration::from_secs(30),
+    look_again: Duration::from_secs(1),
+    retake: Duration::from_millis(50),
+    max_retake: Duration::from_secs(5),
+    check_every: Duration::from_secs(2),
+    first_backoff: Duration::from_millis(500),
+    max_backoff: Duration::from_secs(30),
+    forget: Duration::from_secs(600),
+};
+
 /// Leader identities followed (one waiter session each); more are left to
 /// the poll.
 const MAX_FOLLOWED: usize = 32;
@@ -67,8 +87,6 @@ const MAX_FOLLOWED: usize = 32;
 const MAX_NAMES: usize = 1024;
 /// Names recorded as led per identity.
 const MAX_LED: usize = 65_536;
-/// A followed name not seen again for this long is forgotten.
-const FORGET: Duration = Duration::from_secs(600);
 
 /// The named lock of `identity`'s leadership in the table `quoted` (36
 /// characters; MySQL's limit is 64), the same in every process.
@@ -95,6 +113,7 @@ struct Shared {
     /// The negative control of the storm rule: wake whenever the lock is
     /// free, without first seeing it held.
     wakes_on_free: bool,
+    pace: Pace,
 }
 
 #[derive(Default)]
@@ -125,10 +144,12 @@ struct Followed {
 
 impl Feed {
     pub(super) fn new(quoted: &str, opts: &Opts, mode: Arc<cluster::Mode>, wakes_on_free: bool) -> Feed {
+        Feed::paced(quoted, opts, mode, wakes_on_free, PACE)
+    }
+
+    fn paced(quoted: &str, opts: &Opts, mode: Arc<cluster::Mode>, wakes_on_free: bool, pace: Pace) -> Feed {
         let socket = opts.get_read_timeout().copied().unwrap_or(super::DEFAULT_SOCKET_TIMEOUT);
-        let opts = Opts::from(
-            OptsBuilder::from_opts(opts.clone()).read_timeout(Some(socket + Duration::from_secs(LOCK_WAIT))),
-        );
+        let opts = Opts::from(OptsBuilder::from_opts(opts.clone()).read_timeout(Some(socket + pace.lock_wait)));
         Feed {
             shared: Arc::new(Shared {
                 quoted: quoted.to_owned(),
@@ -138,6 +159,7 @@ impl Feed {
                 changed: Condvar::new(),
                 subscribers: Subscribers::default(),
                 wakes_on_free,
+                pace,
             }),
         }
     }
@@ -164,7 +186,7 @@ impl Feed {
             return self.shared.turn_off();
         }
         let now = Instant::now();
-        let until = now.checked_add(lease.ttl()).unwrap_or(now + FORGET);
+        let until = now.checked_add(lease.ttl()).unwrap_or(now + self.shared.pace.forget);
         let mut st = self.shared.state.lock();
         if st.off || st.ended {
             return;
@@ -341,8 +363,9 @@ impl Backoff {
 fn locker(shared: &Shared) {
     let mut session: Option<Conn> = None;
     let mut held: BTreeSet<String> = BTreeSet::new();
-    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
-    let mut retake = Backoff::new(RETAKE, MAX_RETAKE);
+    let pace = shared.pace;
+    let mut backoff = Backoff::new(pace.first_backoff, pace.max_backoff);
+    let mut retake = Backoff::new(pace.retake, pace.max_retake);
     // When to try again (a connect, or a lock someone else held).
     let mut again: Option<Instant> = None;
     let mut checked = Instant::now();
@@ -360,7 +383,7 @@ fn locker(shared: &Shared) {
                     !names.is_empty()
                 });
                 let wanted: BTreeSet<String> = st.led.keys().cloned().collect();
-                let check = session.as_ref().map(|_| checked + CHECK_EVERY);
+                let check = session.as_ref().map(|_| checked + pace.check_every);
                 let due = again.is_some_and(|t| t <= now) || check.is_some_and(|t| t <= now);
                 // A lock to give back never waits for a retry of another.
                 let release = held.iter().any(|i| !wanted.contains(i));
@@ -452,7 +475,8 @@ fn lock_step(
 fn waiter(shared: &Shared, identity: &str) {
     let lock = lock_name(&shared.quoted, identity);
     let mut session: Option<(Conn, u32)> = None;
-    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+    let pace = shared.pace;
+    let mut backoff = Backoff::new(pace.first_backoff, pace.max_backoff);
     let mut until: Option<Instant> = None;
     let forget = |st: &mut State, id: Option<u32>| {
         st.sessions.retain(|s| Some(*s) != id);
@@ -465,7 +489,7 @@ fn waiter(shared: &Shared, identity: &str) {
                 let gone = st.ended || st.off || {
                     let f = st.followed.get_mut(identity);
                     f.is_none_or(|f| {
-                        f.names.retain(|_, seen| now.saturating_duration_since(*seen) < FORGET);
+                        f.names.retain(|_, seen| now.saturating_duration_since(*seen) < pace.forget);
                         f.names.is_empty()
                     })
                 };
@@ -500,8 +524,8 @@ fn waiter(shared: &Shared, identity: &str) {
             }
         }
         let Some((conn, id)) = session.as_mut() else { continue };
-        match wait_step(conn, &lock, shared.wakes_on_free) {
-            Ok(Waited::Free) => until = Some(Instant::now() + LOOK_AGAIN),
+        match wait_step(conn, &lock, pace.lock_wait, shared.wakes_on_free) {
+            Ok(Waited::Free) => until = Some(Instant::now() + pace.look_again),
             Ok(Waited::Held) => backoff.reset(),
             Ok(Waited::Released) => {
                 backoff.reset();
@@ -512,7 +536,7 @@ fn waiter(shared: &Shared, identity: &str) {
                 for name in &names {
                     shared.subscribers.send(name);
                 }
-                until = Some(Instant::now() + LOOK_AGAIN);
+                until = Some(Instant::now() + pace.look_again);
             }
             Err(e) => {
                 log::debug!("leaderelection: mysql release feed: waiter session: {e}; connecting again");
@@ -525,6 +549,13 @@ fn waiter(shared: &Shared, identity: &str) {
     }
 }
 
+/// A waiter's statement: `lock` taken within `wait` and given back, in one
+/// statement (so another waiter looking meanwhile almost never sees this
+/// one hold it). The wait in seconds, as a person writes it: `30`, `0.2`.
+fn wait_for(lock: &str, wait: Duration) -> String {
+    format!("SELECT GET_LOCK('{lock}', {}), RELEASE_LOCK('{lock}')", wait.as_secs_f64())
+}
+
 /// What one look at a leader's lock found.
 enum Waited {
     /// Nobody holds it: nothing to wait for.
@@ -535,17 +566,14 @@ enum Waited {
     Released,
 }
 
-fn wait_step(conn: &mut Conn, lock: &str, wakes_on_free: bool) -> Result<Waited, mysql::Error> {
+fn wait_step(conn: &mut Conn, lock: &str, lock_wait: Duration, wakes_on_free: bool) -> Result<Waited, mysql::Error> {
     if !wakes_on_free {
         let holder: Option<Option<u64>> = conn.query_first(format!("SELECT IS_USED_LOCK('{lock}')"))?;
         if holder.flatten().is_none() {
             return Ok(Waited::Free);
         }
     }
-    // Taken and given back in one statement, so another waiter looking
-    // meanwhile almost never sees this one hold it.
-    let got: Option<(Option<i64>, Option<i64>)> =
-        conn.query_first(format!("SELECT GET_LOCK('{lock}', {LOCK_WAIT}), RELEASE_LOCK('{lock}')"))?;
+    let got: Option<(Option<i64>, Option<i64>)> = conn.query_first(wait_for(lock, lock_wait))?;
     match got.and_then(|g| g.0) {
         Some(1) => Ok(Waited::Released),
         Some(_) => Ok(Waited::Held),
@@ -584,5 +612,12 @@ mod tests {
         assert_eq!(a.len(), 36);
         // Pinned: processes of different builds must agree.
         assert_eq!(lock_name("", ""), "le:cbf29ce484222325:cbf29ce484222325");
+    }
+
+    #[test]
+    fn the_waiters_statement_is_the_same_on_every_server() {
+        // Whole seconds, as MySQL and MariaDB both take them.
+        assert_eq!(wait_for("L", PACE.lock_wait), "SELECT GET_LOCK('L', 30), RELEASE_LOCK('L')");
+        assert_eq!(wait_for("L", Duration::from_millis(200)), "SELECT GET_LOCK('L', 0.2), RELEASE_LOCK('L')");
     }
 }
