@@ -620,4 +620,345 @@ mod tests {
         assert_eq!(wait_for("L", PACE.lock_wait), "SELECT GET_LOCK('L', 30), RELEASE_LOCK('L')");
         assert_eq!(wait_for("L", Duration::from_millis(200)), "SELECT GET_LOCK('L', 0.2), RELEASE_LOCK('L')");
     }
+
+    fn lease(name: &str, holder: &str, ttl: Duration) -> Lease {
+        Lease::granted(name, holder, 1, crate::lease::DbTime::from_unix_micros(1_000_000), ttl, b"")
+    }
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    /// A feed whose sessions can never connect (nothing listens on port 1).
+    fn unreachable_feed(mode: cluster::Mode) -> Feed {
+        let opts = Opts::from(OptsBuilder::new().ip_or_hostname(Some("127.0.0.1")).tcp_port(1).prefer_socket(false));
+        Feed::paced("`unreachable`", &opts, Arc::new(mode), false, QUICK)
+    }
+
+    /// What the store tells the feed changes only what it should: an
+    /// expired lease is neither led nor followed, nothing is followed
+    /// before a subscription nor the caller's own lease, and 32 identities
+    /// are followed at most. Needs no server.
+    #[test]
+    fn the_mysql_feed_records_only_live_leases_of_others_and_within_its_bounds() {
+        let feed = unreachable_feed(cluster::Mode::fixed(false));
+        feed.leads("me", &lease("jobs", "me", Duration::ZERO));
+        feed.saw(None, &lease("jobs", "other", MINUTE));
+        {
+            let st = feed.shared.state.lock();
+            assert!(st.led.is_empty() && !st.locking, "an expired lease is not led");
+            assert!(st.followed.is_empty(), "nothing is followed before a subscription");
+        }
+        let _rx = feed.subscribe().expect("a subscription");
+        feed.saw(None, &lease("jobs", "other", Duration::ZERO));
+        feed.saw(Some("me"), &lease("jobs", "me", MINUTE));
+        assert!(feed.shared.state.lock().followed.is_empty(), "an expired lease, or the caller's own");
+        for i in 0..MAX_FOLLOWED + 3 {
+            feed.saw(None, &lease(&format!("job-{i}"), &format!("leader-{i}"), MINUTE));
+        }
+        {
+            let st = feed.shared.state.lock();
+            assert_eq!(st.followed.len(), MAX_FOLLOWED);
+            assert!(!st.followed.contains_key(&format!("leader-{MAX_FOLLOWED}")), "the 33rd is left to the poll");
+        }
+        // A name is followed under its latest holder only.
+        feed.saw(None, &lease("job-0", "leader-1", MINUTE));
+        let st = feed.shared.state.lock();
+        let holders: Vec<&String> =
+            st.followed.iter().filter(|(_, f)| f.names.contains_key("job-0")).map(|(who, _)| who).collect();
+        assert_eq!(holders, ["leader-1"]);
+    }
+
+    /// On a multi-primary cluster a lease led turns the feed off: no lock
+    /// thread, the subscribers' channels close, no new subscription.
+    #[test]
+    fn a_mysql_feed_told_of_a_lease_on_a_multi_primary_cluster_turns_off() {
+        let feed = unreachable_feed(cluster::Mode::default());
+        let rx = feed.subscribe().expect("a subscription while the mode is unknown");
+        feed.shared.mode.learn(true);
+        feed.leads("me", &lease("jobs", "me", MINUTE));
+        let st = feed.shared.state.lock();
+        assert!(st.off && !st.locking && st.led.is_empty(), "off, and nothing led");
+        drop(st);
+        assert_eq!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected), "the channel closed");
+        assert!(feed.subscribe().is_none());
+    }
+
+    /// Waits short enough for a test.
+    const QUICK: Pace = Pace {
+        lock_wait: Duration::from_millis(200),
+        look_again: Duration::from_millis(20),
+        retake: Duration::from_millis(20),
+        max_retake: Duration::from_millis(80),
+        check_every: Duration::from_millis(100),
+        first_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(80),
+        forget: Duration::from_secs(600),
+    };
+
+    fn mysql_url() -> String {
+        std::env::var("LE_MYSQL_URL").unwrap_or_else(|_| {
+            panic!(
+                "LE_MYSQL_URL is not set. These tests need a MySQL or MariaDB server: run `bash scripts/test.sh` \
+                 (or `source scripts/mysql.sh` first), which starts it and exports LE_MYSQL_URL."
+            )
+        })
+    }
+
+    fn server_opts() -> Opts {
+        let opts = Opts::from_url(&mysql_url()).expect("LE_MYSQL_URL is a MySQL URL");
+        Opts::from(OptsBuilder::from_opts(opts).prefer_socket(false))
+    }
+
+    /// A session of the test's own: it holds locks as another leader would,
+    /// and looks at them.
+    struct Admin(Conn);
+
+    impl Admin {
+        fn new() -> Admin {
+            Admin(Conn::new(server_opts()).expect("a session to LE_MYSQL_URL"))
+        }
+
+        fn id(&self) -> u64 {
+            u64::from(self.0.connection_id())
+        }
+
+        fn take(&mut self, lock: &str) {
+            let got: Option<i64> = self.0.query_first(format!("SELECT GET_LOCK('{lock}', 0)")).expect("GET_LOCK");
+            assert_eq!(got, Some(1), "{lock} taken by the test");
+        }
+
+        fn give_back(&mut self, lock: &str) {
+            self.0.query_drop(format!("DO RELEASE_LOCK('{lock}')")).expect("RELEASE_LOCK");
+        }
+
+        /// The session that holds `lock`, if any.
+        fn holder(&mut self, lock: &str) -> Option<u64> {
+            let h: Option<Option<u64>> =
+                self.0.query_first(format!("SELECT IS_USED_LOCK('{lock}')")).expect("IS_USED_LOCK");
+            h.flatten()
+        }
+    }
+
+    /// Polls `ok` until it holds, failing the test after 5 s.
+    fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ok() {
+            assert!(Instant::now() < deadline, "not within 5 s: {what}");
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A TCP gate before the server: closed, it takes each connection and
+    /// drops it at once (the client's handshake fails); open, it forwards.
+    /// It records when it refused each connection, and what each forwarded
+    /// connection sent.
+    struct Gate {
+        port: u16,
+        open: Arc<std::sync::atomic::AtomicBool>,
+        refused: Arc<Mutex<Vec<Instant>>>,
+        sent: Arc<Mutex<Vec<Sent>>>,
+    }
+
+    /// What one forwarded connection sent.
+    type Sent = Arc<Mutex<Vec<u8>>>;
+
+    impl Gate {
+        fn start(open: bool) -> Gate {
+            use std::io::{Read, Write};
+            use std::sync::atomic::{AtomicBool, Ordering};
+            let opts = server_opts();
+            let target = (opts.get_ip_or_hostname().into_owned(), opts.get_tcp_port());
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            let port = l.local_addr().expect("addr").port();
+            let gate =
+                Gate { port, open: Arc::new(AtomicBool::new(open)), refused: Arc::default(), sent: Arc::default() };
+            let (open, refused, sent) = (Arc::clone(&gate.open), Arc::clone(&gate.refused), Arc::clone(&gate.sent));
+            thread::spawn(move || {
+                for client in l.incoming().flatten() {
+                    if !open.load(Ordering::SeqCst) {
+                        refused.lock().push(Instant::now());
+                        continue;
+                    }
+                    let Ok(server) = std::net::TcpStream::connect((target.0.as_str(), target.1)) else { continue };
+                    let (Ok(mut c2), Ok(mut s2)) = (client.try_clone(), server.try_clone()) else { continue };
+                    let log = Arc::new(Mutex::new(Vec::new()));
+                    sent.lock().push(Arc::clone(&log));
+                    let (mut client, mut server) = (client, server);
+                    thread::spawn(move || {
+                        let mut buf = [0u8; 8192];
+                        while let Ok(n @ 1..) = client.read(&mut buf) {
+                            log.lock().extend_from_slice(&buf[..n]);
+                            if s2.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = s2.shutdown(std::net::Shutdown::Both);
+                    });
+                    thread::spawn(move || {
+                        let mut buf = [0u8; 8192];
+                        while let Ok(n @ 1..) = server.read(&mut buf) {
+                            if c2.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = c2.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            });
+            gate
+        }
+
+        fn open(&self) {
+            self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        /// The connections refused so far.
+        fn refused(&self) -> Vec<Instant> {
+            self.refused.lock().clone()
+        }
+
+        /// The connections forwarded so far.
+        fn sessions(&self) -> usize {
+            self.sent.lock().len()
+        }
+
+        /// How many times the forwarded connections sent `text`.
+        fn sent(&self, text: &str) -> usize {
+            let text = text.as_bytes();
+            self.sent.lock().iter().map(|log| log.lock().windows(text.len()).filter(|w| *w == text).count()).sum()
+        }
+
+        /// A feed whose sessions come through this gate, with its own lock
+        /// names (the table's name is the gate's port).
+        fn feed(&self, mode: cluster::Mode, pace: Pace) -> Feed {
+            let via = OptsBuilder::from_opts(server_opts()).ip_or_hostname(Some("127.0.0.1")).tcp_port(self.port);
+            Feed::paced(&format!("`feed_test_{}`", self.port), &Opts::from(via), Arc::new(mode), false, pace)
+        }
+    }
+
+    /// The pauses between the gate's refusals: at least the lock and waiter
+    /// threads' backoff (20, 40, 80, 80 ms with `QUICK`).
+    fn assert_backed_off(refused: &[Instant]) {
+        let gaps: Vec<Duration> = refused.windows(2).map(|w| w[1] - w[0]).collect();
+        for (gap, ms) in gaps.iter().zip([20, 40, 80, 80]) {
+            assert!(*gap >= Duration::from_millis(ms) - Duration::from_millis(2), "{gaps:?}");
+        }
+    }
+
+    /// The lock session cannot connect: it tries again after a pause that
+    /// doubles, never giving up, and once the server can be reached it
+    /// asks whether the server is a multi-primary cluster's and takes the
+    /// lock.
+    #[test]
+    fn a_mysql_lock_session_that_cannot_connect_backs_off_then_takes_the_lock() {
+        let gate = Gate::start(false);
+        let feed = gate.feed(cluster::Mode::default(), QUICK);
+        let lock = lock_name(&feed.shared.quoted, "leader");
+        let mut admin = Admin::new();
+        feed.leads("leader", &lease("jobs", "leader", MINUTE));
+        eventually("five failed connects", || gate.refused().len() >= 5);
+        assert_backed_off(&gate.refused());
+        assert_eq!(admin.holder(&lock), None);
+        gate.open();
+        eventually("the lock taken", || admin.holder(&lock).is_some());
+        assert_eq!(feed.shared.mode.known(), Some(false), "the lock session asked the server");
+    }
+
+    /// A waiter that cannot connect backs off the same way, and once it
+    /// can, it waits for the lock and wakes the subscriber at its release.
+    #[test]
+    fn a_mysql_waiter_that_cannot_connect_backs_off_then_wakes_at_the_release() {
+        let gate = Gate::start(false);
+        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
+        let lock = lock_name(&feed.shared.quoted, "leader");
+        let mut admin = Admin::new();
+        admin.take(&lock);
+        let rx = feed.subscribe().expect("a subscription");
+        feed.saw(None, &lease("jobs", "leader", MINUTE));
+        eventually("five failed connects", || gate.refused().len() >= 5);
+        assert_backed_off(&gate.refused());
+        gate.open();
+        eventually("the waiter waiting", || gate.sent("GET_LOCK(") >= 1);
+        admin.give_back(&lock);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"));
+    }
+
+    /// A waiter's `GET_LOCK` that times out while the leader still holds
+    /// the lock wakes nobody, and waits again on the same session; the
+    /// release then wakes the subscriber.
+    #[test]
+    fn a_mysql_waiter_whose_wait_times_out_under_a_live_leader_waits_again() {
+        let gate = Gate::start(true);
+        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
+        let lock = lock_name(&feed.shared.quoted, "leader");
+        let mut admin = Admin::new();
+        admin.take(&lock);
+        let rx = feed.subscribe().expect("a subscription");
+        feed.saw(None, &lease("jobs", "leader", MINUTE));
+        // Two waits of 200 ms ran out; the third is under way.
+        eventually("a third wait", || gate.sent("GET_LOCK(") >= 3);
+        assert!(rx.is_empty(), "woken while the leader held its lock: {:?}", rx.try_recv());
+        assert_eq!(gate.sessions(), 1, "the waiter waits again on its session");
+        assert_eq!(admin.holder(&lock), Some(admin.id()));
+        admin.give_back(&lock);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"));
+    }
+
+    /// A lock another session holds (a process with the same identity, a
+    /// waiter's moment) is asked for again, with a pause, until it is free.
+    #[test]
+    fn a_mysql_lock_held_elsewhere_is_asked_for_again_until_it_is_free() {
+        let gate = Gate::start(true);
+        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
+        let lock = lock_name(&feed.shared.quoted, "leader");
+        let mut admin = Admin::new();
+        admin.take(&lock);
+        feed.leads("leader", &lease("jobs", "leader", MINUTE));
+        eventually("asked three times", || gate.sent("GET_LOCK(") >= 3);
+        assert_eq!(admin.holder(&lock), Some(admin.id()));
+        admin.give_back(&lock);
+        eventually("the lock taken by the feed", || admin.holder(&lock).is_some_and(|h| h != admin.id()));
+        assert_eq!(gate.sessions(), 1);
+    }
+
+    /// The lock session killed by the server: the next check finds it
+    /// gone, and a new session takes the lock again.
+    #[test]
+    fn a_mysql_lock_session_killed_is_replaced_and_the_lock_taken_again() {
+        let gate = Gate::start(true);
+        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
+        let lock = lock_name(&feed.shared.quoted, "leader");
+        let mut admin = Admin::new();
+        feed.leads("leader", &lease("jobs", "leader", MINUTE));
+        let mut first = None;
+        eventually("the lock taken", || {
+            first = admin.holder(&lock);
+            first.is_some()
+        });
+        let first = first.unwrap_or_default();
+        admin.0.query_drop(format!("KILL CONNECTION {first}")).expect("KILL");
+        eventually("the lock taken again", || admin.holder(&lock).is_some_and(|h| h != first));
+        assert_eq!(gate.sessions(), 2);
+    }
+
+    /// An identity not seen leading for `forget` is no longer followed: its
+    /// waiter ends and its session goes; seen again, it gets a new one.
+    #[test]
+    fn a_mysql_waiter_forgets_a_leader_not_seen_for_a_while() {
+        let gate = Gate::start(true);
+        let forget = Duration::from_millis(300);
+        let feed = gate.feed(cluster::Mode::fixed(false), Pace { forget, ..QUICK });
+        let _rx = feed.subscribe().expect("a subscription");
+        let seen = Instant::now();
+        feed.saw(None, &lease("jobs", "leader", MINUTE));
+        // No one holds the lock: the waiter looks at it every 20 ms.
+        eventually("the waiter's session", || feed.shared.state.lock().sessions.len() == 1);
+        eventually("the leader forgotten", || {
+            let st = feed.shared.state.lock();
+            st.followed.is_empty() && st.sessions.is_empty()
+        });
+        assert!(seen.elapsed() >= forget, "forgotten after {:?}", seen.elapsed());
+        feed.saw(None, &lease("jobs", "leader", MINUTE));
+        eventually("a new waiter's session", || feed.shared.state.lock().sessions.len() == 1);
+        assert_eq!(gate.sessions(), 2);
+    }
 }
