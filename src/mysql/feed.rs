@@ -667,6 +667,37 @@ mod tests {
         assert_eq!(holders, ["leader-1"]);
     }
 
+    /// What the feed holds locks for is what the store was told last: a
+    /// name led by this store is no longer followed under its previous
+    /// leader, and an identity leads until it left every name. Needs no
+    /// server.
+    #[test]
+    fn what_the_mysql_feed_leads_is_what_it_was_told_last() {
+        let feed = unreachable_feed(cluster::Mode::fixed(false));
+        let _rx = feed.subscribe().expect("a subscription");
+        let led = |feed: &Feed| -> Vec<String> {
+            let st = feed.shared.state.lock();
+            let mut names: Vec<String> = st.led.get("me").map(|n| n.keys().cloned().collect()).unwrap_or_default();
+            names.sort();
+            names
+        };
+        feed.saw(None, &lease("jobs", "other", MINUTE));
+        feed.leads("me", &lease("jobs", "me", MINUTE));
+        feed.leads("me", &lease("cron", "me", MINUTE));
+        {
+            let st = feed.shared.state.lock();
+            assert!(st.followed.get("other").is_none_or(|f| f.names.is_empty()), "jobs is no longer other's");
+            assert!(st.locking, "a lock thread");
+        }
+        assert_eq!(led(&feed), ["cron", "jobs"]);
+        feed.left("someone", "jobs");
+        assert_eq!(led(&feed), ["cron", "jobs"], "only the leader's own release counts");
+        feed.left("me", "jobs");
+        assert_eq!(led(&feed), ["cron"]);
+        feed.left("me", "cron");
+        assert!(feed.shared.state.lock().led.is_empty());
+    }
+
     /// On a multi-primary cluster a lease led turns the feed off: no lock
     /// thread, the subscribers' channels close, no new subscription.
     #[test]
@@ -695,12 +726,10 @@ mod tests {
     };
 
     fn mysql_url() -> String {
-        std::env::var("LE_MYSQL_URL").unwrap_or_else(|_| {
-            panic!(
-                "LE_MYSQL_URL is not set. These tests need a MySQL or MariaDB server: run `bash scripts/test.sh` \
-                 (or `source scripts/mysql.sh` first), which starts it and exports LE_MYSQL_URL."
-            )
-        })
+        std::env::var("LE_MYSQL_URL").expect(
+            "LE_MYSQL_URL is not set. These tests need a MySQL or MariaDB server: run `bash scripts/test.sh` (or \
+             `source scripts/mysql.sh` first), which starts it and exports LE_MYSQL_URL.",
+        )
     }
 
     fn server_opts() -> Opts {
@@ -728,6 +757,14 @@ mod tests {
 
         fn give_back(&mut self, lock: &str) {
             self.0.query_drop(format!("DO RELEASE_LOCK('{lock}')")).expect("RELEASE_LOCK");
+        }
+
+        /// Whether session `id` is waiting in a `GET_LOCK`.
+        fn waiting(&mut self, id: u32) -> bool {
+            let sql = format!(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id} AND INFO LIKE 'SELECT GET_LOCK%'"
+            );
+            self.0.query_first::<u64, _>(sql).expect("PROCESSLIST") == Some(1)
         }
 
         /// The session that holds `lock`, if any.
@@ -761,9 +798,23 @@ mod tests {
     /// What one forwarded connection sent.
     type Sent = Arc<Mutex<Vec<u8>>>;
 
+    /// A writer to the server that keeps a copy of what it passed on.
+    struct Logged(Sent, std::net::TcpStream);
+
+    impl std::io::Write for Logged {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = self.1.write(buf)?;
+            self.0.lock().extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.1.flush()
+        }
+    }
+
     impl Gate {
         fn start(open: bool) -> Gate {
-            use std::io::{Read, Write};
             use std::sync::atomic::{AtomicBool, Ordering};
             let opts = server_opts();
             let target = (opts.get_ip_or_hostname().into_owned(), opts.get_tcp_port());
@@ -779,27 +830,16 @@ mod tests {
                         continue;
                     }
                     let Ok(server) = std::net::TcpStream::connect((target.0.as_str(), target.1)) else { continue };
-                    let (Ok(mut c2), Ok(mut s2)) = (client.try_clone(), server.try_clone()) else { continue };
+                    let (Ok(mut c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else { continue };
                     let log = Arc::new(Mutex::new(Vec::new()));
                     sent.lock().push(Arc::clone(&log));
-                    let (mut client, mut server) = (client, server);
+                    let (mut client, mut server, mut to_server) = (client, server, Logged(log, s2));
                     thread::spawn(move || {
-                        let mut buf = [0u8; 8192];
-                        while let Ok(n @ 1..) = client.read(&mut buf) {
-                            log.lock().extend_from_slice(&buf[..n]);
-                            if s2.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = s2.shutdown(std::net::Shutdown::Both);
+                        let _ = std::io::copy(&mut client, &mut to_server);
+                        let _ = to_server.1.shutdown(std::net::Shutdown::Both);
                     });
                     thread::spawn(move || {
-                        let mut buf = [0u8; 8192];
-                        while let Ok(n @ 1..) = server.read(&mut buf) {
-                            if c2.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
+                        let _ = std::io::copy(&mut server, &mut c2);
                         let _ = c2.shutdown(std::net::Shutdown::Both);
                     });
                 }
@@ -960,5 +1000,53 @@ mod tests {
         feed.saw(None, &lease("jobs", "leader", MINUTE));
         eventually("a new waiter's session", || feed.shared.state.lock().sessions.len() == 1);
         assert_eq!(gate.sessions(), 2);
+    }
+
+    /// An identity that leads nothing any more has its lock given back at
+    /// once (not left to the session's end), and the lock session closes:
+    /// a new lead takes the lock on a new session.
+    #[test]
+    fn a_mysql_lock_is_given_back_when_its_identity_leads_nothing() {
+        let gate = Gate::start(true);
+        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
+        let lock = lock_name(&feed.shared.quoted, "leader");
+        let mut admin = Admin::new();
+        feed.leads("leader", &lease("jobs", "leader", MINUTE));
+        feed.leads("leader", &lease("cron", "leader", MINUTE));
+        eventually("the lock taken", || admin.holder(&lock).is_some());
+        feed.left("leader", "jobs");
+        feed.left("leader", "cron");
+        eventually("the lock given back", || admin.holder(&lock).is_none());
+        assert_eq!(gate.sent("RELEASE_LOCK("), 1, "released by a statement");
+        feed.leads("leader", &lease("jobs", "leader", MINUTE));
+        eventually("the lock taken again", || admin.holder(&lock).is_some());
+        assert_eq!(gate.sessions(), 2, "on a new session");
+    }
+
+    /// A waiter's `GET_LOCK` killed by the server (`KILL QUERY`: it answers
+    /// NULL) wakes nobody; the session is dropped, and a new one waits and
+    /// wakes the subscriber at the release.
+    #[test]
+    fn a_mysql_waiter_whose_wait_is_killed_waits_again_on_a_new_session() {
+        let gate = Gate::start(true);
+        let feed = gate.feed(cluster::Mode::fixed(false), Pace { lock_wait: Duration::from_secs(5), ..QUICK });
+        let lock = lock_name(&feed.shared.quoted, "leader");
+        let mut admin = Admin::new();
+        admin.take(&lock);
+        let rx = feed.subscribe().expect("a subscription");
+        feed.saw(None, &lease("jobs", "leader", MINUTE));
+        let sessions = || feed.shared.state.lock().sessions.clone();
+        let mut first = 0;
+        eventually("the waiter waiting", || {
+            first = sessions().first().copied().unwrap_or_default();
+            first != 0 && admin.waiting(first)
+        });
+        admin.0.query_drop(format!("KILL QUERY {first}")).expect("KILL QUERY");
+        eventually("a new waiter's session, the first forgotten", || sessions().iter().all(|s| *s != first));
+        eventually("the new session waiting", || sessions().len() == 1 && admin.waiting(sessions()[0]));
+        assert!(rx.is_empty(), "woken by a killed wait: {:?}", rx.try_recv());
+        assert_eq!(gate.sessions(), 2);
+        admin.give_back(&lock);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"));
     }
 }
