@@ -798,18 +798,14 @@ mod tests {
     /// What one forwarded connection sent.
     type Sent = Arc<Mutex<Vec<u8>>>;
 
-    /// A writer to the server that keeps a copy of what it passed on.
+    /// A client's side of the gate, which keeps a copy of what it read.
     struct Logged(Sent, std::net::TcpStream);
 
-    impl std::io::Write for Logged {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            let n = self.1.write(buf)?;
+    impl std::io::Read for Logged {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.read(buf)?;
             self.0.lock().extend_from_slice(&buf[..n]);
             Ok(n)
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            self.1.flush()
         }
     }
 
@@ -830,13 +826,13 @@ mod tests {
                         continue;
                     }
                     let Ok(server) = std::net::TcpStream::connect((target.0.as_str(), target.1)) else { continue };
-                    let (Ok(mut c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else { continue };
+                    let (Ok(mut c2), Ok(mut s2)) = (client.try_clone(), server.try_clone()) else { continue };
                     let log = Arc::new(Mutex::new(Vec::new()));
                     sent.lock().push(Arc::clone(&log));
-                    let (mut client, mut server, mut to_server) = (client, server, Logged(log, s2));
+                    let (mut from_client, mut server) = (Logged(log, client), server);
                     thread::spawn(move || {
-                        let _ = std::io::copy(&mut client, &mut to_server);
-                        let _ = to_server.1.shutdown(std::net::Shutdown::Both);
+                        let _ = std::io::copy(&mut from_client, &mut s2);
+                        let _ = s2.shutdown(std::net::Shutdown::Both);
                     });
                     thread::spawn(move || {
                         let _ = std::io::copy(&mut server, &mut c2);
@@ -870,8 +866,12 @@ mod tests {
         /// A feed whose sessions come through this gate, with its own lock
         /// names (the table's name is the gate's port).
         fn feed(&self, mode: cluster::Mode, pace: Pace) -> Feed {
+            self.feed_waking_on_free(mode, pace, false)
+        }
+
+        fn feed_waking_on_free(&self, mode: cluster::Mode, pace: Pace, wakes_on_free: bool) -> Feed {
             let via = OptsBuilder::from_opts(server_opts()).ip_or_hostname(Some("127.0.0.1")).tcp_port(self.port);
-            Feed::paced(&format!("`feed_test_{}`", self.port), &Opts::from(via), Arc::new(mode), false, pace)
+            Feed::paced(&format!("`feed_test_{}`", self.port), &Opts::from(via), Arc::new(mode), wakes_on_free, pace)
         }
     }
 
@@ -1048,5 +1048,25 @@ mod tests {
         assert_eq!(gate.sessions(), 2);
         admin.give_back(&lock);
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"));
+    }
+
+    /// A free lock (a leader without a lock session) wakes nobody: the
+    /// waiter only looks at it, and never waits on it. The control that
+    /// waits on a free lock wakes its subscriber, so the test can fail.
+    #[test]
+    fn a_mysql_waiter_never_wakes_on_a_lock_that_was_never_held() {
+        for control in [false, true] {
+            let gate = Gate::start(true);
+            let feed = gate.feed_waking_on_free(cluster::Mode::fixed(false), QUICK, control);
+            let rx = feed.subscribe().expect("a subscription");
+            feed.saw(None, &lease("jobs", "leader", MINUTE));
+            if control {
+                assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"), "the control woke");
+                continue;
+            }
+            eventually("three looks at the lock", || gate.sent("IS_USED_LOCK(") >= 3);
+            assert!(rx.is_empty(), "woken by a free lock: {:?}", rx.try_recv());
+            assert_eq!(gate.sent("GET_LOCK("), 0, "waited on a free lock");
+        }
     }
 }
