@@ -708,4 +708,72 @@ mod tests {
         assert_eq!(budget_for(0), 1024);
         assert!(budget_for(u64::MAX) > 1 << 40);
     }
+
+    fn mysql_opts() -> Opts {
+        let url = std::env::var("LE_MYSQL_URL").expect(
+            "LE_MYSQL_URL is not set. These tests need a MySQL or MariaDB server: run `bash scripts/test.sh` (or \
+             `source scripts/mysql.sh` first), which starts it and exports LE_MYSQL_URL.",
+        );
+        let opts = Opts::from_url(&url).expect("LE_MYSQL_URL is a MySQL URL");
+        Opts::from(mysql::OptsBuilder::from_opts(opts).prefer_socket(false))
+    }
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    /// The limit a statement must fit is the server's, read on a connection
+    /// of its own, whether the connections are the store's or a user's
+    /// pool's; a smaller limit in the store's URL wins; `None` when the
+    /// server cannot be reached.
+    #[test]
+    fn the_mysql_packet_limit_is_the_servers_or_the_urls_smaller_one() {
+        let server: u64 = Conn::new(mysql_opts())
+            .and_then(|mut c| c.query_first("SELECT @@max_allowed_packet"))
+            .expect("the server's max_allowed_packet")
+            .expect("a row");
+        let own = |opts: mysql::OptsBuilder| Pool::new(Source::Own(Opts::from(opts)), 2, MINUTE);
+        let opts = || mysql::OptsBuilder::from_opts(mysql_opts());
+        assert_eq!(own(opts()).inner.packet_limit(), Some(server));
+        assert!(server > 65_536, "the server's limit ({server}) is above the URL's of this test");
+        assert_eq!(own(opts().max_allowed_packet(Some(65_536))).inner.packet_limit(), Some(65_536));
+        assert_eq!(own(opts().ip_or_hostname(Some("127.0.0.1")).tcp_port(1)).inner.packet_limit(), None);
+        let constraints = mysql::PoolConstraints::new(0, 2).expect("constraints");
+        let users = mysql::Pool::new(opts().pool_opts(mysql::PoolOpts::default().with_constraints(constraints)))
+            .expect("a user's pool");
+        let shared = Pool::new(Source::Shared { pool: users, socket_timeout: Duration::from_secs(5) }, 2, MINUTE);
+        assert_eq!(shared.inner.packet_limit(), Some(server));
+    }
+
+    /// Whether session `id` is still on the server.
+    fn alive(admin: &mut Conn, id: u32) -> bool {
+        let sql = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id}");
+        admin.query_first::<u64, _>(sql).expect("PROCESSLIST") == Some(1)
+    }
+
+    /// A session given up on is ended by the server (`KILL CONNECTION` on
+    /// a connection of the store's own), by at most one thread per pool
+    /// slot at a time: past that, none is started; and a call with no
+    /// session yet has nothing to end.
+    #[test]
+    fn an_abandoned_mysql_session_is_killed_by_at_most_one_thread_per_slot() {
+        let pool = Pool::new(Source::Own(mysql_opts()), 1, MINUTE);
+        let mut admin = Conn::new(mysql_opts()).expect("a session");
+        let victim = Conn::new(mysql_opts()).expect("a session");
+        let id = victim.connection_id();
+        for none in [NO_SESSION, CONNECTING] {
+            kill(&pool.inner, none, Duration::ZERO);
+            assert_eq!(pool.inner.killers.load(Ordering::SeqCst), 0, "no killer for {none}");
+        }
+        // The pool's one killer is busy.
+        pool.inner.killers.store(1, Ordering::SeqCst);
+        kill(&pool.inner, id, Duration::ZERO);
+        assert_eq!(pool.inner.killers.load(Ordering::SeqCst), 1, "no killer started past the cap");
+        assert!(alive(&mut admin, id));
+        pool.inner.killers.store(0, Ordering::SeqCst);
+        kill(&pool.inner, id, Duration::ZERO);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alive(&mut admin, id) || pool.inner.killers.load(Ordering::SeqCst) != 0 {
+            assert!(Instant::now() < deadline, "session {id} not ended within 5 s");
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
