@@ -865,6 +865,14 @@ mod tests {
 
         /// A feed whose sessions come through this gate, with its own lock
         /// names (the table's name is the gate's port).
+        /// A feed through the gate on a single-primary server, the lock of
+        /// the identity `leader` in it, and a session of the test's own.
+        fn leader_feed(&self, pace: Pace) -> (Feed, String, Admin) {
+            let feed = self.feed(cluster::Mode::fixed(false), pace);
+            let lock = lock_name(&feed.shared.quoted, "leader");
+            (feed, lock, Admin::new())
+        }
+
         fn feed(&self, mode: cluster::Mode, pace: Pace) -> Feed {
             self.feed_waking_on_free(mode, pace, false)
         }
@@ -903,23 +911,42 @@ mod tests {
         assert_eq!(feed.shared.mode.known(), Some(false), "the lock session asked the server");
     }
 
+    /// What the waiter tests start from: a feed through `gate` following
+    /// the identity `leader`, whose lock `admin` holds, with a subscriber.
+    struct Following {
+        feed: Feed,
+        lock: String,
+        admin: Admin,
+        rx: crossbeam_channel::Receiver<String>,
+    }
+
+    impl Following {
+        fn start(gate: &Gate, pace: Pace) -> Following {
+            let (feed, lock, mut admin) = gate.leader_feed(pace);
+            admin.take(&lock);
+            let rx = feed.subscribe().expect("a subscription");
+            feed.saw(None, &lease("jobs", "leader", MINUTE));
+            Following { feed, lock, admin, rx }
+        }
+
+        /// The leader gives its lock back: the subscriber hears of `jobs`.
+        fn release_wakes(mut self) {
+            self.admin.give_back(&self.lock);
+            assert_eq!(self.rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"));
+        }
+    }
+
     /// A waiter that cannot connect backs off the same way, and once it
     /// can, it waits for the lock and wakes the subscriber at its release.
     #[test]
     fn a_mysql_waiter_that_cannot_connect_backs_off_then_wakes_at_the_release() {
         let gate = Gate::start(false);
-        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
-        let lock = lock_name(&feed.shared.quoted, "leader");
-        let mut admin = Admin::new();
-        admin.take(&lock);
-        let rx = feed.subscribe().expect("a subscription");
-        feed.saw(None, &lease("jobs", "leader", MINUTE));
+        let f = Following::start(&gate, QUICK);
         eventually("five failed connects", || gate.refused().len() >= 5);
         assert_backed_off(&gate.refused());
         gate.open();
         eventually("the waiter waiting", || gate.sent("GET_LOCK(") >= 1);
-        admin.give_back(&lock);
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"));
+        f.release_wakes();
     }
 
     /// A waiter's `GET_LOCK` that times out while the leader still holds
@@ -928,19 +955,13 @@ mod tests {
     #[test]
     fn a_mysql_waiter_whose_wait_times_out_under_a_live_leader_waits_again() {
         let gate = Gate::start(true);
-        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
-        let lock = lock_name(&feed.shared.quoted, "leader");
-        let mut admin = Admin::new();
-        admin.take(&lock);
-        let rx = feed.subscribe().expect("a subscription");
-        feed.saw(None, &lease("jobs", "leader", MINUTE));
+        let mut f = Following::start(&gate, QUICK);
         // Two waits of 200 ms ran out; the third is under way.
         eventually("a third wait", || gate.sent("GET_LOCK(") >= 3);
-        assert!(rx.is_empty(), "woken while the leader held its lock: {:?}", rx.try_recv());
+        assert!(f.rx.is_empty(), "woken while the leader held its lock: {:?}", f.rx.try_recv());
         assert_eq!(gate.sessions(), 1, "the waiter waits again on its session");
-        assert_eq!(admin.holder(&lock), Some(admin.id()));
-        admin.give_back(&lock);
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"));
+        assert_eq!(f.admin.holder(&f.lock), Some(f.admin.id()));
+        f.release_wakes();
     }
 
     /// A lock another session holds (a process with the same identity, a
@@ -948,9 +969,7 @@ mod tests {
     #[test]
     fn a_mysql_lock_held_elsewhere_is_asked_for_again_until_it_is_free() {
         let gate = Gate::start(true);
-        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
-        let lock = lock_name(&feed.shared.quoted, "leader");
-        let mut admin = Admin::new();
+        let (feed, lock, mut admin) = gate.leader_feed(QUICK);
         admin.take(&lock);
         feed.leads("leader", &lease("jobs", "leader", MINUTE));
         eventually("asked three times", || gate.sent("GET_LOCK(") >= 3);
@@ -965,9 +984,7 @@ mod tests {
     #[test]
     fn a_mysql_lock_session_killed_is_replaced_and_the_lock_taken_again() {
         let gate = Gate::start(true);
-        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
-        let lock = lock_name(&feed.shared.quoted, "leader");
-        let mut admin = Admin::new();
+        let (feed, lock, mut admin) = gate.leader_feed(QUICK);
         feed.leads("leader", &lease("jobs", "leader", MINUTE));
         let mut first = None;
         eventually("the lock taken", || {
@@ -1008,9 +1025,7 @@ mod tests {
     #[test]
     fn a_mysql_lock_is_given_back_when_its_identity_leads_nothing() {
         let gate = Gate::start(true);
-        let feed = gate.feed(cluster::Mode::fixed(false), QUICK);
-        let lock = lock_name(&feed.shared.quoted, "leader");
-        let mut admin = Admin::new();
+        let (feed, lock, mut admin) = gate.leader_feed(QUICK);
         feed.leads("leader", &lease("jobs", "leader", MINUTE));
         feed.leads("leader", &lease("cron", "leader", MINUTE));
         eventually("the lock taken", || admin.holder(&lock).is_some());
@@ -1029,25 +1044,19 @@ mod tests {
     #[test]
     fn a_mysql_waiter_whose_wait_is_killed_waits_again_on_a_new_session() {
         let gate = Gate::start(true);
-        let feed = gate.feed(cluster::Mode::fixed(false), Pace { lock_wait: Duration::from_secs(5), ..QUICK });
-        let lock = lock_name(&feed.shared.quoted, "leader");
-        let mut admin = Admin::new();
-        admin.take(&lock);
-        let rx = feed.subscribe().expect("a subscription");
-        feed.saw(None, &lease("jobs", "leader", MINUTE));
-        let sessions = || feed.shared.state.lock().sessions.clone();
+        let mut f = Following::start(&gate, Pace { lock_wait: Duration::from_secs(5), ..QUICK });
+        let sessions = |f: &Following| f.feed.shared.state.lock().sessions.clone();
         let mut first = 0;
         eventually("the waiter waiting", || {
-            first = sessions().first().copied().unwrap_or_default();
-            first != 0 && admin.waiting(first)
+            first = sessions(&f).first().copied().unwrap_or_default();
+            first != 0 && f.admin.waiting(first)
         });
-        admin.0.query_drop(format!("KILL QUERY {first}")).expect("KILL QUERY");
-        eventually("a new waiter's session, the first forgotten", || sessions().iter().all(|s| *s != first));
-        eventually("the new session waiting", || sessions().len() == 1 && admin.waiting(sessions()[0]));
-        assert!(rx.is_empty(), "woken by a killed wait: {:?}", rx.try_recv());
+        f.admin.0.query_drop(format!("KILL QUERY {first}")).expect("KILL QUERY");
+        eventually("a new waiter's session, the first forgotten", || sessions(&f).iter().all(|s| *s != first));
+        eventually("the new session waiting", || sessions(&f).len() == 1 && f.admin.waiting(sessions(&f)[0]));
+        assert!(f.rx.is_empty(), "woken by a killed wait: {:?}", f.rx.try_recv());
         assert_eq!(gate.sessions(), 2);
-        admin.give_back(&lock);
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"));
+        f.release_wakes();
     }
 
     /// A free lock (a leader without a lock session) wakes nobody: the

@@ -485,6 +485,35 @@ fn sentinel_in(group: &Group) -> Option<Proc> {
     group.members.iter().copied().find(|p| cmdline(p.pid).starts_with("leaderelection __sentinel "))
 }
 
+/// A command whose group outlives its shell: a foreground and a
+/// background `sleep 30`; it logs `start` to `file` (and `end`, never
+/// reached in the tests that use it).
+fn group_child(file: &Path) -> String {
+    let f = file.display();
+    format!("echo \"start $(date +%s%N) $$\" >> {f}; sleep 30 & sleep 30; echo \"end $(date +%s%N) $$\" >> {f}")
+}
+
+/// The group of [`group_child`]'s run that logged `start`, once it holds
+/// its sentinel, the shell and its two sleeps; the sentinel is the tool's
+/// (`tool`) child and leads the group.
+fn guarded_group(start: &Event, tool: u32) -> (Group, Proc) {
+    let group = Group::with(start, 4);
+    let sentinel = sentinel_in(&group).unwrap_or_else(|| panic!("no live sentinel in {:?}", group.members));
+    assert_eq!((sentinel.pid, sentinel.ppid), (group.pgid, tool), "the tool's child, leading the group");
+    (group, sentinel)
+}
+
+/// SIGKILL to `tool`: its child's whole `group` is gone within a second.
+fn sigkill_takes_the_group(tool: &mut Tool, group: &Group) {
+    tool.signal(libc::SIGKILL);
+    tool.wait(Duration::from_secs(2));
+    assert!(
+        wait_for(Duration::from_secs(1), || group.left().is_empty()),
+        "the SIGKILLed tool's group lives on: {:?}",
+        group.left()
+    );
+}
+
 /// A waiting run starts its command's sentinel while it waits (so that
 /// winning the lease is followed by one process creation, not two): a
 /// child of the tool, leading a group of its own. One killed while the run
@@ -496,11 +525,7 @@ pub fn spare_sentinel(db: &Db) {
     let (fa, fb) = (dir.path().join("a"), dir.path().join("b"));
     let mut a = db.run(&name, &[], &child(&fa, "30", 0));
     assert!(wait_for(Duration::from_secs(5), || first(&fa, "start").is_some()), "a never led: {}", a.stderr());
-    let script = format!(
-        "echo \"start $(date +%s%N) $$\" >> {f}; sleep 30 & sleep 30; echo \"end $(date +%s%N) $$\" >> {f}",
-        f = fb.display()
-    );
-    let mut b = db.run(&name, &[], &script);
+    let mut b = db.run(&name, &[], &group_child(&fb));
     let bpid = b.child.id();
     let waiting_sentinel = || {
         procs().into_iter().find(|p| {
@@ -527,18 +552,9 @@ pub fn spare_sentinel(db: &Db) {
     a.signal(libc::SIGTERM);
     assert_eq!(a.code(Duration::from_secs(5)), 0, "a: {}", a.stderr());
     assert!(wait_for(Duration::from_secs(5), || first(&fb, "start").is_some()), "b never led: {}", b.stderr());
-    // The sentinel, the shell and its two sleeps.
-    let group = Group::with(&first(&fb, "start").unwrap(), 4);
-    let sentinel = sentinel_in(&group).unwrap_or_else(|| panic!("no live sentinel in {:?}", group.members));
+    let (group, sentinel) = guarded_group(&first(&fb, "start").unwrap(), bpid);
     assert_ne!(sentinel.pid, spare.pid, "the killed sentinel was used");
-    assert_eq!((sentinel.pid, sentinel.ppid), (group.pgid, bpid), "the tool's child, leading the group");
-    b.signal(libc::SIGKILL);
-    b.wait(Duration::from_secs(2));
-    assert!(
-        wait_for(Duration::from_secs(1), || group.left().is_empty()),
-        "the SIGKILLed tool's group lives on: {:?}",
-        group.left()
-    );
+    sigkill_takes_the_group(&mut b, &group);
     println!("cli {} spare sentinel: ready while waiting; killed, it was replaced and the group guarded", db.label);
 }
 
@@ -550,32 +566,19 @@ pub fn sigkill_handover(db: &Db) {
     let name = db.name("sigkill");
     let dir = TempDir::new();
     let (fa, fb) = (dir.path().join("a"), dir.path().join("b"));
-    let script = format!(
-        "echo \"start $(date +%s%N) $$\" >> {f}; sleep 30 & sleep 30; echo \"end $(date +%s%N) $$\" >> {f}",
-        f = fa.display()
-    );
-    let mut a = db.run(&name, &[], &script);
+    let mut a = db.run(&name, &[], &group_child(&fa));
     assert!(
         wait_for(Duration::from_secs(5), || first(&fa, "start").is_some()),
         "a's child never started: {}",
         a.stderr()
     );
     let start = first(&fa, "start").unwrap();
-    // The sentinel, the shell and its two sleeps.
-    let group = Group::with(&start, 4);
-    let sentinel = sentinel_in(&group).unwrap_or_else(|| panic!("no sentinel in {:?}", group.members));
-    assert_eq!((sentinel.pid, sentinel.ppid), (group.pgid, a.child.id()), "the tool's child, leading the group");
+    let (group, _) = guarded_group(&start, a.child.id());
     let mut b = db.run(&name, &[], &child(&fb, "30", 0));
     thread::sleep(Duration::from_millis(300)); // let b campaign (not waiting on an outcome)
     assert!(first(&fb, "start").is_none(), "b ran while a led: {:?} {}", events(&fa), a.stderr());
     let killed = now_ns();
-    a.signal(libc::SIGKILL);
-    a.wait(Duration::from_secs(2));
-    assert!(
-        wait_for(Duration::from_secs(1), || group.left().is_empty()),
-        "the SIGKILLed tool's group lives on: {:?}",
-        group.left()
-    );
+    sigkill_takes_the_group(&mut a, &group);
     let child_gone = now_ns();
     assert!(wait_for(LEASE + Duration::from_secs(3), || first(&fb, "start").is_some()), "b never took over");
     let after = first(&fb, "start").unwrap().ns - killed;
