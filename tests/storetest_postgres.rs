@@ -1130,9 +1130,12 @@ fn adding_terms_never_holds_up_the_calls_for_long() {
     let mut tx = holder.transaction().unwrap();
     tx.batch_execute(&format!("SELECT 1 FROM {}; SELECT 1 FROM {}", new.quoted(), old.quoted())).unwrap();
 
+    // Waiting behind the transaction would take the DDL timeout (30 s by
+    // default); the bound leaves room for a new store's connect on a
+    // loaded machine (354 ms once in CI against an earlier 300 ms bound).
     let start = Instant::now();
     new.store(DIRECT).ensure_schema().expect("ensure_schema on an up-to-date table");
-    assert!(start.elapsed() < Duration::from_millis(300), "waited {:?} behind the transaction", start.elapsed());
+    assert!(start.elapsed() < Duration::from_secs(2), "waited {:?} behind the transaction", start.elapsed());
 
     let bound = Duration::from_millis(1500);
     let ddl =
@@ -1158,7 +1161,7 @@ fn adding_terms_never_holds_up_the_calls_for_long() {
     );
     let e = result.expect_err("the ALTER cannot get the lock while the transaction is open");
     assert!(e.is_retryable() && e.to_string().contains("55P03"), "{e:?}");
-    assert!(took >= bound - Duration::from_millis(300) && took < bound + Duration::from_millis(300), "took {took:?}");
+    assert!(took >= bound - Duration::from_millis(300) && took < bound + Duration::from_secs(1), "took {took:?}");
     assert!(reads.len() >= 3, "{reads:?}");
     for (r, _) in &reads {
         assert_eq!(r.as_deref().ok(), Some("old"), "a read queued behind the ALTER failed: {r:?}");
