@@ -113,9 +113,11 @@ fn init_opts(url: &str, statement: &str) -> mysql::OptsBuilder {
     mysql::OptsBuilder::from_opts(mysql::Opts::from_url(url).unwrap()).init(vec![statement.to_owned()])
 }
 
-/// A store of [`TABLE`] on one pooled session, made with `opts`.
+/// A store of [`TABLE`] on one pooled session, made with `opts`; without
+/// the feed of releases, whose lock session a leading store opens on a
+/// thread of its own (tests here count the pool's sessions).
 fn one_session(opts: mysql::OptsBuilder) -> MySqlStore {
-    MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap()
+    MySqlStore::builder_from_opts(opts.into()).table(TABLE).pool_size(1).build().unwrap().release_feed(false)
 }
 
 /// A store of [`TABLE`] at `url` as it is (its schema not ensured).
