@@ -28,6 +28,7 @@ mod faults;
 mod forward;
 mod groups;
 mod handover;
+mod handover_procs;
 mod micro;
 mod scale;
 
@@ -117,6 +118,21 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
                 handover::run(label, &make, n, trials, table)?;
             }
         }
+        // The same with every follower in a process of its own, each with a
+        // store of its own (two sessions each): on PostgreSQL on the private
+        // cluster of `scripts/bench.sh` (`LE_BENCH_PG_MANY_DSN`, room for
+        // 300 sessions); without it, 40 followers on the shared server.
+        let many = std::env::var("LE_BENCH_PG_MANY_DSN").ok();
+        let pg_procs = match &many {
+            Some(dsn) => ("PostgreSQL", Kind::Postgres, dsn, 100),
+            None => ("PostgreSQL (shared server: 40 followers, not 100)", Kind::Postgres, &pg, 40),
+        };
+        for (label, kind, url, most) in [pg_procs, ("MariaDB", Kind::MariaDb, &my, 100)] {
+            for n in [2, most] {
+                step(&format!("row 9: clean hand-over on {label}, {n} followers in processes of their own"));
+                handover_procs::run(label, kind, url, n, trials, table)?;
+            }
+        }
     }
     if want(10) {
         let cli = std::path::PathBuf::from(env("LE_CLI_BIN")?);
@@ -179,6 +195,9 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
 fn main() -> ExitCode {
     if std::env::var_os(groups::WORKER_ENV).is_some() {
         return groups::worker_main();
+    }
+    if std::env::var_os(handover_procs::WORKER_ENV).is_some() {
+        return handover_procs::worker_main();
     }
     let a = match args() {
         Ok(a) => a,
