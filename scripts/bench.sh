@@ -22,40 +22,14 @@ source scripts/mysql.sh || exit 1
 
 # Row 9 with 100 followers in processes of their own needs ~200 sessions
 # on PostgreSQL, and the shared server allows 100: a private throwaway
-# cluster (as scripts/db.sh makes its pause cluster) on 127.0.0.1:5443 with
+# cluster (scripts/db.sh's le_db_private_cluster) on 127.0.0.1:5443 with
 # max_connections=300, durable like the shared one (fsync on). Exports
 # LE_BENCH_PG_MANY_DSN; without it the row measures 40 followers on the
 # shared server. Idempotent: a cluster already answering is reused.
 le_bench_pg_many() {
     local port="${LE_BENCH_PG_MANY_PORT:-5443}"
-    local dir="${TMPDIR:-/tmp}/leaderelection-pgmany"
-    local ver bin
-    ver="$(ls /usr/lib/postgresql | sort -V | tail -n1)"
-    bin="/usr/lib/postgresql/$ver/bin"
-    if ! pg_isready -q -t 2 -h 127.0.0.1 -p "$port"; then
-        if [ ! -f "$dir/PG_VERSION" ]; then
-            rm -rf "$dir"
-            mkdir -p "$dir"
-            chown postgres: "$dir"
-            chmod 700 "$dir"
-            echo "bench.sh: creating the private PostgreSQL $ver cluster in $dir" >&2
-            runuser -u postgres -- "$bin/initdb" -D "$dir" -A trust -U postgres --no-sync >/dev/null \
-                || { echo "bench.sh: initdb failed in $dir" >&2; return 1; }
-        fi
-        # A pid file left by a killed server would stop pg_ctl start.
-        if [ -f "$dir/postmaster.pid" ] && ! kill -0 "$(head -n1 "$dir/postmaster.pid")" 2>/dev/null; then
-            rm -f "$dir/postmaster.pid"
-        fi
-        local opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300"
-        opts+=" -c fsync=on -c synchronous_commit=on"
-        if ! runuser -u postgres -- "$bin/pg_ctl" -D "$dir" -o "$opts" -l "$dir/log" start -w -t 30 >/dev/null; then
-            runuser -u postgres -- "$bin/pg_ctl" -D "$dir" stop -m immediate -w -t 10 >/dev/null 2>&1 || true
-            runuser -u postgres -- "$bin/pg_ctl" -D "$dir" -o "$opts" -l "$dir/log" start -w -t 30 >/dev/null \
-                || { echo "bench.sh: the private cluster did not start; see $dir/log" >&2; return 1; }
-        fi
-        pg_isready -q -t 5 -h 127.0.0.1 -p "$port" \
-            || { echo "bench.sh: the private cluster does not answer on $port" >&2; return 1; }
-    fi
+    le_db_private_cluster "${TMPDIR:-/tmp}/leaderelection-pgmany" "$port" \
+        "-c max_connections=300 -c fsync=on -c synchronous_commit=on" || return 1
     export LE_BENCH_PG_MANY_DSN="postgres://postgres@127.0.0.1:$port/postgres"
     echo "bench.sh: LE_BENCH_PG_MANY_DSN=$LE_BENCH_PG_MANY_DSN" >&2
 }

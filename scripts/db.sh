@@ -143,17 +143,13 @@ INI
 le_db_main || { echo "db.sh: database setup failed" >&2; return 1 2>/dev/null || exit 1; }
 
 # ---------------------------------------------------------------------------
-# A private throwaway PostgreSQL cluster for tests/postgres_pause.rs, which
-# freezes the server with SIGSTOP. It must never be the shared server above:
-# other suites use that one at the same time. Trust auth, 127.0.0.1 only, its
-# own port and socket directory. Exports:
-#   LE_PG_PAUSE_DSN    postgres://postgres@127.0.0.1:PORT/postgres
-#   LE_PG_PAUSE_DATA   its data directory (postmaster.pid names the postmaster)
-# Idempotent: a cluster already answering is reused; one a previous run left
-# stopped (SIGSTOP) is continued first.
-le_db_pause_main() {
-    local port="${LE_PG_PAUSE_PORT:-5441}"
-    local dir="${TMPDIR:-/tmp}/leaderelection-pgpause"
+# A private throwaway PostgreSQL cluster in $1 on 127.0.0.1:$2 (its own
+# socket directory, trust auth), started with the server options $3; used
+# by the pause cluster below and by scripts/bench.sh. Idempotent: a cluster
+# already answering is reused; one a previous run left stopped (SIGSTOP)
+# is continued first; a missing one is created.
+le_db_private_cluster() {
+    local dir="$1" port="$2" extra="$3"
     local ver bin
     ver="$(ls /usr/lib/postgresql | sort -V | tail -n1)"
     bin="/usr/lib/postgresql/$ver/bin"
@@ -184,7 +180,7 @@ le_db_pause_main() {
             runuser -u postgres -- "$bin/initdb" -D "$dir" -A trust -U postgres --no-sync >/dev/null \
                 || { echo "db.sh: initdb failed in $dir" >&2; return 1; }
         fi
-        local opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=on"
+        local opts="-p $port -k $dir -c listen_addresses=127.0.0.1 $extra"
         if ! runuser -u postgres -- "$bin/pg_ctl" -D "$dir" -o "$opts" -l "$dir/log" start -w -t 30 >/dev/null; then
             # A half-dead server from an earlier run: stop it hard and retry.
             runuser -u postgres -- "$bin/pg_ctl" -D "$dir" stop -m immediate -w -t 10 >/dev/null 2>&1 || true
@@ -194,7 +190,17 @@ le_db_pause_main() {
         pg_isready -q -t 5 -h 127.0.0.1 -p "$port" \
             || { echo "db.sh: the private cluster does not answer on $port" >&2; return 1; }
     fi
+}
 
+# The private cluster for tests/postgres_pause.rs, which freezes the server
+# with SIGSTOP. It must never be the shared server above: other suites use
+# that one at the same time. Exports:
+#   LE_PG_PAUSE_DSN    postgres://postgres@127.0.0.1:PORT/postgres
+#   LE_PG_PAUSE_DATA   its data directory (postmaster.pid names the postmaster)
+le_db_pause_main() {
+    local port="${LE_PG_PAUSE_PORT:-5441}"
+    local dir="${TMPDIR:-/tmp}/leaderelection-pgpause"
+    le_db_private_cluster "$dir" "$port" "-c fsync=off -c synchronous_commit=on" || return 1
     export LE_PG_PAUSE_DSN="postgres://postgres@127.0.0.1:$port/postgres"
     export LE_PG_PAUSE_DATA="$dir"
     echo "db.sh: LE_PG_PAUSE_DSN=$LE_PG_PAUSE_DSN LE_PG_PAUSE_DATA=$LE_PG_PAUSE_DATA" >&2
