@@ -17,7 +17,7 @@ use crate::handoff::{watchdog_fired, Event, Handoff, Outside, Shared, State};
 use crate::identity::{default_identity, with_instance, IdentityError};
 use crate::machine::{Call, CallId, LocalTime, Machine, MachineConfig, Op, Outcome};
 use crate::status::Counters;
-use crate::store::{Store, StoreError};
+use crate::store::{Released, Store, StoreError};
 use crate::sync::{Condvar, Mutex};
 use crate::workers::{catching, NotStarted, Workers};
 use crate::ConfigError;
@@ -267,7 +267,7 @@ struct Driver {
     name: String,
     /// The store's feed of released elections ([`Store::releases`]), or
     /// a channel that never delivers.
-    releases: Receiver<String>,
+    releases: Receiver<Released>,
 }
 
 /// What the hand-off reaches outside itself: the clock, the store-call
@@ -335,9 +335,9 @@ impl Driver {
                     }
                 }
                 recv(self.releases) -> released => match released {
-                    Ok(name) if name == self.name => {
+                    Ok(r) if r.name == self.name => {
                         let now = self.now();
-                        self.machine.handle_wake(now);
+                        self.machine.handle_wake(now, r.fence);
                     }
                     Ok(_) => {}
                     // The feed ended: learn of releases by polling alone.

@@ -1,30 +1,34 @@
 //! The subscribers of a feed of releases ([`Store::releases`](crate::Store::releases)),
 //! shared by the stores that keep one: each subscriber has a bounded
-//! channel, a name goes to every subscriber with room (a full channel
+//! channel, a release goes to every subscriber with room (a full channel
 //! loses it: the feed is a hint), and a subscriber whose receiver is gone
-//! is forgotten at the next name.
+//! is forgotten at the next release.
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
+
+use crate::store::Released;
 
 /// How many released names a subscriber's channel holds; more are dropped
 /// until it reads.
 pub(crate) const CHANNEL_ROOM: usize = 1024;
 
 #[derive(Default)]
-pub(crate) struct Subscribers(Mutex<Vec<Sender<String>>>);
+pub(crate) struct Subscribers(Mutex<Vec<Sender<Released>>>);
 
 impl Subscribers {
     /// A new subscriber's receiver.
-    pub(crate) fn subscribe(&self) -> Receiver<String> {
+    pub(crate) fn subscribe(&self) -> Receiver<Released> {
         let (tx, rx) = crossbeam_channel::bounded(CHANNEL_ROOM);
         self.0.lock().push(tx);
         rx
     }
 
-    /// Sends `name` to every subscriber that has room.
-    pub(crate) fn send(&self, name: &str) {
-        self.0.lock().retain(|tx| !matches!(tx.try_send(name.to_owned()), Err(TrySendError::Disconnected(_))));
+    /// Sends the release of `name`'s term `fence` (if known) to every
+    /// subscriber that has room.
+    pub(crate) fn send(&self, name: &str, fence: Option<u64>) {
+        let released = Released { name: name.to_owned(), fence };
+        self.0.lock().retain(|tx| !matches!(tx.try_send(released.clone()), Err(TrySendError::Disconnected(_))));
     }
 
     /// Ends every subscription: the receivers see their channel closed.
@@ -61,14 +65,14 @@ mod tests {
         let subs = Subscribers::default();
         let (a, b) = (subs.subscribe(), subs.subscribe());
         for _ in 0..CHANNEL_ROOM {
-            subs.send("x");
+            subs.send("x", Some(1));
         }
         let _ = a.try_recv();
-        subs.send("y");
+        subs.send("y", None);
         assert_eq!(a.len(), CHANNEL_ROOM, "a had room for one more");
         assert_eq!(b.len(), CHANNEL_ROOM, "b was full: the name is lost, not waited for");
         drop(b);
-        subs.send("z");
+        subs.send("z", Some(2));
         assert_eq!(subs.len(), 1, "a gone subscriber is forgotten");
         subs.clear();
         while a.try_recv().is_ok() {}

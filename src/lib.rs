@@ -278,7 +278,7 @@ pub use mysql::MySqlStore;
 pub use postgres::PostgresStore;
 pub use slot::{period_slot, SlotClaim, MAX_SLOT_LEN};
 pub use status::{LeaderInfo, Status, TermsEnded};
-pub use store::{ErrorKind, Store, StoreError};
+pub use store::{ErrorKind, Released, Store, StoreError};
 pub use timing::{
     default_safety_margin, ConfigError, Problem, Timing, DEFAULT_LEASE_DURATION, DEFAULT_OPERATION_TIMEOUT,
     DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_PERIOD, MAX_DURATION, MAX_IDENTITY_LEN, MAX_NAME_LEN, MAX_PAYLOAD_LEN,

@@ -772,10 +772,15 @@ impl Machine {
     /// leader, a machine held back, withheld
     /// from claiming or waiting out a resignation, and one stopping ignore
     /// it. If a look is in flight, its answer claims at once. A claim in
-    /// flight takes no second one, so one release costs each follower at
-    /// most one claim.
-    pub fn handle_wake(&mut self, now: LocalTime) {
-        let follower = self.mode == Mode::Running && self.term.is_none() && self.observed.is_some();
+    /// flight takes no second one, and `fence`, the released term's fence
+    /// when the store knows it, keeps a late hint from sending another: a
+    /// follower that has seen a later term than the one released (its poll
+    /// found the release first and its claim lost) ignores it. So one
+    /// release costs each follower at most one claim.
+    pub fn handle_wake(&mut self, now: LocalTime, fence: Option<u64>) {
+        let follower = self.mode == Mode::Running && self.term.is_none();
+        let stale = |o: &Observed| fence.is_some_and(|f| o.fence > f);
+        let follower = follower && self.observed.as_ref().is_some_and(|o| !stale(o));
         if follower && self.pending_release.is_none() && self.may_campaign(now) {
             match self.inflight.map(|c| c.op) {
                 Some(Op::Inspect) => self.woken = true,

@@ -1666,7 +1666,7 @@ fn a_woken_follower_claims_at_once_after_a_release() {
     assert!(store.peek(NAME).unwrap().expired());
     let poll_at = b.m.poll_timeout().unwrap();
     assert!(poll_at > b.now, "without the wake, b waits for its poll");
-    b.m.handle_wake(b.now);
+    b.m.handle_wake(b.now, Some(old.fence));
     b.collect();
     let sent = b.now;
     assert_eq!(b.pending.iter().map(|c| c.op).collect::<Vec<_>>(), [claim()], "one claim, no look first");
@@ -1682,11 +1682,11 @@ fn a_wake_while_the_leader_lives_costs_one_claim_that_finds_it_held() {
     let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
     let (a, mut b) = leader_and_waiting_follower(&store, |_| {});
     let writes = store.stats().writes;
-    b.m.handle_wake(b.now);
+    b.m.handle_wake(b.now, None);
     b.collect();
     // More hints while the claim travels take no second claim.
-    b.m.handle_wake(b.now);
-    b.m.handle_wake(b.now);
+    b.m.handle_wake(b.now, None);
+    b.m.handle_wake(b.now, None);
     b.collect();
     assert_eq!(b.pending.iter().map(|c| c.op).collect::<Vec<_>>(), [claim()]);
     b.answer();
@@ -1714,7 +1714,7 @@ fn a_wake_during_a_look_claims_when_the_look_answers() {
         a.now = b.now;
         resign_and_release(&mut a, &mut b);
         if woken {
-            b.m.handle_wake(b.now);
+            b.m.handle_wake(b.now, None);
             b.collect();
             assert_eq!(b.pending.len(), 1, "no second call beside the look");
         }
@@ -1730,29 +1730,61 @@ fn a_wake_during_a_look_claims_when_the_look_answers() {
     }
 }
 
+/// A follower whose poll read the row just after a release claims; another
+/// claim lands first and b's loses, showing the later term. When the
+/// release's hint reaches b after that, its fence is older than what b has
+/// seen: no second claim. A hint without a fence (a store that cannot tell)
+/// is the control: it costs a second claim for the same release.
+#[test]
+fn a_late_wake_for_a_release_already_seen_takes_no_second_claim() {
+    for fence_known in [true, false] {
+        let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+        let (mut a, mut b) = leader_and_waiting_follower(&store, |_| {});
+        let old = resign_and_release(&mut a, &mut b);
+        let at = b.m.poll_timeout().unwrap();
+        b.sleep(at.saturating_since(b.now));
+        b.tick();
+        assert_eq!(b.answer().op, Op::Inspect);
+        assert_eq!(b.pending.iter().map(|c| c.op).collect::<Vec<_>>(), [claim()], "the poll found the release");
+        let won = claim().run(&store, NAME, "c", b"", OPT);
+        assert!(matches!(won, Outcome::Lease(Ok(ref l)) if l.holder == "c" && l.fence > old.fence), "{won:?}");
+        b.answer();
+        assert!(b.started().is_empty(), "b's claim won beside c's");
+        b.m.handle_wake(b.now, fence_known.then_some(old.fence));
+        b.collect();
+        let claims = b.calls().iter().filter(|op| **op == claim()).count();
+        if fence_known {
+            assert_eq!(claims, 1, "a second claim for one release: {:?}", b.pending);
+            assert!(b.pending.is_empty());
+        } else {
+            assert_eq!(claims, 2, "control: a hint without a fence claims again");
+        }
+    }
+}
+
 #[test]
 fn a_wake_is_ignored_by_a_leader_a_held_back_follower_and_one_that_has_not_looked() {
     let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
     let (mut a, mut b) = leader_and_waiting_follower(&store, |_| {});
     let calls = a.calls().len();
-    a.m.handle_wake(a.now);
+    a.m.handle_wake(a.now, None);
     a.collect();
     assert_eq!(a.calls().len(), calls, "the leader sent a call");
     b.m.set_hold_back(b.now, true);
     b.collect();
-    b.m.handle_wake(b.now);
+    b.m.handle_wake(b.now, None);
     b.collect();
     assert!(!b.calls().contains(&claim()), "a held-back follower claimed");
     // A machine that has not looked yet takes its first look, not a claim.
     let mut c = Rig::with("c", store.clone(), timing(), 3);
     c.now = a.now;
-    c.m.handle_wake(c.now);
+    c.m.handle_wake(c.now, None);
     c.collect();
     assert_eq!(c.calls(), [Op::Inspect]);
     // A participant that resigned waits out its back-off, hint or not.
     resign_and_release(&mut a, &mut b);
     let calls = a.calls().len();
-    a.m.handle_wake(a.now);
+    a.m.handle_wake(a.now, None);
     a.collect();
     assert_eq!(a.calls().len(), calls, "claimed within its back-off: {:?}", a.pending);
 }
@@ -1763,7 +1795,7 @@ fn a_wake_is_ignored_by_a_leader_a_held_back_follower_and_one_that_has_not_looke
 fn leading_on_a_wake_without_the_claim_is_caught_beside_a_live_leader() {
     let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
     let (a, mut b) = leader_and_waiting_follower(&store, |c| c.unsafe_lead_on_wake = true);
-    b.m.handle_wake(b.now);
+    b.m.handle_wake(b.now, None);
     b.collect();
     assert!(a.m.is_leader(b.now) && b.m.is_leader(b.now), "two leaders at one instant");
 }

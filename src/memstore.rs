@@ -9,7 +9,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::batch::{BatchItem, Members};
 use crate::lease::{DbTime, Lease};
 use crate::slot::SlotClaim;
-use crate::store::{ErrorKind, Store, StoreError};
+use crate::store::{ErrorKind, Released, Store, StoreError};
 
 /// A member whose heartbeat expired this long ago is forgotten.
 const FORGET_MEMBERS_AFTER: Duration = Duration::from_secs(3600);
@@ -447,7 +447,7 @@ impl State {
                 // A renewal whose clock reading is older than this must
                 // not land after it (Store::renew).
                 row.renewed_at = row.renewed_at.max(now);
-                self.watchers.send(name);
+                self.watchers.send(name, Some(fence));
             }
         }
     }
@@ -520,7 +520,7 @@ impl Store for MemStore {
 
     /// Every release that ends a live term sends its election's name,
     /// whatever the caller (one channel of 1,024 names per subscriber).
-    fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
+    fn releases(&self) -> Option<crossbeam_channel::Receiver<Released>> {
         Some(self.shared.state.lock().watchers.subscribe())
     }
 
@@ -768,6 +768,21 @@ mod tests {
         assert_eq!(seen.expires_at, released.expires_at, "the stale re-acquire extended the released lease");
         s.set_offset(0);
         assert_eq!(s.peek("e").unwrap(), released);
+    }
+
+    /// Only a release that ends a live term is sent, with its fence: not
+    /// a claim or a renewal, not someone else's release, not a second one.
+    #[test]
+    fn a_release_that_ends_a_term_is_sent_once_with_its_fence() {
+        let s = store();
+        let rx = s.releases().expect("MemStore keeps a feed");
+        let l = s.acquire("e", "a", TTL, b"p", T).unwrap();
+        s.renew("e", "a", l.fence, TTL, b"p", T).unwrap();
+        s.release("e", "b", l.fence, T).unwrap();
+        s.release("e", "a", l.fence, T).unwrap();
+        s.release("e", "a", l.fence, T).unwrap();
+        let sent: Vec<Released> = rx.try_iter().collect();
+        assert_eq!(sent, [Released { name: "e".into(), fence: Some(l.fence) }]);
     }
 
     #[test]

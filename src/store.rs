@@ -9,6 +9,18 @@ pub use crate::error::{ErrorKind, StoreError};
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
 
+/// A release seen by a store's feed ([`Store::releases`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Released {
+    /// The election's name.
+    pub name: String,
+    /// The fence of the term released, when the store knows it. A follower
+    /// that has already seen a later term ignores the hint
+    /// ([`Machine::handle_wake`](crate::machine::Machine::handle_wake)); with
+    /// `None` every follower that may claim does.
+    pub fence: Option<u64>,
+}
+
 /// Where an election's lease lives.
 ///
 /// Each method is one statement (or one short transaction) that reads every
@@ -287,8 +299,9 @@ pub trait Store: Send + Sync {
         Err(StoreError::fatal("this store keeps no group members (it does not implement Store::heartbeat)"))
     }
 
-    /// A feed of the names of elections whose lease was just released in
-    /// this store's table, so that a waiting follower claims at once
+    /// A feed of the elections whose lease was just released in this
+    /// store's table ([`Released`]: the name, and the released term's fence
+    /// when the store knows it), so that a waiting follower claims at once
     /// instead of at its next poll ([`Machine::handle_wake`](crate::machine::Machine::handle_wake)).
     /// Each call subscribes anew; dropping the receiver unsubscribes.
     ///
@@ -305,7 +318,7 @@ pub trait Store: Send + Sync {
     /// on a connection of its own (see its `release_feed` for poolers);
     /// `MySqlStore` (feature `mysql`) waits for the leader's named lock (see
     /// its `release_feed`).
-    fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
+    fn releases(&self) -> Option<crossbeam_channel::Receiver<Released>> {
         None
     }
 
@@ -363,7 +376,7 @@ macro_rules! forward_store {
         // the macro is used.
         const _: () = {
             use ::std::time::Duration;
-            use $crate::{BatchItem, Heartbeat, Lease, Members, SlotClaim, Store, StoreError};
+            use $crate::{BatchItem, Heartbeat, Lease, Members, Released, SlotClaim, Store, StoreError};
             impl<$($generics)*> Store for $ty {
                 fn acquire(
                     &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
@@ -423,7 +436,7 @@ macro_rules! forward_store {
                 fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {
                     $via!(self, s => s.leave_group(group, member, timeout))
                 }
-                fn releases(&self) -> Option<::crossbeam_channel::Receiver<String>> {
+                fn releases(&self) -> Option<::crossbeam_channel::Receiver<Released>> {
                     $via!(self, s => s.releases())
                 }
             }

@@ -12,7 +12,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
-use leaderelection::{Config, Elector, Group, GroupConfig, Store, Timing};
+use leaderelection::{Config, Elector, Group, GroupConfig, Released, Store, Timing};
 use pg_support::{dsn, BOUNCER, DIRECT};
 use support::feed::{config, hand_over, leader_and_follower, one_follower_and_a_release, QUICK, SLOW_POLL};
 use support::{random_tag, wait_for};
@@ -79,7 +79,7 @@ fn only_a_release_that_ends_a_term_is_sent() {
     let _ = guard.wait_lost_timeout(Duration::from_millis(3500)); // three renewals or more
                                                                   // Not held under this fence by this identity: changes nothing.
     watcher.release(&name, "somebody", fence, Duration::from_secs(5)).expect("release");
-    let quiet: Vec<String> = rx.try_iter().filter(|n| *n == name).collect();
+    let quiet: Vec<Released> = rx.try_iter().filter(|r| r.name == name).collect();
     assert!(quiet.is_empty(), "sent while the leader renewed: {quiet:?}");
     assert!(a.status().renewals_ok >= 3, "{:?}", a.status());
     support::feed::released_once(&a, &rx, &name);
@@ -170,7 +170,7 @@ fn the_feed_comes_back_after_its_connection_is_killed() {
     a.shutdown().expect("a releases");
     drop(guard);
     let deadline = Instant::now() + QUICK;
-    let heard = std::iter::from_fn(|| rx.recv_deadline(deadline).ok()).any(|n| n == name);
+    let heard = std::iter::from_fn(|| rx.recv_deadline(deadline).ok()).any(|r| r.name == name);
     assert!(heard, "the release after the reconnect was not heard");
     // Dropping the store ends the feed: its thread stops and closes the
     // connection.

@@ -71,7 +71,7 @@ fn sent_while_the_leader_lives(watcher: &MySqlStore, leader: MySqlStore, name: &
     assert_eq!(seen.holder, identity_of(&a));
     let _ = guard.wait_lost_timeout(Duration::from_millis(3500));
     assert!(a.is_leader() && a.status().renewals_ok >= 3, "{:?}", a.status());
-    (rx.try_iter().filter(|n| n == name).count(), a)
+    (rx.try_iter().filter(|r| r.name == name).count(), a)
 }
 
 /// Nothing comes while the leader renews (its lock held); the release that

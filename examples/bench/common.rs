@@ -198,7 +198,7 @@ impl Store for Counting {
     fn inspect(&self, name: &str, t: Duration) -> Result<Lease, StoreError> {
         self.timed(&self.inspect, || self.inner.inspect(name, t))
     }
-    fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
+    fn releases(&self) -> Option<crossbeam_channel::Receiver<leaderelection::Released>> {
         self.inner.releases()
     }
 }

@@ -214,10 +214,11 @@ enum Own {
         term: TermId,
     },
     CheckFairness,
-    /// The release feed's wake for `elections` reaches `node`.
+    /// The release feed's wake for `elections` (each with the released
+    /// fence) reaches `node`.
     Wake {
         node: usize,
-        elections: Vec<usize>,
+        elections: Vec<(usize, Option<u64>)>,
     },
 }
 
@@ -293,7 +294,7 @@ struct World<'a> {
     last_over: Option<u64>,
     /// The store's release feed: watched in every run, passed on to the
     /// participants with [`GroupSchedule::wakes`].
-    feed: Option<crossbeam_channel::Receiver<String>>,
+    feed: Option<crossbeam_channel::Receiver<leaderelection::Released>>,
 }
 
 /// Runs `schedule` to its end, or to the first violation. With `trace`,
@@ -709,13 +710,16 @@ impl World<'_> {
     /// once ([`GroupMachine::handle_wakes`]).
     fn tell_releases(&mut self, t: u64, from: usize) {
         let Some(rx) = &self.feed else { return };
-        let elections: Vec<usize> =
-            rx.try_iter().filter_map(|name| election_index(&name)).filter(|&e| e < self.elecs.len()).collect();
+        let elections: Vec<(usize, Option<u64>)> = rx
+            .try_iter()
+            .filter_map(|r| election_index(&r.name).map(|e| (e, r.fence)))
+            .filter(|&(e, _)| e < self.elecs.len())
+            .collect();
         if elections.is_empty() {
             return;
         }
         self.report.releases.releases += elections.len() as u64;
-        for &e in &elections {
+        for &(e, _) in &elections {
             self.elecs[e].released_at = Some(t);
         }
         let n = elections.len();
@@ -733,16 +737,17 @@ impl World<'_> {
 
     /// A wake for `elections` reaches `node`: its group wakes the
     /// machines it runs them with, their claims in one batch.
-    fn woken_by_feed(&mut self, t: u64, node: usize, elections: &[usize]) {
+    fn woken_by_feed(&mut self, t: u64, node: usize, elections: &[(usize, Option<u64>)]) {
         let host = self.nodes[node].host;
         if self.nodes[node].gm.is_none() || self.net.wake_cut_off(t, node, host, &mut self.report.releases) {
             return;
         }
         let n = &self.nodes[node];
-        let keys: Vec<ElectionKey> = elections.iter().filter_map(|&e| n.by_election[e]).collect();
+        let woken: Vec<(ElectionKey, Option<u64>)> =
+            elections.iter().filter_map(|&(e, fence)| n.by_election[e].map(|k| (k, fence))).collect();
         let now = self.net.local(host, t);
         if let Some(gm) = self.nodes[node].gm.as_mut() {
-            gm.handle_wakes(now, &keys);
+            gm.handle_wakes(now, &woken);
         }
         self.after(t, node);
     }

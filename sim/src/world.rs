@@ -201,9 +201,10 @@ enum Own {
     GuardsDropped {
         node: usize,
     },
-    /// The release feed's wake reaches `node`.
+    /// The release feed's wake reaches `node`, with the released fence.
     Wake {
         node: usize,
+        fence: Option<u64>,
     },
 }
 
@@ -262,7 +263,7 @@ struct World<'a> {
     last_failover: Option<u64>,
     /// The store's release feed: watched in every run, passed on to the
     /// participants with [`Schedule::wakes`].
-    feed: Option<crossbeam_channel::Receiver<String>>,
+    feed: Option<crossbeam_channel::Receiver<leaderelection::Released>>,
     /// When the database applied the last release the feed reported, until
     /// the next term starts (the hand-over it measures).
     released_at: Option<u64>,
@@ -473,11 +474,11 @@ impl World<'_> {
     /// subscribed to the store's feed is woken.
     fn tell_releases(&mut self, t: u64, from: usize) {
         let Some(rx) = &self.feed else { return };
-        let released = rx.try_iter().filter(|name| name == ELECTION).count();
-        if released == 0 {
+        let released: Vec<Option<u64>> = rx.try_iter().filter(|r| r.name == ELECTION).map(|r| r.fence).collect();
+        if released.is_empty() {
             return;
         }
-        self.report.releases.releases += released as u64;
+        self.report.releases.releases += released.len() as u64;
         self.released_at = Some(t);
         self.net.note(t, 40, from as u64, 0, || format!("the feed reports n{from}'s release"));
         let Some(feed) = self.s.wakes else { return };
@@ -486,10 +487,10 @@ impl World<'_> {
             let Some(node) = self.net.states[host].current.filter(|&n| self.nodes[n].machine.is_some()) else {
                 continue;
             };
-            for _ in 0..released {
+            for &fence in &released {
                 let again_within = self.s.timing.retry_period;
                 for at in self.net.send_wake(t, (node, host), feed, again_within, &mut self.report.releases) {
-                    self.net.push_own(at, Own::Wake { node });
+                    self.net.push_own(at, Own::Wake { node, fence });
                 }
             }
         }
@@ -914,7 +915,7 @@ impl<'a> Fleet<'a> for World<'a> {
                 self.net.note(t, 6, node as u64, 0, || format!("n{node} drops the guards of its ended term"));
                 self.with_node(t, node, |m, now| m.set_hold_back(now, false));
             }
-            Own::Wake { node } => {
+            Own::Wake { node, fence } => {
                 let host = self.nodes[node].host;
                 let Some(m) = self.nodes[node].machine.as_ref() else { return };
                 // The no-watchdog control's driver is blocked in its store
@@ -923,7 +924,7 @@ impl<'a> Fleet<'a> for World<'a> {
                 if blocked || self.net.wake_cut_off(t, node, host, &mut self.report.releases) {
                     return;
                 }
-                self.with_node(t, node, |m, now| m.handle_wake(now));
+                self.with_node(t, node, |m, now| m.handle_wake(now, fence));
             }
         }
     }

@@ -814,14 +814,15 @@ impl GroupMachine {
         r
     }
 
-    /// Wakes the machines of `keys`: elections the store saw released
-    /// ([`Machine::handle_wake`]). Those that may claim send their claims
-    /// together, in one batch, within the share as ever.
-    pub fn handle_wakes(&mut self, now: LocalTime, keys: &[ElectionKey]) {
+    /// Wakes the machines of `woken`: elections the store saw released,
+    /// each with the released fence if known ([`Machine::handle_wake`]).
+    /// Those that may claim send their claims together, in one batch,
+    /// within the share as ever.
+    pub fn handle_wakes(&mut self, now: LocalTime, woken: &[(ElectionKey, Option<u64>)]) {
         self.now = self.now.max(now);
         let now = self.now;
-        for &key in keys {
-            self.touch(key, |m| m.handle_wake(now));
+        for &(key, fence) in woken {
+            self.touch(key, |m| m.handle_wake(now, fence));
         }
         self.flush();
     }

@@ -22,7 +22,7 @@ use crate::handoff::{watchdog_fired, Event, Handoff, Outside, Shared, State};
 use crate::identity::{default_identity, with_instance, IdentityError};
 use crate::machine::{Call, LocalTime, Outcome, Output};
 use crate::status::Counters;
-use crate::store::{ErrorKind, Store, StoreError};
+use crate::store::{ErrorKind, Released, Store, StoreError};
 use crate::sync::{Condvar, Mutex};
 use crate::workers::{catching, Workers};
 
@@ -332,7 +332,7 @@ struct Driver {
     not_started: std::collections::VecDeque<(GroupCall, StoreError)>,
     /// The store's feed of released elections ([`Store::releases`]), or
     /// a channel that never delivers.
-    releases: Receiver<String>,
+    releases: Receiver<Released>,
     #[cfg(feature = "metrics")]
     metrics: crate::metrics::GroupMetrics,
 }
@@ -375,7 +375,7 @@ impl Driver {
                     }
                 },
                 recv(self.releases) -> released => match released {
-                    Ok(name) => self.released(name),
+                    Ok(r) => self.released(r),
                     // The feed ended: learn of releases by polling alone.
                     Err(_) => self.releases = crossbeam_channel::never(),
                 },
@@ -390,13 +390,15 @@ impl Driver {
 
     /// Wakes the elections the store saw released: `first` and every name
     /// already waiting behind it, so their claims go in one batch.
-    fn released(&mut self, first: String) {
-        let waiting: Vec<String> = self.releases.try_iter().take(RELEASES_AT_ONCE).collect();
-        let keys: Vec<ElectionKey> =
-            std::iter::once(first).chain(waiting).filter_map(|n| self.names.get(n.as_str()).copied()).collect();
-        if !keys.is_empty() {
+    fn released(&mut self, first: Released) {
+        let waiting: Vec<Released> = self.releases.try_iter().take(RELEASES_AT_ONCE).collect();
+        let woken: Vec<(ElectionKey, Option<u64>)> = std::iter::once(first)
+            .chain(waiting)
+            .filter_map(|r| self.names.get(r.name.as_str()).map(|k| (*k, r.fence)))
+            .collect();
+        if !woken.is_empty() {
             let now = self.now();
-            self.core.handle_wakes(now, &keys);
+            self.core.handle_wakes(now, &woken);
         }
     }
 

@@ -42,6 +42,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use super::cluster;
 use crate::feed::{fnv1a64, Subscribers};
 use crate::lease::Lease;
+use crate::store::Released;
 
 /// The feed's waits. Always [`PACE`] but in tests, which shorten them.
 #[derive(Clone, Copy, Debug)]
@@ -137,8 +138,8 @@ struct State {
 
 #[derive(Default)]
 struct Followed {
-    /// Name → when last seen led by this identity.
-    names: HashMap<String, Instant>,
+    /// Name → when last seen led by this identity, and under which fence.
+    names: HashMap<String, (Instant, u64)>,
     waiting: bool,
 }
 
@@ -165,7 +166,7 @@ impl Feed {
     }
 
     /// A new subscription; `None` once the feed is off or gone.
-    pub(super) fn subscribe(&self) -> Option<crossbeam_channel::Receiver<String>> {
+    pub(super) fn subscribe(&self) -> Option<crossbeam_channel::Receiver<Released>> {
         if self.shared.mode.known() == Some(true) {
             self.shared.turn_off();
         }
@@ -246,7 +247,7 @@ impl Feed {
         }
         let f = st.followed.entry(holder.to_owned()).or_default();
         if f.names.len() < MAX_NAMES || f.names.contains_key(&lease.name) {
-            f.names.insert(lease.name.clone(), Instant::now());
+            f.names.insert(lease.name.clone(), (Instant::now(), lease.fence));
         }
         if !f.waiting {
             let holder = holder.to_owned();
@@ -489,7 +490,7 @@ fn waiter(shared: &Shared, identity: &str) {
                 let gone = st.ended || st.off || {
                     let f = st.followed.get_mut(identity);
                     f.is_none_or(|f| {
-                        f.names.retain(|_, seen| now.saturating_duration_since(*seen) < pace.forget);
+                        f.names.retain(|_, (seen, _)| now.saturating_duration_since(*seen) < pace.forget);
                         f.names.is_empty()
                     })
                 };
@@ -529,12 +530,13 @@ fn waiter(shared: &Shared, identity: &str) {
             Ok(Waited::Held) => backoff.reset(),
             Ok(Waited::Released) => {
                 backoff.reset();
-                let names: Vec<String> = {
+                let names: Vec<(String, u64)> = {
                     let st = shared.state.lock();
-                    st.followed.get(identity).map(|f| f.names.keys().cloned().collect()).unwrap_or_default()
+                    let f = st.followed.get(identity);
+                    f.map(|f| f.names.iter().map(|(n, (_, fence))| (n.clone(), *fence)).collect()).unwrap_or_default()
                 };
-                for name in &names {
-                    shared.subscribers.send(name);
+                for (name, fence) in &names {
+                    shared.subscribers.send(name, Some(*fence));
                 }
                 until = Some(Instant::now() + pace.look_again);
             }
@@ -626,6 +628,12 @@ mod tests {
     }
 
     const MINUTE: Duration = Duration::from_secs(60);
+
+    /// What a subscriber hears when the leader of [`lease`]`("jobs", …)`
+    /// lets go.
+    fn jobs_released() -> Released {
+        Released { name: "jobs".into(), fence: Some(1) }
+    }
 
     /// A feed whose sessions can never connect (nothing listens on port 1).
     fn unreachable_feed(mode: cluster::Mode) -> Feed {
@@ -917,7 +925,7 @@ mod tests {
         feed: Feed,
         lock: String,
         admin: Admin,
-        rx: crossbeam_channel::Receiver<String>,
+        rx: crossbeam_channel::Receiver<Released>,
     }
 
     impl Following {
@@ -932,7 +940,8 @@ mod tests {
         /// The leader gives its lock back: the subscriber hears of `jobs`.
         fn release_wakes(mut self) {
             self.admin.give_back(&self.lock);
-            assert_eq!(self.rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"));
+            // With the fence this store saw the leader hold.
+            assert_eq!(self.rx.recv_timeout(Duration::from_secs(5)), Ok(jobs_released()));
         }
     }
 
@@ -1070,7 +1079,7 @@ mod tests {
             let rx = feed.subscribe().expect("a subscription");
             feed.saw(None, &lease("jobs", "leader", MINUTE));
             if control {
-                assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("jobs"), "the control woke");
+                assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(jobs_released()), "the control woke");
                 continue;
             }
             eventually("three looks at the lock", || gate.sent("IS_USED_LOCK(") >= 3);

@@ -219,7 +219,7 @@ use crate::batch::{BatchItem, Heartbeat, Members};
 use crate::ident::{quote_mysql, IdentError};
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
-use crate::store::{Store, StoreError};
+use crate::store::{Released, Store, StoreError};
 
 /// Default name of the election table.
 pub const DEFAULT_TABLE: &str = "leader_election";
@@ -1230,7 +1230,7 @@ impl Store for MySqlStore {
     }
 
     /// Subscribes to the feed of releases; see [`MySqlStore::release_feed`].
-    fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
+    fn releases(&self) -> Option<crossbeam_channel::Receiver<Released>> {
         self.feed.as_ref()?.subscribe()
     }
 

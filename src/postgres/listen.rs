@@ -32,7 +32,7 @@ use super::conn::{classify_connect, PgManager};
 use super::tls::{MakeTls, TlsTrace};
 use crate::error::Human;
 use crate::feed::Subscribers;
-use crate::store::StoreError;
+use crate::store::{Released, StoreError};
 use crate::timing::MAX_NAME_LEN;
 
 /// Probes that fail in a row before the feed gives up for good.
@@ -80,6 +80,19 @@ pub(super) fn channel(qualified: &str) -> String {
     format!("leaderelection_{:016x}", crate::feed::fnv1a64(qualified))
 }
 
+/// What separates a released name from its fence in a notification's
+/// payload (`sql::notify` writes it as `chr(31)`).
+pub(super) const FENCE_MARK: char = '\u{1f}';
+
+/// A notification's name and fence. A payload without a fence (a release
+/// sent by an older build, which notified the name alone) is all name.
+fn parse_payload(payload: &str) -> (&str, Option<u64>) {
+    match payload.rsplit_once(FENCE_MARK).map(|(n, f)| (n, f.parse().ok())) {
+        Some((name, Some(fence))) => (name, Some(fence)),
+        _ => (payload, None),
+    }
+}
+
 /// A probe's payload: longer than any election name, so no subscriber can
 /// take it for one.
 fn probe_payload() -> String {
@@ -122,7 +135,9 @@ impl Feed {
 
     /// A new subscription, starting the thread on the first; `None` once
     /// the feed has ended or the thread cannot be started.
-    pub(super) fn subscribe(&self, manager: &Arc<PgManager>, pool: &r2d2::Pool<PgManager>) -> Option<Receiver<String>> {
+    pub(super) fn subscribe(
+        &self, manager: &Arc<PgManager>, pool: &r2d2::Pool<PgManager>,
+    ) -> Option<Receiver<Released>> {
         if self.shared.ended.load(Ordering::SeqCst) {
             return None;
         }
@@ -156,7 +171,8 @@ impl Shared {
         self.subscribers.clear();
     }
 
-    fn deliver(&self, name: &str) {
+    fn deliver(&self, payload: &str) {
+        let (name, fence) = parse_payload(payload);
         if name.len() > MAX_NAME_LEN {
             // A probe (ours, or another process's).
             if let Some((probe, heard)) = &*self.probe.lock() {
@@ -166,7 +182,7 @@ impl Shared {
             }
             return;
         }
-        self.subscribers.send(name);
+        self.subscribers.send(name, fence);
     }
 }
 
@@ -408,10 +424,26 @@ mod tests {
         let rx = shared.subscribers.subscribe();
         shared.deliver(&probe_payload());
         shared.deliver("jobs");
-        assert_eq!(rx.try_iter().collect::<Vec<_>>(), ["jobs"]);
+        let got: Vec<Released> = rx.try_iter().collect();
+        assert_eq!(got, [Released { name: "jobs".into(), fence: None }]);
         drop(rx);
         shared.deliver("jobs");
         assert_eq!(shared.subscribers.len(), 0, "a gone subscriber is forgotten");
+    }
+
+    #[test]
+    fn a_payload_carries_the_name_and_the_fence_released() {
+        assert_eq!(parse_payload("jobs\u{1f}42"), ("jobs", Some(42)));
+        // A name may hold anything but control characters: spaces, digits.
+        assert_eq!(parse_payload("17 jobs\u{1f}0"), ("17 jobs", Some(0)));
+        // An older build's release: the name alone.
+        assert_eq!(parse_payload("jobs"), ("jobs", None));
+        assert_eq!(parse_payload("17 jobs"), ("17 jobs", None));
+        // Not a fence: taken whole, so it matches no name.
+        assert_eq!(parse_payload("jobs\u{1f}x"), ("jobs\u{1f}x", None));
+        assert_eq!(parse_payload("jobs\u{1f}"), ("jobs\u{1f}", None));
+        let long = probe_payload();
+        assert_eq!(parse_payload(&long), (long.as_str(), None));
     }
 
     #[test]
@@ -603,7 +635,7 @@ mod tests {
     /// A session listening through a proxy (the probe going straight to
     /// the server), once it has been heard: its proxy, its end, and a
     /// subscriber.
-    fn listening_through_a_proxy() -> (Proxy, Arc<Shared>, Receiver<Ended>, Receiver<String>) {
+    fn listening_through_a_proxy() -> (Proxy, Arc<Shared>, Receiver<Ended>, Receiver<Released>) {
         let dsn = pg_dsn();
         let direct = manager(&dsn, Duration::from_secs(5));
         let config = direct.config();
@@ -643,7 +675,7 @@ mod tests {
             // listens.
             let heard = std::iter::from_fn(|| (Instant::now() < deadline).then_some(())).any(|()| {
                 notify(&name);
-                rx.recv_timeout(Duration::from_millis(100)).is_ok_and(|n| n == name)
+                rx.recv_timeout(Duration::from_millis(100)).is_ok_and(|r| r.name == name && r.fence.is_none())
             });
             assert!(heard, "{name} was not heard through the proxy");
             assert!(ended.is_empty(), "the session ended while it worked");

@@ -174,7 +174,7 @@ use crate::error::Human;
 use crate::ident::{quote_postgres, IdentError};
 use crate::lease::Lease;
 use crate::slot::SlotClaim;
-use crate::store::{Store, StoreError};
+use crate::store::{Released, Store, StoreError};
 
 pub use conn::{PgConnection, PgManager};
 /// The parsed connection settings [`PgManager::new`] takes.
@@ -1038,7 +1038,7 @@ impl Store for PostgresStore {
         self.beat(group, member, leading, ttl, timeout)
     }
 
-    fn releases(&self) -> Option<crossbeam_channel::Receiver<String>> {
+    fn releases(&self) -> Option<crossbeam_channel::Receiver<Released>> {
         self.feed.as_ref()?.subscribe(self.feed_manager.as_ref()?, &self.pool)
     }
 

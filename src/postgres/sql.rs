@@ -534,9 +534,16 @@ pub(crate) fn renew(
 /// across a failover is left alone: the writes the replica lacks may hold
 /// a newer term's claim, and ending the lease would let a claim in at
 /// once (see [`acquire`]).
+/// The notification of a released row, its columns prefixed by `row`:
+/// the name, then `listen::FENCE_MARK` (a control character, which no name
+/// holds) and the fence, read back by `listen::parse_payload`.
+fn notify(channel: &str, row: &str) -> String {
+    format!("pg_notify('{channel}', {row}name || chr(31) || {row}fence)")
+}
+
 /// Releases the term; a row it released also notifies `channel` with the
-/// election's name (see `listen`), sent by the server once the release
-/// commits, and never by a release that changed nothing.
+/// election's name and the fence released ([`notify`]), sent by the server
+/// once the release commits, and never by a release that changed nothing.
 pub(crate) fn release(
     table: &str, channel: &str, name: &str, identity: &str, fence: u64,
 ) -> Result<String, StoreError> {
@@ -544,7 +551,8 @@ pub(crate) fn release(
     Ok(format!(
         "UPDATE {table} SET expires_at = now(), renewed_at = GREATEST(renewed_at, now()) \
          WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now() \
-         AND (history IS NULL OR history = {HISTORY}) RETURNING pg_notify('{channel}', name)"
+         AND (history IS NULL OR history = {HISTORY}) RETURNING {}",
+        notify(channel, "")
     ))
 }
 
@@ -788,13 +796,14 @@ pub(crate) fn release_many(
 ) -> Result<String, StoreError> {
     let (i, h) = (literal("identity", identity)?, history_once());
     let v = unnest(items, true, false)?;
+    let notify = notify(channel, "t.");
     Ok(format!(
         "WITH v AS MATERIALIZED (SELECT * FROM {v}), l AS MATERIALIZED (\
            SELECT t.name, v.k, v.f FROM {table} t JOIN v ON v.n = t.name FOR NO KEY UPDATE OF t SKIP LOCKED\
          ), up AS (\
            UPDATE {table} AS t SET expires_at = now(), renewed_at = GREATEST(t.renewed_at, now()) \
            FROM l WHERE l.name = t.name AND l.f = t.fence AND t.holder = {i} AND t.expires_at > now() \
-           AND (t.history IS NULL OR t.history = {h}) RETURNING pg_notify('{channel}', t.name)\
+           AND (t.history IS NULL OR t.history = {h}) RETURNING {notify}\
          ) \
          SELECT v.k::text FROM v WHERE NOT EXISTS (SELECT 1 FROM l WHERE l.k = v.k) \
          AND EXISTS (SELECT 1 FROM {table} x WHERE x.name = v.n)"

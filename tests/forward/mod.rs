@@ -53,7 +53,7 @@ macro_rules! forward_calls {
     (@sig $f:tt $h:tt; leave_group) => { forward_calls!(@fn $f $h; leave_group(group: &str, member: &str, timeout: ::std::time::Duration) timeout -> Result<(), ::leaderelection::StoreError>); };
     // No timeout and nothing to hook: the feed is handed on as it is.
     (@sig $f:tt $h:tt; releases) => {
-        fn releases(&self) -> Option<::crossbeam_channel::Receiver<String>> {
+        fn releases(&self) -> Option<::crossbeam_channel::Receiver<::leaderelection::Released>> {
             self.$f.releases()
         }
     };

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Config, Elector, Group, GroupConfig, LeaderGuard, Lease, Store, StoreError, Timing};
+use leaderelection::{Config, Elector, Group, GroupConfig, LeaderGuard, Lease, Released, Store, StoreError, Timing};
 
 use super::{forward_calls, random_tag, wait_for};
 
@@ -77,15 +77,23 @@ pub fn hand_over(a: &Elector, b: &Elector, within: Duration) -> Option<Duration>
     b.wait_leader_timeout(within).ok().map(|_| released.elapsed())
 }
 
-/// `a`'s release (ending its term) sends `name` on `rx` exactly once.
-pub fn released_once(a: &Elector, rx: &crossbeam_channel::Receiver<String>, name: &str) {
+/// `a`'s release (ending its term) sends `name`, with the fence of `a`'s
+/// term, on `rx` exactly once.
+pub fn released_once(a: &Elector, rx: &crossbeam_channel::Receiver<Released>, name: &str) {
+    // The lease as `a` last read it: its own term (its validity may be
+    // between a renewal's send and its answer).
+    let st = a.status();
+    let fence = st.leader.as_ref().filter(|l| l.identity == st.identity).map(|l| l.fence);
+    let fence = fence.unwrap_or_else(|| panic!("a does not lead: {st:?}"));
     a.shutdown().expect("a releases");
     let deadline = Instant::now() + QUICK;
-    let mut got = 0;
-    while let Ok(n) = rx.recv_deadline(deadline) {
-        got += usize::from(n == name);
+    let mut got = Vec::new();
+    while let Ok(r) = rx.recv_deadline(deadline) {
+        if r.name == name {
+            got.push(r.fence);
+        }
     }
-    assert_eq!(got, 1, "the release was sent {got} times");
+    assert_eq!(got, [Some(fence)], "the release was not sent once with its fence");
 }
 
 /// A store that counts the claims of one identity.
