@@ -46,23 +46,39 @@ impl Kind {
     /// A store whose feed of releases is on or off (PostgreSQL: LISTEN;
     /// MariaDB: named locks).
     pub fn store_with_feed(self, url: &str, table: &str, feed: bool) -> Result<Arc<dyn Store>, String> {
+        self.build(url, table, feed, None, true)
+    }
+
+    /// A store on `table` with its feed on or off, a pool of `pool`
+    /// connections (`None`: the driver's default), and the schema made if
+    /// `schema`.
+    pub fn build(
+        self, url: &str, table: &str, feed: bool, pool: Option<u32>, schema: bool,
+    ) -> Result<Arc<dyn Store>, String> {
+        let made = |e: leaderelection::StoreError| format!("ensure_schema: {e}");
         let s: Arc<dyn Store> = match self {
             Kind::Postgres => {
-                let s = leaderelection::PostgresStore::builder(url)
-                    .table("public", table)
-                    .release_feed(feed)
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                s.ensure_schema().map_err(|e| format!("ensure_schema: {e}"))?;
+                let b = leaderelection::PostgresStore::builder(url).table("public", table).release_feed(feed);
+                let b = match pool {
+                    Some(n) => b.pool_size(n),
+                    None => b,
+                };
+                let s = b.build().map_err(|e| e.to_string())?;
+                if schema {
+                    s.ensure_schema().map_err(made)?;
+                }
                 Arc::new(s)
             }
             Kind::MariaDb => {
-                let s = leaderelection::MySqlStore::builder(url)
-                    .table(table)
-                    .release_feed(feed)
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                s.ensure_schema().map_err(|e| format!("ensure_schema: {e}"))?;
+                let b = leaderelection::MySqlStore::builder(url).table(table).release_feed(feed);
+                let b = match pool {
+                    Some(n) => b.pool_size(n as usize),
+                    None => b,
+                };
+                let s = b.build().map_err(|e| e.to_string())?;
+                if schema {
+                    s.ensure_schema().map_err(made)?;
+                }
                 Arc::new(s)
             }
         };

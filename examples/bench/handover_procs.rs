@@ -31,7 +31,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leaderelection::{Config, Elector, Store};
+use leaderelection::{Config, Elector};
 use parking_lot::Mutex;
 
 use crate::clock::mono_ns;
@@ -68,29 +68,6 @@ pub fn worker_main() -> ExitCode {
     }
 }
 
-/// A store of the follower's own: a pool of one connection and the feed of
-/// releases; the controller made the schema.
-fn own_store(kind: Kind, url: &str, table: &str) -> Result<Arc<dyn Store>, String> {
-    Ok(match kind {
-        Kind::Postgres => Arc::new(
-            leaderelection::PostgresStore::builder(url)
-                .table("public", table)
-                .pool_size(1)
-                .release_feed(true)
-                .build()
-                .map_err(|e| e.to_string())?,
-        ),
-        Kind::MariaDb => Arc::new(
-            leaderelection::MySqlStore::builder(url)
-                .table(table)
-                .pool_size(1)
-                .release_feed(true)
-                .build()
-                .map_err(|e| e.to_string())?,
-        ),
-    })
-}
-
 /// The instant `t` on CLOCK_MONOTONIC, in nanoseconds.
 fn to_mono(t: Instant) -> u64 {
     let (now, m) = (Instant::now(), mono_ns());
@@ -110,7 +87,9 @@ fn worker() -> Result<(), String> {
         var("LE_BENCH_HANDOVER_NAME")?,
         var("LE_BENCH_HANDOVER_ID")?,
     );
-    let counting = Counting::new(own_store(kind, &url, &table)?, false);
+    // A store of the follower's own: a pool of one connection and the feed
+    // of releases; the controller made the schema.
+    let counting = Counting::new(kind.build(&url, &table, true, Some(1), false)?, false);
     let elector = Elector::start(Config::new(Arc::clone(&counting), name.as_str()).identity(id).timing(TIMING))
         .map_err(|e| e.to_string())?;
     let (orders, rx) = mpsc::channel::<String>();
