@@ -129,6 +129,8 @@ pub struct Timed {
     pub micros: u32,
     /// The call was a renewal.
     pub renewal: bool,
+    /// The call was a claim.
+    pub claim: bool,
 }
 
 impl Counting {
@@ -179,7 +181,8 @@ impl Counting {
         counter.fetch_add(1, Relaxed);
         if let Some(l) = &self.latencies {
             let micros = t.elapsed().as_micros().min(u32::MAX as u128) as u32;
-            l.lock().push(Timed { start: t, micros, renewal: std::ptr::eq(counter, &self.renew) });
+            let (renewal, claim) = (std::ptr::eq(counter, &self.renew), std::ptr::eq(counter, &self.acquire));
+            l.lock().push(Timed { start: t, micros, renewal, claim });
         }
         r
     }

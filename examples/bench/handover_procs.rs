@@ -21,8 +21,15 @@
 //! nanoseconds of CLOCK_MONOTONIC: `ready` (it has seen the leader),
 //! `start FENCE T` (its term began at T), `end FENCE T` (it last saw that
 //! term valid at T), `count N` (its acquire calls so far, answering `count`
-//! on its standard input) and `claims N` (the same, at its end). It ends on
-//! `quit` or at the end of its input, shutting its elector down.
+//! on its standard input, after a `claim T MICROS` line for each claim since
+//! the last `count`: sent at T, answered MICROS later) and `claims N` (its
+//! acquire calls, at its end). It ends on `quit` or at the end of its input,
+//! shutting its elector down.
+//!
+//! Beside the hand-over, the row reports when the first claim of any
+//! follower left after the release and when the winner's did, and how long
+//! the winner's took: whether a slow hand-over waited for the wake or for
+//! the claim.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
@@ -89,7 +96,7 @@ fn worker() -> Result<(), String> {
     );
     // A store of the follower's own: a pool of one connection and the feed
     // of releases; the controller made the schema.
-    let counting = Counting::new(kind.build(&url, &table, true, Some(1), false)?, false);
+    let counting = Counting::new(kind.build(&url, &table, true, Some(1), false)?, true);
     let elector = Elector::start(Config::new(Arc::clone(&counting), name.as_str()).identity(id).timing(TIMING))
         .map_err(|e| e.to_string())?;
     let (orders, rx) = mpsc::channel::<String>();
@@ -134,7 +141,11 @@ fn worker() -> Result<(), String> {
         });
         for order in rx.iter() {
             match order.as_str() {
-                "count" => put(&format!("count {}\n", counting.calls().acquire)),
+                "count" => {
+                    let claims = counting.take_timed().into_iter().filter(|c| c.claim);
+                    let lines: String = claims.map(|c| format!("claim {} {}\n", to_mono(c.start), c.micros)).collect();
+                    put(&format!("{lines}count {}\n", counting.calls().acquire));
+                }
                 "quit" => break,
                 _ => {}
             }
@@ -158,6 +169,8 @@ struct Heard {
     /// `(fence, T)`: the term was last seen valid at T.
     ends: Vec<(u64, u64)>,
     counts: Vec<u64>,
+    /// `(sent at, took µs)` of each claim reported.
+    claimed: Vec<(u64, u64)>,
     claims: Option<u64>,
     /// Its output closed (it exited).
     ended: bool,
@@ -173,6 +186,7 @@ impl Heard {
             (Some("start"), Some(fence), Some(t)) => self.starts.push((fence, t)),
             (Some("end"), Some(fence), Some(t)) => self.ends.push((fence, t)),
             (Some("count"), Some(n), None) => self.counts.push(n),
+            (Some("claim"), Some(t), Some(micros)) => self.claimed.push((t, micros)),
             (Some("claims"), Some(n), None) => self.claims = Some(n),
             _ => self.bad.push(l.to_owned()),
         }
@@ -307,6 +321,11 @@ fn judge_convicts() -> Result<(), String> {
 
 struct HandOver {
     took: Duration,
+    /// From the release's start to the first claim sent by any follower,
+    /// to the winner's claim sent, and how long the winner's claim took.
+    first_claim: Duration,
+    winner_claim: Duration,
+    winner_claim_took: Duration,
     most_claims: u64,
     claims_while_live: u64,
 }
@@ -359,8 +378,28 @@ fn trial(kind: Kind, url: &str, table: &str, name: &str, n: usize) -> Result<Han
     }
     let most_claims = after.iter().zip(&before).map(|(a, b)| a.saturating_sub(*b)).max().unwrap_or(0);
     let claims_while_live = before.iter().sum();
+    // The claims sent since the release; the winner's is its last before
+    // its term started.
+    let since = |i: usize| -> Vec<(u64, u64)> {
+        fs.0[i].heard.lock().claimed.iter().copied().filter(|&(t, _)| t >= t0).collect()
+    };
+    let first_claim = (0..n).flat_map(since).map(|(t, _)| t).min().ok_or("no claim was sent after the release")?;
+    let winner = terms[0];
+    let (sent, micros) = since(winner.0)
+        .into_iter()
+        .filter(|&(t, _)| t <= winner.2)
+        .max_by_key(|&(t, _)| t)
+        .ok_or("the winner sent no claim after the release")?;
     drop(fs);
-    Ok(HandOver { took: Duration::from_nanos(first.1.saturating_sub(t0)), most_claims, claims_while_live })
+    let after_release = |t: u64| Duration::from_nanos(t.saturating_sub(t0));
+    Ok(HandOver {
+        took: after_release(first.1),
+        first_claim: after_release(first_claim),
+        winner_claim: after_release(sent),
+        winner_claim_took: Duration::from_micros(micros),
+        most_claims,
+        claims_while_live,
+    })
 }
 
 /// MariaDB's `max_connections`, raised for the row and put back after.
@@ -407,9 +446,14 @@ pub fn run(label: &str, kind: Kind, url: &str, n: usize, trials: usize, table: &
     kind.store(url, &own.name)?; // the schema, once, before the followers
     let tag = random_tag();
     let (mut took, mut most, mut live) = (Vec::new(), 0, 0);
+    let (mut first, mut winner, mut winner_took) = (Vec::new(), Vec::new(), Vec::new());
+    let msf = |d: Duration| d.as_secs_f64() * 1000.0;
     for i in 0..trials {
         let h = trial(kind, url, &own.name, &format!("hoprocs-{tag}-{i}"), n).map_err(|e| format!("{label}: {e}"))?;
-        took.push(h.took.as_secs_f64() * 1000.0);
+        took.push(msf(h.took));
+        first.push(msf(h.first_claim));
+        winner.push(msf(h.winner_claim));
+        winner_took.push(msf(h.winner_claim_took));
         most = most.max(h.most_claims);
         live += h.claims_while_live;
     }
@@ -417,11 +461,15 @@ pub fn run(label: &str, kind: Kind, url: &str, n: usize, trials: usize, table: &
     table.add(
         format!("9. clean hand-over, {label}, {n} followers in processes of their own (retry period 1 s)"),
         format!(
-            "p50 {}, p99 {}, max {} ({trials} hand-overs); claims per follower per release: at most {most}; \
-             claims while the leader lived: {live}",
+            "p50 {}, p99 {}, max {} ({trials} hand-overs; p50 after the release: first claim sent {}, the \
+             winner's sent {}, answered in {}); claims per follower per release: at most {most}; claims while \
+             the leader lived: {live}",
             ms(p50),
             ms(p99),
             ms(took[took.len() - 1]),
+            ms(pct(&mut first, 50.0)),
+            ms(pct(&mut winner, 50.0)),
+            ms(pct(&mut winner_took, 50.0)),
         ),
         "p50 ≤ 5 ms, p99 ≤ 20 ms; ≤ 1 claim; 0",
         Verdict::of(p50 <= 5.0 && p99 <= 20.0 && most <= 1 && live == 0),
