@@ -454,10 +454,11 @@ pub struct Machine {
     looking_lazily: bool,
     /// No acquire before this instant (after a resignation).
     campaign_not_before: LocalTime,
-    /// A wake ([`Machine::handle_wake`]) came while a look was in flight:
-    /// that look may have read the row before the release, so its answer
-    /// claims at once even if it shows the lease held.
-    woken: bool,
+    /// A wake ([`Machine::handle_wake`]) came while a look was in flight,
+    /// with the released fence if known: that look may have read the row
+    /// before the release, so its answer claims at once even if it shows
+    /// the lease held, unless it shows a term later than the one released.
+    woken: Option<Option<u64>>,
     next_call_id: u64,
     next_term_id: u64,
     observed: Option<Observed>,
@@ -490,7 +491,7 @@ impl Machine {
             eager_look_at: None,
             looking_lazily: false,
             campaign_not_before: LocalTime::ZERO,
-            woken: false,
+            woken: None,
             next_call_id: 0,
             next_term_id: first_term,
             observed: None,
@@ -783,7 +784,7 @@ impl Machine {
         let follower = follower && self.observed.as_ref().is_some_and(|o| !stale(o));
         if follower && self.pending_release.is_none() && self.may_campaign(now) {
             match self.inflight.map(|c| c.op) {
-                Some(Op::Inspect) => self.woken = true,
+                Some(Op::Inspect) => self.woken = Some(fence),
                 Some(_) => {}
                 None if self.cfg.unsafe_lead_on_wake => self.lead_unasked(now),
                 None => {
@@ -852,8 +853,10 @@ impl Machine {
                     return;
                 }
                 // A wake that came while this look travelled: the look may
-                // have read the row before the release.
-                let woken = std::mem::take(&mut self.woken) && !lease.holder.is_empty();
+                // have read the row before the release (but not if it shows
+                // a later term than the one released).
+                let woken = self.woken.take().is_some_and(|f| f.is_none_or(|f| lease.fence <= f));
+                let woken = woken && !lease.holder.is_empty();
                 let claimable = lease.expired() || mine || woken;
                 if claimable && self.may_campaign(now) {
                     self.next_call_at = Some(now);
@@ -864,7 +867,7 @@ impl Machine {
             }
             Err(e) if e.is_no_lease() => {
                 self.succeeded();
-                self.woken = false;
+                self.woken = None;
                 self.observed_expiry = None;
                 if self.mode != Mode::Running {
                     return;
@@ -985,7 +988,7 @@ impl Machine {
     }
 
     fn fail(&mut self, now: LocalTime, op: Op, e: ElectionError) {
-        self.woken = false;
+        self.woken = None;
         let fatal = e.is_fatal();
         self.outputs.push_back(Output::Failed(e.clone()));
         self.last_error = Some(e.clone());

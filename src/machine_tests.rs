@@ -1730,6 +1730,37 @@ fn a_wake_during_a_look_claims_when_the_look_answers() {
     }
 }
 
+/// A look in flight when the wake comes claims at its answer, unless that
+/// answer shows a later term than the one released: another claim landed
+/// before the look read the row. The same look woken without a fence
+/// claims anyway (the control).
+#[test]
+fn a_woken_look_that_shows_a_later_term_takes_no_claim() {
+    for fence_known in [true, false] {
+        let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
+        let (mut a, mut b) = leader_and_waiting_follower(&store, |_| {});
+        let at = b.m.poll_timeout().unwrap();
+        b.sleep(at.saturating_since(b.now));
+        b.tick();
+        let look = b.pending[0];
+        assert_eq!(look.op, Op::Inspect);
+        a.now = b.now;
+        let old = resign_and_release(&mut a, &mut b);
+        b.m.handle_wake(b.now, fence_known.then_some(old.fence));
+        b.collect();
+        let won = claim().run(&store, NAME, "c", b"", OPT);
+        assert!(matches!(won, Outcome::Lease(Ok(ref l)) if l.fence > old.fence), "{won:?}");
+        let seen = b.execute(look.op);
+        b.reply(look, seen);
+        let next: Vec<Op> = b.pending.iter().map(|c| c.op).collect();
+        if fence_known {
+            assert!(next.is_empty(), "claimed against a later term: {next:?}");
+        } else {
+            assert_eq!(next, [claim()], "control: a wake without a fence makes the look claim");
+        }
+    }
+}
+
 /// A follower whose poll read the row just after a release claims; another
 /// claim lands first and b's loses, showing the later term. When the
 /// release's hint reaches b after that, its fence is older than what b has
