@@ -79,6 +79,17 @@ impl Rig {
         self.collect();
     }
 
+    /// Moves the clocks to the next poll and fires it: returns the look it
+    /// sent, not yet answered.
+    fn next_poll(&mut self) -> Call {
+        let at = self.m.poll_timeout().unwrap();
+        self.sleep(at.saturating_since(self.now));
+        self.tick();
+        let look = *self.pending.last().expect("the poll sent a call");
+        assert_eq!(look.op, Op::Inspect, "{:?}", self.pending);
+        look
+    }
+
     /// Answers the oldest pending call through the store, half the latency
     /// each way.
     fn answer(&mut self) -> Call {
@@ -1704,12 +1715,7 @@ fn a_wake_during_a_look_claims_when_the_look_answers() {
         let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
         let (mut a, mut b) = leader_and_waiting_follower(&store, |_| {});
         // b's next poll goes, and reads the row while a still holds it.
-        let at = b.m.poll_timeout().unwrap();
-        let d = at.saturating_since(b.now);
-        b.sleep(d);
-        b.tick();
-        let look = b.pending[0];
-        assert_eq!(look.op, Op::Inspect);
+        let look = b.next_poll();
         let stale = b.execute(look.op);
         a.now = b.now;
         resign_and_release(&mut a, &mut b);
@@ -1739,11 +1745,7 @@ fn a_woken_look_that_shows_a_later_term_takes_no_claim() {
     for fence_known in [true, false] {
         let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
         let (mut a, mut b) = leader_and_waiting_follower(&store, |_| {});
-        let at = b.m.poll_timeout().unwrap();
-        b.sleep(at.saturating_since(b.now));
-        b.tick();
-        let look = b.pending[0];
-        assert_eq!(look.op, Op::Inspect);
+        let look = b.next_poll();
         a.now = b.now;
         let old = resign_and_release(&mut a, &mut b);
         b.m.handle_wake(b.now, fence_known.then_some(old.fence));
@@ -1772,10 +1774,8 @@ fn a_late_wake_for_a_release_already_seen_takes_no_second_claim() {
         let store = MemStore::with_manual_clock(DbTime::from_unix_micros(DB_START));
         let (mut a, mut b) = leader_and_waiting_follower(&store, |_| {});
         let old = resign_and_release(&mut a, &mut b);
-        let at = b.m.poll_timeout().unwrap();
-        b.sleep(at.saturating_since(b.now));
-        b.tick();
-        assert_eq!(b.answer().op, Op::Inspect);
+        b.next_poll();
+        b.answer();
         assert_eq!(b.pending.iter().map(|c| c.op).collect::<Vec<_>>(), [claim()], "the poll found the release");
         let won = claim().run(&store, NAME, "c", b"", OPT);
         assert!(matches!(won, Outcome::Lease(Ok(ref l)) if l.holder == "c" && l.fence > old.fence), "{won:?}");
