@@ -1,4 +1,4 @@
-//! The project measuring itself: rows 1–5 and 7–10 of BENCHMARKS.md (row 6,
+//! The project measuring itself: rows 1–5 and 7–11 of BENCHMARKS.md (row 6,
 //! the build footprint, is measured by `scripts/bench.sh`, which runs this).
 //!
 //! ```sh
@@ -30,6 +30,7 @@ mod groups;
 mod handover;
 mod handover_procs;
 mod micro;
+mod one_driver;
 mod scale;
 
 use std::process::ExitCode;
@@ -143,6 +144,10 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
             step(&format!("row 10: clean hand-over through the CLI on {label}"));
             cli_handover::run(label, &cli, url, feed, 2, trials, table)?;
         }
+    }
+    if want(11) {
+        step("row 11: one election, Elector and Group of one");
+        one_driver::run(a.quick, table)?;
     }
     if want(4) {
         step("row 4: cost per election per minute (PostgreSQL and MariaDB at once)");
