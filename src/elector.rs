@@ -61,7 +61,7 @@ pub struct Elector {
 
 use crate::threads::Threads;
 
-/// Why [`Elector::start`] refused.
+/// Why [`Elector::start`] or [`Group::start`](crate::Group::start) refused.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum StartError {
@@ -76,9 +76,9 @@ pub enum StartError {
 impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StartError::Config(e) => write!(f, "cannot start elector: {e}"),
-            StartError::Identity(e) => write!(f, "cannot start elector: {e}"),
-            StartError::Spawn(e) => write!(f, "cannot start elector: spawning a thread failed: {e}"),
+            StartError::Config(e) => write!(f, "cannot start: {e}"),
+            StartError::Identity(e) => write!(f, "cannot start: {e}"),
+            StartError::Spawn(e) => write!(f, "cannot start: spawning a thread failed: {e}"),
         }
     }
 }
@@ -541,7 +541,7 @@ mod tests {
     fn a_failed_identity_says_why_and_keeps_its_cause() {
         let e = StartError::Identity(IdentityError::from_getrandom(getrandom::Error::UNSUPPORTED));
         let text = e.to_string();
-        assert!(text.starts_with("cannot start elector: cannot generate an identity"), "{text}");
+        assert!(text.starts_with("cannot start: cannot generate an identity"), "{text}");
         assert!(e.source().is_some_and(|s| s.to_string().contains("system randomness failed")));
     }
 

@@ -356,7 +356,7 @@ fn status_of_a_leader() {
 #[test]
 fn a_bad_config_is_refused_with_the_field_named() {
     let err = Elector::start(Config::new(MemStore::new(), "")).unwrap_err();
-    assert_eq!(err.to_string(), "cannot start elector: invalid config: name: must not be empty");
+    assert_eq!(err.to_string(), "cannot start: invalid config: name: must not be empty");
     let err = Elector::start(Config::new(MemStore::new(), "x").renew_interval(Duration::from_secs(60))).unwrap_err();
     assert!(err.to_string().contains("renew_interval"), "{err}");
 }

@@ -85,7 +85,7 @@ fn a_refused_config_comes_back_from_start_with_the_field() {
         Err(e) => e,
     };
     let text = err.to_string();
-    assert!(text.starts_with("cannot start elector: invalid config: name: "), "{text}");
+    assert!(text.starts_with("cannot start: invalid config: name: "), "{text}");
     assert!(matches!(&err, StartError::Config(c) if c.field() == "name"));
     let source = err.source().and_then(|s| s.downcast_ref::<ConfigError>()).expect("the config error is the source");
     assert_eq!(source.field(), "name");
@@ -95,7 +95,7 @@ fn a_refused_config_comes_back_from_start_with_the_field() {
 fn a_thread_that_cannot_be_spawned_is_reported_with_its_cause() {
     let err =
         StartError::Spawn(std::io::Error::new(std::io::ErrorKind::OutOfMemory, "resource temporarily unavailable"));
-    assert_eq!(err.to_string(), "cannot start elector: spawning a thread failed: resource temporarily unavailable");
+    assert_eq!(err.to_string(), "cannot start: spawning a thread failed: resource temporarily unavailable");
     let io = err.source().and_then(|s| s.downcast_ref::<std::io::Error>()).expect("the io error is the source");
     assert_eq!(io.kind(), std::io::ErrorKind::OutOfMemory);
 }
