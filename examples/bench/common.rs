@@ -445,3 +445,20 @@ pub fn ms(d: f64) -> String {
         format!("{d:.2} ms")
     }
 }
+
+/// Waits until `deadline` for a worker process told to quit to exit,
+/// looking every `step`; then kills it if it still runs, reaps it, and
+/// joins the thread that read its output.
+pub fn end_worker(
+    child: &mut std::process::Child, reader: &mut Option<std::thread::JoinHandle<()>>, deadline: Instant,
+    step: Duration,
+) {
+    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        std::thread::sleep(step);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Some(r) = reader.take() {
+        let _ = r.join();
+    }
+}

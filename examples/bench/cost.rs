@@ -25,6 +25,65 @@ pub enum Kind {
     MariaDb,
 }
 
+/// What a worker process of the benchmark is told through its
+/// environment: the server, the table, the election or group, and its own
+/// identity, in `{prefix}_KIND`, `_URL`, `_TABLE`, `_NAME` and `_ID`.
+pub struct WorkerEnv {
+    pub kind: Kind,
+    pub url: String,
+    pub table: String,
+    pub name: String,
+    pub id: String,
+}
+
+impl WorkerEnv {
+    /// Sets the variables on `cmd`, the worker about to start.
+    fn set(&self, prefix: &str, cmd: &mut std::process::Command) {
+        let kind = match self.kind {
+            Kind::Postgres => "postgres",
+            Kind::MariaDb => "mariadb",
+        };
+        for (key, value) in
+            [("KIND", kind), ("URL", &self.url), ("TABLE", &self.table), ("NAME", &self.name), ("ID", &self.id)]
+        {
+            cmd.env(format!("{prefix}_{key}"), value);
+        }
+    }
+
+    /// Starts this executable as a worker with these orders, `marker` set
+    /// (what makes it a worker) and the `extra` variables; its stdin and
+    /// stdout piped, its stderr the benchmark's. Returns it and its stdout.
+    pub fn start(
+        &self, prefix: &str, marker: &str, extra: &[(String, String)],
+    ) -> Result<(std::process::Child, std::process::ChildStdout), String> {
+        use std::process::{Command, Stdio};
+        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        let mut cmd = Command::new(exe);
+        self.set(prefix, &mut cmd);
+        let mut child = cmd
+            .env(marker, "1")
+            .envs(extra.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start worker {}: {e}", self.id))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        Ok((child, stdout))
+    }
+
+    /// Reads them, in the worker.
+    pub fn read(prefix: &str) -> Result<WorkerEnv, String> {
+        let var = |k: &str| std::env::var(format!("{prefix}_{k}")).map_err(|_| format!("{prefix}_{k} is not set"));
+        let kind = match var("KIND")?.as_str() {
+            "postgres" => Kind::Postgres,
+            "mariadb" => Kind::MariaDb,
+            k => return Err(format!("unknown kind {k:?}")),
+        };
+        Ok(WorkerEnv { kind, url: var("URL")?, table: var("TABLE")?, name: var("NAME")?, id: var("ID")? })
+    }
+}
+
 impl Kind {
     fn label(self) -> &'static str {
         match self {

@@ -34,7 +34,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::process::{Child, ChildStdin, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -44,13 +44,18 @@ use leaderelection::{Config, Group, GroupConfig, Lease, Members, Store, StoreErr
 use parking_lot::Mutex;
 
 use crate::clock::mono_ns;
-use crate::common::{drop_quietly, ms, pct, poll, proc_status, random_tag, violation, Db, OwnTable, Table, Verdict};
-use crate::cost::Kind;
+use crate::common::{
+    drop_quietly, end_worker, ms, pct, poll, proc_status, random_tag, violation, Db, OwnTable, Table, Verdict,
+};
+use crate::cost::{Kind, WorkerEnv};
 use crate::forward::forward_calls;
 
 /// Set in a worker's environment; its orders are in the other
-/// `LE_BENCH_GROUP_*` variables.
+/// `LE_BENCH_GROUP_*` variables ([`WorkerEnv`] and `_ELECTIONS`).
 pub const WORKER_ENV: &str = "LE_BENCH_GROUP_WORKER";
+
+/// The prefix of a worker's orders.
+const ENV: &str = "LE_BENCH_GROUP";
 
 /// Processes, and elections each of them joins (the same ones).
 const PROCESSES: usize = 3;
@@ -192,19 +197,11 @@ pub fn worker_main() -> ExitCode {
 }
 
 fn worker() -> Result<(), String> {
-    let var = |k: &str| std::env::var(k).map_err(|_| format!("{k} is not set"));
-    let kind = match var("LE_BENCH_GROUP_KIND")?.as_str() {
-        "postgres" => Kind::Postgres,
-        "mariadb" => Kind::MariaDb,
-        k => return Err(format!("unknown kind {k:?}")),
-    };
-    let (url, table, group, id) = (
-        var("LE_BENCH_GROUP_URL")?,
-        var("LE_BENCH_GROUP_TABLE")?,
-        var("LE_BENCH_GROUP_NAME")?,
-        var("LE_BENCH_GROUP_ID")?,
-    );
-    let n: usize = var("LE_BENCH_GROUP_ELECTIONS")?.parse().map_err(|_| "LE_BENCH_GROUP_ELECTIONS: not a number")?;
+    let WorkerEnv { kind, url, table, name: group, id } = WorkerEnv::read(ENV)?;
+    let n: usize = std::env::var(format!("{ENV}_ELECTIONS"))
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or(format!("{ENV}_ELECTIONS: not set, or not a number"))?;
     let out = Arc::new(Out(Mutex::new(std::io::stdout())));
     let store = Arc::new(Recorded { inner: kind.store(&url, &table)?, out: Arc::clone(&out) });
     let g = Group::start(GroupConfig::new(template(store, &group, &id)).fair_share(true)).map_err(|e| e.to_string())?;
@@ -385,27 +382,8 @@ struct Worker {
 type Fleet = Arc<Vec<Mutex<Heard>>>;
 
 fn spawn(kind: Kind, url: &str, table: &str, group: &str, k: usize, heard: &Fleet) -> Result<Worker, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut child = Command::new(exe)
-        .env(WORKER_ENV, "1")
-        .env(
-            "LE_BENCH_GROUP_KIND",
-            match kind {
-                Kind::Postgres => "postgres",
-                Kind::MariaDb => "mariadb",
-            },
-        )
-        .env("LE_BENCH_GROUP_URL", url)
-        .env("LE_BENCH_GROUP_TABLE", table)
-        .env("LE_BENCH_GROUP_NAME", group)
-        .env("LE_BENCH_GROUP_ID", format!("p{k}"))
-        .env("LE_BENCH_GROUP_ELECTIONS", ELECTIONS.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start worker {k}: {e}"))?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let orders = WorkerEnv { kind, url: url.into(), table: table.into(), name: group.into(), id: format!("p{k}") };
+    let (mut child, stdout) = orders.start(ENV, WORKER_ENV, &[(format!("{ENV}_ELECTIONS"), ELECTIONS.to_string())])?;
     let heard = Arc::clone(heard);
     let reader = thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -512,14 +490,7 @@ fn reap(mut ws: Vec<Worker>) {
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     for w in &mut ws {
-        while Instant::now() < deadline && matches!(w.child.try_wait(), Ok(None)) {
-            thread::sleep(Duration::from_millis(20));
-        }
-        let _ = w.child.kill();
-        let _ = w.child.wait();
-        if let Some(r) = w.reader.take() {
-            let _ = r.join();
-        }
+        end_worker(&mut w.child, &mut w.reader, deadline, Duration::from_millis(20));
     }
 }
 

@@ -32,7 +32,7 @@
 //! the claim.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::process::{Child, ChildStdin, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -42,13 +42,18 @@ use leaderelection::{Config, Elector};
 use parking_lot::Mutex;
 
 use crate::clock::mono_ns;
-use crate::common::{ms, pct, poll, random_below, random_tag, violation, Counting, Db, OwnTable, Table, Verdict};
-use crate::cost::Kind;
+use crate::common::{
+    end_worker, ms, pct, poll, random_below, random_tag, violation, Counting, Db, OwnTable, Table, Verdict,
+};
+use crate::cost::{Kind, WorkerEnv};
 use crate::failover::TIMING;
 
 /// Set in a follower's environment; its orders are in the other
-/// `LE_BENCH_HANDOVER_*` variables.
+/// `LE_BENCH_HANDOVER_*` variables ([`WorkerEnv`]).
 pub const WORKER_ENV: &str = "LE_BENCH_HANDOVER_WORKER";
+
+/// The prefix of a follower's orders.
+const ENV: &str = "LE_BENCH_HANDOVER";
 
 /// The most sessions the row needs on the server: two per follower (pool
 /// and feed), the leader's and the controller's, with room to spare.
@@ -82,18 +87,7 @@ fn to_mono(t: Instant) -> u64 {
 }
 
 fn worker() -> Result<(), String> {
-    let var = |k: &str| std::env::var(k).map_err(|_| format!("{k} is not set"));
-    let kind = match var("LE_BENCH_HANDOVER_KIND")?.as_str() {
-        "postgres" => Kind::Postgres,
-        "mariadb" => Kind::MariaDb,
-        k => return Err(format!("unknown kind {k:?}")),
-    };
-    let (url, table, name, id) = (
-        var("LE_BENCH_HANDOVER_URL")?,
-        var("LE_BENCH_HANDOVER_TABLE")?,
-        var("LE_BENCH_HANDOVER_NAME")?,
-        var("LE_BENCH_HANDOVER_ID")?,
-    );
+    let WorkerEnv { kind, url, table, name, id } = WorkerEnv::read(ENV)?;
     // A store of the follower's own: a pool of one connection and the feed
     // of releases; the controller made the schema.
     let counting = Counting::new(kind.build(&url, &table, true, Some(1), false)?, true);
@@ -225,39 +219,14 @@ impl Drop for Followers {
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         for f in &mut self.0 {
-            while Instant::now() < deadline && matches!(f.child.try_wait(), Ok(None)) {
-                thread::sleep(Duration::from_millis(10));
-            }
-            let _ = f.child.kill();
-            let _ = f.child.wait();
-            if let Some(r) = f.reader.take() {
-                let _ = r.join();
-            }
+            end_worker(&mut f.child, &mut f.reader, deadline, Duration::from_millis(10));
         }
     }
 }
 
 fn spawn(kind: Kind, url: &str, table: &str, name: &str, i: usize) -> Result<Follower, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut child = Command::new(exe)
-        .env(WORKER_ENV, "1")
-        .env(
-            "LE_BENCH_HANDOVER_KIND",
-            match kind {
-                Kind::Postgres => "postgres",
-                Kind::MariaDb => "mariadb",
-            },
-        )
-        .env("LE_BENCH_HANDOVER_URL", url)
-        .env("LE_BENCH_HANDOVER_TABLE", table)
-        .env("LE_BENCH_HANDOVER_NAME", name)
-        .env("LE_BENCH_HANDOVER_ID", format!("f{i}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start follower {i}: {e}"))?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let orders = WorkerEnv { kind, url: url.into(), table: table.into(), name: name.into(), id: format!("f{i}") };
+    let (mut child, stdout) = orders.start(ENV, WORKER_ENV, &[])?;
     let heard = Arc::new(Mutex::new(Heard::default()));
     let h = Arc::clone(&heard);
     let reader = thread::Builder::new()
