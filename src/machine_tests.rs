@@ -85,9 +85,8 @@ impl Rig {
         let at = self.m.poll_timeout().unwrap();
         self.sleep(at.saturating_since(self.now));
         self.tick();
-        let look = *self.pending.last().expect("the poll sent a call");
-        assert_eq!(look.op, Op::Inspect, "{:?}", self.pending);
-        look
+        assert!(matches!(self.pending[..], [Call { op: Op::Inspect, .. }]), "{:?}", self.pending);
+        self.pending[0]
     }
 
     /// Answers the oldest pending call through the store, half the latency
