@@ -39,13 +39,13 @@ pub struct WorkerEnv {
 impl WorkerEnv {
     /// Sets the variables on `cmd`, the worker about to start.
     fn set(&self, prefix: &str, cmd: &mut std::process::Command) {
-        let kind = match self.kind {
-            Kind::Postgres => "postgres",
-            Kind::MariaDb => "mariadb",
-        };
-        for (key, value) in
-            [("KIND", kind), ("URL", &self.url), ("TABLE", &self.table), ("NAME", &self.name), ("ID", &self.id)]
-        {
+        for (key, value) in [
+            ("KIND", self.kind.label()),
+            ("URL", &self.url),
+            ("TABLE", &self.table),
+            ("NAME", &self.name),
+            ("ID", &self.id),
+        ] {
             cmd.env(format!("{prefix}_{key}"), value);
         }
     }
@@ -75,11 +75,11 @@ impl WorkerEnv {
     /// Reads them, in the worker.
     pub fn read(prefix: &str) -> Result<WorkerEnv, String> {
         let var = |k: &str| std::env::var(format!("{prefix}_{k}")).map_err(|_| format!("{prefix}_{k} is not set"));
-        let kind = match var("KIND")?.as_str() {
-            "postgres" => Kind::Postgres,
-            "mariadb" => Kind::MariaDb,
-            k => return Err(format!("unknown kind {k:?}")),
-        };
+        let named = var("KIND")?;
+        let kind = [Kind::Postgres, Kind::MariaDb]
+            .into_iter()
+            .find(|k| k.label() == named)
+            .ok_or(format!("unknown kind {named:?}"))?;
         Ok(WorkerEnv { kind, url: var("URL")?, table: var("TABLE")?, name: var("NAME")?, id: var("ID")? })
     }
 }

@@ -20,6 +20,25 @@ use leaderelection::{Config, Election, Elector, Group, GroupConfig, LeaderGuard,
 use crate::common::{ms, pct, Table, Verdict};
 use crate::failover::TIMING;
 
+/// Which driver runs the election.
+#[derive(Clone, Copy)]
+enum Driver {
+    Elector,
+    /// A `Group` of one, on the tick given or on its default grid.
+    Group {
+        tick: Option<Duration>,
+    },
+}
+
+/// The group's config for `config`, on `tick` or on the default grid.
+fn group_config(config: Config, tick: Option<Duration>) -> GroupConfig {
+    let gc = GroupConfig::new(config);
+    match tick {
+        Some(t) => gc.tick(t),
+        None => gc,
+    }
+}
+
 /// One election, run by either driver.
 enum One {
     Elector(Elector),
@@ -27,19 +46,15 @@ enum One {
 }
 
 impl One {
-    /// `group`: `None` for an `Elector`, else a `Group` on the default
-    /// grid (`Some(None)`) or on the tick given.
-    fn start(group: Option<Option<Duration>>, config: Config) -> Result<One, String> {
-        let Some(tick) = group else {
-            return Elector::start(config).map(One::Elector).map_err(|e| e.to_string());
-        };
-        let mut gc = GroupConfig::new(config);
-        if let Some(t) = tick {
-            gc = gc.tick(t);
+    fn start(driver: Driver, config: Config) -> Result<One, String> {
+        match driver {
+            Driver::Elector => Elector::start(config).map(One::Elector).map_err(|e| e.to_string()),
+            Driver::Group { tick } => {
+                let g = Group::start(group_config(config, tick)).map_err(|e| e.to_string())?;
+                let e = g.join("one").map_err(|e| e.to_string())?;
+                Ok(One::Group(g, e))
+            }
         }
-        let g = Group::start(gc).map_err(|e| e.to_string())?;
-        let e = g.join("one").map_err(|e| e.to_string())?;
-        Ok(One::Group(g, e))
     }
 
     fn wait(&self) -> Result<LeaderGuard, String> {
@@ -78,10 +93,10 @@ fn round_trips(s: &MemStats) -> u64 {
 
 /// The leader alone for `window`: (store calls, heartbeats) per renew
 /// interval, wake-ups per second, threads added.
-fn alone(group: Option<Option<Duration>>, window: Duration) -> Result<(f64, f64, f64, u64), String> {
+fn alone(driver: Driver, window: Duration) -> Result<(f64, f64, f64, u64), String> {
     let store = MemStore::new();
     let threads_before = crate::common::proc_status().2;
-    let one = One::start(group, config(&store, "leader"))?;
+    let one = One::start(driver, config(&store, "leader"))?;
     let guard = one.wait()?;
     std::thread::sleep(TIMING.renew_interval);
     let threads = crate::common::proc_status().2 - threads_before;
@@ -97,13 +112,13 @@ fn alone(group: Option<Option<Duration>>, window: Duration) -> Result<(f64, f64,
 }
 
 /// `trials` clean hand-overs to one follower: p50 and max.
-fn hand_overs(group: Option<Option<Duration>>, trials: usize) -> Result<(Duration, Duration), String> {
+fn hand_overs(driver: Driver, trials: usize) -> Result<(Duration, Duration), String> {
     let mut took = Vec::with_capacity(trials);
     for _ in 0..trials {
         let store = MemStore::new();
-        let leader = One::start(group, config(&store, "leader"))?;
+        let leader = One::start(driver, config(&store, "leader"))?;
         let guard = leader.wait()?;
-        let follower = One::start(group, config(&store, "follower"))?;
+        let follower = One::start(driver, config(&store, "follower"))?;
         std::thread::sleep(TIMING.retry_period * 2);
         drop(guard);
         let t = Instant::now();
@@ -135,9 +150,8 @@ fn configs(coarse: bool) -> (usize, usize, Option<String>) {
                         continue;
                     }
                     accepted += 1;
-                    let shorter = Duration::from_millis(renew.min(retry));
-                    let gc = if coarse { GroupConfig::new(c).tick(shorter) } else { GroupConfig::new(c) };
-                    if gc.validate().is_err() {
+                    let shorter = coarse.then(|| Duration::from_millis(renew.min(retry)));
+                    if group_config(c, shorter).validate().is_err() {
                         refused += 1;
                         first.get_or_insert(format!("lease {lease} s, renew {renew} ms, retry {retry} ms, op {op} ms"));
                     }
@@ -151,19 +165,20 @@ fn configs(coarse: bool) -> (usize, usize, Option<String>) {
 pub fn run(quick: bool, table: &mut Table) -> Result<(), String> {
     let (window, trials) = if quick { (Duration::from_secs(4), 10) } else { (Duration::from_secs(10), 20) };
     let shorter = TIMING.renew_interval.min(TIMING.retry_period);
-    for (label, group) in
-        [("Elector", None), ("Group of one", Some(None)), ("Group of one, tick = shorter period", Some(Some(shorter)))]
-    {
-        let (calls, beats, woke, threads) = match alone(group, window) {
-            Ok(figures) => figures,
-            // These timings are within an Elector's invariant, not within a
-            // coarse grid's: that refusal is the figure.
-            Err(e) if group == Some(Some(shorter)) => {
+    for (label, driver) in [
+        ("Elector", Driver::Elector),
+        ("Group of one", Driver::Group { tick: None }),
+        ("Group of one, tick = shorter period", Driver::Group { tick: Some(shorter) }),
+    ] {
+        // A group refuses some timings an Elector accepts: that refusal is
+        // the figure.
+        if let Driver::Group { tick } = driver {
+            if let Err(e) = group_config(config(&MemStore::new(), "leader"), tick).validate() {
                 table.add(format!("11. one election, {label}"), format!("refused: {e}"), "—", Verdict::Info);
                 continue;
             }
-            Err(e) => return Err(e),
-        };
+        }
+        let (calls, beats, woke, threads) = alone(driver, window)?;
         table.add(
             format!("11. one election, {label}, leader alone"),
             format!(
@@ -173,7 +188,7 @@ pub fn run(quick: bool, table: &mut Table) -> Result<(), String> {
             "—",
             Verdict::Info,
         );
-        let (p50, max) = hand_overs(group, trials)?;
+        let (p50, max) = hand_overs(driver, trials)?;
         table.add(
             format!("11. one election, {label}, clean hand-over to 1 follower ({trials} trials)"),
             format!("p50 {} / max {}", ms(p50.as_secs_f64() * 1e3), ms(max.as_secs_f64() * 1e3)),
