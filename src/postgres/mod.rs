@@ -37,8 +37,9 @@
 //!   always quoted). `PostgresStore::schema(schema, table)` returns the DDL for
 //!   a migration tool when the application role may not create tables; the
 //!   store itself needs only `SELECT`, `INSERT` and `UPDATE` on the table. The
-//!   table has `fillfactor = 70` so renewals stay HOT updates (measured: at
-//!   least 90 % of renewals HOT in the tests).
+//!   table has `fillfactor = 70` so renewals stay HOT updates (checked in
+//!   the tests: every renewal HOT while its page has room; the server frees
+//!   room only behind its oldest open transaction).
 //! - **Terms.** The `terms` column counts an election's terms, for operators
 //!   (fences are not small consecutive numbers, so they do not show
 //!   flapping; see "Queries for operators" in the repository's

@@ -80,3 +80,71 @@ macro_rules! direct_and_pgbouncer {
 }
 #[allow(unused_imports)]
 pub(crate) use direct_and_pgbouncer;
+
+/// Checks that renewals stay HOT updates: they write no index, so each new
+/// version stays on its page while the page has room, and the server
+/// counts every one HOT. `renew` renews every one of `names` (held by
+/// "a" with `fences`) once; the check claims 10 terms on `table` through
+/// `store`, renews them 3 times, then changes an indexed column once
+/// itself, which the server must count as not HOT (the control: the count
+/// tells the two apart).
+///
+/// Whether a page has room after many renewals depends on the whole
+/// server: it prunes old versions only behind its oldest open transaction,
+/// in any database (measured: 102 of 300 renewals HOT with one held open;
+/// CI once counted 264 of 300 with the other suites running beside it).
+/// So the check holds such a transaction open throughout, leaving nothing
+/// to prune, and renews within the room a page has without pruning: 40
+/// versions where about 60 fit (measured: 10 terms renewed 6 times spill
+/// 9 of 60 onto another page).
+pub fn assert_renewals_are_hot(
+    store: leaderelection::postgres::PostgresStore, table: &str,
+    renew: impl Fn(&leaderelection::postgres::PostgresStore, &[String], &[u64]),
+) {
+    use leaderelection::Store;
+    use std::time::{Duration, Instant};
+    const TERMS: usize = 10;
+    const ROUNDS: usize = 3;
+    let (ttl, timeout) = (Duration::from_secs(60), Duration::from_secs(5));
+    let mut neighbour = client(DIRECT);
+    let mut open = neighbour.transaction().expect("BEGIN");
+    open.batch_execute("SELECT txid_current()").expect("an open transaction that holds an xid");
+    let names: Vec<String> = (0..TERMS).map(|i| format!("hot-{i}")).collect();
+    let fences: Vec<u64> =
+        names.iter().map(|n| store.acquire(n, "a", ttl, b"p", timeout).expect("claim").fence).collect();
+    for _ in 0..ROUNDS {
+        renew(&store, &names, &fences);
+    }
+    drop(store); // closing its sessions makes their backends flush statistics
+    let mut c = client(DIRECT);
+    c.batch_execute(&format!("UPDATE public.\"{table}\" SET name = name || '/moved' WHERE name = 'hot-0'"))
+        .expect("the control update");
+    drop(c);
+    drop(open);
+    let renewals = i64::try_from(TERMS * ROUNDS).expect("small");
+    let count = format!(
+        "SELECT n_tup_upd || ' ' || n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'public.\"{table}\"'::regclass"
+    );
+    let mut c = client(DIRECT);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let counts = loop {
+        let rows = c.simple_query(&count).unwrap_or_else(|e| panic!("{count}: {e}"));
+        let counts = rows
+            .iter()
+            .find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .map(|row| {
+                let mut it = row.split(' ').map(|x| x.parse::<i64>().expect("a count"));
+                (it.next().unwrap_or(0), it.next().unwrap_or(0))
+            })
+            .unwrap_or((0, 0));
+        if counts.0 > renewals || Instant::now() >= deadline {
+            break counts;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(counts.0 > renewals, "statistics never showed the {renewals} renewals and the control: {counts:?}");
+    assert_eq!(counts, (renewals + 1, renewals), "(updates, HOT): every renewal HOT, the control not");
+}
