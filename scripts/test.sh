@@ -6,13 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== loom: the guard/term hand-off and the driver's decisions in every interleaving (src/guard.rs, src/handoff_loom.rs)"
+# Each section's header says when it began, in seconds since the run began,
+# so a log shows where a run's time went (CI must stay under 30 min).
+section() { echo "== $* [t+${SECONDS} s]"; }
+
+section "loom: the guard/term hand-off and the driver's decisions in every interleaving (src/guard.rs, src/handoff_loom.rs)"
 # Before coverage is set up: a release build of its own with --cfg loom.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/loom" \
     cargo test --release -p leaderelection --lib loom
 
 # ---- publish check (issue 35, item 4) ----
-echo "== publishable: package contents, docs without warnings, rust-version, cargo publish --dry-run (scripts/publish-check.sh)"
+section "publishable: package contents, docs without warnings, rust-version, cargo publish --dry-run (scripts/publish-check.sh)"
 # Here, before coverage is set up, so no instrumented flags or coverage
 # target directory reach it (the script also clears them itself), and a
 # package that cannot be published fails the run in its first minutes. Its
@@ -33,7 +37,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/llvm-cov-target"
 source <(cargo llvm-cov show-env --sh)
 cargo llvm-cov clean --workspace   # stale profiles and binaries would skew the report
 
-echo "== unit, simulation, doc and MemStore tests (default features)"
+section "unit, simulation, doc and MemStore tests (default features)"
 # The CLI's suites need the servers; they run after the MySQL section.
 cargo test --all-targets --workspace --exclude leaderelection-cli
 cargo test --doc
@@ -42,10 +46,10 @@ cargo test --doc
 # they are no_run, so no server is needed.
 cargo test -p leaderelection --features postgres,mysql --doc -- doctests
 
-echo "== feature metrics: the elector's figures through the metrics facade (tests/metrics.rs)"
+section "feature metrics: the elector's figures through the metrics facade (tests/metrics.rs)"
 cargo test -p leaderelection --features metrics --test metrics
 
-echo "== PostgreSQL store: unit, doc, acceptance suite (MemStore, direct, PgBouncer) and electors"
+section "PostgreSQL store: unit, doc, acceptance suite (MemStore, direct, PgBouncer) and electors"
 # Installs/starts PostgreSQL and PgBouncer (transaction mode) and exports
 # LE_PG_DSN and LE_PGBOUNCER_DSN.
 source scripts/db.sh
@@ -54,7 +58,7 @@ cargo test --features postgres,storetest --test postgres_api   # no server neede
 cargo test --features postgres,storetest --doc -- postgres storetest
 cargo test --features postgres,storetest --test storetest_memstore --test storetest_postgres --test postgres_elector --test postgres_pause --test postgres_first_errors --test postgres_check --test postgres_batch --test store_forwarding --test postgres_limits --test cov_storetest --test cov_postgres --test release_feed
 
-echo "== MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)"
+section "MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)"
 # Installs/starts MariaDB on 127.0.0.1:3306 and a private mariadbd (port 3316,
 # TLS on) for the SIGSTOP and TLS tests; exports LE_MYSQL_URL,
 # LE_MYSQL_PAUSE_URL, LE_MYSQL_PAUSE_PID_FILE and LE_MYSQL_TLS_CA.
@@ -63,19 +67,19 @@ cargo test --features mysql,storetest --lib mysql
 cargo test --features mysql,storetest --doc -- mysql
 cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check --test mysql_memory --test mysql_borrowed --test mysql_limits --test mysql_validation --test mysql_transactions --test release_feed_mysql
 
-echo "== both stores: AnyStore from connect(), lease-check refusals, calls before ensure_schema"
+section "both stores: AnyStore from connect(), lease-check refusals, calls before ensure_schema"
 cargo test --features postgres,mysql,storetest --test any_store --test check_errors --test missing_table
 
-echo "== MariaDB Galera: a three-node multi-primary cluster of the test's own (tests/galera.rs)"
+section "MariaDB Galera: a three-node multi-primary cluster of the test's own (tests/galera.rs)"
 # Installs galera-4 and rsync; the test starts its cluster on loopback ports.
 # --nocapture keeps its figures (`galera …` lines) in the log.
 source scripts/cluster.sh
 cargo test --features mysql,storetest --test galera -- --nocapture
 
-echo "== the leaderelection command-line tool (cli/): the real binary on PostgreSQL and MariaDB"
+section "the leaderelection command-line tool (cli/): the real binary on PostgreSQL and MariaDB"
 cargo test -p leaderelection-cli
 
-echo "== chaos suite (tests/chaos): its proxy, servers and oracle, then every scenario on every path"
+section "chaos suite (tests/chaos): its proxy, servers and oracle, then every scenario on every path"
 # Each scenario is a live fleet behind fault proxies, on the shared servers
 # (network faults) or on servers of its own (tests/support/pg_server.rs,
 # maria_server.rs); they mostly wait, so many run at once. --nocapture keeps
@@ -108,14 +112,14 @@ cargo test --features postgres,mysql,storetest --test chaos_patroni -- --nocaptu
 # each is three processes sampling 1,000 guards on this two-core machine.
 cargo test --features postgres,mysql,storetest --test chaos_group -- --test-threads 3 --nocapture
 
-echo "== examples"
+section "examples"
 cargo run --quiet --example quickstart
 # The programs the crate is for (issue 35, item 5), several copies at once
 # against PostgreSQL, PgBouncer and MariaDB, their output and the worker's
 # ledger checked (scripts/examples.sh).
 bash scripts/examples.sh
 
-echo "== line coverage of src/ (fails below 97 %)"
+section "line coverage of src/ (fails below 97 %)"
 # Only the library's own sources count: not its tests, examples or fuzz
 # targets, not a workspace member such as sim/, not the registry (the
 # default filter of cargo-llvm-cov already drops tests/, examples/,
@@ -125,3 +129,5 @@ echo "== line coverage of src/ (fails below 97 %)"
 root_re="$(printf '%s' "$PWD" | sed 's/[].[*^$()+?{}|\\]/\\&/g')"
 cargo llvm-cov report --show-missing-lines --fail-under-lines 97 \
     --ignore-filename-regex "^$root_re/(tests|examples|benches|fuzz|sim|cli)/"
+
+section "done"
