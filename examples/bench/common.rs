@@ -462,3 +462,15 @@ pub fn end_worker(
         let _ = r.join();
     }
 }
+
+/// A worker process's exit: success, or its error on stderr as `who: …`
+/// and exit code 1.
+pub fn worker_exit(who: &str, result: Result<(), String>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{who}: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

@@ -187,13 +187,7 @@ fn library_cpu_ns() -> u64 {
 
 /// One worker process (`main` calls this when [`WORKER_ENV`] is set).
 pub fn worker_main() -> ExitCode {
-    match worker() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench worker: {e}");
-            ExitCode::from(1)
-        }
-    }
+    crate::common::worker_exit("bench worker", worker())
 }
 
 fn worker() -> Result<(), String> {

@@ -71,13 +71,7 @@ fn put(text: &str) {
 
 /// One follower process (`main` calls this when [`WORKER_ENV`] is set).
 pub fn worker_main() -> ExitCode {
-    match worker() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench follower: {e}");
-            ExitCode::from(1)
-        }
-    }
+    crate::common::worker_exit("bench follower", worker())
 }
 
 /// The instant `t` on CLOCK_MONOTONIC, in nanoseconds.

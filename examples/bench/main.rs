@@ -1,4 +1,4 @@
-//! The project measuring itself: rows 1–5 and 7–11 of BENCHMARKS.md (row 6,
+//! The project measuring itself: rows 1–5 and 7–12 of BENCHMARKS.md (row 6,
 //! the build footprint, is measured by `scripts/bench.sh`, which runs this).
 //!
 //! ```sh
@@ -12,6 +12,7 @@
 //! that did not increase), 1 when a row could not be measured; a missed
 //! speed target is a `MISSED` verdict, not a failure.
 
+mod chain;
 mod check;
 mod child;
 mod cli_handover;
@@ -149,6 +150,22 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
         step("row 11: one election, Elector and Group of one");
         one_driver::run(a.quick, table)?;
     }
+    if want(12) {
+        // A probe of a feed not built yet (see chain.rs); like row 9's
+        // process lines, 100 followers need the private cluster.
+        let trials = if a.quick { 10 } else { 20 };
+        let many = std::env::var("LE_BENCH_PG_MANY_DSN").ok();
+        let (label, dsn, most) = match &many {
+            Some(dsn) => ("PostgreSQL", dsn, 100),
+            None => ("PostgreSQL (shared server: 40 followers, not 100)", &pg, 40),
+        };
+        for n in [2, most] {
+            for mode in ["pass", "hold"] {
+                step(&format!("row 12: {n} followers queued on an advisory lock, {mode}"));
+                chain::run(label, dsn, n, trials, mode, table)?;
+            }
+        }
+    }
     if want(4) {
         step("row 4: cost per election per minute (PostgreSQL and MariaDB at once)");
         let window = Duration::from_secs(if a.quick { 20 } else { 60 });
@@ -203,6 +220,9 @@ fn main() -> ExitCode {
     }
     if std::env::var_os(handover_procs::WORKER_ENV).is_some() {
         return handover_procs::worker_main();
+    }
+    if std::env::var_os(chain::WORKER_ENV).is_some() {
+        return chain::worker_main();
     }
     let a = match args() {
         Ok(a) => a,
