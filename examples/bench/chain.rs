@@ -16,35 +16,25 @@
 //! have at most one winner.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
-use std::time::Duration;
-
-use leaderelection::postgres::PostgresStore;
-use leaderelection::Store;
+use std::process::{Child, ChildStdin, ChildStdout, ExitCode};
+use std::time::{Duration, Instant};
 
 use crate::clock::mono_ns;
-use crate::common::{pct, poll, violation, OwnTable, Table, Verdict};
+use crate::common::{end_worker, pct, poll, violation, OwnTable, Table, Verdict};
+use crate::cost::{Kind, WorkerEnv};
 
-/// Set in a follower process's environment: `DSN`, `TABLE`, `ID`, `MODE`
-/// separated by spaces.
+/// Set in a follower process's environment; its orders are in the other
+/// `LE_BENCH_CHAIN_*` variables ([`WorkerEnv`] and `_MODE`).
 pub const WORKER_ENV: &str = "LE_BENCH_CHAIN_WORKER";
+
+/// The prefix of a follower's orders.
+const ENV: &str = "LE_BENCH_CHAIN";
 
 /// The probe's lock key (any key no one else uses).
 const KEY: i64 = 0x004c_4563_6861_696e;
 const NAME: &str = "chain";
 const T: Duration = Duration::from_secs(5);
 const TTL: Duration = Duration::from_secs(30);
-
-fn store(dsn: &str, table: &str) -> Result<PostgresStore, String> {
-    let s = PostgresStore::builder(dsn)
-        .table("public", table)
-        .pool_size(1)
-        .release_feed(false)
-        .build()
-        .map_err(|e| e.to_string())?;
-    s.ensure_schema().map_err(|e| e.to_string())?;
-    Ok(s)
-}
 
 fn lock_session(dsn: &str) -> Result<postgres::Client, String> {
     let mut c = postgres::Client::connect(dsn, postgres::NoTls).map_err(|e| e.to_string())?;
@@ -60,13 +50,12 @@ pub fn worker_main() -> ExitCode {
 }
 
 fn worker() -> Result<(), String> {
-    let spec = std::env::var(WORKER_ENV).map_err(|e| e.to_string())?;
-    let [dsn, table, id, mode]: [&str; 4] =
-        spec.split(' ').collect::<Vec<_>>().try_into().map_err(|_| format!("bad {WORKER_ENV}: {spec:?}"))?;
-    let s = store(dsn, table)?;
-    let mut lock = lock_session(dsn)?;
-    let _ = s.inspect(NAME, T); // the pool's one session, connected
-    let me = format!("f{id}");
+    let WorkerEnv { kind, url, table, name, id: me } = WorkerEnv::read(ENV)?;
+    let mode = std::env::var(format!("{ENV}_MODE")).map_err(|_| format!("{ENV}_MODE is not set"))?;
+    // A pool of one and no feed of releases; the bench made the schema.
+    let s = kind.build(&url, &table, false, Some(1), false)?;
+    let mut lock = lock_session(&url)?;
+    let _ = s.inspect(&name, T); // the pool's one session, connected
     let mut out = std::io::stdout();
     for line in std::io::stdin().lock().lines() {
         if line.map_err(|e| e.to_string())? != "go" {
@@ -78,7 +67,7 @@ fn worker() -> Result<(), String> {
         if mode == "pass" {
             q(&mut lock, "pg_advisory_unlock").map_err(|e| e.to_string())?;
         }
-        let claim = s.acquire(NAME, &me, TTL, b"", T);
+        let claim = s.acquire(&name, &me, TTL, b"", T);
         let answered = mono_ns();
         if mode == "hold" {
             q(&mut lock, "pg_advisory_unlock").map_err(|e| e.to_string())?;
@@ -114,9 +103,11 @@ impl Follower {
 }
 
 impl Drop for Follower {
+    /// Any line but `go` ends the follower; one still running 5 s later is
+    /// killed.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.say("quit");
+        end_worker(&mut self.child, &mut None, Instant::now() + Duration::from_secs(5), Duration::from_millis(10));
     }
 }
 
@@ -124,19 +115,20 @@ impl Drop for Follower {
 /// lock passed on as `mode` says; one line in `table`.
 pub fn run(label: &str, dsn: &str, n: usize, trials: usize, mode: &str, table: &mut Table) -> Result<(), String> {
     let own = OwnTable::new(dsn, "chain");
-    let s = store(dsn, &own.name)?;
+    let s = Kind::Postgres.build(dsn, &own.name, false, Some(1), true)?;
     let mut lock = lock_session(dsn)?;
     let mut admin = postgres::Client::connect(dsn, postgres::NoTls).map_err(|e| e.to_string())?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut followers = Vec::with_capacity(n);
-    for id in 0..n {
-        let mut child = Command::new(&exe)
-            .env(WORKER_ENV, format!("{dsn} {} {id} {mode}", own.name))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start a follower: {e}"))?;
-        let (stdin, stdout) = (child.stdin.take().ok_or("no stdin")?, child.stdout.take().ok_or("no stdout")?);
+    for i in 0..n {
+        let orders = WorkerEnv {
+            kind: Kind::Postgres,
+            url: dsn.into(),
+            table: own.name.clone(),
+            name: NAME.into(),
+            id: format!("f{i}"),
+        };
+        let (mut child, stdout) = orders.start(ENV, WORKER_ENV, &[(format!("{ENV}_MODE"), mode.into())])?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
         followers.push(Follower { child, stdin, stdout: BufReader::new(stdout) });
     }
     let waiting = format!(
