@@ -241,6 +241,8 @@ mod handoff;
 pub mod ident;
 mod identity;
 mod lease;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod lockfeed;
 pub mod machine;
 mod memstore;
 #[cfg(feature = "metrics")]

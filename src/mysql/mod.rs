@@ -698,7 +698,7 @@ impl MySqlStore {
     /// CONNECTION`, which any user may do to its own sessions).
     pub fn release_feed(mut self, on: bool) -> MySqlStore {
         self.feed = match (on, self.pool.opts()) {
-            (true, Some(opts)) => Some(Arc::new(feed::Feed::new(&self.quoted, opts, Arc::clone(&self.mode), false))),
+            (true, Some(opts)) => Some(Arc::new(feed::feed(&self.quoted, opts, Arc::clone(&self.mode), false))),
             _ => None,
         };
         self
@@ -710,7 +710,7 @@ impl MySqlStore {
     /// it otherwise.
     #[doc(hidden)]
     pub fn __release_feed_waking_on_free(mut self) -> MySqlStore {
-        self.feed = self.pool.opts().map(|o| Arc::new(feed::Feed::new(&self.quoted, o, Arc::clone(&self.mode), true)));
+        self.feed = self.pool.opts().map(|o| Arc::new(feed::feed(&self.quoted, o, Arc::clone(&self.mode), true)));
         self
     }
 
