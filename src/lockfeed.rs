@@ -38,15 +38,55 @@
 //! subscribers' channels end (their drivers poll).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use crate::batch::BatchItem;
 use crate::feed::Subscribers;
 use crate::lease::Lease;
-use crate::store::Released;
+use crate::store::{Released, StoreError};
+
+/// The answer to a yes-or-no question about the server, once known: not
+/// asked yet (`None`), or the answer. Is it a node of a multi-primary
+/// cluster (MySQL)? Does a pooler lend its sessions (PostgreSQL)?
+#[derive(Debug, Default)]
+pub(crate) struct Known(AtomicU8);
+
+const UNKNOWN: u8 = 0;
+const NO: u8 = 1;
+const YES: u8 = 2;
+
+impl Known {
+    /// An answer given in advance (a builder's setting).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn fixed(yes: bool) -> Known {
+        Known(AtomicU8::new(if yes { YES } else { NO }))
+    }
+
+    /// `Some(answer)` once known.
+    pub(crate) fn known(&self) -> Option<bool> {
+        match self.0.load(Ordering::SeqCst) {
+            UNKNOWN => None,
+            a => Some(a == YES),
+        }
+    }
+
+    /// The first answer stands.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn learn(&self, yes: bool) {
+        let _ = self.0.compare_exchange(UNKNOWN, if yes { YES } else { NO }, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// The latest answer stands.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn set(&self, yes: bool) {
+        self.0.store(if yes { YES } else { NO }, Ordering::SeqCst);
+    }
+}
 
 /// Why a step on a feed session failed.
 #[derive(Debug)]
@@ -143,7 +183,9 @@ pub(crate) struct Shared<L: Locks> {
     pub(crate) locks: L,
     pub(crate) state: Mutex<State>,
     changed: Condvar,
-    subscribers: Subscribers,
+    /// Shared with another feed of the store's, if any (PostgreSQL's
+    /// `LISTEN`): one channel per subscriber, whichever feed sends.
+    subscribers: Arc<Subscribers>,
     /// The negative control of the storm rule: wake whenever the lock is
     /// free, without first seeing it held.
     wakes_on_free: bool,
@@ -174,16 +216,19 @@ pub(crate) struct Followed {
     /// Name → when last seen led by this identity, and under which fence.
     pub(crate) names: HashMap<String, (Instant, u64)>,
     waiting: bool,
+    /// The waiter is in a wait on a lock it saw held: the release of any
+    /// of `names` will wake it.
+    blocked: bool,
 }
 
 impl<L: Locks> Feed<L> {
-    pub(crate) fn new(locks: L, wakes_on_free: bool, pace: Pace) -> Feed<L> {
+    pub(crate) fn new(locks: L, subscribers: Arc<Subscribers>, wakes_on_free: bool, pace: Pace) -> Feed<L> {
         Feed {
             shared: Arc::new(Shared {
                 locks,
                 state: Mutex::new(State::default()),
                 changed: Condvar::new(),
-                subscribers: Subscribers::default(),
+                subscribers,
                 wakes_on_free,
                 pace,
             }),
@@ -191,16 +236,21 @@ impl<L: Locks> Feed<L> {
     }
 
     /// A new subscription; `None` once the feed is off or gone.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn subscribe(&self) -> Option<crossbeam_channel::Receiver<Released>> {
+        self.follow().then(|| self.shared.subscribers.subscribe())
+    }
+
+    /// Someone subscribed (here, or to the feed it shares its subscribers
+    /// with): from now on, leaders seen get waiters. Whether the feed is
+    /// still on.
+    pub(crate) fn follow(&self) -> bool {
         if self.shared.locks.off() {
             self.shared.turn_off();
         }
         let mut st = self.shared.state.lock();
-        if st.ended || st.off {
-            return None;
-        }
-        st.subscribed = true;
-        Some(self.shared.subscribers.subscribe())
+        st.subscribed = !st.ended && !st.off;
+        st.subscribed
     }
 
     /// `identity` holds `lease` (a claim or renewal that succeeded).
@@ -284,6 +334,46 @@ impl<L: Locks> Feed<L> {
     }
 }
 
+impl<L: Locks> Feed<L> {
+    /// What a claim, renewal (`identity` the caller's) or read (`None`)
+    /// answered about `name`.
+    pub(crate) fn answered(&self, identity: Option<&str>, name: &str, answer: &Result<Lease, StoreError>) {
+        match (answer, identity) {
+            (Ok(lease), Some(i)) if lease.holder == i => self.leads(i, lease),
+            (Ok(lease), _) => self.saw(identity, lease),
+            (Err(e), Some(i)) if e.is_lease_lost() => self.left(i, name),
+            (Err(_), _) => {}
+        }
+    }
+
+    /// [`Feed::answered`] for each of a batch's names and answers.
+    pub(crate) fn answered_each<'a>(
+        &self, identity: Option<&str>, names: impl Iterator<Item = &'a str>, answers: &[Result<Lease, StoreError>],
+    ) {
+        for (name, answer) in names.zip(answers) {
+            self.answered(identity, name, answer);
+        }
+    }
+
+    /// A batch of releases by `identity` answered: those that committed
+    /// let their locks go.
+    pub(crate) fn released_each(&self, identity: &str, items: &[BatchItem<'_>], answers: &[Result<(), StoreError>]) {
+        for (it, answer) in items.iter().zip(answers) {
+            if answer.is_ok() {
+                self.left(identity, it.name);
+            }
+        }
+    }
+
+    /// Whether a waiter is in a wait on a held lock of the identity that
+    /// led `name` when last seen: that lock's release will wake the
+    /// subscribers, so another hint of the same release need not.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn covers(&self, name: &str) -> bool {
+        self.shared.covers(name)
+    }
+}
+
 impl<L: Locks> Drop for Feed<L> {
     fn drop(&mut self) {
         let sessions = {
@@ -341,6 +431,19 @@ impl<L: Locks> Shared<L> {
             }
             Err(Failed::Session(e)) => Err(e),
         }
+    }
+
+    /// Marks the waiter of `identity` in a wait on a held lock, or out of
+    /// it.
+    fn blocked(&self, identity: &str, blocked: bool) {
+        if let Some(f) = self.state.lock().followed.get_mut(identity) {
+            f.blocked = blocked;
+        }
+    }
+
+    fn covers(&self, name: &str) -> bool {
+        let st = self.state.lock();
+        !st.off && !st.ended && st.followed.values().any(|f| f.blocked && f.names.contains_key(name))
     }
 
     /// Waits on the state until `until` or a change, unless the threads
@@ -548,7 +651,7 @@ fn waiter<L: Locks>(shared: &Shared<L>, identity: &str) {
             }
         }
         let Some((s, id)) = session.as_mut() else { continue };
-        match wait_step(shared, s, &lock) {
+        match wait_step(shared, identity, s, &lock) {
             Ok(Waited::Free) => until = Some(Instant::now() + pace.look_again),
             Ok(Waited::Held) => backoff.reset(),
             Ok(Waited::Released) => {
@@ -585,12 +688,14 @@ enum Waited {
     Released,
 }
 
-fn wait_step<L: Locks>(shared: &Shared<L>, s: &mut L::Session, lock: &str) -> Result<Waited, Failed> {
+fn wait_step<L: Locks>(shared: &Shared<L>, identity: &str, s: &mut L::Session, lock: &str) -> Result<Waited, Failed> {
     if !shared.wakes_on_free && !shared.locks.held(s, lock)? {
         return Ok(Waited::Free);
     }
-    let got = shared.locks.wait(s, lock, shared.pace.lock_wait)?;
-    Ok(if got { Waited::Released } else { Waited::Held })
+    shared.blocked(identity, true);
+    let got = shared.locks.wait(s, lock, shared.pace.lock_wait);
+    shared.blocked(identity, false);
+    Ok(if got? { Waited::Released } else { Waited::Held })
 }
 
 #[cfg(test)]

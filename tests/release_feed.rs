@@ -12,9 +12,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
-use leaderelection::{Config, Elector, Group, GroupConfig, Released, Store, Timing};
+use leaderelection::{Config, Elector, Group, GroupConfig, LeaderGuard, Released, Store, Timing};
 use pg_support::{dsn, BOUNCER, DIRECT};
-use support::feed::{config, hand_over, leader_and_follower, one_follower_and_a_release, QUICK, SLOW_POLL};
+use support::feed::{
+    config, hand_over, leader_and_follower, one_follower_and_a_release, sent_while_the_leader_lives, LockOf, QUICK,
+    SLOW_POLL,
+};
 use support::{random_tag, wait_for};
 
 const TABLE: &str = "le_feed";
@@ -66,15 +69,23 @@ fn behind_pgbouncer_the_feed_ends() {
     assert!(s.releases().is_none(), "an ended feed takes new subscribers");
 }
 
-/// Nothing comes while the leader renews; a release that ends nothing sends
-/// nothing; the release that ends the term sends the name once.
-#[test]
-fn only_a_release_that_ends_a_term_is_sent() {
+/// A watcher subscribed to its feed, and a leader of a new election on
+/// a store of its own: the name, the watcher, its subscription, the leader
+/// and its guard.
+fn watched_leader() -> (String, PostgresStore, crossbeam_channel::Receiver<Released>, Elector, LeaderGuard) {
     let name = format!("feed-{}", random_tag());
     let watcher = store(DIRECT, true);
     let rx = watcher.releases().expect("feed");
     let a = Elector::start(config(store(DIRECT, true), &name, "a")).expect("start a");
     let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
+    (name, watcher, rx, a, guard)
+}
+
+/// Nothing comes while the leader renews; a release that ends nothing sends
+/// nothing; the release that ends the term sends the name once.
+#[test]
+fn only_a_release_that_ends_a_term_is_sent() {
+    let (name, watcher, rx, a, guard) = watched_leader();
     let fence = guard.fence();
     let _ = guard.wait_lost_timeout(Duration::from_millis(3500)); // three renewals or more
                                                                   // Not held under this fence by this identity: changes nothing.
@@ -198,4 +209,155 @@ fn a_feed_without_a_server_keeps_trying_and_ends_with_its_store() {
         matches!(rx.recv_timeout(Duration::from_secs(5)), Err(e) if e.is_disconnected()),
         "the feed outlived its store"
     );
+}
+
+/// The `pg_locks` condition of the advisory lock `key` (taken on one
+/// `bigint`: its high half in `classid`, its low in `objid`).
+fn advisory(key: i64) -> String {
+    let k = u64::from_ne_bytes(key.to_ne_bytes());
+    format!(
+        "locktype = 'advisory' AND objsubid = 1 AND classid = '{}'::oid AND objid = '{}'::oid",
+        k >> 32,
+        k & 0xffff_ffff
+    )
+}
+
+/// The backend holding the advisory lock `key`, if any.
+fn lock_holder(admin: &mut postgres::Client, key: i64) -> Option<u64> {
+    let q = format!("SELECT pid FROM pg_locks WHERE {} AND granted", advisory(key));
+    let rows = admin.query(q.as_str(), &[]).expect("pg_locks");
+    rows.first().map(|r| u64::try_from(r.get::<_, i32>(0)).expect("a pid"))
+}
+
+/// Returns once a waiter session waits for the advisory lock `key`.
+fn lock_waited_for(key: i64) {
+    let mut admin = pg_support::client(DIRECT);
+    let q = format!("SELECT count(*) FROM pg_locks WHERE {} AND NOT granted", advisory(key));
+    let waits =
+        wait_for(Duration::from_secs(10), || admin.query_one(q.as_str(), &[]).expect("pg_locks").get::<_, i64>(0) > 0);
+    assert!(waits, "no waiter session waits for the lock {key}");
+}
+
+/// The lock feed (follower processes woken one at a time): the leader's
+/// lock session killed while it leads wakes each follower once, with no
+/// release sent, so only the lock can have woken them; nobody takes over,
+/// the lock is taken again and the next release is heard.
+#[test]
+fn a_killed_lock_session_wakes_each_follower_once_and_the_feed_recovers() {
+    let key = |identity: &str| store(DIRECT, false).__release_lock(identity);
+    support::feed::a_killed_lock_session_wakes_each_follower_once(
+        "postgres",
+        || store(DIRECT, true),
+        LockOf {
+            holder: |identity: &str| lock_holder(&mut pg_support::client(DIRECT), key(identity)),
+            kill: |pid: u64| {
+                let pid = i32::try_from(pid).expect("a pid");
+                pg_support::client(DIRECT).execute("SELECT pg_terminate_backend($1)", &[&pid]).expect("terminate");
+            },
+            waiting: |identity: &str| lock_waited_for(key(identity)),
+        },
+    );
+}
+
+/// A release that a waiter of the lock feed waits for is sent once, by
+/// the lock: the same release's notification is not sent again.
+#[test]
+fn a_release_a_waiter_waits_for_is_sent_once() {
+    let (name, watcher, rx, a, _guard) = watched_leader();
+    watcher.inspect(&name, Duration::from_secs(5)).expect("inspect");
+    lock_waited_for(watcher.__release_lock(&support::feed::identity_of(&a)));
+    support::feed::released_once(&a, &rx, &name);
+}
+
+/// A leader that holds no lock (its feed off, or an older version) wakes
+/// nobody through the lock feed while it lives: a free lock is not a
+/// release.
+#[test]
+fn a_leader_without_a_lock_wakes_nobody() {
+    let name = format!("feed-{}", random_tag());
+    let (sent, _a) = sent_while_the_leader_lives(&store(DIRECT, true), store(DIRECT, false), &name);
+    assert_eq!(sent, 0, "a free lock woke the watcher while the leader lived");
+}
+
+/// The negative control of the rule above: waiters that wake whenever the
+/// lock is free, without seeing it held first, wake every second.
+#[test]
+fn control_waking_on_a_free_lock_is_caught() {
+    let name = format!("feed-{}", random_tag());
+    let watcher = store(DIRECT, true).__release_feed_waking_on_free();
+    let (sent, _a) = sent_while_the_leader_lives(&watcher, store(DIRECT, false), &name);
+    assert!(sent >= 2, "waking on a free lock sent {sent} names; the storm check would not catch it");
+}
+
+/// Behind PgBouncer in transaction mode a session lock would stay on a
+/// server connection the pooler lends to others: a leader there takes no
+/// lock, before its feed has proved anything and after it found the
+/// pooler. The same leader on the server directly takes its lock, so the
+/// check can see one.
+#[test]
+fn behind_pgbouncer_a_leader_takes_no_lock() {
+    let mut admin = pg_support::client(DIRECT);
+    let lead = |var: &str| {
+        let s = store(var, true);
+        let rx = s.releases().expect("a feed until proven otherwise");
+        let name = format!("feed-{}", random_tag());
+        let a = Elector::start(config(s.clone(), &name, "a")).expect("start a");
+        let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
+        (s.__release_lock(&support::feed::identity_of(&a)), rx, a, guard)
+    };
+    let (key, _rx, _a, _guard) = lead(DIRECT);
+    let direct = wait_for(Duration::from_secs(10), || lock_holder(&mut admin, key).is_some());
+    assert!(direct, "the leader on the server directly took no lock");
+    let (key, rx, a, _guard) = lead(BOUNCER);
+    let mut ended = None;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        assert_eq!(lock_holder(&mut admin, key), None, "a lock taken through PgBouncer");
+        match rx.try_recv() {
+            Err(crossbeam_channel::TryRecvError::Disconnected) if ended.is_none() => ended = Some(Instant::now()),
+            _ => {}
+        }
+        // Past the feed's end, a few renewals more.
+        if ended.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ended.is_some(), "the feed through PgBouncer did not end within 30 s");
+    assert!(a.is_leader(), "{:?}", a.status());
+}
+
+/// Dropping the store ends the lock feed too: its lock session and its
+/// waiter sessions (one blocked in `pg_advisory_lock`) are gone from the
+/// server.
+#[test]
+fn the_lock_sessions_end_with_their_store() {
+    let app = format!("feedend-{}", random_tag());
+    let s = PostgresStore::builder(&format!("{}?application_name={app}", dsn(DIRECT)))
+        .table("public", TABLE)
+        .build()
+        .expect("store");
+    s.ensure_schema().expect("ensure_schema");
+    let _rx = s.releases().expect("feed");
+    // Followed: a leader elsewhere (a waiter blocked on its lock) ...
+    let name = format!("feed-{}", random_tag());
+    let a = Elector::start(config(store(DIRECT, true), &name, "a")).expect("start a");
+    let _guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
+    s.inspect(&name, Duration::from_secs(5)).expect("inspect");
+    lock_waited_for(s.__release_lock(&support::feed::identity_of(&a)));
+    // ... and led: a lock session holding the lock of "me".
+    let mine = format!("feed-{}", random_tag());
+    s.acquire(&mine, "me", Duration::from_secs(30), b"", Duration::from_secs(5)).expect("claim");
+    let mut admin = pg_support::client(DIRECT);
+    let held = wait_for(Duration::from_secs(10), || lock_holder(&mut admin, s.__release_lock("me")).is_some());
+    assert!(held, "no lock session");
+    let sessions = |admin: &mut postgres::Client, app: &str| -> i64 {
+        let q = format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'");
+        admin.query_one(q.as_str(), &[]).expect("pg_stat_activity").get(0)
+    };
+    let lock_app = format!("{app} lock");
+    assert_eq!(sessions(&mut admin, &lock_app), 2, "a lock session and a waiter");
+    drop(s);
+    let gone = wait_for(Duration::from_secs(10), || sessions(&mut admin, &lock_app) == 0);
+    assert!(gone, "{} lock sessions outlived their store", sessions(&mut admin, &lock_app));
 }

@@ -10,13 +10,13 @@
 mod mysql_support;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leaderelection::mysql::MySqlStore;
 use leaderelection::{Elector, Store};
 use mysql::prelude::Queryable;
 use mysql_support::{admin, url, SHARED};
-use support::feed::{claims, config, followers, one_follower_and_a_release, QUICK};
+use support::feed::{config, one_follower_and_a_release, sent_while_the_leader_lives, LockOf};
 use support::{random_tag, wait_for};
 
 const TABLE: &str = "le_feed";
@@ -44,11 +44,6 @@ fn waiting_for(lock: &str) {
     assert!(waits, "no waiter session waits for {lock}");
 }
 
-/// The identity `e` leads under, once it leads.
-fn identity_of(e: &Elector) -> String {
-    e.status().leader.expect("a leader").identity
-}
-
 #[test]
 fn a_follower_leads_within_a_round_trip_of_a_release() {
     let ready = |leader: &str| waiting_for(&store(false).__release_lock(leader));
@@ -59,19 +54,6 @@ fn a_follower_leads_within_a_round_trip_of_a_release() {
 #[test]
 fn without_the_feed_a_follower_waits_for_its_poll() {
     one_follower_and_a_release("mariadb", store(true), store(false), false, |_| {});
-}
-
-/// Names of `name` a watcher that has seen `leader` lead receives in 3.5 s
-/// (three renewals or more) while `leader` lives.
-fn sent_while_the_leader_lives(watcher: &MySqlStore, leader: MySqlStore, name: &str) -> (usize, Elector) {
-    let rx = watcher.releases().expect("feed");
-    let a = Elector::start(config(leader, name, "a")).expect("start a");
-    let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
-    let seen = watcher.inspect(name, Duration::from_secs(5)).expect("inspect");
-    assert_eq!(seen.holder, identity_of(&a));
-    let _ = guard.wait_lost_timeout(Duration::from_millis(3500));
-    assert!(a.is_leader() && a.status().renewals_ok >= 3, "{:?}", a.status());
-    (rx.try_iter().filter(|r| r.name == name).count(), a)
 }
 
 /// Nothing comes while the leader renews (its lock held); the release that
@@ -126,48 +108,20 @@ fn a_group_takes_over_a_released_group_at_once() {
 }
 
 /// The leader's lock session killed while it leads: each follower claims
-/// at most once (the lock went from held to free once), nobody takes over,
-/// the leader's store takes its lock again on a new session, and the next
-/// release is heard.
+/// once, nobody takes over, the lock is taken again and the next release
+/// is heard.
 #[test]
 fn a_killed_lock_session_wakes_each_follower_once_and_the_feed_recovers() {
-    let name = format!("feed-{}", random_tag());
-    let leader_store = store(true);
-    let a = Elector::start(config(leader_store.clone(), &name, "a")).expect("start a");
-    let _guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
-    let lock = leader_store.__release_lock(&identity_of(&a));
-    let mut admin = admin(SHARED);
-    let mut first = None;
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            first = holder(&mut admin, &lock);
-            first.is_some()
-        }),
-        "the leader's store never took its lock"
+    let lock = |identity: &str| store(false).__release_lock(identity);
+    support::feed::a_killed_lock_session_wakes_each_follower_once(
+        "mariadb",
+        || store(true),
+        LockOf {
+            holder: |identity: &str| holder(&mut admin(SHARED), &lock(identity)),
+            kill: |session: u64| admin(SHARED).query_drop(format!("KILL CONNECTION {session}")).expect("kill"),
+            waiting: |identity: &str| waiting_for(&lock(identity)),
+        },
     );
-    let first = first.expect("a lock session");
-    let followers = followers(&store(true), &name, 5);
-    let before = claims(&followers);
-    admin.query_drop(format!("KILL CONNECTION {first}")).expect("kill the lock session");
-    // Four renewals and two looks at the lock: no storm.
-    std::thread::sleep(Duration::from_secs(4));
-    let woken: Vec<usize> = claims(&followers).iter().zip(&before).map(|(a, b)| a - b).collect();
-    eprintln!("mariadb: claims per follower after the lock session was killed: {woken:?}");
-    assert!(woken.iter().all(|&n| n <= 1), "a follower claimed more than once while the leader lived: {woken:?}");
-    assert!(a.is_leader() && followers.iter().all(|(f, _)| !f.is_leader()), "the leadership moved");
-    let mut again = None;
-    let back = wait_for(Duration::from_secs(10), || {
-        again = holder(&mut admin, &lock).filter(|&s| s != first);
-        again.is_some()
-    });
-    assert!(back, "the leader's store did not take its lock again");
-    waiting_for(&lock);
-    // Heard again: the release comes through.
-    let released = Instant::now();
-    a.shutdown().expect("a releases");
-    let led = wait_for(QUICK, || followers.iter().any(|(f, _)| f.is_leader()));
-    assert!(led, "nobody led within {QUICK:?} of the release after the lock came back");
-    eprintln!("mariadb: after the kill, a follower led {:?} after the release", released.elapsed());
 }
 
 /// Dropping the store ends the feed: its channel closes, and every session

@@ -21,8 +21,6 @@
 //! Whether the server is such a node is asked once per store
 //! ([`DETECT`]), unless the builder says.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-
 use mysql::Value;
 
 pub(crate) use super::sql::claim_terms;
@@ -31,33 +29,9 @@ use crate::store::StoreError;
 use crate::timing::{MAX_IDENTITY_LEN, MAX_NAME_LEN};
 
 /// What a store knows of its server: not asked yet, one primary (a single
-/// server, or a replication topology with one writable node), or several.
-#[derive(Debug, Default)]
-pub(crate) struct Mode(AtomicU8);
-
-const UNKNOWN: u8 = 0;
-const SINGLE: u8 = 1;
-const MULTI: u8 = 2;
-
-impl Mode {
-    /// A mode the builder fixed.
-    pub(crate) fn fixed(multi: bool) -> Mode {
-        Mode(AtomicU8::new(if multi { MULTI } else { SINGLE }))
-    }
-
-    /// `Some(multi)` once known.
-    pub(crate) fn known(&self) -> Option<bool> {
-        match self.0.load(Ordering::SeqCst) {
-            UNKNOWN => None,
-            m => Some(m == MULTI),
-        }
-    }
-
-    pub(crate) fn learn(&self, multi: bool) {
-        let _ =
-            self.0.compare_exchange(UNKNOWN, if multi { MULTI } else { SINGLE }, Ordering::SeqCst, Ordering::SeqCst);
-    }
-}
+/// server, or a replication topology with one writable node), or several
+/// (`Some(true)`). The first answer stands.
+pub(crate) type Mode = crate::lockfeed::Known;
 
 /// Asks whether the server is a node of a multi-primary cluster: Galera
 /// (`wsrep_on`) or Group Replication not in single-primary mode. Works on

@@ -34,7 +34,8 @@ pub(super) fn feed(quoted: &str, opts: &Opts, mode: Arc<cluster::Mode>, wakes_on
 fn paced(quoted: &str, opts: &Opts, mode: Arc<cluster::Mode>, wakes_on_free: bool, pace: Pace) -> Feed {
     let socket = opts.get_read_timeout().copied().unwrap_or(super::DEFAULT_SOCKET_TIMEOUT);
     let opts = Opts::from(OptsBuilder::from_opts(opts.clone()).read_timeout(Some(socket + pace.lock_wait)));
-    crate::lockfeed::Feed::new(NamedLocks { quoted: quoted.to_owned(), opts, mode }, wakes_on_free, pace)
+    let locks = NamedLocks { quoted: quoted.to_owned(), opts, mode };
+    crate::lockfeed::Feed::new(locks, Arc::default(), wakes_on_free, pace)
 }
 
 /// MySQL's and MariaDB's named locks.

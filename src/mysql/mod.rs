@@ -1098,22 +1098,16 @@ impl MySqlStore {
     /// Tells the feed of releases what a claim, renewal (`identity` the
     /// caller's) or read (`None`) answered about `name`.
     fn tell_feed(&self, identity: Option<&str>, name: &str, answer: &Result<Lease, StoreError>) {
-        let Some(feed) = &self.feed else { return };
-        match (answer, identity) {
-            (Ok(lease), Some(i)) if lease.holder == i => feed.leads(i, lease),
-            (Ok(lease), _) => feed.saw(identity, lease),
-            (Err(e), Some(i)) if e.is_lease_lost() => feed.left(i, name),
-            (Err(_), _) => {}
+        if let Some(feed) = &self.feed {
+            feed.answered(identity, name, answer);
         }
     }
 
     fn tell_feed_each<'a>(
         &self, identity: Option<&str>, names: impl Iterator<Item = &'a str>, answers: &[Result<Lease, StoreError>],
     ) {
-        if self.feed.is_some() {
-            for (name, answer) in names.zip(answers) {
-                self.tell_feed(identity, name, answer);
-            }
+        if let Some(feed) = &self.feed {
+            feed.answered_each(identity, names, answers);
         }
     }
 }
@@ -1214,11 +1208,7 @@ impl Store for MySqlStore {
         .done();
         // Only now, the releases committed: the lock may go.
         if let Some(feed) = &self.feed {
-            for (it, answer) in items.iter().zip(&answers) {
-                if answer.is_ok() {
-                    feed.left(identity, it.name);
-                }
-            }
+            feed.released_each(identity, items, &answers);
         }
         answers
     }

@@ -133,6 +133,21 @@ impl PgManager {
     }
 
     fn open(&self) -> Result<PgConnection, StoreError> {
+        self.open_with(&self.config)
+    }
+
+    /// A connection of the feed's own, outside the pool, named apart from
+    /// the pool's sessions: the pool's `application_name` with `role`
+    /// after it (so an operator, or a test counting a pool's sessions,
+    /// tells them apart).
+    pub(super) fn open_for(&self, role: &str) -> Result<PgConnection, StoreError> {
+        let mut config = self.config.clone();
+        let app = format!("{} {role}", config.get_application_name().unwrap_or("leaderelection"));
+        config.application_name(&app);
+        self.open_with(&config)
+    }
+
+    fn open_with(&self, config: &Config) -> Result<PgConnection, StoreError> {
         if inside_a_runtime() {
             return Err(runtime_error());
         }
@@ -145,10 +160,10 @@ impl PgManager {
         let opened = rt.block_on(async {
             let connecting = async {
                 match &self.tls {
-                    None => self.config.connect(NoTls).await.map(|(c, d)| (c, Box::pin(d) as Driver)),
+                    None => config.connect(NoTls).await.map(|(c, d)| (c, Box::pin(d) as Driver)),
                     Some(tls) => {
                         let tls = MakeTls::new(tls.clone(), Arc::clone(&trace));
-                        self.config.connect(tls).await.map(|(c, d)| (c, Box::pin(d) as Driver))
+                        config.connect(tls).await.map(|(c, d)| (c, Box::pin(d) as Driver))
                     }
                 }
             };

@@ -20,7 +20,7 @@
 
 use std::future::{poll_fn, Future};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -29,6 +29,7 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Socket};
 
 use super::conn::{classify_connect, PgManager};
+use super::locks;
 use super::tls::{MakeTls, TlsTrace};
 use crate::error::Human;
 use crate::feed::Subscribers;
@@ -110,24 +111,35 @@ pub(super) struct Feed {
 
 struct Shared {
     channel: String,
-    subscribers: Subscribers,
+    /// Shared with the lock feed (`locks.rs`).
+    subscribers: Arc<Subscribers>,
     started: AtomicBool,
     /// The store is gone, or the feed gave up: no more subscriptions.
     ended: AtomicBool,
     /// The probe a new connection waits for, and where to say it came.
     probe: Mutex<Option<(String, Arc<AtomicBool>)>>,
+    /// What the probes found out about this server's sessions, for the
+    /// lock feed.
+    lent: Arc<locks::Lent>,
+    /// The lock feed, whose waiters wake followers one at a time: a name
+    /// one of them will wake for is not sent again from here.
+    locks: Option<Weak<locks::Feed>>,
     pace: Pace,
 }
 
 impl Feed {
-    pub(super) fn new(qualified: &str) -> Feed {
+    pub(super) fn new(
+        qualified: &str, subscribers: &Arc<Subscribers>, lent: &Arc<locks::Lent>, locks: Option<Weak<locks::Feed>>,
+    ) -> Feed {
         Feed {
             shared: Arc::new(Shared {
                 channel: channel(qualified),
-                subscribers: Subscribers::default(),
+                subscribers: Arc::clone(subscribers),
                 started: AtomicBool::new(false),
                 ended: AtomicBool::new(false),
                 probe: Mutex::new(None),
+                lent: Arc::clone(lent),
+                locks,
                 pace: PACE,
             }),
         }
@@ -155,6 +167,11 @@ impl Feed {
         }
         Some(rx)
     }
+
+    /// Whether the first subscription started the thread.
+    pub(super) fn started(&self) -> bool {
+        self.shared.started.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Feed {
@@ -180,6 +197,11 @@ impl Shared {
                     heard.store(true, Ordering::SeqCst);
                 }
             }
+            return;
+        }
+        if self.locks.as_ref().and_then(Weak::upgrade).is_some_and(|l| l.covers(name)) {
+            // A waiter of the lock feed will wake the subscribers, one
+            // process after another.
             return;
         }
         self.subscribers.send(name, fence);
@@ -220,6 +242,7 @@ fn run(shared: &Shared, manager: &PgManager, pool: &r2d2::Pool<PgManager>) {
             Ended::Deaf => {
                 deaf += 1;
                 if deaf >= PROBES {
+                    shared.lent.set(true);
                     log::info!(
                         "leaderelection: release notifications do not reach a listening connection \
                          (a pooler in transaction mode?); followers learn of releases by polling"
@@ -320,6 +343,7 @@ where
         let _ = rt.block_on(drive(shared, &mut conn, client.batch_execute("UNLISTEN *"), timeout));
         return Ended::Deaf;
     }
+    shared.lent.set(false);
     log::debug!("leaderelection: listening for releases on {}", shared.channel);
     loop {
         if shared.ended.load(Ordering::SeqCst) {
@@ -468,10 +492,12 @@ mod tests {
     fn shared(channel: &str, pace: Pace) -> Arc<Shared> {
         Arc::new(Shared {
             channel: channel.to_owned(),
-            subscribers: Subscribers::default(),
+            subscribers: Arc::default(),
             started: AtomicBool::new(true),
             ended: AtomicBool::new(false),
             probe: Mutex::new(None),
+            lent: Arc::default(),
+            locks: None,
             pace,
         })
     }

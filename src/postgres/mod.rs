@@ -160,6 +160,7 @@ mod batch;
 mod check;
 mod conn;
 mod listen;
+mod locks;
 mod sql;
 mod tls;
 
@@ -249,6 +250,10 @@ pub struct PostgresStore {
     channel: String,
     /// The feed of releases ([`Store::releases`]); `None` when turned off.
     feed: Option<Arc<listen::Feed>>,
+    /// Its locks, which wake follower processes one at a time where the
+    /// server's sessions are their own (see `locks.rs`); `None` with the
+    /// feed.
+    locks: Option<Arc<locks::Feed>>,
     /// What the feed connects with: the manager this store built its pool
     /// with (`None` for a pool built elsewhere, which has no feed).
     feed_manager: Option<Arc<PgManager>>,
@@ -438,6 +443,7 @@ impl PostgresStore {
             timeline_only_history: false,
             channel: listen::channel(&qualified),
             feed: None,
+            locks: None,
             feed_manager: None,
             qualified,
         })
@@ -526,9 +532,95 @@ impl PostgresStore {
     /// such a pooler it does not, and after three tries the feed ends
     /// (logged at `info`) and followers poll, as without it. Turn it off to
     /// skip those tries, or point a store at the database directly.
-    pub fn release_feed(mut self, on: bool) -> PostgresStore {
-        self.feed = (on && self.feed_manager.is_some()).then(|| Arc::new(listen::Feed::new(&self.qualified)));
+    pub fn release_feed(self, on: bool) -> PostgresStore {
+        self.with_feed(on, false)
+    }
+
+    /// The feed of releases, on or off; with `wakes_on_free`, the lock
+    /// feed's negative control.
+    fn with_feed(mut self, on: bool, wakes_on_free: bool) -> PostgresStore {
+        (self.feed, self.locks) = match (on, &self.feed_manager) {
+            (true, Some(manager)) => {
+                let (lent, subscribers) = (Arc::default(), Arc::default());
+                let locks = Arc::new(locks::feed(&self.qualified, manager, &lent, &subscribers, wakes_on_free));
+                let listen = listen::Feed::new(&self.qualified, &subscribers, &lent, Some(Arc::downgrade(&locks)));
+                (Some(Arc::new(listen)), Some(locks))
+            }
+            _ => (None, None),
+        };
         self
+    }
+
+    /// The negative control of the lock feed's storm rule: its waiters
+    /// wake whenever a leader's lock is free, without first seeing it
+    /// held, so a live leader without a lock wakes followers every second.
+    /// Never use it otherwise.
+    #[doc(hidden)]
+    pub fn __release_feed_waking_on_free(self) -> PostgresStore {
+        self.with_feed(true, true)
+    }
+
+    /// The advisory lock key the feed of releases holds while `identity`
+    /// leads through this store's table (for tests that find its session).
+    #[doc(hidden)]
+    pub fn __release_lock(&self, identity: &str) -> i64 {
+        locks::lock_key(&self.qualified, identity)
+    }
+
+    /// The lock feed, once a subscription started the listening
+    /// connection: without it nothing proves that connections here are
+    /// sessions of their own, and no lock is taken.
+    fn lock_feed(&self) -> Option<&locks::Feed> {
+        self.feed.as_ref().filter(|f| f.started()).and(self.locks.as_deref())
+    }
+
+    /// A claim, as [`Store::acquire`] answers it.
+    fn acquire_one(
+        &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
+    ) -> Result<Lease, StoreError> {
+        let body = sql::acquire(&self.qualified, name, identity, ttl, payload, self.failover_rule)?;
+        let deadline = deadline_after(timeout);
+        let mut ran_again = false;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match self.lease_query("acquire", &body, remaining, sql::Pin::Write) {
+                Ok(Some(lease)) => return Ok(lease),
+                // The row was inserted by a transaction that committed after
+                // this statement's snapshot was taken, and it is not ours to
+                // claim: run again with a fresh snapshot to read it.
+                Ok(None) => ran_again = true,
+                // A racer inserted the same new name with the same fence
+                // candidate (its transaction began in the same microsecond):
+                // `ON CONFLICT (name)` settles conflicts on the name only,
+                // so the `(name, fence)` index of lease checks failed the
+                // insert. Run again: the racer's row is there now.
+                Err(e) if sql::sqlstate_of(&e) == Some("23505") => ran_again = true,
+                // The time ran out in a run again (no answer, or none left
+                // to start one): say why there was a run again.
+                Err(e) if ran_again && e.is_retryable() => {
+                    return Err(
+                        StoreError::retryable("postgres acquire: the row kept changing; out of time").with_source(e)
+                    )
+                }
+                Err(e) => return Err(sql::explain_undefined_column(e, "acquire", &self.qualified)),
+            }
+        }
+    }
+
+    fn tell_feed_each<'a>(
+        &self, identity: Option<&str>, names: impl Iterator<Item = &'a str>, answers: &[Result<Lease, StoreError>],
+    ) {
+        if let Some(feed) = self.lock_feed() {
+            feed.answered_each(identity, names, answers);
+        }
+    }
+
+    /// Tells the lock feed what a claim, renewal (`identity` the caller's)
+    /// or read (`None`) answered about `name`.
+    fn tell_feed(&self, identity: Option<&str>, name: &str, answer: &Result<Lease, StoreError>) {
+        if let Some(feed) = self.lock_feed() {
+            feed.answered(identity, name, answer);
+        }
     }
 
     /// The one step after restoring the election's database from a backup
@@ -920,50 +1012,36 @@ impl Store for PostgresStore {
     fn acquire(
         &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        let body = sql::acquire(&self.qualified, name, identity, ttl, payload, self.failover_rule)?;
-        let deadline = deadline_after(timeout);
-        let mut ran_again = false;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            match self.lease_query("acquire", &body, remaining, sql::Pin::Write) {
-                Ok(Some(lease)) => return Ok(lease),
-                // The row was inserted by a transaction that committed after
-                // this statement's snapshot was taken, and it is not ours to
-                // claim: run again with a fresh snapshot to read it.
-                Ok(None) => ran_again = true,
-                // A racer inserted the same new name with the same fence
-                // candidate (its transaction began in the same microsecond):
-                // `ON CONFLICT (name)` settles conflicts on the name only,
-                // so the `(name, fence)` index of lease checks failed the
-                // insert. Run again: the racer's row is there now.
-                Err(e) if sql::sqlstate_of(&e) == Some("23505") => ran_again = true,
-                // The time ran out in a run again (no answer, or none left
-                // to start one): say why there was a run again.
-                Err(e) if ran_again && e.is_retryable() => {
-                    return Err(
-                        StoreError::retryable("postgres acquire: the row kept changing; out of time").with_source(e)
-                    )
-                }
-                Err(e) => return Err(sql::explain_undefined_column(e, "acquire", &self.qualified)),
-            }
-        }
+        let answer = self.acquire_one(name, identity, ttl, payload, timeout);
+        self.tell_feed(Some(identity), name, &answer);
+        answer
     }
 
     fn renew(
         &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
         let body = sql::renew(&self.qualified, name, identity, fence, ttl, payload)?;
-        self.lease_query("renew", &body, timeout, sql::Pin::Write)?.ok_or_else(StoreError::lease_lost)
+        let answer = self.lease_query("renew", &body, timeout, sql::Pin::Write)?.ok_or_else(StoreError::lease_lost);
+        self.tell_feed(Some(identity), name, &answer);
+        answer
     }
 
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
         let body = sql::release(&self.qualified, &self.channel, name, identity, fence)?;
-        self.run("release", &body, deadline_after(timeout), sql::Pin::Write).map(|_| ())
+        self.run("release", &body, deadline_after(timeout), sql::Pin::Write)?;
+        // Only now, the release committed: the lock may go.
+        if let Some(feed) = self.lock_feed() {
+            feed.left(identity, name);
+        }
+        Ok(())
     }
 
     fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
         let body = sql::inspect(&self.qualified, name)?;
-        self.lease_query("inspect", &body, timeout, sql::Pin::Read)?.ok_or_else(|| StoreError::no_lease(name))
+        let answer =
+            self.lease_query("inspect", &body, timeout, sql::Pin::Read)?.ok_or_else(|| StoreError::no_lease(name));
+        self.tell_feed(None, name, &answer);
+        answer
     }
 
     fn claim_slot(
@@ -1010,27 +1088,40 @@ impl Store for PostgresStore {
     fn acquire_many(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
-        self.claim_batch(identity, ttl, items, timeout)
+        let answers = self.claim_batch(identity, ttl, items, timeout);
+        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers);
+        answers
     }
 
     fn renew_many(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
-        self.renew_batch(identity, ttl, items, timeout)
+        let answers = self.renew_batch(identity, ttl, items, timeout);
+        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers);
+        answers
     }
 
     fn renew_many_with_heartbeat(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, timeout: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-        self.renew_batch_with_heartbeat(identity, ttl, items, beat, timeout)
+        let answers = self.renew_batch_with_heartbeat(identity, ttl, items, beat, timeout);
+        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers.0);
+        answers
     }
 
     fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
-        self.release_batch(identity, items, timeout)
+        let answers = self.release_batch(identity, items, timeout);
+        // Only now, the releases committed: the lock may go.
+        if let Some(feed) = self.lock_feed() {
+            feed.released_each(identity, items, &answers);
+        }
+        answers
     }
 
     fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
-        self.inspect_batch(names, timeout)
+        let answers = self.inspect_batch(names, timeout);
+        self.tell_feed_each(None, names.iter().copied(), &answers);
+        answers
     }
 
     fn heartbeat(
@@ -1040,7 +1131,11 @@ impl Store for PostgresStore {
     }
 
     fn releases(&self) -> Option<crossbeam_channel::Receiver<Released>> {
-        self.feed.as_ref()?.subscribe(self.feed_manager.as_ref()?, &self.pool)
+        let rx = self.feed.as_ref()?.subscribe(self.feed_manager.as_ref()?, &self.pool)?;
+        if let Some(locks) = &self.locks {
+            locks.follow();
+        }
+        Some(rx)
     }
 
     fn leave_group(&self, group: &str, member: &str, timeout: Duration) -> Result<(), StoreError> {

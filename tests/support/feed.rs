@@ -200,3 +200,83 @@ pub fn a_group_takes_over_a_released_group<S: Store + 'static>(
     drop(b);
     took
 }
+
+/// The identity `e` leads under, once it leads.
+pub fn identity_of(e: &Elector) -> String {
+    e.status().leader.expect("a leader").identity
+}
+
+/// Names of `name` that `watcher` (its feed on) receives in 3.5 s (three
+/// renewals or more) after it has seen a leader on `leader` lead, while
+/// that leader lives. Returns them and the leader.
+pub fn sent_while_the_leader_lives<S: Store>(
+    watcher: &S, leader: impl Store + 'static, name: &str,
+) -> (usize, Elector) {
+    let rx = watcher.releases().expect("feed");
+    let a = Elector::start(config(leader, name, "a")).expect("start a");
+    let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
+    let seen = watcher.inspect(name, Duration::from_secs(5)).expect("inspect");
+    assert_eq!(seen.holder, identity_of(&a));
+    let _ = guard.wait_lost_timeout(Duration::from_millis(3500));
+    assert!(a.is_leader() && a.status().renewals_ok >= 3, "{:?}", a.status());
+    (rx.try_iter().filter(|r| r.name == name).count(), a)
+}
+
+/// How a suite reaches the lock a leader's store holds while it leads:
+/// `holder(identity)`, the session that holds it (if any); `kill(session)`
+/// ends that session on the server; `waiting(identity)` returns once a
+/// waiter session waits for it.
+pub struct LockOf<H, K, W> {
+    pub holder: H,
+    pub kill: K,
+    pub waiting: W,
+}
+
+/// The leader's lock session killed while it leads: the lock goes from
+/// held to free once, with no release, so each of five followers (one
+/// feed, one waiter) claims exactly once, nobody takes over, the leader's
+/// store takes its lock again on a new session, and the next release is
+/// heard. Only the lock can wake the followers here: no release was sent.
+pub fn a_killed_lock_session_wakes_each_follower_once<S, H, K, W>(
+    label: &str, store: impl Fn() -> S, lock: LockOf<H, K, W>,
+) where
+    S: Store + Clone + 'static,
+    H: Fn(&str) -> Option<u64>,
+    K: Fn(u64),
+    W: Fn(&str),
+{
+    let name = format!("feed-{}", random_tag());
+    let a = Elector::start(config(store(), &name, "a")).expect("start a");
+    let _guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
+    let id = identity_of(&a);
+    let mut first = None;
+    let took = wait_for(Duration::from_secs(10), || {
+        first = (lock.holder)(&id);
+        first.is_some()
+    });
+    assert!(took, "the leader's store never took its lock");
+    let first = first.expect("a lock session");
+    let followers = followers(&store(), &name, 5);
+    (lock.waiting)(&id);
+    let before = claims(&followers);
+    (lock.kill)(first);
+    // Four renewals and two looks at the lock: no storm.
+    std::thread::sleep(Duration::from_secs(4));
+    let woken: Vec<usize> = claims(&followers).iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!("{label}: claims per follower after the lock session was killed: {woken:?}");
+    assert!(woken.iter().all(|&n| n == 1), "each follower should claim once, woken by the lock: {woken:?}");
+    assert!(a.is_leader() && followers.iter().all(|(f, _)| !f.is_leader()), "the leadership moved");
+    let mut again = None;
+    let back = wait_for(Duration::from_secs(10), || {
+        again = (lock.holder)(&id).filter(|&s| s != first);
+        again.is_some()
+    });
+    assert!(back, "the leader's store did not take its lock again");
+    (lock.waiting)(&id);
+    // Heard again: the release comes through.
+    let released = Instant::now();
+    a.shutdown().expect("a releases");
+    let led = wait_for(QUICK, || followers.iter().any(|(f, _)| f.is_leader()));
+    assert!(led, "nobody led within {QUICK:?} of the release after the lock came back");
+    eprintln!("{label}: after the kill, a follower led {:?} after the release", released.elapsed());
+}

@@ -1,0 +1,177 @@
+//! The feed of releases on PostgreSQL's session advisory locks, through
+//! the lock feed written once for both servers (`crate::lockfeed`, which
+//! says how it works). Here: the lock of an identity is the advisory lock
+//! of one `bigint` key (a hash of the table and the identity), taken with
+//! `pg_try_advisory_lock` and given back with `pg_advisory_unlock`; a
+//! waiter asks `pg_locks` whether it is held and waits with
+//! `pg_advisory_lock(k), pg_advisory_unlock(k)` in one statement under a
+//! `lock_timeout`; the feed's sessions end with `pg_terminate_backend`,
+//! which a role may call on its own sessions.
+//!
+//! `NOTIFY` (`listen.rs`) wakes every listening process in the same
+//! instant: with many follower processes their claims crowd the server at
+//! once. The server grants a freed advisory lock to one waiter, which
+//! passes it on at once, so followers wake one after another instead.
+//!
+//! **Only on sessions of their own.** A session lock outlives the
+//! transaction that took it; behind a pooler in transaction mode it would
+//! stay on a server connection the pooler lends to other clients. So the
+//! feed opens no lock session until the listening connection has proved
+//! that a connection here is a session of its own (its probe came back,
+//! see `listen.rs`), and it turns off for good where that proof failed:
+//! there followers poll, as with `LISTEN`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::error::SqlState;
+
+use super::conn::{CallError, PgConnection, PgManager};
+use super::sql;
+use crate::feed::{fnv1a64, Subscribers};
+use crate::lockfeed::{Failed, Locks, PACE};
+
+/// The store's lock feed.
+pub(super) type Feed = crate::lockfeed::Feed<AdvisoryLocks>;
+
+/// Whether a pooler lends this server's sessions to other clients, as the
+/// listening connection found out (its probe came back: no; it never did:
+/// yes).
+pub(super) type Lent = crate::lockfeed::Known;
+
+/// The advisory lock key of `identity`'s leadership in the table
+/// `qualified`, the same in every process.
+pub(super) fn lock_key(qualified: &str, identity: &str) -> i64 {
+    i64::from_ne_bytes(fnv1a64(&format!("{qualified}\n{identity}")).to_ne_bytes())
+}
+
+/// A new lock feed for the table `qualified`, whose sessions `manager`
+/// opens once `lent` says no pooler lends them; its names go
+/// to `subscribers`, which it shares with the `LISTEN` feed.
+pub(super) fn feed(
+    qualified: &str, manager: &Arc<PgManager>, lent: &Arc<Lent>, subscribers: &Arc<Subscribers>, wakes_on_free: bool,
+) -> Feed {
+    let locks = AdvisoryLocks {
+        qualified: qualified.to_owned(),
+        manager: Arc::clone(manager),
+        lent: Arc::clone(lent),
+        lock_wait: PACE.lock_wait,
+    };
+    crate::lockfeed::Feed::new(locks, Arc::clone(subscribers), wakes_on_free, PACE)
+}
+
+/// PostgreSQL's session advisory locks.
+pub(super) struct AdvisoryLocks {
+    qualified: String,
+    manager: Arc<PgManager>,
+    lent: Arc<Lent>,
+    /// A waiter's `lock_timeout`, set once per session.
+    lock_wait: Duration,
+}
+
+impl AdvisoryLocks {
+    /// Runs `sql` on `conn`, giving up `within` after the connect timeout;
+    /// the first column of the last row.
+    fn value(&self, conn: &mut PgConnection, sql: &str, within: Duration) -> Result<Option<String>, CallError> {
+        let msgs = conn.simple_query(sql, Instant::now() + within + self.manager.connect_timeout())?;
+        let rows = sql::rows(&msgs);
+        Ok(rows.last().and_then(|r| r.first().copied().flatten()).map(str::to_owned))
+    }
+
+    fn yes(&self, conn: &mut PgConnection, sql: &str) -> Result<bool, Failed> {
+        match self.value(conn, sql, Duration::ZERO).map_err(failed)? {
+            Some(v) => Ok(v == "t"),
+            None => Err(Failed::Session(format!("no answer to {sql}"))),
+        }
+    }
+}
+
+fn failed(e: CallError) -> Failed {
+    Failed::Session(match e {
+        CallError::Db(e) | CallError::Closed(Some(e)) => e.to_string(),
+        CallError::Closed(None) => "the connection closed".into(),
+        CallError::TimedOut => "no answer in time".into(),
+        CallError::Misuse => "called inside a tokio runtime".into(),
+    })
+}
+
+/// The halves of `key` as `pg_locks` shows an advisory lock taken on one
+/// `bigint`: `classid` the high 32 bits, `objid` the low, `objsubid` 1.
+fn halves(key: &str) -> (u32, u32) {
+    let k = u64::from_ne_bytes(key.parse::<i64>().unwrap_or(0).to_ne_bytes());
+    ((k >> 32) as u32, k as u32)
+}
+
+impl Locks for AdvisoryLocks {
+    type Session = PgConnection;
+    const SERVER: &'static str = "postgres";
+    const OFF: &'static str = "session advisory locks need sessions of their own, which a pooler in transaction mode \
+                               does not give";
+
+    fn lock(&self, identity: &str) -> String {
+        lock_key(&self.qualified, identity).to_string()
+    }
+
+    fn off(&self) -> bool {
+        self.lent.known() == Some(true)
+    }
+
+    fn connect(&self) -> Result<(PgConnection, u32), Failed> {
+        match self.lent.known() {
+            Some(true) => return Err(Failed::Off),
+            None => return Err(Failed::Session("not yet known whether connections here are sessions".into())),
+            Some(false) => {}
+        }
+        let mut conn = self.manager.open_for("lock").map_err(|e| Failed::Session(e.to_string()))?;
+        // A waiter's wait is bounded by `lock_timeout` alone, whatever the
+        // role's `statement_timeout`.
+        let setup = format!(
+            "SET statement_timeout = 0; SET lock_timeout = '{}ms'; SELECT pg_backend_pid()",
+            self.lock_wait.as_millis()
+        );
+        let pid = self.value(&mut conn, &setup, Duration::ZERO).map_err(failed)?;
+        let pid = pid.and_then(|p| p.parse::<u32>().ok()).ok_or_else(|| Failed::Session("no backend pid".into()))?;
+        Ok((conn, pid))
+    }
+
+    fn take(&self, conn: &mut PgConnection, lock: &str) -> Result<bool, Failed> {
+        self.yes(conn, &format!("SELECT pg_try_advisory_lock({lock})"))
+    }
+
+    fn give_back(&self, conn: &mut PgConnection, lock: &str) -> Result<(), Failed> {
+        self.yes(conn, &format!("SELECT pg_advisory_unlock({lock})")).map(drop)
+    }
+
+    fn check(&self, conn: &mut PgConnection) -> Result<(), Failed> {
+        self.yes(conn, "SELECT true").map(drop)
+    }
+
+    fn held(&self, conn: &mut PgConnection, lock: &str) -> Result<bool, Failed> {
+        let (hi, lo) = halves(lock);
+        self.yes(
+            conn,
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted \
+                 AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) \
+                 AND classid = '{hi}'::oid AND objid = '{lo}'::oid AND objsubid = 1)"
+            ),
+        )
+    }
+
+    fn wait(&self, conn: &mut PgConnection, lock: &str, wait: Duration) -> Result<bool, Failed> {
+        let sql = format!("SELECT pg_advisory_lock({lock}), pg_advisory_unlock({lock})");
+        match self.value(conn, &sql, wait) {
+            Ok(_) => Ok(true),
+            // The `lock_timeout` ran out: still held.
+            Err(CallError::Db(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Ok(false),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    fn kill(&self, ids: &[u32]) {
+        let Ok(mut conn) = self.manager.open_for("lock") else { return };
+        let pids: Vec<String> = ids.iter().map(u32::to_string).collect();
+        let sql = format!("SELECT pg_terminate_backend(p) FROM unnest('{{{}}}'::int[]) p", pids.join(","));
+        let _ = self.value(&mut conn, &sql, Duration::ZERO);
+    }
+}
