@@ -216,9 +216,6 @@ pub(crate) struct Followed {
     /// Name → when last seen led by this identity, and under which fence.
     pub(crate) names: HashMap<String, (Instant, u64)>,
     waiting: bool,
-    /// The waiter is in a wait on a lock it saw held: the release of any
-    /// of `names` will wake it.
-    blocked: bool,
 }
 
 impl<L: Locks> Feed<L> {
@@ -364,14 +361,6 @@ impl<L: Locks> Feed<L> {
             }
         }
     }
-
-    /// Whether a waiter is in a wait on a held lock of the identity that
-    /// led `name` when last seen: that lock's release will wake the
-    /// subscribers, so another hint of the same release need not.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) fn covers(&self, name: &str) -> bool {
-        self.shared.covers(name)
-    }
 }
 
 impl<L: Locks> Drop for Feed<L> {
@@ -431,19 +420,6 @@ impl<L: Locks> Shared<L> {
             }
             Err(Failed::Session(e)) => Err(e),
         }
-    }
-
-    /// Marks the waiter of `identity` in a wait on a held lock, or out of
-    /// it.
-    fn blocked(&self, identity: &str, blocked: bool) {
-        if let Some(f) = self.state.lock().followed.get_mut(identity) {
-            f.blocked = blocked;
-        }
-    }
-
-    fn covers(&self, name: &str) -> bool {
-        let st = self.state.lock();
-        !st.off && !st.ended && st.followed.values().any(|f| f.blocked && f.names.contains_key(name))
     }
 
     /// Waits on the state until `until` or a change, unless the threads
@@ -651,7 +627,7 @@ fn waiter<L: Locks>(shared: &Shared<L>, identity: &str) {
             }
         }
         let Some((s, id)) = session.as_mut() else { continue };
-        match wait_step(shared, identity, s, &lock) {
+        match wait_step(shared, s, &lock) {
             Ok(Waited::Free) => until = Some(Instant::now() + pace.look_again),
             Ok(Waited::Held) => backoff.reset(),
             Ok(Waited::Released) => {
@@ -688,14 +664,12 @@ enum Waited {
     Released,
 }
 
-fn wait_step<L: Locks>(shared: &Shared<L>, identity: &str, s: &mut L::Session, lock: &str) -> Result<Waited, Failed> {
+fn wait_step<L: Locks>(shared: &Shared<L>, s: &mut L::Session, lock: &str) -> Result<Waited, Failed> {
     if !shared.wakes_on_free && !shared.locks.held(s, lock)? {
         return Ok(Waited::Free);
     }
-    shared.blocked(identity, true);
-    let got = shared.locks.wait(s, lock, shared.pace.lock_wait);
-    shared.blocked(identity, false);
-    Ok(if got? { Waited::Released } else { Waited::Held })
+    let got = shared.locks.wait(s, lock, shared.pace.lock_wait)?;
+    Ok(if got { Waited::Released } else { Waited::Held })
 }
 
 #[cfg(test)]

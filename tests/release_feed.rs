@@ -12,7 +12,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use leaderelection::postgres::PostgresStore;
-use leaderelection::{Config, Elector, Group, GroupConfig, LeaderGuard, Released, Store, Timing};
+use leaderelection::{Config, Elector, Group, GroupConfig, Released, Store, Timing};
 use pg_support::{dsn, BOUNCER, DIRECT};
 use support::feed::{
     config, hand_over, leader_and_follower, one_follower_and_a_release, sent_while_the_leader_lives, LockOf, QUICK,
@@ -69,23 +69,20 @@ fn behind_pgbouncer_the_feed_ends() {
     assert!(s.releases().is_none(), "an ended feed takes new subscribers");
 }
 
-/// A watcher subscribed to its feed, and a leader of a new election on
-/// a store of its own: the name, the watcher, its subscription, the leader
-/// and its guard.
-fn watched_leader() -> (String, PostgresStore, crossbeam_channel::Receiver<Released>, Elector, LeaderGuard) {
+/// Nothing comes while the leader renews; a release that ends nothing sends
+/// nothing; the release that ends the term sends the name once, though
+/// the watcher both listens and waits on the leader's lock: the leader's
+/// lock is held, so the release does not notify, and the lock's release
+/// wakes the watcher.
+#[test]
+fn only_a_release_that_ends_a_term_is_sent() {
     let name = format!("feed-{}", random_tag());
     let watcher = store(DIRECT, true);
     let rx = watcher.releases().expect("feed");
     let a = Elector::start(config(store(DIRECT, true), &name, "a")).expect("start a");
     let guard = a.wait_leader_timeout(Duration::from_secs(10)).expect("a leads");
-    (name, watcher, rx, a, guard)
-}
-
-/// Nothing comes while the leader renews; a release that ends nothing sends
-/// nothing; the release that ends the term sends the name once.
-#[test]
-fn only_a_release_that_ends_a_term_is_sent() {
-    let (name, watcher, rx, a, guard) = watched_leader();
+    watcher.inspect(&name, Duration::from_secs(5)).expect("inspect");
+    lock_waited_for(watcher.__release_lock(&support::feed::identity_of(&a)));
     let fence = guard.fence();
     let _ = guard.wait_lost_timeout(Duration::from_millis(3500)); // three renewals or more
                                                                   // Not held under this fence by this identity: changes nothing.
@@ -257,16 +254,6 @@ fn a_killed_lock_session_wakes_each_follower_once_and_the_feed_recovers() {
             waiting: |identity: &str| lock_waited_for(key(identity)),
         },
     );
-}
-
-/// A release that a waiter of the lock feed waits for is sent once, by
-/// the lock: the same release's notification is not sent again.
-#[test]
-fn a_release_a_waiter_waits_for_is_sent_once() {
-    let (name, watcher, rx, a, _guard) = watched_leader();
-    watcher.inspect(&name, Duration::from_secs(5)).expect("inspect");
-    lock_waited_for(watcher.__release_lock(&support::feed::identity_of(&a)));
-    support::feed::released_once(&a, &rx, &name);
 }
 
 /// A leader that holds no lock (its feed off, or an older version) wakes

@@ -235,7 +235,7 @@ impl PostgresStore {
             items,
             timeout,
             None,
-            |batch| sql::release_many(&self.qualified, &self.channel, identity, batch),
+            |batch| sql::release_many(&self.qualified, &self.notice(identity), identity, batch),
             |_, _| None,
         )
         .finish(|_| Ok(()))

@@ -20,7 +20,7 @@
 
 use std::future::{poll_fn, Future};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -121,16 +121,11 @@ struct Shared {
     /// What the probes found out about this server's sessions, for the
     /// lock feed.
     lent: Arc<locks::Lent>,
-    /// The lock feed, whose waiters wake followers one at a time: a name
-    /// one of them will wake for is not sent again from here.
-    locks: Option<Weak<locks::Feed>>,
     pace: Pace,
 }
 
 impl Feed {
-    pub(super) fn new(
-        qualified: &str, subscribers: &Arc<Subscribers>, lent: &Arc<locks::Lent>, locks: Option<Weak<locks::Feed>>,
-    ) -> Feed {
+    pub(super) fn new(qualified: &str, subscribers: &Arc<Subscribers>, lent: &Arc<locks::Lent>) -> Feed {
         Feed {
             shared: Arc::new(Shared {
                 channel: channel(qualified),
@@ -139,7 +134,6 @@ impl Feed {
                 ended: AtomicBool::new(false),
                 probe: Mutex::new(None),
                 lent: Arc::clone(lent),
-                locks,
                 pace: PACE,
             }),
         }
@@ -197,11 +191,6 @@ impl Shared {
                     heard.store(true, Ordering::SeqCst);
                 }
             }
-            return;
-        }
-        if self.locks.as_ref().and_then(Weak::upgrade).is_some_and(|l| l.covers(name)) {
-            // A waiter of the lock feed will wake the subscribers, one
-            // process after another.
             return;
         }
         self.subscribers.send(name, fence);
@@ -497,7 +486,6 @@ mod tests {
             ended: AtomicBool::new(false),
             probe: Mutex::new(None),
             lent: Arc::default(),
-            locks: None,
             pace,
         })
     }

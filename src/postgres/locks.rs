@@ -95,13 +95,6 @@ fn failed(e: CallError) -> Failed {
     })
 }
 
-/// The halves of `key` as `pg_locks` shows an advisory lock taken on one
-/// `bigint`: `classid` the high 32 bits, `objid` the low, `objsubid` 1.
-fn halves(key: &str) -> (u32, u32) {
-    let k = u64::from_ne_bytes(key.parse::<i64>().unwrap_or(0).to_ne_bytes());
-    ((k >> 32) as u32, k as u32)
-}
-
 impl Locks for AdvisoryLocks {
     type Session = PgConnection;
     const SERVER: &'static str = "postgres";
@@ -147,15 +140,8 @@ impl Locks for AdvisoryLocks {
     }
 
     fn held(&self, conn: &mut PgConnection, lock: &str) -> Result<bool, Failed> {
-        let (hi, lo) = halves(lock);
-        self.yes(
-            conn,
-            &format!(
-                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted \
-                 AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) \
-                 AND classid = '{hi}'::oid AND objid = '{lo}'::oid AND objsubid = 1)"
-            ),
-        )
+        let key = lock.parse::<i64>().map_err(|_| Failed::Session(format!("not a lock key: {lock}")))?;
+        self.yes(conn, &format!("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE {})", sql::advisory_held(key)))
     }
 
     fn wait(&self, conn: &mut PgConnection, lock: &str, wait: Duration) -> Result<bool, Failed> {
@@ -173,5 +159,30 @@ impl Locks for AdvisoryLocks {
         let pids: Vec<String> = ids.iter().map(u32::to_string).collect();
         let sql = format!("SELECT pg_terminate_backend(p) FROM unnest('{{{}}}'::int[]) p", pids.join(","));
         let _ = self.value(&mut conn, &sql, Duration::ZERO);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_key_is_the_same_in_every_process() {
+        let t = "\"public\".\"leader_election\"";
+        let keys = [lock_key(t, "w-1"), lock_key(t, "w-2"), lock_key("\"public\".\"other\"", "w-1")];
+        assert_eq!(keys[0], lock_key(t, "w-1"));
+        assert!(keys[0] != keys[1] && keys[0] != keys[2] && keys[1] != keys[2], "{keys:?}");
+        // Pinned: processes of different builds must agree.
+        assert_eq!(lock_key("", ""), -5808579962898102051);
+    }
+
+    #[test]
+    fn the_lock_condition_names_both_halves_of_the_key() {
+        // -1 is every bit set: both halves 4294967295.
+        let c = sql::advisory_held(-1);
+        assert!(c.contains("classid = '4294967295'::oid AND objid = '4294967295'::oid"), "{c}");
+        let c = sql::advisory_held(1 << 32 | 7);
+        assert!(c.contains("classid = '1'::oid AND objid = '7'::oid AND"), "{c}");
+        assert!(c.contains("objsubid = 1") && c.contains("granted"), "{c}");
     }
 }

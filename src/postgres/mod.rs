@@ -543,7 +543,7 @@ impl PostgresStore {
             (true, Some(manager)) => {
                 let (lent, subscribers) = (Arc::default(), Arc::default());
                 let locks = Arc::new(locks::feed(&self.qualified, manager, &lent, &subscribers, wakes_on_free));
-                let listen = listen::Feed::new(&self.qualified, &subscribers, &lent, Some(Arc::downgrade(&locks)));
+                let listen = listen::Feed::new(&self.qualified, &subscribers, &lent);
                 (Some(Arc::new(listen)), Some(locks))
             }
             _ => (None, None),
@@ -612,6 +612,18 @@ impl PostgresStore {
     ) {
         if let Some(feed) = self.lock_feed() {
             feed.answered_each(identity, names, answers);
+        }
+    }
+
+    /// How a release by `identity` notifies: on the table's channel, and,
+    /// with the lock feed, only when no session holds `identity`'s lock
+    /// (one does while this store leads through it: its release wakes the
+    /// followers' waiters one at a time, where a notification would wake
+    /// every listening process at once).
+    fn notice(&self, identity: &str) -> sql::Notice<'_> {
+        sql::Notice {
+            channel: &self.channel,
+            unless_locked: self.locks.as_ref().map(|_| locks::lock_key(&self.qualified, identity)),
         }
     }
 
@@ -1027,7 +1039,7 @@ impl Store for PostgresStore {
     }
 
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        let body = sql::release(&self.qualified, &self.channel, name, identity, fence)?;
+        let body = sql::release(&self.qualified, &self.notice(identity), name, identity, fence)?;
         self.run("release", &body, deadline_after(timeout), sql::Pin::Write)?;
         // Only now, the release committed: the lock may go.
         if let Some(feed) = self.lock_feed() {

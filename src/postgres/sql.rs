@@ -537,22 +537,50 @@ pub(crate) fn renew(
 /// The notification of a released row, its columns prefixed by `row`:
 /// the name, then `listen::FENCE_MARK` (a control character, which no name
 /// holds) and the fence, read back by `listen::parse_payload`.
-fn notify(channel: &str, row: &str) -> String {
-    format!("pg_notify('{channel}', {row}name || chr(31) || {row}fence)")
+fn notify(notice: &Notice<'_>, row: &str) -> String {
+    let channel = notice.channel;
+    let n = format!("pg_notify('{channel}', {row}name || chr(31) || {row}fence)");
+    match notice.unless_locked {
+        None => n,
+        Some(key) => format!(
+            "CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE {}) THEN NULL ELSE {n} END",
+            advisory_held(key)
+        ),
+    }
+}
+
+/// Where a release notifies: `channel`, and with `unless_locked`, only
+/// when no session holds that advisory lock (the lock feed's, see
+/// `locks.rs`: its release wakes the waiters instead).
+pub(crate) struct Notice<'a> {
+    pub(crate) channel: &'a str,
+    pub(crate) unless_locked: Option<i64>,
+}
+
+/// The `pg_locks` condition of advisory lock `key` (taken on one
+/// `bigint`) granted in this database: `classid` holds the key's high 32
+/// bits, `objid` its low, `objsubid` is 1.
+pub(crate) fn advisory_held(key: i64) -> String {
+    let k = u64::from_ne_bytes(key.to_ne_bytes());
+    let (hi, lo) = (k >> 32, k & 0xffff_ffff);
+    format!(
+        "locktype = 'advisory' AND granted AND objsubid = 1 AND classid = '{hi}'::oid AND objid = '{lo}'::oid \
+         AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())"
+    )
 }
 
 /// Releases the term; a row it released also notifies `channel` with the
 /// election's name and the fence released ([`notify`]), sent by the server
 /// once the release commits, and never by a release that changed nothing.
 pub(crate) fn release(
-    table: &str, channel: &str, name: &str, identity: &str, fence: u64,
+    table: &str, notice: &Notice<'_>, name: &str, identity: &str, fence: u64,
 ) -> Result<String, StoreError> {
     let (n, i) = (literal("election name", name)?, literal("identity", identity)?);
     Ok(format!(
         "UPDATE {table} SET expires_at = now(), renewed_at = GREATEST(renewed_at, now()) \
          WHERE name = {n} AND holder = {i} AND fence = {fence} AND expires_at > now() \
          AND (history IS NULL OR history = {HISTORY}) RETURNING {}",
-        notify(channel, "")
+        notify(notice, "")
     ))
 }
 
@@ -792,11 +820,11 @@ pub(crate) fn renewed_at(
 /// there (a data-modifying `WITH` runs to the end, `RETURNING` included,
 /// though nothing reads it).
 pub(crate) fn release_many(
-    table: &str, channel: &str, identity: &str, items: &[BatchItem<'_>],
+    table: &str, notice: &Notice<'_>, identity: &str, items: &[BatchItem<'_>],
 ) -> Result<String, StoreError> {
     let (i, h) = (literal("identity", identity)?, history_once());
     let v = unnest(items, true, false)?;
-    let notify = notify(channel, "t.");
+    let notify = notify(notice, "t.");
     Ok(format!(
         "WITH v AS MATERIALIZED (SELECT * FROM {v}), l AS MATERIALIZED (\
            SELECT t.name, v.k, v.f FROM {table} t JOIN v ON v.n = t.name FOR NO KEY UPDATE OF t SKIP LOCKED\
