@@ -121,13 +121,14 @@ fn run(a: &Args, table: &mut Table) -> Result<(), String> {
             }
         }
         // The same with every follower in a process of its own, each with a
-        // store of its own (two sessions each): on PostgreSQL on the private
-        // cluster of `scripts/bench.sh` (`LE_BENCH_PG_MANY_DSN`, room for
-        // 300 sessions); without it, 40 followers on the shared server.
+        // store of its own (three sessions each: the pool's, the listening
+        // one, a lock waiter): on PostgreSQL on the private cluster of
+        // `scripts/bench.sh` (`LE_BENCH_PG_MANY_DSN`, room for 500
+        // sessions); without it, 25 followers on the shared server (100).
         let many = std::env::var("LE_BENCH_PG_MANY_DSN").ok();
         let pg_procs = match &many {
             Some(dsn) => ("PostgreSQL", Kind::Postgres, dsn, 100),
-            None => ("PostgreSQL (shared server: 40 followers, not 100)", Kind::Postgres, &pg, 40),
+            None => ("PostgreSQL (shared server: 25 followers, not 100)", Kind::Postgres, &pg, 25),
         };
         for (label, kind, url, most) in [pg_procs, ("MariaDB", Kind::MariaDb, &my, 100)] {
             for n in [2, most] {

@@ -525,12 +525,27 @@ impl PostgresStore {
     /// A store over a pool built elsewhere ([`PostgresStore::from_pool`])
     /// has no manager of its own to connect with, and no feed.
     ///
-    /// **Poolers.** `LISTEN` needs a session of its own, which a pooler in
-    /// transaction mode (PgBouncer's `pool_mode = transaction`) does not
-    /// give. The feed proves each new connection first: it sends itself a
-    /// notification through the store's pool and must receive it. Behind
-    /// such a pooler it does not, and after three tries the feed ends
-    /// (logged at `info`) and followers poll, as without it. Turn it off to
+    /// **Many follower processes.** One notification wakes every
+    /// listening process at once, and their claims then crowd the server.
+    /// So the feed also rides on session advisory locks, as MySQL's rides
+    /// on named locks: while an identity
+    /// leads through the store, a session of the store's own (named as the
+    /// pool's, with ` lock` after it) holds one advisory lock (a hash of the
+    /// table and the identity), given back once that identity's last
+    /// release has committed; a store that has seen another identity lead
+    /// keeps a session waiting for that identity's lock (at most 32, one
+    /// statement per 30 s each while the leader lives). The server grants
+    /// a freed lock to one waiter, which passes it on at once, so follower
+    /// processes wake one after another. A release notifies only when no
+    /// session holds its identity's lock: one hint per release.
+    ///
+    /// **Poolers.** `LISTEN` and session locks need a session of their own,
+    /// which a pooler in transaction mode (PgBouncer's `pool_mode =
+    /// transaction`) does not give. The feed proves each new connection
+    /// first: it sends itself a notification through the store's pool and
+    /// must receive it; no lock is taken before that. Behind such a pooler
+    /// it does not, and after three tries the feed ends (logged at `info`),
+    /// takes no lock, and followers poll, as without it. Turn it off to
     /// skip those tries, or point a store at the database directly.
     pub fn release_feed(self, on: bool) -> PostgresStore {
         self.with_feed(on, false)
