@@ -582,6 +582,8 @@ fn waiter<L: Locks>(shared: &Shared<L>, identity: &str) {
     let pace = shared.pace;
     let mut backoff = Backoff::new(pace.first_backoff, pace.max_backoff);
     let mut until: Option<Instant> = None;
+    // The last wait ran out with the lock held all along.
+    let mut held = false;
     let forget = |st: &mut State, id: Option<u32>| {
         st.sessions.retain(|s| Some(*s) != id);
     };
@@ -627,10 +629,19 @@ fn waiter<L: Locks>(shared: &Shared<L>, identity: &str) {
             }
         }
         let Some((s, id)) = session.as_mut() else { continue };
-        match wait_step(shared, s, &lock) {
-            Ok(Waited::Free) => until = Some(Instant::now() + pace.look_again),
-            Ok(Waited::Held) => backoff.reset(),
+        // A wait that ran out under a live leader waits again at once, without
+        // asking again whether the lock is held: one statement per wait.
+        match wait_step(shared, s, &lock, held) {
+            Ok(Waited::Free) => {
+                held = false;
+                until = Some(Instant::now() + pace.look_again);
+            }
+            Ok(Waited::Held) => {
+                held = true;
+                backoff.reset();
+            }
             Ok(Waited::Released) => {
+                held = false;
                 backoff.reset();
                 let names: Vec<(String, u64)> = {
                     let st = shared.state.lock();
@@ -643,6 +654,7 @@ fn waiter<L: Locks>(shared: &Shared<L>, identity: &str) {
                 until = Some(Instant::now() + pace.look_again);
             }
             Err(e) => {
+                held = false;
                 let e = said(e);
                 log::debug!("leaderelection: {} release feed: waiter session: {e}; connecting again", L::SERVER);
                 let id = *id;
@@ -664,8 +676,10 @@ enum Waited {
     Released,
 }
 
-fn wait_step<L: Locks>(shared: &Shared<L>, s: &mut L::Session, lock: &str) -> Result<Waited, Failed> {
-    if !shared.wakes_on_free && !shared.locks.held(s, lock)? {
+/// One wait for `lock`; `held`: the last wait ran out with it held, so it
+/// need not be looked at first.
+fn wait_step<L: Locks>(shared: &Shared<L>, s: &mut L::Session, lock: &str, held: bool) -> Result<Waited, Failed> {
+    if !held && !shared.wakes_on_free && !shared.locks.held(s, lock)? {
         return Ok(Waited::Free);
     }
     let got = shared.locks.wait(s, lock, shared.pace.lock_wait)?;

@@ -498,6 +498,9 @@ mod tests {
         eventually("a third wait", || gate.sent("GET_LOCK(") >= 3);
         assert!(f.rx.is_empty(), "woken while the leader held its lock: {:?}", f.rx.try_recv());
         assert_eq!(gate.sessions(), 1, "the waiter waits again on its session");
+        // One statement per wait: a wait that ran out under a live leader
+        // waits again without asking first whether the lock is held.
+        assert_eq!(gate.sent("IS_USED_LOCK("), 1, "asked again after a wait ran out");
         assert_eq!(f.admin.holder(&f.lock), Some(f.admin.id()));
         f.release_wakes();
     }

@@ -370,6 +370,26 @@ impl PgConnection {
         self.driver.is_none() || self.client.as_ref().is_none_or(Client::is_closed)
     }
 
+    /// Whether the connection has ended, found without a statement (so
+    /// without a transaction the server would count): the driver reads
+    /// what the socket holds for a millisecond, and a session the server
+    /// ended (a FATAL, or EOF) ends it. A peer gone silent is not found
+    /// here, only by the socket's keepalives.
+    pub(crate) fn ended(&mut self) -> bool {
+        if inside_a_runtime() {
+            return false;
+        }
+        let (Some(rt), Some(driver)) = (self.rt.as_ref(), self.driver.as_mut()) else { return true };
+        let ended = rt.block_on(async {
+            let done = poll_fn(|cx| driver.as_mut().poll(cx).map(drop));
+            tokio::time::timeout(Duration::from_millis(1), done).await.is_ok()
+        });
+        if ended {
+            self.driver = None;
+        }
+        ended || self.is_broken()
+    }
+
     /// Runs `sql` with the simple-query protocol (no prepared statement of
     /// any kind), giving up at `deadline`.
     pub(crate) fn simple_query(&mut self, sql: &str, deadline: Instant) -> Result<Vec<SimpleQueryMessage>, CallError> {
