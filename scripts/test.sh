@@ -10,19 +10,33 @@ cd "$(dirname "$0")/.."
 # so a log shows where a run's time went (CI must stay under 30 min).
 section() { echo "== $* [t+${SECONDS} s]"; }
 
-section "loom: the guard/term hand-off and the driver's decisions in every interleaving (src/guard.rs, src/handoff_loom.rs)"
-# Before coverage is set up: a release build of its own with --cfg loom.
+section "loom: the guard/term hand-off and the driver's decisions in every interleaving (src/guard.rs, src/handoff_loom.rs); beside it, publishable: package contents, docs without warnings, rust-version, cargo publish --dry-run (scripts/publish-check.sh)"
+# Both before coverage is set up, each in a target directory of its own, so
+# no instrumented flags reach them (the publish check also clears them
+# itself), and a package that cannot be published fails the run in its
+# first minutes. They run side by side: much of the publish check is
+# rustdoc on one crate, a registry index and a Python script, which leave
+# a core idle that loom's release build takes. The publish check's output
+# follows loom's. (Alone, the publish check takes about 3 min from a fresh
+# clone on an idle 2-core machine, 30 s once built; docs/testing.md,
+# Publishing.)
+publish_log="$(mktemp /tmp/leaderelection-publish.XXXXXX)"
+LE_PUBLISH_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/publish" bash scripts/publish-check.sh >"$publish_log" 2>&1 &
+publish_pid=$!
+trap 'kill "$publish_pid" 2>/dev/null || true' EXIT
+# A release build of its own with --cfg loom.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/loom" \
     cargo test --release -p leaderelection --lib loom
-
-# ---- publish check (issue 35, item 4) ----
-section "publishable: package contents, docs without warnings, rust-version, cargo publish --dry-run (scripts/publish-check.sh)"
-# Here, before coverage is set up, so no instrumented flags or coverage
-# target directory reach it (the script also clears them itself), and a
-# package that cannot be published fails the run in its first minutes. Its
-# own target directory, like loom's: about 3 min from a fresh clone on an
-# idle 2-core machine, 30 s once built (docs/testing.md, Publishing).
-LE_PUBLISH_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/publish" bash scripts/publish-check.sh
+section "publishable (scripts/publish-check.sh, run beside loom): its output"
+publish_status=0
+wait "$publish_pid" || publish_status=$?
+trap - EXIT
+cat "$publish_log"
+rm -f "$publish_log"
+if [ "$publish_status" -ne 0 ]; then
+    echo "scripts/test.sh: the publish check failed (exit $publish_status); its output is above" >&2
+    exit "$publish_status"
+fi
 # ---- end of publish check ----
 
 # Coverage: installs llvm-22 and cargo-llvm-cov if missing. `show-env` makes
