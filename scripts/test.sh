@@ -77,7 +77,7 @@ section "MySQL/MariaDB store: unit, doc, acceptance suite and electors (MariaDB)
 # TLS on) for the SIGSTOP and TLS tests; exports LE_MYSQL_URL,
 # LE_MYSQL_PAUSE_URL, LE_MYSQL_PAUSE_PID_FILE and LE_MYSQL_TLS_CA.
 source scripts/mysql.sh
-cargo test --features mysql,storetest --lib mysql
+cargo test --features mysql,storetest --lib -- mysql lockfeed
 cargo test --features mysql,storetest --doc -- mysql
 cargo test --features mysql,storetest --test storetest_mysql --test mysql_pool --test mysql_elector --test mysql_pause --test mysql_check --test mysql_memory --test mysql_borrowed --test mysql_limits --test mysql_validation --test mysql_transactions --test release_feed_mysql
 

@@ -334,21 +334,12 @@ impl<L: Locks> Feed<L> {
 impl<L: Locks> Feed<L> {
     /// What a claim, renewal (`identity` the caller's) or read (`None`)
     /// answered about `name`.
-    pub(crate) fn answered(&self, identity: Option<&str>, name: &str, answer: &Result<Lease, StoreError>) {
+    fn answered(&self, identity: Option<&str>, name: &str, answer: &Result<Lease, StoreError>) {
         match (answer, identity) {
             (Ok(lease), Some(i)) if lease.holder == i => self.leads(i, lease),
             (Ok(lease), _) => self.saw(identity, lease),
             (Err(e), Some(i)) if e.is_lease_lost() => self.left(i, name),
             (Err(_), _) => {}
-        }
-    }
-
-    /// [`Feed::answered`] for each of a batch's names and answers.
-    pub(crate) fn answered_each<'a>(
-        &self, identity: Option<&str>, names: impl Iterator<Item = &'a str>, answers: &[Result<Lease, StoreError>],
-    ) {
-        for (name, answer) in names.zip(answers) {
-            self.answered(identity, name, answer);
         }
     }
 
@@ -361,6 +352,31 @@ impl<L: Locks> Feed<L> {
             }
         }
     }
+}
+
+/// Tells `feed` (a store's, if it keeps one) what a claim, renewal
+/// (`identity` the caller's) or read (`None`) answered about `name`;
+/// returns the answer.
+pub(crate) fn told<L: Locks>(
+    feed: Option<&Feed<L>>, identity: Option<&str>, name: &str, answer: Result<Lease, StoreError>,
+) -> Result<Lease, StoreError> {
+    if let Some(feed) = feed {
+        feed.answered(identity, name, &answer);
+    }
+    answer
+}
+
+/// [`told`] for each of a batch's names and answers; returns the answers.
+pub(crate) fn told_each<'a, L: Locks>(
+    feed: Option<&Feed<L>>, identity: Option<&str>, names: impl Iterator<Item = &'a str>,
+    answers: Vec<Result<Lease, StoreError>>,
+) -> Vec<Result<Lease, StoreError>> {
+    if let Some(feed) = feed {
+        for (name, answer) in names.zip(&answers) {
+            feed.answered(identity, name, answer);
+        }
+    }
+    answers
 }
 
 impl<L: Locks> Drop for Feed<L> {

@@ -218,6 +218,7 @@ use std::time::{Duration, Instant};
 use crate::batch::{BatchItem, Heartbeat, Members};
 use crate::ident::{quote_mysql, IdentError};
 use crate::lease::Lease;
+use crate::lockfeed::{told, told_each};
 use crate::slot::SlotClaim;
 use crate::store::{Released, Store, StoreError};
 
@@ -1094,39 +1095,19 @@ impl MySqlStore {
         }
         .done()
     }
-
-    /// Tells the feed of releases what a claim, renewal (`identity` the
-    /// caller's) or read (`None`) answered about `name`.
-    fn tell_feed(&self, identity: Option<&str>, name: &str, answer: &Result<Lease, StoreError>) {
-        if let Some(feed) = &self.feed {
-            feed.answered(identity, name, answer);
-        }
-    }
-
-    fn tell_feed_each<'a>(
-        &self, identity: Option<&str>, names: impl Iterator<Item = &'a str>, answers: &[Result<Lease, StoreError>],
-    ) {
-        if let Some(feed) = &self.feed {
-            feed.answered_each(identity, names, answers);
-        }
-    }
 }
 
 impl Store for MySqlStore {
     fn acquire(
         &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        let answer = self.acquire_one(name, identity, ttl, payload, timeout);
-        self.tell_feed(Some(identity), name, &answer);
-        answer
+        told(self.feed.as_deref(), Some(identity), name, self.acquire_one(name, identity, ttl, payload, timeout))
     }
 
     fn renew(
         &self, name: &str, identity: &str, fence: u64, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        let answer = self.renew_one(name, identity, fence, ttl, payload, timeout);
-        self.tell_feed(Some(identity), name, &answer);
-        answer
+        told(self.feed.as_deref(), Some(identity), name, self.renew_one(name, identity, fence, ttl, payload, timeout))
     }
 
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
@@ -1140,17 +1121,14 @@ impl Store for MySqlStore {
     }
 
     fn inspect(&self, name: &str, timeout: Duration) -> Result<Lease, StoreError> {
-        let answer = self.inspect_one(name, timeout);
-        self.tell_feed(None, name, &answer);
-        answer
+        told(self.feed.as_deref(), None, name, self.inspect_one(name, timeout))
     }
 
     fn acquire_many(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         let answers = self.acquire_batch(identity, ttl, items, timeout);
-        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers);
-        answers
+        told_each(self.feed.as_deref(), Some(identity), items.iter().map(|i| i.name), answers)
     }
 
     fn renew_many(
@@ -1214,9 +1192,7 @@ impl Store for MySqlStore {
     }
 
     fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
-        let answers = self.inspect_batch(names, timeout);
-        self.tell_feed_each(None, names.iter().copied(), &answers);
-        answers
+        told_each(self.feed.as_deref(), None, names.iter().copied(), self.inspect_batch(names, timeout))
     }
 
     /// Subscribes to the feed of releases; see [`MySqlStore::release_feed`].
@@ -1399,9 +1375,7 @@ impl MySqlStore {
         if let Some(started) = started {
             self.renewed(&mut out, second, started.and_then(conn::Started::wait), identity, ttl, check);
         }
-        let answers = out.done();
-        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers);
-        (answers, rows)
+        (told_each(self.feed.as_deref(), Some(identity), items.iter().map(|i| i.name), out.done()), rows)
     }
 
     /// A heartbeat's answer from the rows its statements read (see

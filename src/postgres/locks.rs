@@ -182,6 +182,17 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_step_says_what_failed() {
+        let said = |e: CallError| match failed(e) {
+            Failed::Session(s) => s,
+            Failed::Off => panic!("a session's failure turned the feed off"),
+        };
+        assert_eq!(said(CallError::TimedOut), "no answer in time");
+        assert_eq!(said(CallError::Closed(None)), "the connection closed");
+        assert_eq!(said(CallError::Misuse), "called inside a tokio runtime");
+    }
+
+    #[test]
     fn the_lock_condition_names_both_halves_of_the_key() {
         // -1 is every bit set: both halves 4294967295.
         let c = sql::advisory_held(-1);

@@ -175,6 +175,7 @@ use crate::batch::{BatchItem, Heartbeat, Members};
 use crate::error::Human;
 use crate::ident::{quote_postgres, IdentError};
 use crate::lease::Lease;
+use crate::lockfeed::{told, told_each};
 use crate::slot::SlotClaim;
 use crate::store::{Released, Store, StoreError};
 
@@ -622,14 +623,6 @@ impl PostgresStore {
         }
     }
 
-    fn tell_feed_each<'a>(
-        &self, identity: Option<&str>, names: impl Iterator<Item = &'a str>, answers: &[Result<Lease, StoreError>],
-    ) {
-        if let Some(feed) = self.lock_feed() {
-            feed.answered_each(identity, names, answers);
-        }
-    }
-
     /// How a release by `identity` notifies: on the table's channel, and,
     /// with the lock feed, only when no session holds `identity`'s lock
     /// (one does while this store leads through it: its release wakes the
@@ -639,14 +632,6 @@ impl PostgresStore {
         sql::Notice {
             channel: &self.channel,
             unless_locked: self.locks.as_ref().map(|_| locks::lock_key(&self.qualified, identity)),
-        }
-    }
-
-    /// Tells the lock feed what a claim, renewal (`identity` the caller's)
-    /// or read (`None`) answered about `name`.
-    fn tell_feed(&self, identity: Option<&str>, name: &str, answer: &Result<Lease, StoreError>) {
-        if let Some(feed) = self.lock_feed() {
-            feed.answered(identity, name, answer);
         }
     }
 
@@ -1039,9 +1024,7 @@ impl Store for PostgresStore {
     fn acquire(
         &self, name: &str, identity: &str, ttl: Duration, payload: &[u8], timeout: Duration,
     ) -> Result<Lease, StoreError> {
-        let answer = self.acquire_one(name, identity, ttl, payload, timeout);
-        self.tell_feed(Some(identity), name, &answer);
-        answer
+        told(self.lock_feed(), Some(identity), name, self.acquire_one(name, identity, ttl, payload, timeout))
     }
 
     fn renew(
@@ -1049,8 +1032,7 @@ impl Store for PostgresStore {
     ) -> Result<Lease, StoreError> {
         let body = sql::renew(&self.qualified, name, identity, fence, ttl, payload)?;
         let answer = self.lease_query("renew", &body, timeout, sql::Pin::Write)?.ok_or_else(StoreError::lease_lost);
-        self.tell_feed(Some(identity), name, &answer);
-        answer
+        told(self.lock_feed(), Some(identity), name, answer)
     }
 
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
@@ -1067,8 +1049,7 @@ impl Store for PostgresStore {
         let body = sql::inspect(&self.qualified, name)?;
         let answer =
             self.lease_query("inspect", &body, timeout, sql::Pin::Read)?.ok_or_else(|| StoreError::no_lease(name));
-        self.tell_feed(None, name, &answer);
-        answer
+        told(self.lock_feed(), None, name, answer)
     }
 
     fn claim_slot(
@@ -1116,24 +1097,25 @@ impl Store for PostgresStore {
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
         let answers = self.claim_batch(identity, ttl, items, timeout);
-        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers);
-        answers
+        told_each(self.lock_feed(), Some(identity), items.iter().map(|i| i.name), answers)
     }
 
     fn renew_many(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<Lease, StoreError>> {
-        let answers = self.renew_batch(identity, ttl, items, timeout);
-        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers);
-        answers
+        told_each(
+            self.lock_feed(),
+            Some(identity),
+            items.iter().map(|i| i.name),
+            self.renew_batch(identity, ttl, items, timeout),
+        )
     }
 
     fn renew_many_with_heartbeat(
         &self, identity: &str, ttl: Duration, items: &[BatchItem<'_>], beat: Heartbeat<'_>, timeout: Duration,
     ) -> (Vec<Result<Lease, StoreError>>, Result<Members, StoreError>) {
-        let answers = self.renew_batch_with_heartbeat(identity, ttl, items, beat, timeout);
-        self.tell_feed_each(Some(identity), items.iter().map(|i| i.name), &answers.0);
-        answers
+        let (renewed, members) = self.renew_batch_with_heartbeat(identity, ttl, items, beat, timeout);
+        (told_each(self.lock_feed(), Some(identity), items.iter().map(|i| i.name), renewed), members)
     }
 
     fn release_many(&self, identity: &str, items: &[BatchItem<'_>], timeout: Duration) -> Vec<Result<(), StoreError>> {
@@ -1146,9 +1128,7 @@ impl Store for PostgresStore {
     }
 
     fn inspect_many(&self, names: &[&str], timeout: Duration) -> Vec<Result<Lease, StoreError>> {
-        let answers = self.inspect_batch(names, timeout);
-        self.tell_feed_each(None, names.iter().copied(), &answers);
-        answers
+        told_each(self.lock_feed(), None, names.iter().copied(), self.inspect_batch(names, timeout))
     }
 
     fn heartbeat(
