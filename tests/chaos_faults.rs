@@ -493,6 +493,33 @@ fn refuse_refuses_new_connections_only_then_accepts_on_the_same_port() {
     assert_eq!((proxy.stats().accepted, server.accepted()), (2, 2));
 }
 
+/// While refusing, the proxy's port is unbound; a port from the kernel's
+/// ephemeral range could meanwhile become the local port of an outgoing
+/// connection and make `set(Pass)` fail to bind it again (seen in CI). So
+/// each proxy listens below that range, and two proxies never share a port.
+#[test]
+fn proxies_listen_below_the_ephemeral_range_each_on_its_own_port() {
+    let _s = serial();
+    let low = support::ports::ephemeral_from().expect("/proc/sys/net/ipv4/ip_local_port_range");
+    assert!(low > 12_000, "this test assumes the usual ephemeral range, not one from {low}");
+    let upstream = Server::start(echo);
+    let proxies: Vec<FaultProxy> = (0..50).map(|_| FaultProxy::start(upstream.addr)).collect();
+    let mut ports: Vec<u16> = proxies.iter().map(FaultProxy::port).collect();
+    assert!(ports.iter().all(|&p| (10_000..low).contains(&p)), "ports {ports:?}, ephemeral from {low}");
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 50, "two proxies share a port");
+    for p in &proxies {
+        p.set(Fault::Refuse);
+    }
+    let more: Vec<FaultProxy> = (0..50).map(|_| FaultProxy::start(upstream.addr)).collect();
+    assert!(more.iter().all(|m| !ports.contains(&m.port())), "a new proxy took the port of one that refuses");
+    for p in &proxies {
+        p.set(Fault::Pass);
+        round_trip(&mut connect(p), b"back");
+    }
+}
+
 #[test]
 fn flap_lets_bytes_through_only_in_up_windows() {
     let log = Log::default();

@@ -32,6 +32,9 @@ mod handover;
 mod handover_procs;
 mod micro;
 mod one_driver;
+#[allow(dead_code)]
+#[path = "../../tests/support/ports.rs"]
+mod ports;
 mod scale;
 
 use std::process::ExitCode;

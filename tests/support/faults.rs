@@ -133,7 +133,7 @@ impl FaultProxy {
     /// Listens on a free port of 127.0.0.1 and forwards each connection to
     /// `upstream`, with [`Fault::Pass`].
     pub fn start(upstream: SocketAddr) -> FaultProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("fault proxy: bind 127.0.0.1:0");
+        let listener = super::ports::listen();
         let port = listener.local_addr().unwrap().port();
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed).unwrap();
@@ -240,6 +240,7 @@ impl Drop for FaultProxy {
         for t in threads {
             let _ = t.join();
         }
+        super::ports::give_back(self.port);
     }
 }
 

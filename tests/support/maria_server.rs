@@ -25,7 +25,6 @@
 
 use std::fs;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -248,12 +247,17 @@ impl MariaServer {
 
     /// Ends (`KILL CONNECTION`) every session of `user`; returns how many.
     pub fn kill_sessions(&self, user: &str) -> usize {
+        self.kill_session_ids(user).len()
+    }
+
+    /// The ids of the sessions of `user` this call killed.
+    pub fn kill_session_ids(&self, user: &str) -> Vec<u64> {
         let mut c = self.admin();
         let ids: Vec<u64> = c
             .exec("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ?", (user,))
             .unwrap_or_else(|e| panic!("processlist: {e}"));
         // A session that ended meanwhile is "unknown thread" (1094).
-        ids.iter().filter(|id| c.query_drop(format!("KILL CONNECTION {id}")).is_ok()).count()
+        ids.into_iter().filter(|id| c.query_drop(format!("KILL CONNECTION {id}")).is_ok()).collect()
     }
 
     /// Another session holds `LOCK TABLES table WRITE` (in database `test`)
@@ -515,9 +519,7 @@ fn sweep_orphans() {
 /// port it was given.
 const PORT_TAKEN: &str = "another server answers on port";
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
-}
+pub use super::ports::free_port;
 
 /// A process's state letter from /proc (`T` when stopped).
 fn proc_state(pid: u32) -> Option<char> {

@@ -30,6 +30,7 @@ pub mod pg_replica;
 #[cfg(feature = "postgres")]
 pub mod pg_server;
 pub mod poll;
+pub mod ports;
 pub mod proxy;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod replicated;

@@ -17,7 +17,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -734,10 +734,7 @@ fn local_url(port: u16) -> String {
     format!("postgres://postgres@127.0.0.1:{port}/test")
 }
 
-/// A port of 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+pub use super::ports::free_port;
 
 /// The state letter of a process (`R`, `S`, `T`, `Z`, …), from /proc.
 fn proc_state(pid: u32) -> Option<char> {
