@@ -105,24 +105,26 @@ pub(crate) trait Locks: Send + Sync + 'static {
     const SERVER: &'static str;
     /// Why the feed turns off, for the log line that says so.
     const OFF: &'static str;
+    /// A lock as the server names it.
+    type Lock: Send;
     /// The lock of `identity`'s leadership, the same in every process.
-    fn lock(&self, identity: &str) -> String;
+    fn lock(&self, identity: &str) -> Self::Lock;
     /// The server is known to be one where the locks cannot work.
     fn off(&self) -> bool;
     /// A new session, and its id for [`Locks::kill`].
     fn connect(&self) -> Result<(Self::Session, u32), Failed>;
     /// Takes `lock` without waiting: whether it got it (`false`: someone
     /// else holds it).
-    fn take(&self, s: &mut Self::Session, lock: &str) -> Result<bool, Failed>;
+    fn take(&self, s: &mut Self::Session, lock: &Self::Lock) -> Result<bool, Failed>;
     /// Gives `lock` back.
-    fn give_back(&self, s: &mut Self::Session, lock: &str) -> Result<(), Failed>;
+    fn give_back(&self, s: &mut Self::Session, lock: &Self::Lock) -> Result<(), Failed>;
     /// Checks that the session (and so its locks) lives.
     fn check(&self, s: &mut Self::Session) -> Result<(), Failed>;
     /// Whether some session holds `lock`.
-    fn held(&self, s: &mut Self::Session, lock: &str) -> Result<bool, Failed>;
+    fn held(&self, s: &mut Self::Session, lock: &Self::Lock) -> Result<bool, Failed>;
     /// Takes `lock` within `wait` and gives it back at once, in one
     /// statement: whether it got it (`false`: the wait ran out).
-    fn wait(&self, s: &mut Self::Session, lock: &str, wait: Duration) -> Result<bool, Failed>;
+    fn wait(&self, s: &mut Self::Session, lock: &Self::Lock, wait: Duration) -> Result<bool, Failed>;
     /// Ends the sessions `ids` from a session of its own (waiters may be
     /// blocked in a wait). Runs on a thread of its own.
     fn kill(&self, ids: &[u32]);
@@ -428,14 +430,12 @@ impl<L: Locks> Shared<L> {
     /// A new session, unless the locks cannot work here (the feed turns
     /// off).
     fn connect(&self) -> Result<(L::Session, u32), String> {
-        match self.locks.connect() {
-            Ok(s) => Ok(s),
-            Err(Failed::Off) => {
+        self.locks.connect().map_err(|e| {
+            if matches!(e, Failed::Off) {
                 self.turn_off();
-                Err("the locks cannot work here".into())
             }
-            Err(Failed::Session(e)) => Err(e),
-        }
+            said(e)
+        })
     }
 
     /// Waits on the state until `until` or a change, unless the threads
@@ -694,7 +694,7 @@ enum Waited {
 
 /// One wait for `lock`; `held`: the last wait ran out with it held, so it
 /// need not be looked at first.
-fn wait_step<L: Locks>(shared: &Shared<L>, s: &mut L::Session, lock: &str, held: bool) -> Result<Waited, Failed> {
+fn wait_step<L: Locks>(shared: &Shared<L>, s: &mut L::Session, lock: &L::Lock, held: bool) -> Result<Waited, Failed> {
     if !held && !shared.wakes_on_free && !shared.locks.held(s, lock)? {
         return Ok(Waited::Free);
     }

@@ -208,15 +208,10 @@ fn a_feed_without_a_server_keeps_trying_and_ends_with_its_store() {
     );
 }
 
-/// The `pg_locks` condition of the advisory lock `key` (taken on one
-/// `bigint`: its high half in `classid`, its low in `objid`).
+/// The `pg_locks` condition of the advisory lock `key`, as the library
+/// writes it.
 fn advisory(key: i64) -> String {
-    let k = u64::from_ne_bytes(key.to_ne_bytes());
-    format!(
-        "locktype = 'advisory' AND objsubid = 1 AND classid = '{}'::oid AND objid = '{}'::oid",
-        k >> 32,
-        k & 0xffff_ffff
-    )
+    PostgresStore::__advisory_lock(key)
 }
 
 /// The backend holding the advisory lock `key`, if any.

@@ -59,6 +59,7 @@ fn null() -> Failed {
 
 impl Locks for NamedLocks {
     type Session = Conn;
+    type Lock = String;
     const SERVER: &'static str = "mysql";
     const OFF: &'static str = "named locks do not cross the nodes of a multi-primary cluster";
 
@@ -85,12 +86,12 @@ impl Locks for NamedLocks {
         Ok((conn, id))
     }
 
-    fn take(&self, conn: &mut Conn, lock: &str) -> Result<bool, Failed> {
+    fn take(&self, conn: &mut Conn, lock: &String) -> Result<bool, Failed> {
         let got: Option<Option<i64>> = conn.query_first(format!("SELECT GET_LOCK('{lock}', 0)")).map_err(failed)?;
         got.flatten().map(|g| g == 1).ok_or_else(null)
     }
 
-    fn give_back(&self, conn: &mut Conn, lock: &str) -> Result<(), Failed> {
+    fn give_back(&self, conn: &mut Conn, lock: &String) -> Result<(), Failed> {
         conn.query_drop(format!("DO RELEASE_LOCK('{lock}')")).map_err(failed)
     }
 
@@ -98,12 +99,12 @@ impl Locks for NamedLocks {
         conn.ping().map_err(failed)
     }
 
-    fn held(&self, conn: &mut Conn, lock: &str) -> Result<bool, Failed> {
+    fn held(&self, conn: &mut Conn, lock: &String) -> Result<bool, Failed> {
         let holder: Option<Option<u64>> = conn.query_first(format!("SELECT IS_USED_LOCK('{lock}')")).map_err(failed)?;
         Ok(holder.flatten().is_some())
     }
 
-    fn wait(&self, conn: &mut Conn, lock: &str, wait: Duration) -> Result<bool, Failed> {
+    fn wait(&self, conn: &mut Conn, lock: &String, wait: Duration) -> Result<bool, Failed> {
         let got: Option<(Option<i64>, Option<i64>)> = conn.query_first(wait_for(lock, wait)).map_err(failed)?;
         got.and_then(|g| g.0).map(|g| g == 1).ok_or_else(null)
     }

@@ -51,12 +51,7 @@ pub(super) fn lock_key(qualified: &str, identity: &str) -> i64 {
 pub(super) fn feed(
     qualified: &str, manager: &Arc<PgManager>, lent: &Arc<Lent>, subscribers: &Arc<Subscribers>, wakes_on_free: bool,
 ) -> Feed {
-    let locks = AdvisoryLocks {
-        qualified: qualified.to_owned(),
-        manager: Arc::clone(manager),
-        lent: Arc::clone(lent),
-        lock_wait: PACE.lock_wait,
-    };
+    let locks = AdvisoryLocks { qualified: qualified.to_owned(), manager: Arc::clone(manager), lent: Arc::clone(lent) };
     crate::lockfeed::Feed::new(locks, Arc::clone(subscribers), wakes_on_free, PACE)
 }
 
@@ -65,8 +60,6 @@ pub(super) struct AdvisoryLocks {
     qualified: String,
     manager: Arc<PgManager>,
     lent: Arc<Lent>,
-    /// A waiter's `lock_timeout`, set once per session.
-    lock_wait: Duration,
 }
 
 impl AdvisoryLocks {
@@ -97,12 +90,13 @@ fn failed(e: CallError) -> Failed {
 
 impl Locks for AdvisoryLocks {
     type Session = PgConnection;
+    type Lock = i64;
     const SERVER: &'static str = "postgres";
     const OFF: &'static str = "session advisory locks need sessions of their own, which a pooler in transaction mode \
                                does not give";
 
-    fn lock(&self, identity: &str) -> String {
-        lock_key(&self.qualified, identity).to_string()
+    fn lock(&self, identity: &str) -> i64 {
+        lock_key(&self.qualified, identity)
     }
 
     fn off(&self) -> bool {
@@ -116,23 +110,20 @@ impl Locks for AdvisoryLocks {
             Some(false) => {}
         }
         let mut conn = self.manager.open_for("lock").map_err(|e| Failed::Session(e.to_string()))?;
-        // A waiter's wait is bounded by `lock_timeout` alone, whatever the
-        // role's `statement_timeout`.
-        let setup = format!(
-            "SET statement_timeout = 0; SET lock_timeout = '{}ms'; SELECT pg_backend_pid()",
-            self.lock_wait.as_millis()
-        );
-        let pid = self.value(&mut conn, &setup, Duration::ZERO).map_err(failed)?;
+        // A waiter's wait is bounded by its `lock_timeout` alone (set with
+        // each wait), whatever the role's `statement_timeout`.
+        let setup = "SET statement_timeout = 0; SELECT pg_backend_pid()";
+        let pid = self.value(&mut conn, setup, Duration::ZERO).map_err(failed)?;
         let pid = pid.and_then(|p| p.parse::<u32>().ok()).ok_or_else(|| Failed::Session("no backend pid".into()))?;
         Ok((conn, pid))
     }
 
-    fn take(&self, conn: &mut PgConnection, lock: &str) -> Result<bool, Failed> {
-        self.yes(conn, &format!("SELECT pg_try_advisory_lock({lock})"))
+    fn take(&self, conn: &mut PgConnection, key: &i64) -> Result<bool, Failed> {
+        self.yes(conn, &format!("SELECT pg_try_advisory_lock({key})"))
     }
 
-    fn give_back(&self, conn: &mut PgConnection, lock: &str) -> Result<(), Failed> {
-        self.yes(conn, &format!("SELECT pg_advisory_unlock({lock})")).map(drop)
+    fn give_back(&self, conn: &mut PgConnection, key: &i64) -> Result<(), Failed> {
+        self.yes(conn, &format!("SELECT pg_advisory_unlock({key})")).map(drop)
     }
 
     /// Without a statement: each would be a transaction, which the
@@ -144,13 +135,18 @@ impl Locks for AdvisoryLocks {
         Ok(())
     }
 
-    fn held(&self, conn: &mut PgConnection, lock: &str) -> Result<bool, Failed> {
-        let key = lock.parse::<i64>().map_err(|_| Failed::Session(format!("not a lock key: {lock}")))?;
-        self.yes(conn, &format!("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE {})", sql::advisory_held(key)))
+    fn held(&self, conn: &mut PgConnection, key: &i64) -> Result<bool, Failed> {
+        let sql = format!("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE {})", sql::advisory_held(*key));
+        self.yes(conn, &sql)
     }
 
-    fn wait(&self, conn: &mut PgConnection, lock: &str, wait: Duration) -> Result<bool, Failed> {
-        let sql = format!("SELECT pg_advisory_lock({lock}), pg_advisory_unlock({lock})");
+    fn wait(&self, conn: &mut PgConnection, key: &i64, wait: Duration) -> Result<bool, Failed> {
+        // Both in one implicit transaction, one round trip: a wait that runs
+        // out aborts it, which undoes the `SET`, so each wait sets it anew.
+        let sql = format!(
+            "SET lock_timeout = '{}ms'; SELECT pg_advisory_lock({key}), pg_advisory_unlock({key})",
+            wait.as_millis().max(1)
+        );
         match self.value(conn, &sql, wait) {
             Ok(_) => Ok(true),
             // The `lock_timeout` ran out: still held.
@@ -199,6 +195,54 @@ mod tests {
         assert!(c.contains("classid = '4294967295'::oid AND objid = '4294967295'::oid"), "{c}");
         let c = sql::advisory_held(1 << 32 | 7);
         assert!(c.contains("classid = '1'::oid AND objid = '7'::oid AND"), "{c}");
-        assert!(c.contains("objsubid = 1") && c.contains("granted"), "{c}");
+        assert!(c.contains("objsubid = 1") && c.ends_with(" AND granted"), "{c}");
+        assert_eq!(c, format!("{} AND granted", sql::advisory_lock(1 << 32 | 7)));
+    }
+
+    /// The statements on a real server: a wait runs out after the wait it
+    /// is given (the feed's pace, shortened in tests), waits again as long,
+    /// and ends at once when the lock is given back.
+    #[test]
+    fn a_wait_lasts_what_it_is_given_and_ends_when_the_lock_is_given_back() {
+        let dsn = std::env::var("LE_PG_DSN").unwrap_or_else(|_| {
+            panic!(
+                "LE_PG_DSN is not set. This test needs a PostgreSQL server: run `bash scripts/test.sh` \
+                 (or `source scripts/db.sh` first), which starts it and exports LE_PG_DSN."
+            )
+        });
+        let manager = Arc::new(PgManager::from_dsn(&dsn, Some(Duration::from_secs(5)), None).expect("manager"));
+        let locks = AdvisoryLocks {
+            qualified: format!("locks-test-{}", std::process::id()),
+            manager,
+            lent: Arc::new(Lent::fixed(false)),
+        };
+        let (mut leader, _) = locks.connect().expect("the leader's session");
+        let (mut waiter, _) = locks.connect().expect("a waiter's session");
+        let key = locks.lock("me");
+        assert!(!locks.held(&mut waiter, &key).unwrap(), "held before it was taken");
+        assert!(locks.take(&mut leader, &key).unwrap());
+        assert!(locks.held(&mut waiter, &key).unwrap());
+        for wait in [Duration::from_millis(300), Duration::from_millis(600)] {
+            let t = Instant::now();
+            assert!(!locks.wait(&mut waiter, &key, wait).unwrap(), "the wait took a held lock");
+            let took = t.elapsed();
+            assert!(took >= wait && took < wait + Duration::from_secs(3), "a wait of {wait:?} took {took:?}");
+        }
+        let released = std::thread::scope(|s| {
+            let w = s.spawn(|| locks.wait(&mut waiter, &key, Duration::from_secs(20)));
+            let waiting = format!(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE {} AND NOT granted)",
+                sql::advisory_lock(key)
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !locks.yes(&mut leader, &waiting).unwrap() {
+                assert!(Instant::now() < deadline, "the waiter never waited");
+            }
+            locks.give_back(&mut leader, &key).unwrap();
+            w.join().unwrap()
+        });
+        assert!(released.unwrap(), "the wait did not end with the release");
+        assert!(!locks.held(&mut leader, &key).unwrap(), "the waiter kept the lock");
+        locks.check(&mut leader).unwrap();
     }
 }

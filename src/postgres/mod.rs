@@ -583,6 +583,13 @@ impl PostgresStore {
         locks::lock_key(&self.qualified, identity)
     }
 
+    /// The `pg_locks` condition of the advisory lock `key`, held or waited
+    /// for (for the same tests).
+    #[doc(hidden)]
+    pub fn __advisory_lock(key: i64) -> String {
+        sql::advisory_lock(key)
+    }
+
     /// The lock feed, once a subscription started the listening
     /// connection: without it nothing proves that connections here are
     /// sessions of their own, and no lock is taken.

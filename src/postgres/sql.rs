@@ -558,15 +558,20 @@ pub(crate) struct Notice<'a> {
 }
 
 /// The `pg_locks` condition of advisory lock `key` (taken on one
-/// `bigint`) granted in this database: `classid` holds the key's high 32
-/// bits, `objid` its low, `objsubid` is 1.
-pub(crate) fn advisory_held(key: i64) -> String {
+/// `bigint`) in this database, held or waited for: `classid` holds the
+/// key's high 32 bits, `objid` its low, `objsubid` is 1.
+pub(crate) fn advisory_lock(key: i64) -> String {
     let k = u64::from_ne_bytes(key.to_ne_bytes());
     let (hi, lo) = (k >> 32, k & 0xffff_ffff);
     format!(
-        "locktype = 'advisory' AND granted AND objsubid = 1 AND classid = '{hi}'::oid AND objid = '{lo}'::oid \
+        "locktype = 'advisory' AND objsubid = 1 AND classid = '{hi}'::oid AND objid = '{lo}'::oid \
          AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())"
     )
+}
+
+/// [`advisory_lock`], granted.
+pub(crate) fn advisory_held(key: i64) -> String {
+    format!("{} AND granted", advisory_lock(key))
 }
 
 /// Releases the term; a row it released also notifies `channel` with the
