@@ -207,6 +207,8 @@ pub(crate) struct State {
     pub(crate) led: HashMap<String, HashMap<String, Instant>>,
     /// The lock thread runs.
     pub(crate) locking: bool,
+    /// The identities whose lock the lock thread holds.
+    pub(crate) held: BTreeSet<String>,
     /// Leader identity → what this store saw it lead.
     pub(crate) followed: HashMap<String, Followed>,
     /// The waiters' sessions, killed when the store goes.
@@ -285,6 +287,18 @@ impl<L: Locks> Feed<L> {
         if !st.locking {
             st.locking = spawn(&self.shared, "lock", locker);
         }
+    }
+
+    /// Whether a release of `names` by `identity` will wake its waiters
+    /// through the lock: the lock is held, and `identity` leads nothing
+    /// else here, so the lock goes once the release commits. A name led
+    /// beyond its lease's expiry still counts as led (the answer then is
+    /// no, and the release notifies: a hint too many, never one too few).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn gives_back_after(&self, identity: &str, names: &[&str]) -> bool {
+        let st = self.shared.state.lock();
+        st.held.contains(identity)
+            && st.led.get(identity).is_none_or(|led| led.keys().all(|n| names.contains(&n.as_str())))
     }
 
     /// `identity` no longer leads `name` (its release committed, or a
@@ -498,6 +512,7 @@ fn locker<L: Locks>(shared: &Shared<L>) {
             loop {
                 if st.ended || st.off {
                     st.locking = false;
+                    st.held.clear();
                     return; // dropping the session frees its locks
                 }
                 let now = Instant::now();
@@ -560,6 +575,8 @@ fn locker<L: Locks>(shared: &Shared<L>) {
                 again = Some(backoff.after_failure());
             }
         }
+        // What a release asks (`Feed::gives_back_after`).
+        shared.state.lock().held.clone_from(&held);
     }
 }
 

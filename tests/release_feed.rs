@@ -93,6 +93,34 @@ fn only_a_release_that_ends_a_term_is_sent() {
     support::feed::released_once(&a, &rx, &name);
 }
 
+/// A release that leaves its identity leading other elections through
+/// the store (a group's election that leaves while the group leads
+/// others) keeps the identity's lock held, so the lock wakes nobody: the
+/// release must be notified, and the follower of that election leads at
+/// once.
+#[test]
+fn a_release_that_leaves_its_identity_leading_others_is_heard() {
+    let (group, one, other) =
+        (format!("feedg-{}", random_tag()), format!("feed-{}", random_tag()), format!("feed-{}", random_tag()));
+    let template = Config::new(store(DIRECT, true), group).identity("a").timing(SLOW_POLL);
+    let a = Group::start(GroupConfig::new(template)).expect("group a");
+    let (a_one, a_other) = (a.join(&one).expect("join one"), a.join(&other).expect("join other"));
+    assert!(wait_for(Duration::from_secs(10), || a_one.is_leader() && a_other.is_leader()), "a leads both");
+    let key = store(DIRECT, false).__release_lock(a.identity());
+    let mut admin = pg_support::client(DIRECT);
+    assert!(wait_for(Duration::from_secs(10), || lock_holder(&mut admin, key).is_some()), "a took no lock");
+    let b = Elector::start(config(store(DIRECT, true), &one, "b")).expect("start b");
+    assert!(wait_for(Duration::from_secs(10), || b.status().leader.is_some()), "b never saw a lead");
+    lock_waited_for(key);
+    let released = Instant::now();
+    a_one.leave().expect("a leaves one");
+    let led = wait_for(QUICK, || b.is_leader());
+    assert!(led, "b did not lead within {QUICK:?} of the release (its poll is a minute away)");
+    eprintln!("one election of several released: b led {:?} after", released.elapsed());
+    assert!(lock_holder(&mut admin, key).is_some(), "a, still leading other, gave its lock back");
+    assert!(a_other.is_leader(), "a lost the other election");
+}
+
 /// Twenty followers on one store (one listening connection) and one
 /// release: exactly one leads, and none claims more than once.
 #[test]

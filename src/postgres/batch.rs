@@ -229,13 +229,15 @@ impl PostgresStore {
         &self, identity: &str, items: &[BatchItem<'_>], timeout: Duration,
     ) -> Vec<Result<(), StoreError>> {
         const OP: &str = "release_many";
+        let names: Vec<&str> = items.iter().map(|it| it.name).collect();
+        let notice = self.notice(identity, &names);
         self.settle_locked(
             OP,
             Answers::new(items, true),
             items,
             timeout,
             None,
-            |batch| sql::release_many(&self.qualified, &self.notice(identity), identity, batch),
+            |batch| sql::release_many(&self.qualified, &notice, identity, batch),
             |_, _| None,
         )
         .finish(|_| Ok(()))

@@ -537,8 +537,10 @@ impl PostgresStore {
     /// keeps a session waiting for that identity's lock (at most 32, one
     /// statement per 30 s each while the leader lives). The server grants
     /// a freed lock to one waiter, which passes it on at once, so follower
-    /// processes wake one after another. A release notifies only when no
-    /// session holds its identity's lock: one hint per release.
+    /// processes wake one after another. A release notifies unless this
+    /// store's lock session holds its identity's lock and gives it back
+    /// after this release (the identity leads nothing else here): one
+    /// hint per release.
     ///
     /// **Poolers.** `LISTEN` and session locks need a session of their own,
     /// which a pooler in transaction mode (PgBouncer's `pool_mode =
@@ -635,11 +637,14 @@ impl PostgresStore {
     /// (one does while this store leads through it: its release wakes the
     /// followers' waiters one at a time, where a notification would wake
     /// every listening process at once).
-    fn notice(&self, identity: &str) -> sql::Notice<'_> {
-        sql::Notice {
-            channel: &self.channel,
-            unless_locked: self.locks.as_ref().map(|_| locks::lock_key(&self.qualified, identity)),
-        }
+    /// How a release of `names` by `identity` tells the followers: by
+    /// the lock alone when this store's lock feed holds the identity's
+    /// lock and the release leaves the identity leading nothing here (the
+    /// lock is then given back, waking the waiters one after another), by
+    /// `NOTIFY` otherwise (no lock, or one kept for elections still led).
+    fn notice(&self, identity: &str, names: &[&str]) -> sql::Notice<'_> {
+        let quiet = self.locks.as_ref().is_some_and(|f| f.gives_back_after(identity, names));
+        sql::Notice { channel: &self.channel, quiet }
     }
 
     /// The one step after restoring the election's database from a backup
@@ -1043,7 +1048,7 @@ impl Store for PostgresStore {
     }
 
     fn release(&self, name: &str, identity: &str, fence: u64, timeout: Duration) -> Result<(), StoreError> {
-        let body = sql::release(&self.qualified, &self.notice(identity), name, identity, fence)?;
+        let body = sql::release(&self.qualified, &self.notice(identity, &[name]), name, identity, fence)?;
         self.run("release", &body, deadline_after(timeout), sql::Pin::Write)?;
         // Only now, the release committed: the lock may go.
         if let Some(feed) = self.lock_feed() {

@@ -540,21 +540,19 @@ pub(crate) fn renew(
 fn notify(notice: &Notice<'_>, row: &str) -> String {
     let channel = notice.channel;
     let n = format!("pg_notify('{channel}', {row}name || chr(31) || {row}fence)");
-    match notice.unless_locked {
-        None => n,
-        Some(key) => format!(
-            "CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE {}) THEN NULL ELSE {n} END",
-            advisory_held(key)
-        ),
+    if notice.quiet {
+        "NULL".into()
+    } else {
+        n
     }
 }
 
-/// Where a release notifies: `channel`, and with `unless_locked`, only
-/// when no session holds that advisory lock (the lock feed's, see
-/// `locks.rs`: its release wakes the waiters instead).
+/// Where a release notifies: `channel`, unless `quiet`: the store's lock
+/// feed holds the releasing identity's lock and gives it back once the
+/// release commits, which wakes the waiters (`locks.rs`).
 pub(crate) struct Notice<'a> {
     pub(crate) channel: &'a str,
-    pub(crate) unless_locked: Option<i64>,
+    pub(crate) quiet: bool,
 }
 
 /// The `pg_locks` condition of advisory lock `key` (taken on one
