@@ -632,16 +632,13 @@ impl PostgresStore {
         }
     }
 
-    /// How a release by `identity` notifies: on the table's channel, and,
-    /// with the lock feed, only when no session holds `identity`'s lock
-    /// (one does while this store leads through it: its release wakes the
-    /// followers' waiters one at a time, where a notification would wake
-    /// every listening process at once).
     /// How a release of `names` by `identity` tells the followers: by
     /// the lock alone when this store's lock feed holds the identity's
     /// lock and the release leaves the identity leading nothing here (the
-    /// lock is then given back, waking the waiters one after another), by
-    /// `NOTIFY` otherwise (no lock, or one kept for elections still led).
+    /// lock is then given back, waking the waiters one after another,
+    /// where a notification would wake every listening process at once),
+    /// on the table's channel otherwise (no lock, or one kept for
+    /// elections still led).
     fn notice(&self, identity: &str, names: &[&str]) -> sql::Notice<'_> {
         let quiet = self.locks.as_ref().is_some_and(|f| f.gives_back_after(identity, names));
         sql::Notice { channel: &self.channel, quiet }

@@ -538,13 +538,11 @@ pub(crate) fn renew(
 /// the name, then `listen::FENCE_MARK` (a control character, which no name
 /// holds) and the fence, read back by `listen::parse_payload`.
 fn notify(notice: &Notice<'_>, row: &str) -> String {
-    let channel = notice.channel;
-    let n = format!("pg_notify('{channel}', {row}name || chr(31) || {row}fence)");
     if notice.quiet {
-        "NULL".into()
-    } else {
-        n
+        return "NULL".into();
     }
+    let channel = notice.channel;
+    format!("pg_notify('{channel}', {row}name || chr(31) || {row}fence)")
 }
 
 /// Where a release notifies: `channel`, unless `quiet`: the store's lock
