@@ -37,7 +37,7 @@
 //! [`Failed::Off`]) and the feed turns off: no locks, no waiters, and the
 //! subscribers' channels end (their drivers poll).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -297,8 +297,15 @@ impl<L: Locks> Feed<L> {
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn gives_back_after(&self, identity: &str, names: &[&str]) -> bool {
         let st = self.shared.state.lock();
-        st.held.contains(identity)
-            && st.led.get(identity).is_none_or(|led| led.keys().all(|n| names.contains(&n.as_str())))
+        if !st.held.contains(identity) {
+            return false;
+        }
+        // A group's release may carry thousands of names: a set, not a scan
+        // of `names` for each name led.
+        let names: HashSet<&str> = names.iter().copied().collect();
+        st.led
+            .get(identity)
+            .is_none_or(|led| led.len() <= names.len() && led.keys().all(|n| names.contains(n.as_str())))
     }
 
     /// `identity` no longer leads `name` (its release committed, or a

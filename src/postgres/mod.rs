@@ -640,7 +640,7 @@ impl PostgresStore {
     /// on the table's channel otherwise (no lock, or one kept for
     /// elections still led).
     fn notice(&self, identity: &str, names: &[&str]) -> sql::Notice<'_> {
-        let quiet = self.locks.as_ref().is_some_and(|f| f.gives_back_after(identity, names));
+        let quiet = self.lock_feed().is_some_and(|f| f.gives_back_after(identity, names));
         sql::Notice { channel: &self.channel, quiet }
     }
 
