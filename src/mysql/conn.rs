@@ -710,11 +710,7 @@ mod tests {
     }
 
     fn mysql_opts() -> Opts {
-        let url = std::env::var("LE_MYSQL_URL").expect(
-            "LE_MYSQL_URL is not set. These tests need a MySQL or MariaDB server: run `bash scripts/test.sh` (or \
-             `source scripts/mysql.sh` first), which starts it and exports LE_MYSQL_URL.",
-        );
-        let opts = Opts::from_url(&url).expect("LE_MYSQL_URL is a MySQL URL");
+        let opts = Opts::from_url(&crate::mysql::test_url()).expect("LE_MYSQL_URL is a MySQL URL");
         Opts::from(mysql::OptsBuilder::from_opts(opts).prefer_socket(false))
     }
 

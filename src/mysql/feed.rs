@@ -263,12 +263,7 @@ mod tests {
         forget: Duration::from_secs(600),
     };
 
-    fn mysql_url() -> String {
-        std::env::var("LE_MYSQL_URL").expect(
-            "LE_MYSQL_URL is not set. These tests need a MySQL or MariaDB server: run `bash scripts/test.sh` (or \
-             `source scripts/mysql.sh` first), which starts it and exports LE_MYSQL_URL.",
-        )
-    }
+    use crate::mysql::test_url as mysql_url;
 
     fn server_opts() -> Opts {
         let opts = Opts::from_url(&mysql_url()).expect("LE_MYSQL_URL is a MySQL URL");

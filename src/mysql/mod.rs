@@ -1552,6 +1552,15 @@ impl MySqlBuilder {
     }
 }
 
+/// The test server's URL, for the unit tests that need one.
+#[cfg(test)]
+pub(crate) fn test_url() -> String {
+    std::env::var("LE_MYSQL_URL").expect(
+        "LE_MYSQL_URL is not set. These tests need a MySQL or MariaDB server: run `bash scripts/test.sh` (or \
+         `source scripts/mysql.sh` first), which starts it and exports LE_MYSQL_URL.",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -566,14 +566,7 @@ mod tests {
         assert_eq!(e.to_string(), text);
     }
 
-    fn pg_dsn() -> String {
-        std::env::var("LE_PG_DSN").unwrap_or_else(|_| {
-            panic!(
-                "LE_PG_DSN is not set. These tests need a PostgreSQL server: run `bash scripts/test.sh` \
-                 (or `source scripts/db.sh` first), which starts it and exports LE_PG_DSN."
-            )
-        })
-    }
+    use crate::postgres::test_dsn as pg_dsn;
 
     #[test]
     fn a_listen_the_server_refuses_fails_the_session() {

@@ -204,12 +204,7 @@ mod tests {
     /// and ends at once when the lock is given back.
     #[test]
     fn a_wait_lasts_what_it_is_given_and_ends_when_the_lock_is_given_back() {
-        let dsn = std::env::var("LE_PG_DSN").unwrap_or_else(|_| {
-            panic!(
-                "LE_PG_DSN is not set. This test needs a PostgreSQL server: run `bash scripts/test.sh` \
-                 (or `source scripts/db.sh` first), which starts it and exports LE_PG_DSN."
-            )
-        });
+        let dsn = crate::postgres::test_dsn();
         let manager = Arc::new(PgManager::from_dsn(&dsn, Some(Duration::from_secs(5)), None).expect("manager"));
         let locks = AdvisoryLocks {
             qualified: format!("locks-test-{}", std::process::id()),

@@ -1194,6 +1194,17 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
+/// The test server's DSN, for the unit tests that need one.
+#[cfg(test)]
+pub(crate) fn test_dsn() -> String {
+    std::env::var("LE_PG_DSN").unwrap_or_else(|_| {
+        panic!(
+            "LE_PG_DSN is not set. These tests need a PostgreSQL server: run `bash scripts/test.sh` \
+             (or `source scripts/db.sh` first), which starts it and exports LE_PG_DSN."
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
